@@ -1,0 +1,236 @@
+// Prometheus metrics: counters, gauges and histograms with labels, the text exposition format
+// served on /metrics, and the process metrics every Kubernetes component exports. One registry per
+// process; tests create their own.
+
+import { readdirSync, readFileSync } from "node:fs";
+
+/** Label values keyed by label name. */
+export type Labels = Record<string, string>;
+
+interface Family {
+  name: string;
+  help: string;
+  type: "counter" | "gauge" | "histogram";
+  render(out: string[]): void;
+}
+
+function escapeLabel(value: string): string {
+  return value.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+}
+
+function labelKey(names: readonly string[], labels: Labels | undefined): string {
+  if (names.length === 0) return "";
+  return names.map((n) => `${n}="${escapeLabel(labels?.[n] ?? "")}"`).join(",");
+}
+
+function formatValue(v: number): string {
+  if (Number.isNaN(v)) return "NaN";
+  if (v === Number.POSITIVE_INFINITY) return "+Inf";
+  if (v === Number.NEGATIVE_INFINITY) return "-Inf";
+  return String(v);
+}
+
+function sample(out: string[], name: string, key: string, value: number): void {
+  out.push(key ? `${name}{${key}} ${formatValue(value)}` : `${name} ${formatValue(value)}`);
+}
+
+/** A monotonically increasing value per label set. */
+export class Counter implements Family {
+  readonly type = "counter";
+  readonly #values = new Map<string, number>();
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly labelNames: readonly string[] = [],
+  ) {}
+  /** Adds `n` (default 1) to the series for `labels`. */
+  inc(labels?: Labels, n = 1): void {
+    const k = labelKey(this.labelNames, labels);
+    this.#values.set(k, (this.#values.get(k) ?? 0) + n);
+  }
+  /** The current value for `labels` (0 when never incremented). */
+  get(labels?: Labels): number {
+    return this.#values.get(labelKey(this.labelNames, labels)) ?? 0;
+  }
+  render(out: string[]): void {
+    for (const [k, v] of this.#values) sample(out, this.name, k, v);
+  }
+}
+
+/** A value that goes up and down per label set. */
+export class Gauge implements Family {
+  readonly type = "gauge";
+  readonly #values = new Map<string, number>();
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly labelNames: readonly string[] = [],
+  ) {}
+  set(labels: Labels | undefined, v: number): void {
+    this.#values.set(labelKey(this.labelNames, labels), v);
+  }
+  inc(labels?: Labels, n = 1): void {
+    const k = labelKey(this.labelNames, labels);
+    this.#values.set(k, (this.#values.get(k) ?? 0) + n);
+  }
+  dec(labels?: Labels, n = 1): void {
+    this.inc(labels, -n);
+  }
+  get(labels?: Labels): number {
+    return this.#values.get(labelKey(this.labelNames, labels)) ?? 0;
+  }
+  render(out: string[]): void {
+    for (const [k, v] of this.#values) sample(out, this.name, k, v);
+  }
+}
+
+interface HistogramSeries {
+  counts: number[];
+  sum: number;
+  count: number;
+}
+
+/** Prometheus' default buckets, in seconds. */
+export const DEFAULT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/** A distribution of observations per label set. */
+export class Histogram implements Family {
+  readonly type = "histogram";
+  readonly #series = new Map<string, HistogramSeries>();
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly labelNames: readonly string[] = [],
+    readonly buckets: readonly number[] = DEFAULT_BUCKETS,
+  ) {}
+  observe(labels: Labels | undefined, value: number): void {
+    const k = labelKey(this.labelNames, labels);
+    let s = this.#series.get(k);
+    if (!s) {
+      s = { counts: new Array(this.buckets.length).fill(0), sum: 0, count: 0 };
+      this.#series.set(k, s);
+    }
+    for (let i = 0; i < this.buckets.length; i++) {
+      if (value <= (this.buckets[i] as number)) s.counts[i] = (s.counts[i] as number) + 1;
+    }
+    s.sum += value;
+    s.count++;
+  }
+  /** Starts a timer; calling the result observes the elapsed seconds. */
+  startTimer(labels?: Labels): () => number {
+    const start = performance.now();
+    return () => {
+      const seconds = (performance.now() - start) / 1000;
+      this.observe(labels, seconds);
+      return seconds;
+    };
+  }
+  /** Number of observations for `labels`. */
+  count(labels?: Labels): number {
+    return this.#series.get(labelKey(this.labelNames, labels))?.count ?? 0;
+  }
+  render(out: string[]): void {
+    for (const [k, s] of this.#series) {
+      const prefix = k ? `${k},` : "";
+      this.buckets.forEach((b, i) => {
+        out.push(`${this.name}_bucket{${prefix}le="${formatValue(b)}"} ${s.counts[i]}`);
+      });
+      out.push(`${this.name}_bucket{${prefix}le="+Inf"} ${s.count}`);
+      sample(out, `${this.name}_sum`, k, s.sum);
+      sample(out, `${this.name}_count`, k, s.count);
+    }
+  }
+}
+
+/** A set of metric families and scrape-time collectors, rendered in the text exposition format. */
+export class Registry {
+  readonly #families = new Map<string, Family>();
+  readonly #collectors: Array<() => void> = [];
+
+  #add<T extends Family>(family: T): T {
+    const existing = this.#families.get(family.name);
+    if (existing) {
+      if (existing.type !== family.type) {
+        throw new Error(`Cannot register metric ${family.name}: already registered as ${existing.type}`);
+      }
+      return existing as T;
+    }
+    this.#families.set(family.name, family);
+    return family;
+  }
+  /** Registers (or returns the already registered) counter `name`. */
+  counter(name: string, help: string, labelNames: readonly string[] = []): Counter {
+    return this.#add(new Counter(name, help, labelNames));
+  }
+  /** Registers (or returns the already registered) gauge `name`. */
+  gauge(name: string, help: string, labelNames: readonly string[] = []): Gauge {
+    return this.#add(new Gauge(name, help, labelNames));
+  }
+  /** Registers (or returns the already registered) histogram `name`. */
+  histogram(
+    name: string,
+    help: string,
+    labelNames: readonly string[] = [],
+    buckets: readonly number[] = DEFAULT_BUCKETS,
+  ): Histogram {
+    return this.#add(new Histogram(name, help, labelNames, buckets));
+  }
+  /** Adds a function run before each scrape, to refresh gauges computed on demand. */
+  onCollect(fn: () => void): void {
+    this.#collectors.push(fn);
+  }
+  /** Renders every family in the Prometheus text format (version 0.0.4). */
+  expose(): string {
+    for (const fn of this.#collectors) {
+      try {
+        fn();
+      } catch {
+        // A failing collector leaves its gauges stale rather than failing the scrape.
+      }
+    }
+    const out: string[] = [];
+    for (const f of this.#families.values()) {
+      out.push(`# HELP ${f.name} ${f.help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")}`);
+      out.push(`# TYPE ${f.name} ${f.type}`);
+      f.render(out);
+    }
+    return `${out.join("\n")}\n`;
+  }
+}
+
+/** The process-wide registry served on /metrics. */
+export const registry = new Registry();
+
+/** Registers the standard `process_*` metrics and the JS heap gauges on `reg`. */
+export function registerProcessMetrics(reg: Registry): void {
+  const cpu = reg.gauge("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.");
+  const rss = reg.gauge("process_resident_memory_bytes", "Resident memory size in bytes.");
+  const vsz = reg.gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.");
+  const start = reg.gauge(
+    "process_start_time_seconds",
+    "Start time of the process since unix epoch in seconds.",
+  );
+  const fds = reg.gauge("process_open_fds", "Number of open file descriptors.");
+  const maxFds = reg.gauge("process_max_fds", "Maximum number of open file descriptors.");
+  const heapUsed = reg.gauge("bun_heap_used_bytes", "JavaScript heap bytes in use.");
+  const heapSize = reg.gauge("bun_heap_size_bytes", "JavaScript heap size in bytes.");
+  start.set(undefined, Math.floor((Date.now() - performance.now()) / 1000));
+  reg.onCollect(() => {
+    const u = process.cpuUsage();
+    cpu.set(undefined, (u.user + u.system) / 1e6);
+    const mem = process.memoryUsage();
+    rss.set(undefined, mem.rss);
+    heapUsed.set(undefined, mem.heapUsed);
+    heapSize.set(undefined, mem.heapTotal);
+    try {
+      fds.set(undefined, readdirSync("/proc/self/fd").length);
+      const stat = readFileSync("/proc/self/stat", "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      vsz.set(undefined, Number(fields[20]));
+      const limits = readFileSync("/proc/self/limits", "utf8").match(/Max open files\s+(\d+)/);
+      if (limits?.[1]) maxFds.set(undefined, Number(limits[1]));
+    } catch {
+      // Not on Linux: the /proc gauges stay unset.
+    }
+  });
+}

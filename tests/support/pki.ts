@@ -1,0 +1,172 @@
+// Test PKI: certificate authorities and leaf certificates for the test bed (kube-apiserver, etcd,
+// the fake Talos apid, simulated kubelets, talosconfigs). Everything is made in memory with
+// @peculiar/x509 over WebCrypto; nothing here ships in the binary.
+
+import "reflect-metadata";
+import * as x509 from "@peculiar/x509";
+
+export type KeyType = "ecdsa" | "ed25519" | "rsa";
+
+const ALGS = {
+  ecdsa: { gen: { name: "ECDSA", namedCurve: "P-256" }, sign: { name: "ECDSA", hash: "SHA-256" } },
+  ed25519: { gen: { name: "Ed25519" }, sign: { name: "Ed25519" } },
+  rsa: {
+    gen: {
+      name: "RSASSA-PKCS1-v1_5",
+      modulusLength: 2048,
+      publicExponent: new Uint8Array([1, 0, 1]),
+      hash: "SHA-256",
+    },
+    sign: { name: "RSASSA-PKCS1-v1_5" },
+  },
+} as const;
+
+/** A certificate with its private key, both PEM. */
+export interface KeyPair {
+  cert: string;
+  key: string;
+}
+
+/** A certificate authority able to issue leaves. */
+export interface CA extends KeyPair {
+  issue(opts: LeafOptions): Promise<KeyPair>;
+}
+
+export interface LeafOptions {
+  cn: string;
+  o?: string[];
+  dns?: string[];
+  ips?: string[];
+  usage: "server" | "client" | "both";
+  keyType?: KeyType;
+  /** Validity in hours (default 24). Negative values make an expired certificate. */
+  hours?: number;
+  /** PEM label of the private key; Talos writes `ED25519 PRIVATE KEY`. */
+  keyLabel?: string;
+}
+
+let serial = 1;
+
+function dn(cn: string, o: string[] = []): string {
+  const esc = (s: string) => s.replace(/([,+"\\<>;=])/g, "\\$1");
+  return [`CN=${esc(cn)}`, ...o.map((x) => `O=${esc(x)}`)].join(", ");
+}
+
+/** Generates a key pair of `type` usable for signing. */
+export async function generateKeys(type: KeyType): Promise<CryptoKeyPair> {
+  return (await crypto.subtle.generateKey(ALGS[type].gen as AlgorithmIdentifier, true, [
+    "sign",
+    "verify",
+  ])) as CryptoKeyPair;
+}
+
+/** PKCS#8 PEM of a private key, with an optional custom label. */
+export async function privateKeyPem(key: CryptoKey, label = "PRIVATE KEY"): Promise<string> {
+  const der = Buffer.from(await crypto.subtle.exportKey("pkcs8", key)).toString("base64");
+  const lines = der.match(/.{1,64}/g) ?? [];
+  return `-----BEGIN ${label}-----\n${lines.join("\n")}\n-----END ${label}-----\n`;
+}
+
+/** Signing algorithm matching a key pair of `type`. */
+export function signingAlgorithm(type: KeyType): Algorithm {
+  return ALGS[type].sign as Algorithm;
+}
+
+/**
+ * Creates a self-signed CA.
+ * @example const ca = await createCA("test-ca"); const leaf = await ca.issue({cn: "x", usage: "server"})
+ */
+export async function createCA(cn: string, keyType: KeyType = "ecdsa"): Promise<CA> {
+  const keys = await generateKeys(keyType);
+  const now = Date.now();
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: (serial++).toString(16).padStart(2, "0"),
+    name: dn(cn),
+    notBefore: new Date(now - 3600e3),
+    notAfter: new Date(now + 7 * 86400e3),
+    keys,
+    signingAlgorithm: signingAlgorithm(keyType),
+    extensions: [
+      new x509.BasicConstraintsExtension(true, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  const caKey = await privateKeyPem(keys.privateKey);
+  return {
+    cert: cert.toString("pem"),
+    key: caKey,
+    async issue(opts: LeafOptions): Promise<KeyPair> {
+      const type = opts.keyType ?? "ecdsa";
+      const leafKeys = await generateKeys(type);
+      const hours = opts.hours ?? 24;
+      const from = hours < 0 ? Date.now() + hours * 3600e3 * 2 : Date.now() - 3600e3;
+      const to = Date.now() + hours * 3600e3;
+      const ekus: string[] = [];
+      if (opts.usage !== "client") ekus.push(x509.ExtendedKeyUsage.serverAuth);
+      if (opts.usage !== "server") ekus.push(x509.ExtendedKeyUsage.clientAuth);
+      const sans: x509.JsonGeneralName[] = [
+        ...(opts.dns ?? []).map((v) => ({ type: "dns" as const, value: v })),
+        ...(opts.ips ?? []).map((v) => ({ type: "ip" as const, value: v })),
+      ];
+      const extensions: x509.Extension[] = [
+        new x509.BasicConstraintsExtension(false, undefined, true),
+        new x509.KeyUsagesExtension(
+          x509.KeyUsageFlags.digitalSignature | (type === "rsa" ? x509.KeyUsageFlags.keyEncipherment : 0),
+          true,
+        ),
+        new x509.ExtendedKeyUsageExtension(ekus, false),
+        await x509.AuthorityKeyIdentifierExtension.create(cert, false),
+      ];
+      if (sans.length) extensions.push(new x509.SubjectAlternativeNameExtension(sans, false));
+      const leaf = await x509.X509CertificateGenerator.create({
+        serialNumber: (serial++).toString(16).padStart(2, "0"),
+        subject: dn(opts.cn, opts.o),
+        issuer: cert.subject,
+        notBefore: new Date(from),
+        notAfter: new Date(to),
+        publicKey: leafKeys.publicKey,
+        signingKey: keys.privateKey,
+        signingAlgorithm: signingAlgorithm(keyType),
+        extensions,
+      });
+      return { cert: leaf.toString("pem"), key: await privateKeyPem(leafKeys.privateKey, opts.keyLabel) };
+    },
+  };
+}
+
+export interface CsrOptions {
+  cn: string;
+  o?: string[];
+  dns?: string[];
+  ips?: string[];
+  emails?: string[];
+  uris?: string[];
+  keyType?: KeyType;
+  /** RSA modulus length when keyType is rsa. */
+  rsaBits?: number;
+}
+
+/** A PKCS#10 certificate request made with a fresh key, as PEM. */
+export async function createCSR(opts: CsrOptions): Promise<{ csr: string; key: string }> {
+  const type = opts.keyType ?? "ecdsa";
+  const gen =
+    type === "rsa" && opts.rsaBits ? { ...ALGS.rsa.gen, modulusLength: opts.rsaBits } : ALGS[type].gen;
+  const keys = (await crypto.subtle.generateKey(gen as AlgorithmIdentifier, true, [
+    "sign",
+    "verify",
+  ])) as CryptoKeyPair;
+  const sans: x509.JsonGeneralName[] = [
+    ...(opts.dns ?? []).map((v) => ({ type: "dns" as const, value: v })),
+    ...(opts.ips ?? []).map((v) => ({ type: "ip" as const, value: v })),
+    ...(opts.emails ?? []).map((v) => ({ type: "email" as const, value: v })),
+    ...(opts.uris ?? []).map((v) => ({ type: "url" as const, value: v })),
+  ];
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: dn(opts.cn, opts.o),
+    keys,
+    signingAlgorithm: signingAlgorithm(type),
+    extensions: sans.length ? [new x509.SubjectAlternativeNameExtension(sans)] : [],
+  });
+  return { csr: csr.toString("pem"), key: await privateKeyPem(keys.privateKey) };
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the test bed's kube-apiserver and etcd from Go modules and caches them outside the
+# repository, keyed by version, so a machine builds them once. Prints KUBE_APISERVER= and ETCD=
+# lines. Honours KUBEBUILDER_ASSETS, or KUBE_APISERVER and ETCD, when they are already set.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
+CACHE="${TESTBED_CACHE:-$HOME/.cache/talos-ccm-testbed}"
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  echo "KUBE_APISERVER=$KUBEBUILDER_ASSETS/kube-apiserver"
+  echo "ETCD=$KUBEBUILDER_ASSETS/etcd"
+  exit 0
+fi
+
+apiserver="$CACHE/kubernetes-$K8S_VERSION/kube-apiserver"
+etcd="$CACHE/etcd-$ETCD_VERSION/etcd"
+
+build_apiserver() {
+  local work staging_ver gomod
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' RETURN
+  staging_ver="v0.${K8S_VERSION#v1.}"
+  cd "$work"
+  go mod init testbed/apiserver >/dev/null 2>&1
+  gomod="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  # k8s.io/kubernetes replaces its staging modules with local paths; point each at its release.
+  {
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo "replace ("
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"$staging_ver"'#p' "$gomod"
+    echo ")"
+  } >>go.mod
+  go mod tidy -e >/dev/null 2>&1 || true
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" >/dev/null
+  local ldflags="-s -w"
+  ldflags+=" -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+  ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
+  ldflags+=" -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
+  ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  mkdir -p "$(dirname "$apiserver")"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  mv "$apiserver.tmp" "$apiserver"
+}
+
+build_etcd() {
+  local work
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' RETURN
+  cd "$work"
+  go mod init testbed/etcd >/dev/null 2>&1
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null
+  mkdir -p "$(dirname "$etcd")"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$etcd.tmp" "$etcd"
+}
+
+command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver and etcd" >&2; exit 1; }
+[[ -x "$etcd" ]] || (build_etcd) >&2
+[[ -x "$apiserver" ]] || (build_apiserver) >&2
+echo "KUBE_APISERVER=$apiserver"
+echo "ETCD=$etcd"
