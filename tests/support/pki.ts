@@ -7,6 +7,9 @@ import * as x509 from "@peculiar/x509";
 
 export type KeyType = "ecdsa" | "ed25519" | "rsa";
 
+type GenAlg = Parameters<typeof crypto.subtle.generateKey>[0];
+type SignAlg = Parameters<typeof crypto.subtle.sign>[0];
+
 const ALGS = {
   ecdsa: { gen: { name: "ECDSA", namedCurve: "P-256" }, sign: { name: "ECDSA", hash: "SHA-256" } },
   ed25519: { gen: { name: "Ed25519" }, sign: { name: "Ed25519" } },
@@ -54,7 +57,7 @@ function dn(cn: string, o: string[] = []): string {
 
 /** Generates a key pair of `type` usable for signing. */
 export async function generateKeys(type: KeyType): Promise<CryptoKeyPair> {
-  return (await crypto.subtle.generateKey(ALGS[type].gen as AlgorithmIdentifier, true, [
+  return (await crypto.subtle.generateKey(ALGS[type].gen as GenAlg, true, [
     "sign",
     "verify",
   ])) as CryptoKeyPair;
@@ -68,8 +71,8 @@ export async function privateKeyPem(key: CryptoKey, label = "PRIVATE KEY"): Prom
 }
 
 /** Signing algorithm matching a key pair of `type`. */
-export function signingAlgorithm(type: KeyType): Algorithm {
-  return ALGS[type].sign as Algorithm;
+export function signingAlgorithm(type: KeyType): SignAlg {
+  return ALGS[type].sign as SignAlg;
 }
 
 /**
@@ -152,7 +155,7 @@ export async function createCSR(opts: CsrOptions): Promise<{ csr: string; key: s
   const type = opts.keyType ?? "ecdsa";
   const gen =
     type === "rsa" && opts.rsaBits ? { ...ALGS.rsa.gen, modulusLength: opts.rsaBits } : ALGS[type].gen;
-  const keys = (await crypto.subtle.generateKey(gen as AlgorithmIdentifier, true, [
+  const keys = (await crypto.subtle.generateKey(gen as GenAlg, true, [
     "sign",
     "verify",
   ])) as CryptoKeyPair;
