@@ -1,0 +1,871 @@
+// Kubelet serving CSR policy: strict PKCS#10 parsing and the pure decision whether a
+// `kubernetes.io/kubelet-serving` CertificateSigningRequest may be approved for the node that asks.
+// This file is the project's security boundary: it does no I/O, never throws from `decide()`, and
+// fails closed. The controller that watches CSRs and writes /approval is built on top of `decide()`.
+// Loaded only when the CSR controller is enabled (it pulls in the ASN.1 libraries).
+
+import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
+import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
+import { CertificationRequest } from "@peculiar/asn1-csr";
+import { AsnParser } from "@peculiar/asn1-schema";
+import {
+  AlgorithmIdentifier,
+  Extensions,
+  id_ce_subjectAltName,
+  type Name,
+  SubjectAlternativeName,
+} from "@peculiar/asn1-x509";
+import { type Counter, type Registry, registry } from "./metrics.ts";
+
+/** The only signer this policy handles; CSRs for any other signer are never touched. */
+export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
+
+/** Node annotation in which a kubelet run with `--cloud-provider=external` publishes `--node-ip`. */
+export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
+
+/**
+ * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen
+ * SANs is under 3 KiB; the limit bounds parsing and verification work for hostile input.
+ */
+export const MAX_REQUEST_BYTES = 16 * 1024;
+
+/** Condition reason written with an approval. */
+export const APPROVE_REASON = "TalosCCMApprove";
+
+const USERNAME_PREFIX = "system:node:";
+const NODES_GROUP = "system:nodes";
+const MAX_DER_DEPTH = 32;
+const MIN_RSA_BITS = 2048;
+// Verification cost grows with the modulus; nothing legitimate asks for more.
+const MAX_RSA_BITS = 8192;
+
+/** The fields of a CertificateSigningRequest that the policy reads. */
+export interface CsrInput {
+  /** `metadata.name`, used in messages only. */
+  name: string;
+  signerName: string;
+  /** `spec.username`: the authenticated requester, set by the API server. */
+  username: string;
+  groups: string[];
+  usages: string[];
+  /** `spec.request` as in the API object's JSON: base64 of the PEM text. */
+  request: string;
+  /** `status.conditions`: any condition (Approved, Denied, Failed) means the CSR is decided. */
+  conditions: Array<{ type: string }>;
+}
+
+/** The fields of the requester's Node that the policy reads. */
+export interface NodeInput {
+  name: string;
+  /** `status.addresses`, any type. */
+  addresses: Array<{ type: string; address: string }>;
+  /** The `alpha.kubernetes.io/provided-node-ip` annotation: one IP or "v4,v6". */
+  providedNodeIP?: string;
+}
+
+/** Why a CSR is left alone. */
+export type IgnoreReason = "AlreadyDecided" | "OtherSigner";
+
+/** Stable codes for each failed check, written as the Denied condition's reason. */
+export type DenyReason =
+  | "UsernameMismatch"
+  | "GroupMismatch"
+  | "BadUsages"
+  | "InvalidRequest"
+  | "WeakKey"
+  | "BadSignature"
+  | "SubjectMismatch"
+  | "ForbiddenSAN"
+  | "NoSAN"
+  | "DNSNameNotOwned"
+  | "IPNotOwned"
+  | "IPNotReportedByTalos";
+
+/** What the controller should do with a CSR. */
+export type Decision =
+  | { action: "ignore"; reason: IgnoreReason }
+  | { action: "wait"; reason: "NodeNotFound"; message: string }
+  | { action: "approve"; reason: typeof APPROVE_REASON; message: string }
+  | { action: "deny"; reason: DenyReason; message: string };
+
+/** The public key of a request, as far as the policy cares. */
+export type PublicKeyInfo =
+  | { type: "rsa"; bits: number; exponent: bigint }
+  | { type: "ec"; curve: string }
+  | { type: "ed25519" }
+  | { type: "unsupported"; algorithm: string };
+
+/** A decoded PKCS#10 request. Strings are as encoded; IPs are canonical text (see `canonicalIP`). */
+export interface ParsedCsr {
+  /** Every subject CN, in order (a well-formed request has exactly one). */
+  commonNames: string[];
+  /** Every subject O, in order. */
+  organizations: string[];
+  dnsNames: string[];
+  ipAddresses: string[];
+  emailAddresses: string[];
+  uris: string[];
+  /** Kinds of any other SAN present (`otherName`, `directoryName`, `registeredID`, ...). */
+  otherNames: string[];
+  publicKey: PublicKeyInfo;
+  /** Proof of possession: whether the signature verifies with the request's own key. */
+  signature: { algorithm: string; valid: boolean; problem?: string };
+}
+
+/** Thrown by `parseCertificateRequest` for any input that is not one well-formed DER request. */
+export class CsrParseError extends Error {
+  override readonly name = "CsrParseError";
+}
+
+// ---------------------------------------------------------------------------------------------
+// IP addresses
+
+function parseIPv4(text: string): number[] | undefined {
+  const parts = text.split(".");
+  if (parts.length !== 4) return undefined;
+  const out: number[] = [];
+  for (const p of parts) {
+    // Decimal only, no leading zeros: "010" is octal to some parsers and decimal to others.
+    if (!/^(0|[1-9][0-9]{0,2})$/.test(p)) return undefined;
+    const n = Number(p);
+    if (n > 255) return undefined;
+    out.push(n);
+  }
+  return out;
+}
+
+function parseIPv6Groups(text: string): number[] | undefined {
+  if (text === "") return [];
+  const out: number[] = [];
+  for (const g of text.split(":")) {
+    if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return undefined;
+    out.push(Number.parseInt(g, 16));
+  }
+  return out;
+}
+
+/** Parses an IP literal into 16 bytes, IPv4 as IPv4-mapped IPv6, or undefined. */
+function ipBytes(text: string): Uint8Array | undefined {
+  const out = new Uint8Array(16);
+  if (!text.includes(":")) {
+    const v4 = parseIPv4(text);
+    if (!v4) return undefined;
+    out[10] = 0xff;
+    out[11] = 0xff;
+    out.set(v4, 12);
+    return out;
+  }
+  let rest = text;
+  let tail: number[] = [];
+  const lastColon = text.lastIndexOf(":");
+  if (text.slice(lastColon + 1).includes(".")) {
+    const v4 = parseIPv4(text.slice(lastColon + 1));
+    if (!v4) return undefined;
+    tail = [(v4[0] as number) * 256 + (v4[1] as number), (v4[2] as number) * 256 + (v4[3] as number)];
+    // Keep the separating colon when it is half of a "::".
+    rest = text[lastColon - 1] === ":" ? text.slice(0, lastColon + 1) : text.slice(0, lastColon);
+  }
+  const halves = rest.split("::");
+  if (halves.length > 2) return undefined;
+  const head = parseIPv6Groups(halves[0] as string);
+  const tailGroups = halves.length === 2 ? parseIPv6Groups(halves[1] as string) : [];
+  if (!head || !tailGroups) return undefined;
+  const groups = [...head, ...tailGroups, ...tail];
+  const missing = 8 - groups.length;
+  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
+  const all = [
+    ...head,
+    ...new Array<number>(halves.length === 2 ? missing : 0).fill(0),
+    ...tailGroups,
+    ...tail,
+  ];
+  all.forEach((g, i) => {
+    out[2 * i] = g >> 8;
+    out[2 * i + 1] = g & 0xff;
+  });
+  return out;
+}
+
+function isV4Mapped(b: Uint8Array): boolean {
+  return b.subarray(0, 10).every((x) => x === 0) && b[10] === 0xff && b[11] === 0xff;
+}
+
+/** Formats 16 bytes: IPv4-mapped as dotted IPv4, others as RFC 5952 IPv6. */
+function formatIP(b: Uint8Array): string {
+  if (isV4Mapped(b)) return Array.from(b.subarray(12)).join(".");
+  const groups: number[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(((b[i] as number) << 8) | (b[i + 1] as number));
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLen) {
+      best = i;
+      bestLen = j - i;
+    }
+    i = j === i ? i + 1 : j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (best < 0) return hex.join(":");
+  return `${hex.slice(0, best).join(":")}::${hex.slice(best + bestLen).join(":")}`;
+}
+
+/**
+ * The canonical text of an IP literal, so that equal addresses compare equal as strings:
+ * IPv4-mapped IPv6 becomes dotted IPv4 and IPv6 is lower-case and zero-compressed (RFC 5952).
+ * Parsing is strict: no leading zeros in IPv4 parts, no zones, no prefixes.
+ * @param text an address such as `10.0.0.1`, `2001:DB8:0::1` or `::ffff:10.0.0.1`
+ * @returns the canonical form, or undefined when `text` is not an IP literal
+ * @example canonicalIP("::ffff:10.0.0.1") // "10.0.0.1"
+ */
+export function canonicalIP(text: string): string | undefined {
+  const b = ipBytes(text);
+  return b && formatIP(b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DER
+
+interface Tlv {
+  /** The identifier octet. */
+  tag: number;
+  start: number;
+  contentStart: number;
+  end: number;
+}
+
+/** Reads one DER element at `offset`, ending at or before `limit`. */
+function readTlv(der: Uint8Array, offset: number, limit: number): Tlv {
+  const tag = der[offset];
+  const first = der[offset + 1];
+  if (tag === undefined || first === undefined || offset + 2 > limit) {
+    throw new CsrParseError("Cannot parse DER: truncated element");
+  }
+  if ((tag & 0x1f) === 0x1f) throw new CsrParseError("Cannot parse DER: high tag numbers are not used");
+  let length = first;
+  let contentStart = offset + 2;
+  if (first & 0x80) {
+    const n = first & 0x7f;
+    if (n === 0) throw new CsrParseError("Cannot parse DER: indefinite length");
+    if (n > 3) throw new CsrParseError("Cannot parse DER: length too large");
+    if (contentStart + n > limit) throw new CsrParseError("Cannot parse DER: truncated length");
+    length = 0;
+    for (let i = 0; i < n; i++) length = length * 256 + (der[contentStart + i] as number);
+    if (der[contentStart] === 0 || length < 0x80) {
+      throw new CsrParseError("Cannot parse DER: length not minimally encoded");
+    }
+    contentStart += n;
+  }
+  const end = contentStart + length;
+  if (end > limit) throw new CsrParseError("Cannot parse DER: element overruns its container");
+  return { tag, start: offset, contentStart, end };
+}
+
+/** The elements inside a constructed element. */
+function children(der: Uint8Array, parent: Tlv): Tlv[] {
+  const out: Tlv[] = [];
+  for (let at = parent.contentStart; at < parent.end; ) {
+    const child = readTlv(der, at, parent.end);
+    out.push(child);
+    at = child.end;
+  }
+  return out;
+}
+
+/**
+ * Checks that `der` is exactly one element in distinguished encoding (definite minimal lengths,
+ * primitive strings), so that this parser and Go's, which issues the certificate, cannot read
+ * different things from the same bytes.
+ */
+function checkDer(der: Uint8Array): Tlv {
+  const root = readTlv(der, 0, der.length);
+  if (root.end !== der.length) throw new CsrParseError("Cannot parse DER: trailing data");
+  const walk = (tlv: Tlv, depth: number): void => {
+    if (!(tlv.tag & 0x20)) return;
+    if (depth > MAX_DER_DEPTH) throw new CsrParseError("Cannot parse DER: nesting too deep");
+    const universal = (tlv.tag & 0xc0) === 0;
+    if (universal && tlv.tag !== 0x30 && tlv.tag !== 0x31) {
+      throw new CsrParseError("Cannot parse DER: constructed string encoding");
+    }
+    for (const c of children(der, tlv)) walk(c, depth + 1);
+  };
+  walk(root, 0);
+  return root;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PKCS#10
+
+const OID = {
+  commonName: "2.5.4.3",
+  organization: "2.5.4.10",
+  extensionRequest: "1.2.840.113549.1.9.14",
+  rsaEncryption: "1.2.840.113549.1.1.1",
+  ecPublicKey: "1.2.840.10045.2.1",
+  ed25519: "1.3.101.112",
+  rsaPss: "1.2.840.113549.1.1.10",
+  mgf1: "1.2.840.113549.1.1.8",
+  sha256: "2.16.840.1.101.3.4.2.1",
+  sha384: "2.16.840.1.101.3.4.2.2",
+  sha512: "2.16.840.1.101.3.4.2.3",
+} as const;
+
+const HASHES: Record<string, { name: string; bytes: number }> = {
+  [OID.sha256]: { name: "sha256", bytes: 32 },
+  [OID.sha384]: { name: "sha384", bytes: 48 },
+  [OID.sha512]: { name: "sha512", bytes: 64 },
+};
+
+type KeyKind = "rsa" | "ec" | "ed25519";
+
+// SHA-1 and MD5 signatures are refused: a collision would let a request prove possession of
+// nothing.
+const SIGNATURES: Record<string, { name: string; key: KeyKind; hash: string | null }> = {
+  "1.2.840.113549.1.1.11": { name: "sha256WithRSAEncryption", key: "rsa", hash: "sha256" },
+  "1.2.840.113549.1.1.12": { name: "sha384WithRSAEncryption", key: "rsa", hash: "sha384" },
+  "1.2.840.113549.1.1.13": { name: "sha512WithRSAEncryption", key: "rsa", hash: "sha512" },
+  "1.2.840.10045.4.3.2": { name: "ecdsa-with-SHA256", key: "ec", hash: "sha256" },
+  "1.2.840.10045.4.3.3": { name: "ecdsa-with-SHA384", key: "ec", hash: "sha384" },
+  "1.2.840.10045.4.3.4": { name: "ecdsa-with-SHA512", key: "ec", hash: "sha512" },
+  [OID.ed25519]: { name: "Ed25519", key: "ed25519", hash: null },
+};
+
+const CURVES: Record<string, string> = { prime256v1: "P-256", secp384r1: "P-384", secp521r1: "P-521" };
+
+/**
+ * Reads RSASSA-PSS parameters. Only what Go's crypto/x509 accepts is accepted: an explicit SHA-2
+ * hash, MGF1 over the same hash, salt length equal to the hash length, trailer field 1.
+ */
+function pssHash(params: ArrayBuffer | null | undefined): { name: string; saltLength: number } {
+  if (!params) throw new Error("RSASSA-PSS parameters are missing");
+  const der = new Uint8Array(params);
+  const seq = checkDer(der);
+  let hash: string | undefined;
+  let mgfHash: string | undefined;
+  let salt = 20;
+  for (const field of children(der, seq)) {
+    const [inner] = children(der, field);
+    if (!inner) throw new Error("empty RSASSA-PSS parameter");
+    const bytes = der.subarray(inner.start, inner.end);
+    switch (field.tag) {
+      case 0xa0:
+        hash = AsnParser.parse(bytes, AlgorithmIdentifier).algorithm;
+        break;
+      case 0xa1: {
+        const mgf = AsnParser.parse(bytes, AlgorithmIdentifier);
+        if (mgf.algorithm !== OID.mgf1 || !mgf.parameters) throw new Error("mask generation is not MGF1");
+        mgfHash = AsnParser.parse(mgf.parameters, AlgorithmIdentifier).algorithm;
+        break;
+      }
+      case 0xa2:
+      case 0xa3: {
+        if (inner.tag !== 0x02 || inner.end - inner.contentStart > 2) throw new Error("bad integer");
+        let n = 0;
+        for (const x of der.subarray(inner.contentStart, inner.end)) n = n * 256 + x;
+        if (field.tag === 0xa2) salt = n;
+        else if (n !== 1) throw new Error("trailer field is not 1");
+        break;
+      }
+      default:
+        throw new Error("unknown RSASSA-PSS parameter");
+    }
+  }
+  const h = hash === undefined ? undefined : HASHES[hash];
+  if (!h) throw new Error("RSASSA-PSS hash is not SHA-256, SHA-384 or SHA-512");
+  if (mgfHash !== hash) throw new Error("RSASSA-PSS MGF1 hash differs from the signature hash");
+  if (salt !== h.bytes) throw new Error("RSASSA-PSS salt length differs from the hash length");
+  return { name: h.name, saltLength: salt };
+}
+
+function publicKeyInfo(algorithm: string, key: KeyObject): PublicKeyInfo {
+  const details = key.asymmetricKeyDetails ?? {};
+  if (algorithm === OID.rsaEncryption && key.asymmetricKeyType === "rsa") {
+    return { type: "rsa", bits: details.modulusLength ?? 0, exponent: details.publicExponent ?? 0n };
+  }
+  if (algorithm === OID.ecPublicKey && key.asymmetricKeyType === "ec") {
+    const curve = details.namedCurve ?? "";
+    return { type: "ec", curve: CURVES[curve] ?? curve };
+  }
+  if (algorithm === OID.ed25519 && key.asymmetricKeyType === "ed25519") return { type: "ed25519" };
+  return { type: "unsupported", algorithm };
+}
+
+function checkSignature(
+  alg: AlgorithmIdentifier,
+  key: KeyObject,
+  keyInfo: PublicKeyInfo,
+  tbs: Uint8Array,
+  sig: Uint8Array,
+): ParsedCsr["signature"] {
+  const known = SIGNATURES[alg.algorithm];
+  const name = alg.algorithm === OID.rsaPss ? "RSASSA-PSS" : (known?.name ?? alg.algorithm);
+  const fail = (problem: string) => ({ algorithm: name, valid: false, problem });
+  if (!known && alg.algorithm !== OID.rsaPss) return fail(`signature algorithm ${name} is not accepted`);
+  const keyKind = known?.key ?? "rsa";
+  if (keyInfo.type !== keyKind)
+    return fail(`signature algorithm ${name} does not match the ${keyInfo.type} key`);
+  try {
+    let ok: boolean;
+    if (alg.algorithm === OID.rsaPss) {
+      const pss = pssHash(alg.parameters);
+      ok = verify(
+        pss.name,
+        tbs,
+        { key, padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: pss.saltLength },
+        sig,
+      );
+    } else {
+      ok = verify(known?.hash ?? null, tbs, key, sig);
+    }
+    return ok ? { algorithm: name, valid: true } : fail("signature does not verify with the request's key");
+  } catch (err) {
+    return fail(`signature cannot be checked: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+function attributeStrings(name: Name, type: string): string[] {
+  const out: string[] = [];
+  for (const rdn of name) {
+    for (const atv of rdn) {
+      if (atv.type !== type) continue;
+      const v = atv.value;
+      const s =
+        v.utf8String ??
+        v.printableString ??
+        v.ia5String ??
+        v.teletexString ??
+        v.bmpString ??
+        v.universalString;
+      if (s === undefined) throw new CsrParseError(`Cannot parse subject: attribute ${type} is not a string`);
+      out.push(s);
+    }
+  }
+  return out;
+}
+
+interface Sans {
+  dnsNames: string[];
+  ipAddresses: string[];
+  emailAddresses: string[];
+  uris: string[];
+  otherNames: string[];
+}
+
+function parseSans(value: ArrayBuffer, into: Sans): void {
+  const der = new Uint8Array(value);
+  checkDer(der);
+  for (const gn of AsnParser.parse(der, SubjectAlternativeName)) {
+    if (gn.dNSName !== undefined) into.dnsNames.push(gn.dNSName);
+    else if (gn.iPAddress !== undefined) {
+      // The library renders 4 and 16 bytes as an address and other lengths as something that is
+      // not an IP literal, which is how malformed IP SANs are caught.
+      const ip = canonicalIP(gn.iPAddress);
+      if (ip === undefined)
+        throw new CsrParseError("Cannot parse subjectAltName: IP address is not 4 or 16 bytes");
+      into.ipAddresses.push(ip);
+    } else if (gn.rfc822Name !== undefined) into.emailAddresses.push(gn.rfc822Name);
+    else if (gn.uniformResourceIdentifier !== undefined) into.uris.push(gn.uniformResourceIdentifier);
+    else if (gn.otherName) into.otherNames.push("otherName");
+    else if (gn.directoryName) into.otherNames.push("directoryName");
+    else if (gn.registeredID !== undefined) into.otherNames.push("registeredID");
+    else if (gn.x400Address) into.otherNames.push("x400Address");
+    else if (gn.ediPartyName) into.otherNames.push("ediPartyName");
+    else throw new CsrParseError("Cannot parse subjectAltName: empty name");
+  }
+}
+
+/** Every requested extension's SANs. Duplicate extensions are refused, as Go does. */
+function requestedSans(req: CertificationRequest): Sans {
+  const sans: Sans = { dnsNames: [], ipAddresses: [], emailAddresses: [], uris: [], otherNames: [] };
+  const seen = new Set<string>();
+  for (const attr of req.certificationRequestInfo.attributes ?? []) {
+    if (attr.type !== OID.extensionRequest) continue;
+    // Go reads only the first value; reading all of them means nothing Go sees escapes the checks.
+    for (const value of attr.values) {
+      checkDer(new Uint8Array(value));
+      for (const ext of AsnParser.parse(value, Extensions)) {
+        if (seen.has(ext.extnID))
+          throw new CsrParseError(`Cannot parse extensions: ${ext.extnID} appears twice`);
+        seen.add(ext.extnID);
+        if (ext.extnID === id_ce_subjectAltName) parseSans(ext.extnValue.buffer, sans);
+      }
+    }
+  }
+  return sans;
+}
+
+/** Decodes the body of exactly one `CERTIFICATE REQUEST` PEM block with nothing around it. */
+function pemBody(pem: string): Uint8Array {
+  const text = pem.trim();
+  const begin = /^-----BEGIN ([A-Z0-9 ]*)-----\r?\n/.exec(text);
+  if (!begin) throw new CsrParseError("Cannot parse PEM: no BEGIN line at the start");
+  if (begin[1] !== "CERTIFICATE REQUEST") {
+    throw new CsrParseError(
+      `Cannot parse PEM: block is ${JSON.stringify(begin[1])}, not CERTIFICATE REQUEST`,
+    );
+  }
+  const endLine = "-----END CERTIFICATE REQUEST-----";
+  if (!text.endsWith(endLine)) throw new CsrParseError("Cannot parse PEM: no matching END line at the end");
+  const body = text.slice(begin[0].length, text.length - endLine.length).replace(/[ \t\r\n]/g, "");
+  if (body.includes("-")) throw new CsrParseError("Cannot parse PEM: more than one block");
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(body) || body.length % 4 !== 0 || body.length === 0) {
+    throw new CsrParseError("Cannot parse PEM: body is not base64");
+  }
+  return new Uint8Array(Buffer.from(body, "base64"));
+}
+
+/**
+ * Parses and verifies one PEM-encoded PKCS#10 request. Structural problems throw; policy facts
+ * (key strength, signature validity, names) are returned for `decide()` to judge.
+ * @param pem the PEM text: exactly one `CERTIFICATE REQUEST` block, optional surrounding whitespace
+ * @returns the request's names, key and proof-of-possession result
+ * @throws {CsrParseError} for anything else: size over `MAX_REQUEST_BYTES`, other labels, several
+ *   blocks, bad base64, non-DER or truncated DER, trailing data, malformed names or extensions
+ * @example const csr = parseCertificateRequest(pem); if (!csr.signature.valid) deny(csr.signature.problem)
+ */
+export function parseCertificateRequest(pem: string): ParsedCsr {
+  if (typeof pem !== "string") throw new CsrParseError("Cannot parse PEM: not a string");
+  if (pem.length > MAX_REQUEST_BYTES) {
+    throw new CsrParseError(
+      `Cannot parse PEM: ${pem.length} bytes is over the ${MAX_REQUEST_BYTES}-byte limit`,
+    );
+  }
+  try {
+    const der = pemBody(pem);
+    const root = checkDer(der);
+    const [tbs, , sigBits] = children(der, root);
+    const spki = tbs && children(der, tbs)[2];
+    if (!tbs || !spki || !sigBits || sigBits.tag !== 0x03 || der[sigBits.contentStart] !== 0) {
+      throw new CsrParseError("Cannot parse request: not a CertificationRequest");
+    }
+    const req = AsnParser.parse(der, CertificationRequest);
+    const info = req.certificationRequestInfo;
+    if (info.version !== 0)
+      throw new CsrParseError(`Cannot parse request: version ${info.version} is not v1`);
+    let key: KeyObject;
+    try {
+      key = createPublicKey({
+        key: Buffer.from(der.subarray(spki.start, spki.end)),
+        format: "der",
+        type: "spki",
+      });
+    } catch (cause) {
+      throw new CsrParseError("Cannot parse request: public key is malformed", { cause });
+    }
+    const publicKey = publicKeyInfo(info.subjectPKInfo.algorithm.algorithm, key);
+    const signature = checkSignature(
+      req.signatureAlgorithm,
+      key,
+      publicKey,
+      der.subarray(tbs.start, tbs.end),
+      der.subarray(sigBits.contentStart + 1, sigBits.end),
+    );
+    return {
+      commonNames: attributeStrings(info.subject, OID.commonName),
+      organizations: attributeStrings(info.subject, OID.organization),
+      ...requestedSans(req),
+      publicKey,
+      signature,
+    };
+  } catch (err) {
+    if (err instanceof CsrParseError) throw err;
+    const detail = err instanceof Error ? err.message : String(err);
+    throw new CsrParseError(`Cannot parse request: ${detail}`, { cause: err });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy
+
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/**
+ * The node a CSR speaks for, from the requester's authenticated username — never from the
+ * request's own contents, which the requester chooses.
+ * @param username `spec.username`, e.g. `system:node:worker-1`
+ * @returns the node name, or undefined when the username is not a valid node identity
+ * @example nodeNameFromUsername("system:node:worker-1") // "worker-1"
+ */
+export function nodeNameFromUsername(username: string): string | undefined {
+  if (typeof username !== "string" || !username.startsWith(USERNAME_PREFIX)) return undefined;
+  const name = username.slice(USERNAME_PREFIX.length);
+  return name.length <= 253 && DNS1123_SUBDOMAIN.test(name) ? name : undefined;
+}
+
+const ALLOWED_USAGES = new Set(["digital signature", "key encipherment", "server auth"]);
+const REQUIRED_USAGES = ["digital signature", "server auth"];
+const DNS_ADDRESS_TYPES = new Set(["Hostname", "InternalDNS", "ExternalDNS"]);
+
+/** Quotes attacker-controlled text for a message: escaped and truncated. */
+function q(value: string): string {
+  return JSON.stringify(value.length > 64 ? `${value.slice(0, 64)}…` : value);
+}
+
+function list(values: string[]): string {
+  const shown = values.slice(0, 8).map(q).join(", ");
+  return values.length > 8 ? `${shown} and ${values.length - 8} more` : shown;
+}
+
+function deny(reason: DenyReason, message: string): Decision {
+  return { action: "deny", reason, message };
+}
+
+/** Strips a prefix length (`10.0.0.5/24`, as in Talos AddressStatus) and canonicalizes. */
+function canonicalHost(address: string): string | undefined {
+  const slash = address.indexOf("/");
+  if (slash < 0) return canonicalIP(address);
+  return /^[0-9]{1,3}$/.test(address.slice(slash + 1)) ? canonicalIP(address.slice(0, slash)) : undefined;
+}
+
+function defined<T>(values: Array<T | undefined>): T[] {
+  return values.filter((v): v is T => v !== undefined);
+}
+
+/** The checks that need only the CSR, in order; returns the parsed request when they all pass. */
+function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
+  const usages = csr.usages ?? [];
+  const stray = usages.filter((u) => !ALLOWED_USAGES.has(u));
+  const missing = REQUIRED_USAGES.filter((u) => !usages.includes(u));
+  if (stray.length || missing.length) {
+    const what = [
+      ...(missing.length ? [`missing ${list(missing)}`] : []),
+      ...(stray.length ? [`not allowed ${list(stray)}`] : []),
+    ];
+    return deny(
+      "BadUsages",
+      `usages must be digital signature and server auth, optionally key encipherment: ${what.join("; ")}`,
+    );
+  }
+
+  const request = csr.request ?? "";
+  const maxBase64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
+  if (request.length > maxBase64) {
+    return deny(
+      "InvalidRequest",
+      `request of ${request.length} base64 characters is over the ${MAX_REQUEST_BYTES}-byte limit`,
+    );
+  }
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(request) || request.length % 4 !== 0) {
+    return deny("InvalidRequest", "request is not base64");
+  }
+  let parsed: ParsedCsr;
+  try {
+    parsed = parseCertificateRequest(Buffer.from(request, "base64").toString("latin1"));
+  } catch (err) {
+    return deny("InvalidRequest", err instanceof Error ? err.message : String(err));
+  }
+
+  const key = parsed.publicKey;
+  if (key.type === "unsupported")
+    return deny("WeakKey", `public key algorithm ${key.algorithm} is not accepted`);
+  if (key.type === "rsa" && (key.bits < MIN_RSA_BITS || key.bits > MAX_RSA_BITS)) {
+    return deny(
+      "WeakKey",
+      `RSA key of ${key.bits} bits; ${MIN_RSA_BITS} to ${MAX_RSA_BITS} bits are accepted`,
+    );
+  }
+  if (key.type === "rsa" && (key.exponent < 3n || key.exponent % 2n === 0n || key.exponent >= 2n ** 32n)) {
+    return deny("WeakKey", `RSA public exponent ${key.exponent} is not accepted`);
+  }
+  if (key.type === "ec" && key.curve !== "P-256" && key.curve !== "P-384") {
+    return deny("WeakKey", `ECDSA curve ${key.curve} is not accepted; P-256 or P-384 are`);
+  }
+  if (!parsed.signature.valid) {
+    return deny("BadSignature", parsed.signature.problem ?? "signature does not verify");
+  }
+
+  const [cn, ...moreCN] = parsed.commonNames;
+  if (cn !== username || moreCN.length) {
+    return deny(
+      "SubjectMismatch",
+      `subject CN must be exactly the requester ${q(username)}; got ${list(parsed.commonNames)}`,
+    );
+  }
+  if (parsed.organizations.length !== 1 || parsed.organizations[0] !== NODES_GROUP) {
+    return deny(
+      "SubjectMismatch",
+      `subject O must be exactly [${NODES_GROUP}]; got [${list(parsed.organizations)}]`,
+    );
+  }
+
+  const foreign = [
+    ...parsed.emailAddresses.map((e) => `email ${q(e)}`),
+    ...parsed.uris.map((u) => `URI ${q(u)}`),
+    ...parsed.otherNames,
+  ];
+  if (foreign.length)
+    return deny("ForbiddenSAN", `only DNS and IP SANs are allowed; got ${foreign.slice(0, 8).join(", ")}`);
+  for (const dns of parsed.dnsNames) {
+    const lower = dns.toLowerCase();
+    if (lower.includes("*")) return deny("ForbiddenSAN", `wildcard DNS SAN ${q(dns)} is not allowed`);
+    // The API server's own names: a node holding one could impersonate the control plane.
+    if (lower === "kubernetes" || lower.startsWith("kubernetes.")) {
+      return deny("ForbiddenSAN", `DNS SAN ${q(dns)} names the Kubernetes API service`);
+    }
+  }
+  if (parsed.dnsNames.length === 0 && parsed.ipAddresses.length === 0) {
+    return deny("NoSAN", "at least one DNS or IP SAN is required");
+  }
+  return parsed;
+}
+
+/** The checks against the Node and Talos. */
+function checkOwnership(parsed: ParsedCsr, node: NodeInput, talosAddresses: string[] | undefined): Decision {
+  const nodeDNS = new Set([node.name.toLowerCase()]);
+  const nodeIPs = new Set<string>();
+  for (const a of node.addresses ?? []) {
+    // As the kubelet does when it builds the request: an address that is an IP is an IP SAN,
+    // whatever its type.
+    const ip = canonicalIP(a.address);
+    if (ip) nodeIPs.add(ip);
+    else if (DNS_ADDRESS_TYPES.has(a.type)) nodeDNS.add(a.address.toLowerCase());
+  }
+  for (const ip of defined((node.providedNodeIP ?? "").split(",").map((s) => canonicalIP(s.trim())))) {
+    nodeIPs.add(ip);
+  }
+
+  const strayDNS = parsed.dnsNames.filter((d) => !nodeDNS.has(d.toLowerCase()));
+  if (strayDNS.length) {
+    return deny("DNSNameNotOwned", `DNS SANs ${list(strayDNS)} are not names of node ${q(node.name)}`);
+  }
+  const strayIP = parsed.ipAddresses.filter((ip) => !nodeIPs.has(ip));
+  if (strayIP.length) {
+    return deny("IPNotOwned", `IP SANs ${list(strayIP)} are not addresses of node ${q(node.name)}`);
+  }
+  if (talosAddresses) {
+    const talos = new Set(defined(talosAddresses.map(canonicalHost)));
+    const unconfirmed = parsed.ipAddresses.filter((ip) => !talos.has(ip));
+    if (unconfirmed.length) {
+      return deny(
+        "IPNotReportedByTalos",
+        `IP SANs ${list(unconfirmed)} are in node ${q(node.name)}'s status but Talos does not report them`,
+      );
+    }
+  }
+  const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
+  return {
+    action: "approve",
+    reason: APPROVE_REASON,
+    message:
+      `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}` +
+      (talosAddresses ? "; IPs confirmed by Talos" : "; IPs checked against the Node only"),
+  };
+}
+
+/**
+ * Decides what to do with a CertificateSigningRequest. Pure and total: it never throws, and any
+ * input it cannot fully check is denied. Checks, in order: not already decided and signer is
+ * kubelet-serving (else ignore); username `system:node:<name>` and group `system:nodes`; usages;
+ * one well-formed PEM request within `MAX_REQUEST_BYTES`; key (RSA 2048–8192, P-256, P-384,
+ * Ed25519); proof of possession; subject CN = username and O = [system:nodes]; SANs (DNS/IP only,
+ * no wildcard, no `kubernetes`/`kubernetes.*`, at least one); then, with the Node, every DNS SAN
+ * is the node name or a Hostname/InternalDNS/ExternalDNS address, every IP SAN is a status address
+ * or the provided node IP, and — when Talos is consulted — an address Talos reports.
+ * @param csr the request
+ * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
+ *   not exist (yet); a Node of any other name is treated as absent
+ * @param talosAddresses the addresses Talos reports for that node (AddressStatus; `ip` or
+ *   `ip/prefix`); undefined in CSR-only mode, when IP SANs are checked against the Node alone.
+ *   An empty array means Talos reports nothing, so no IP SAN can be approved.
+ * @returns ignore, wait (the Node is missing: retry later), approve or deny with a stable reason
+ * @example
+ * const d = decide(csr, node, talosAddrs);
+ * if (d.action === "approve" || d.action === "deny") await writeApproval(csr.name, d);
+ */
+export function decide(csr: CsrInput, node: NodeInput | undefined, talosAddresses?: string[]): Decision {
+  try {
+    if ((csr.conditions ?? []).length > 0) return { action: "ignore", reason: "AlreadyDecided" };
+    if (csr.signerName !== KUBELET_SERVING_SIGNER) return { action: "ignore", reason: "OtherSigner" };
+    const nodeName = nodeNameFromUsername(csr.username);
+    if (nodeName === undefined) {
+      return deny(
+        "UsernameMismatch",
+        `requester ${q(String(csr.username))} is not a node (system:node:<name>)`,
+      );
+    }
+    if (!(csr.groups ?? []).includes(NODES_GROUP)) {
+      return deny("GroupMismatch", `requester ${q(csr.username)} is not in group ${NODES_GROUP}`);
+    }
+    const parsed = checkRequest(csr, csr.username);
+    if ("action" in parsed) return parsed;
+    if (!node || node.name !== nodeName) {
+      return { action: "wait", reason: "NodeNotFound", message: `node ${q(nodeName)} does not exist yet` };
+    }
+    return checkOwnership(parsed, node, talosAddresses);
+  } catch (err) {
+    // Fail closed: a bug or a malformed input object must neither approve nor crash the controller
+    // (the reference crash-loops on one bad CSR).
+    return deny(
+      "InvalidRequest",
+      `Cannot evaluate the request: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+}
+
+/**
+ * Maps a CertificateSigningRequest API object to `decide()`'s input; absent lists become empty.
+ * @param obj the object as returned by the API (request still base64)
+ */
+export function csrInputFrom(obj: V1CertificateSigningRequest): CsrInput {
+  return {
+    name: obj.metadata?.name ?? "",
+    signerName: obj.spec.signerName,
+    username: obj.spec.username ?? "",
+    groups: obj.spec.groups ?? [],
+    usages: obj.spec.usages ?? [],
+    request: obj.spec.request,
+    conditions: (obj.status?.conditions ?? []).map((c) => ({ type: c.type })),
+  };
+}
+
+/**
+ * Maps a Node API object to `decide()`'s input.
+ * @param node the Node named by the CSR's username
+ */
+export function nodeInputFrom(node: V1Node): NodeInput {
+  const provided = node.metadata?.annotations?.[PROVIDED_NODE_IP_ANNOTATION];
+  return {
+    name: node.metadata?.name ?? "",
+    addresses: (node.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
+    ...(provided === undefined ? {} : { providedNodeIP: provided }),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+/** Counter of approvals and denials, label `status` (approve|deny), named as in the reference. */
+export const CSR_APPROVAL_METRIC = "talosccm_csr_approval_count";
+/** Counter of denials, label `reason` (a `DenyReason`). */
+export const CSR_DENIED_METRIC = "talosccm_csr_denied_total";
+
+/** The CSR counters, registered on a registry. */
+export interface CsrMetrics {
+  approvals: Counter;
+  denials: Counter;
+  /** Counts an approve or deny decision (call once it is written); ignore and wait count nothing. */
+  record(decision: Decision): void;
+}
+
+/**
+ * Registers (or finds) the CSR counters.
+ * @param reg defaults to the process registry served on /metrics; tests pass their own
+ */
+export function csrMetrics(reg: Registry = registry): CsrMetrics {
+  const approvals = reg.counter(CSR_APPROVAL_METRIC, "Node serving CSRs approved or denied, by status.", [
+    "status",
+  ]);
+  const denials = reg.counter(CSR_DENIED_METRIC, "Node serving CSRs denied, by reason.", ["reason"]);
+  return {
+    approvals,
+    denials,
+    record(decision) {
+      if (decision.action === "approve") approvals.inc({ status: "approve" });
+      if (decision.action === "deny") {
+        approvals.inc({ status: "deny" });
+        denials.inc({ reason: decision.reason });
+      }
+    },
+  };
+}
