@@ -3,6 +3,23 @@
 // @peculiar/x509 over WebCrypto; nothing here ships in the binary.
 
 import "reflect-metadata";
+import { generateKeyPairSync, sign } from "node:crypto";
+import { Attributes, CertificationRequest, CertificationRequestInfo } from "@peculiar/asn1-csr";
+import { AsnConvert, OctetString } from "@peculiar/asn1-schema";
+import {
+  AlgorithmIdentifier,
+  Attribute,
+  AttributeTypeAndValue,
+  AttributeValue,
+  Extension,
+  Extensions,
+  type GeneralName,
+  id_ce_subjectAltName,
+  Name,
+  RelativeDistinguishedName,
+  SubjectAlternativeName,
+  SubjectPublicKeyInfo,
+} from "@peculiar/asn1-x509";
 import * as x509 from "@peculiar/x509";
 
 export type KeyType = "ecdsa" | "ed25519" | "rsa";
@@ -148,17 +165,45 @@ export interface CsrOptions {
   keyType?: KeyType;
   /** RSA modulus length when keyType is rsa. */
   rsaBits?: number;
+  /** ECDSA curve when keyType is ecdsa (default P-256). */
+  curve?: "P-256" | "P-384" | "P-521";
+  /** Signature hash for ecdsa and rsa (default SHA-256). */
+  hash?: "SHA-1" | "SHA-256" | "SHA-384" | "SHA-512";
+  /** Sign an rsa request with RSASSA-PSS (salt length = hash length) instead of PKCS#1 v1.5. */
+  rsaPss?: boolean;
+  /** Sign with a different key than the one in the request: a failed proof of possession. */
+  wrongSignature?: boolean;
+}
+
+function csrAlgorithms(opts: CsrOptions): { gen: GenAlg; sign: SignAlg } {
+  const type = opts.keyType ?? "ecdsa";
+  const hash = opts.hash ?? "SHA-256";
+  if (type === "ecdsa") {
+    return {
+      gen: { name: "ECDSA", namedCurve: opts.curve ?? "P-256" } as GenAlg,
+      sign: { name: "ECDSA", hash } as SignAlg,
+    };
+  }
+  if (type === "rsa") {
+    const name = opts.rsaPss ? "RSA-PSS" : "RSASSA-PKCS1-v1_5";
+    const saltLength = { "SHA-1": 20, "SHA-256": 32, "SHA-384": 48, "SHA-512": 64 }[hash];
+    return {
+      gen: { ...ALGS.rsa.gen, name, hash, modulusLength: opts.rsaBits ?? 2048 } as GenAlg,
+      sign: (opts.rsaPss ? { name, saltLength } : { name }) as SignAlg,
+    };
+  }
+  return { gen: ALGS[type].gen as GenAlg, sign: ALGS[type].sign as SignAlg };
 }
 
 /** A PKCS#10 certificate request made with a fresh key, as PEM. */
 export async function createCSR(opts: CsrOptions): Promise<{ csr: string; key: string }> {
-  const type = opts.keyType ?? "ecdsa";
-  const gen =
-    type === "rsa" && opts.rsaBits ? { ...ALGS.rsa.gen, modulusLength: opts.rsaBits } : ALGS[type].gen;
-  const keys = (await crypto.subtle.generateKey(gen as GenAlg, true, [
-    "sign",
-    "verify",
-  ])) as CryptoKeyPair;
+  const algs = csrAlgorithms(opts);
+  const generate = async () =>
+    (await crypto.subtle.generateKey(algs.gen, true, ["sign", "verify"])) as CryptoKeyPair;
+  const keys = await generate();
+  const signer = opts.wrongSignature
+    ? { publicKey: keys.publicKey, privateKey: (await generate()).privateKey }
+    : keys;
   const sans: x509.JsonGeneralName[] = [
     ...(opts.dns ?? []).map((v) => ({ type: "dns" as const, value: v })),
     ...(opts.ips ?? []).map((v) => ({ type: "ip" as const, value: v })),
@@ -167,9 +212,81 @@ export async function createCSR(opts: CsrOptions): Promise<{ csr: string; key: s
   ];
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({
     name: dn(opts.cn, opts.o),
-    keys,
-    signingAlgorithm: signingAlgorithm(type),
+    keys: signer,
+    signingAlgorithm: algs.sign,
     extensions: sans.length ? [new x509.SubjectAlternativeNameExtension(sans)] : [],
   });
   return { csr: csr.toString("pem"), key: await privateKeyPem(keys.privateKey) };
+}
+
+/** The DER bytes inside a PEM block. */
+export function pemToDer(pem: string): Uint8Array {
+  return new Uint8Array(Buffer.from(pem.replace(/-----[A-Z ]+-----/g, "").replace(/\s/g, ""), "base64"));
+}
+
+/** A PEM block of `label` around `der`. */
+export function derToPem(der: Uint8Array, label = "CERTIFICATE REQUEST"): string {
+  const lines =
+    Buffer.from(der)
+      .toString("base64")
+      .match(/.{1,64}/g) ?? [];
+  return `-----BEGIN ${label}-----\n${lines.join("\n")}\n-----END ${label}-----\n`;
+}
+
+/** The subjectAltName extension holding `names` (asn1-x509 GeneralName objects). */
+export function sanExtension(names: GeneralName[]): Extension {
+  return new Extension({
+    extnID: id_ce_subjectAltName,
+    extnValue: new OctetString(AsnConvert.serialize(new SubjectAlternativeName(names))),
+  });
+}
+
+export interface RawCsrOptions {
+  /** Subject RDNs in order, each a list of [attribute OID, value], values as UTF8String. */
+  subject: Array<Array<[string, string]>>;
+  /** Requested extensions, one list per extensionRequest attribute. */
+  extensionRequests?: Extension[][];
+  /** The version field (default 0, v1). */
+  version?: number;
+}
+
+/**
+ * A correctly signed ECDSA P-256 request assembled field by field, for shapes the WebCrypto
+ * generator cannot make: several CNs, non-DNS/IP SANs, duplicate extensions, malformed IP SANs.
+ */
+export function createRawCSR(opts: RawCsrOptions): string {
+  const { publicKey, privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  const subject = new Name(
+    opts.subject.map(
+      (rdn) =>
+        new RelativeDistinguishedName(
+          rdn.map(
+            ([type, value]) =>
+              new AttributeTypeAndValue({ type, value: new AttributeValue({ utf8String: value }) }),
+          ),
+        ),
+    ),
+  );
+  const attributes = new Attributes(
+    (opts.extensionRequests ?? []).map(
+      (exts) =>
+        new Attribute({
+          type: "1.2.840.113549.1.9.14",
+          values: [AsnConvert.serialize(new Extensions(exts))],
+        }),
+    ),
+  );
+  const info = new CertificationRequestInfo({
+    version: opts.version ?? 0,
+    subject,
+    subjectPKInfo: AsnConvert.parse(publicKey.export({ type: "spki", format: "der" }), SubjectPublicKeyInfo),
+    attributes,
+  });
+  const tbs = Buffer.from(AsnConvert.serialize(info));
+  const csr = new CertificationRequest({
+    certificationRequestInfo: info,
+    signatureAlgorithm: new AlgorithmIdentifier({ algorithm: "1.2.840.10045.4.3.2" }),
+    signature: new Uint8Array(sign("sha256", tbs, privateKey)).buffer,
+  });
+  return derToPem(new Uint8Array(AsnConvert.serialize(csr)));
 }
