@@ -331,6 +331,13 @@ const SIGNATURES: Record<string, { name: string; key: KeyKind; hash: string | nu
   [OID.ed25519]: { name: "Ed25519", key: "ed25519", hash: null },
 };
 
+// Named only so that the denial says what was refused.
+const REFUSED_SIGNATURES: Record<string, string> = {
+  "1.2.840.113549.1.1.4": "md5WithRSAEncryption",
+  "1.2.840.113549.1.1.5": "sha1WithRSAEncryption",
+  "1.2.840.10045.4.1": "ecdsa-with-SHA1",
+};
+
 const CURVES: Record<string, string> = { prime256v1: "P-256", secp384r1: "P-384", secp521r1: "P-521" };
 
 /**
@@ -399,7 +406,10 @@ function checkSignature(
   sig: Uint8Array,
 ): ParsedCsr["signature"] {
   const known = SIGNATURES[alg.algorithm];
-  const name = alg.algorithm === OID.rsaPss ? "RSASSA-PSS" : (known?.name ?? alg.algorithm);
+  const name =
+    alg.algorithm === OID.rsaPss
+      ? "RSASSA-PSS"
+      : (known?.name ?? REFUSED_SIGNATURES[alg.algorithm] ?? alg.algorithm);
   const fail = (problem: string) => ({ algorithm: name, valid: false, problem });
   if (!known && alg.algorithm !== OID.rsaPss) return fail(`signature algorithm ${name} is not accepted`);
   const keyKind = known?.key ?? "rsa";
@@ -508,7 +518,7 @@ function pemBody(pem: string): Uint8Array {
   const endLine = "-----END CERTIFICATE REQUEST-----";
   if (!text.endsWith(endLine)) throw new CsrParseError("Cannot parse PEM: no matching END line at the end");
   const body = text.slice(begin[0].length, text.length - endLine.length).replace(/[ \t\r\n]/g, "");
-  if (body.includes("-")) throw new CsrParseError("Cannot parse PEM: more than one block");
+  if (body.includes("-----")) throw new CsrParseError("Cannot parse PEM: more than one block");
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(body) || body.length % 4 !== 0 || body.length === 0) {
     throw new CsrParseError("Cannot parse PEM: body is not base64");
   }
@@ -542,7 +552,7 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     const req = AsnParser.parse(der, CertificationRequest);
     const info = req.certificationRequestInfo;
     if (info.version !== 0)
-      throw new CsrParseError(`Cannot parse request: version ${info.version} is not v1`);
+      throw new CsrParseError(`Cannot parse request: version field ${info.version} is not 0 (v1)`);
     let key: KeyObject;
     try {
       key = createPublicKey({

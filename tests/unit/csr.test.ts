@@ -1,0 +1,686 @@
+// The kubelet-serving CSR policy: honest requests are approved, every attack in the matrix is
+// denied with its own reason, and nothing the controller may feed in makes decide() throw.
+
+import { describe, expect, test } from "bun:test";
+import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
+import { GeneralName, OtherName } from "@peculiar/asn1-x509";
+import {
+  APPROVE_REASON,
+  type CsrInput,
+  CsrParseError,
+  canonicalIP,
+  csrInputFrom,
+  csrMetrics,
+  type DenyReason,
+  decide,
+  KUBELET_SERVING_SIGNER,
+  MAX_REQUEST_BYTES,
+  type NodeInput,
+  nodeInputFrom,
+  nodeNameFromUsername,
+  parseCertificateRequest,
+} from "../../lib/csr.ts";
+import { Registry } from "../../lib/metrics.ts";
+import {
+  type CsrOptions,
+  createCSR,
+  createRawCSR,
+  derToPem,
+  pemToDer,
+  sanExtension,
+} from "../support/pki.ts";
+
+const CN = "2.5.4.3";
+const O = "2.5.4.10";
+const USER_A = "system:node:worker-a";
+
+const nodeA: NodeInput = {
+  name: "worker-a",
+  addresses: [
+    { type: "InternalIP", address: "10.0.0.1" },
+    { type: "ExternalIP", address: "2001:DB8:0:0::A" },
+    // Written by the kubelet itself, which Talos does not confirm.
+    { type: "InternalIP", address: "10.0.0.99" },
+    { type: "Hostname", address: "worker-a" },
+    { type: "InternalDNS", address: "worker-a.example.com" },
+  ],
+};
+const talosA = ["10.0.0.1/24", "2001:db8::a/64", "fe80::1/64"];
+
+/** A CSR object as the controller would build it, asking as node A unless overridden. */
+function input(pem: string, over: Partial<CsrInput> = {}): CsrInput {
+  return {
+    name: "csr-test",
+    signerName: KUBELET_SERVING_SIGNER,
+    username: USER_A,
+    groups: ["system:nodes", "system:authenticated"],
+    usages: ["digital signature", "server auth"],
+    request: Buffer.from(pem).toString("base64"),
+    conditions: [],
+    ...over,
+  };
+}
+
+/** An honest request from node A, with overrides. */
+async function csrA(over: Partial<CsrOptions> = {}): Promise<string> {
+  return (await createCSR({ cn: USER_A, o: ["system:nodes"], dns: ["worker-a"], ips: ["10.0.0.1"], ...over }))
+    .csr;
+}
+
+/** Re-encodes the outermost length of a DER element in one byte more than needed. */
+function nonMinimalLength(der: Uint8Array): Uint8Array {
+  const first = der[1] as number;
+  const n = first & 0x80 ? first & 0x7f : 0;
+  const lengthBytes = n ? der.subarray(2, 2 + n) : der.subarray(1, 2);
+  return new Uint8Array([0x30, 0x80 | (lengthBytes.length + 1), 0, ...lengthBytes, ...der.subarray(2 + n)]);
+}
+
+/** `depth` SEQUENCEs, each holding the next, around a NULL. */
+function nestedSequences(depth: number): Uint8Array {
+  let der = [5, 0];
+  for (let i = 0; i < depth; i++) {
+    const n = der.length;
+    der = [0x30, ...(n < 0x80 ? [n] : n < 0x100 ? [0x81, n] : [0x82, n >> 8, n & 0xff]), ...der];
+  }
+  return new Uint8Array(der);
+}
+
+describe("decide() approves honest requests", () => {
+  const cases: Array<{
+    name: string;
+    pem: () => Promise<string>;
+    usages?: string[];
+    node?: NodeInput;
+    talos?: string[] | "none";
+  }> = [
+    { name: "ECDSA P-256 with DNS and IP", pem: () => csrA() },
+    { name: "ECDSA P-384", pem: () => csrA({ curve: "P-384", hash: "SHA-384" }) },
+    { name: "ECDSA P-256 signed with SHA-512", pem: () => csrA({ hash: "SHA-512" }) },
+    {
+      name: "RSA 2048 with key encipherment",
+      pem: () => csrA({ keyType: "rsa" }),
+      usages: ["key encipherment", "digital signature", "server auth"],
+    },
+    {
+      name: "RSA 3072 signed with SHA-384",
+      pem: () => csrA({ keyType: "rsa", rsaBits: 3072, hash: "SHA-384" }),
+    },
+    { name: "RSA 2048 signed with RSASSA-PSS", pem: () => csrA({ keyType: "rsa", rsaPss: true }) },
+    { name: "Ed25519", pem: () => csrA({ keyType: "ed25519" }) },
+    { name: "IP-only (the reference crashes)", pem: () => csrA({ dns: [] }) },
+    { name: "DNS-only, node name", pem: () => csrA({ ips: [] }) },
+    { name: "DNS name in another case", pem: () => csrA({ dns: ["Worker-A.Example.COM"], ips: [] }) },
+    { name: "IPv6 compared canonically", pem: () => csrA({ ips: ["2001:db8::a", "2001:0db8:0000::000a"] }) },
+    { name: "IPv4-mapped IPv6 SAN equals the IPv4 address", pem: () => csrA({ ips: ["::ffff:a00:1"] }) },
+    {
+      name: "provided-node-ip only, before any status address",
+      pem: () => csrA({ dns: [], ips: ["10.0.0.1", "2001:db8::a"] }),
+      node: { name: "worker-a", addresses: [], providedNodeIP: "10.0.0.1,2001:db8::a" },
+    },
+    {
+      name: "CSR-only mode trusts the Node status for IPs",
+      pem: () => csrA({ ips: ["10.0.0.1", "10.0.0.99"] }),
+      talos: "none",
+    },
+    {
+      name: "Talos addresses without prefix lengths",
+      pem: () => csrA({ ips: ["10.0.0.1", "2001:db8::a"] }),
+      talos: ["10.0.0.1", "2001:db8:0::a"],
+    },
+  ];
+  for (const c of cases) {
+    test(`decide() approves ${c.name}`, async () => {
+      const talos = c.talos === "none" ? undefined : (c.talos ?? talosA);
+      const d = decide(input(await c.pem(), c.usages ? { usages: c.usages } : {}), c.node ?? nodeA, talos);
+      expect(d).toMatchObject({ action: "approve", reason: APPROVE_REASON });
+      if (d.action === "approve") expect(d.message).toContain('"worker-a"');
+    });
+  }
+});
+
+describe("decide() denies the attack matrix", () => {
+  const big = "A".repeat(1024 * 1024);
+  const cases: Array<{
+    name: string;
+    pem: () => Promise<string> | string;
+    over?: Partial<CsrInput>;
+    node?: NodeInput;
+    talos?: string[] | "none";
+    reason: DenyReason;
+    says?: string;
+  }> = [
+    // Identity
+    {
+      name: "requester is not a node",
+      pem: csrA,
+      over: { username: "system:serviceaccount:kube-system:x" },
+      reason: "UsernameMismatch",
+    },
+    {
+      name: "node username with an empty name",
+      pem: csrA,
+      over: { username: "system:node:" },
+      reason: "UsernameMismatch",
+    },
+    {
+      name: "node username that is no node name",
+      pem: csrA,
+      over: { username: "system:node:Worker_A" },
+      reason: "UsernameMismatch",
+    },
+    {
+      name: "groups without system:nodes",
+      pem: csrA,
+      over: { groups: ["system:authenticated"] },
+      reason: "GroupMismatch",
+    },
+    {
+      name: "node A asking with B's CN",
+      pem: () => csrA({ cn: "system:node:worker-b" }),
+      reason: "SubjectMismatch",
+      says: "worker-b",
+    },
+    {
+      name: "node A asking for B's name",
+      pem: () => csrA({ dns: ["worker-b"] }),
+      reason: "DNSNameNotOwned",
+      says: "worker-b",
+    },
+    {
+      name: "node A asking for B's DNS name",
+      pem: () => csrA({ dns: ["worker-a", "worker-b.example.com"] }),
+      reason: "DNSNameNotOwned",
+    },
+    {
+      name: "node A asking for B's IP",
+      pem: () => csrA({ ips: ["10.0.0.1", "10.0.0.2"] }),
+      reason: "IPNotOwned",
+      says: "10.0.0.2",
+    },
+    { name: "node A asking for B's IPv6", pem: () => csrA({ ips: ["2001:db8::b"] }), reason: "IPNotOwned" },
+    {
+      name: "IPv4-compatible is not IPv4-mapped",
+      pem: () => csrA({ ips: ["::a00:1"] }),
+      reason: "IPNotOwned",
+    },
+    {
+      name: "an IP the Node claims but Talos does not report",
+      pem: () => csrA({ ips: ["10.0.0.1", "10.0.0.99"] }),
+      reason: "IPNotReportedByTalos",
+      says: "10.0.0.99",
+    },
+    {
+      name: "any IP when Talos reports nothing",
+      pem: () => csrA(),
+      talos: [],
+      reason: "IPNotReportedByTalos",
+    },
+    // Subject
+    { name: "CN is not the username", pem: () => csrA({ cn: "worker-a" }), reason: "SubjectMismatch" },
+    { name: "wrong O", pem: () => csrA({ o: ["system:masters"] }), reason: "SubjectMismatch" },
+    {
+      name: "extra O",
+      pem: () => csrA({ o: ["system:nodes", "system:masters"] }),
+      reason: "SubjectMismatch",
+    },
+    { name: "no O", pem: () => csrA({ o: [] }), reason: "SubjectMismatch" },
+    {
+      name: "two CNs",
+      pem: () =>
+        createRawCSR({
+          subject: [[[CN, USER_A]], [[CN, "system:node:worker-b"]], [[O, "system:nodes"]]],
+          extensionRequests: [[sanExtension([new GeneralName({ dNSName: "worker-a" })])]],
+        }),
+      reason: "SubjectMismatch",
+    },
+    // SANs
+    { name: "no SANs", pem: () => csrA({ dns: [], ips: [] }), reason: "NoSAN" },
+    {
+      name: "an extra wildcard DNS SAN",
+      pem: () => csrA({ dns: ["worker-a", "*.example.com"] }),
+      reason: "ForbiddenSAN",
+    },
+    {
+      name: "kubernetes.default DNS SAN",
+      pem: () => csrA({ dns: ["kubernetes.default"] }),
+      reason: "ForbiddenSAN",
+    },
+    {
+      name: "kubernetes DNS SAN in capitals",
+      pem: () => csrA({ dns: ["KUBERNETES"] }),
+      reason: "ForbiddenSAN",
+    },
+    {
+      name: "kubernetes DNS SAN the Node status claims",
+      pem: () => csrA({ dns: ["kubernetes.default.svc"] }),
+      node: {
+        ...nodeA,
+        addresses: [...nodeA.addresses, { type: "InternalDNS", address: "kubernetes.default.svc" }],
+      },
+      reason: "ForbiddenSAN",
+    },
+    {
+      name: "email SAN",
+      pem: () => csrA({ emails: ["root@worker-a"] }),
+      reason: "ForbiddenSAN",
+      says: "email",
+    },
+    {
+      name: "URI SAN",
+      pem: () => csrA({ uris: ["spiffe://cluster/ns/x"] }),
+      reason: "ForbiddenSAN",
+      says: "URI",
+    },
+    {
+      name: "otherName SAN",
+      pem: () =>
+        createRawCSR({
+          subject: [[[CN, USER_A]], [[O, "system:nodes"]]],
+          extensionRequests: [
+            [
+              sanExtension([
+                new GeneralName({ dNSName: "worker-a" }),
+                new GeneralName({
+                  otherName: new OtherName({
+                    typeId: "1.3.6.1.4.1.311.20.2.3",
+                    value: new Uint8Array([5, 0]).buffer,
+                  }),
+                }),
+              ]),
+            ],
+          ],
+        }),
+      reason: "ForbiddenSAN",
+      says: "otherName",
+    },
+    // Usages
+    {
+      name: "client auth usage",
+      pem: csrA,
+      over: { usages: ["digital signature", "server auth", "client auth"] },
+      reason: "BadUsages",
+      says: "client auth",
+    },
+    {
+      name: "no server auth",
+      pem: csrA,
+      over: { usages: ["digital signature", "key encipherment"] },
+      reason: "BadUsages",
+    },
+    { name: "no usages", pem: csrA, over: { usages: [] }, reason: "BadUsages" },
+    // Keys and signatures
+    { name: "RSA-1024", pem: () => csrA({ keyType: "rsa", rsaBits: 1024 }), reason: "WeakKey", says: "1024" },
+    {
+      name: "ECDSA P-521",
+      pem: () => csrA({ curve: "P-521", hash: "SHA-512" }),
+      reason: "WeakKey",
+      says: "P-521",
+    },
+    { name: "a bad signature", pem: () => csrA({ wrongSignature: true }), reason: "BadSignature" },
+    {
+      name: "an RSA bad signature",
+      pem: () => csrA({ keyType: "rsa", wrongSignature: true }),
+      reason: "BadSignature",
+    },
+    {
+      name: "an Ed25519 bad signature",
+      pem: () => csrA({ keyType: "ed25519", wrongSignature: true }),
+      reason: "BadSignature",
+    },
+    {
+      name: "a SHA-1 signature",
+      pem: () => csrA({ keyType: "rsa", hash: "SHA-1" }),
+      reason: "BadSignature",
+      says: "sha1WithRSAEncryption is not accepted",
+    },
+    // Encoding
+    { name: "garbage PEM", pem: () => "hello, world", reason: "InvalidRequest" },
+    { name: "empty request", pem: () => "", reason: "InvalidRequest" },
+    {
+      name: "a 1 MiB PEM",
+      pem: () => `-----BEGIN CERTIFICATE REQUEST-----\n${big}\n-----END CERTIFICATE REQUEST-----\n`,
+      reason: "InvalidRequest",
+      says: "limit",
+    },
+    {
+      name: "wrong PEM label",
+      pem: async () => derToPem(pemToDer(await csrA()), "CERTIFICATE"),
+      reason: "InvalidRequest",
+      says: "CERTIFICATE",
+    },
+    {
+      name: "NEW CERTIFICATE REQUEST label",
+      pem: async () => derToPem(pemToDer(await csrA()), "NEW CERTIFICATE REQUEST"),
+      reason: "InvalidRequest",
+    },
+    {
+      name: "multiple PEM blocks",
+      pem: async () => (await csrA()) + (await csrA()),
+      reason: "InvalidRequest",
+    },
+    {
+      name: "text after the PEM block",
+      pem: async () => `${await csrA()}trailing garbage\n`,
+      reason: "InvalidRequest",
+    },
+    {
+      name: "text before the PEM block",
+      pem: async () => `subject=worker-a\n${await csrA()}`,
+      reason: "InvalidRequest",
+    },
+    {
+      name: "bytes after the DER",
+      pem: async () => derToPem(new Uint8Array([...pemToDer(await csrA()), 0, 0])),
+      reason: "InvalidRequest",
+      says: "trailing",
+    },
+    {
+      name: "truncated DER",
+      pem: async () => derToPem(pemToDer(await csrA()).subarray(0, 100)),
+      reason: "InvalidRequest",
+    },
+    {
+      name: "non-minimal DER length",
+      pem: async () => derToPem(nonMinimalLength(pemToDer(await csrA()))),
+      reason: "InvalidRequest",
+      says: "minimal",
+    },
+    {
+      name: "random bytes as DER",
+      pem: () => derToPem(new Uint8Array(Array.from({ length: 300 }, (_, i) => (i * 37 + 11) % 256))),
+      reason: "InvalidRequest",
+    },
+    {
+      name: "a certificate instead of a request",
+      pem: async () =>
+        (await (await import("../support/pki.ts")).createCA("ca")).cert.replaceAll(
+          "CERTIFICATE",
+          "CERTIFICATE REQUEST",
+        ),
+      reason: "InvalidRequest",
+    },
+    {
+      name: "10,000 SANs",
+      pem: () => csrA({ ips: Array.from({ length: 10_000 }, (_, i) => `10.${(i >> 8) & 255}.${i & 255}.1`) }),
+      reason: "InvalidRequest",
+      says: "limit",
+    },
+    {
+      name: "two SAN extensions in two extensionRequest attributes",
+      pem: () =>
+        createRawCSR({
+          subject: [[[CN, USER_A]], [[O, "system:nodes"]]],
+          extensionRequests: [
+            [sanExtension([new GeneralName({ dNSName: "worker-a" })])],
+            [sanExtension([new GeneralName({ dNSName: "worker-b" })])],
+          ],
+        }),
+      reason: "InvalidRequest",
+      says: "twice",
+    },
+    {
+      name: "an 8-byte IP SAN",
+      pem: () =>
+        createRawCSR({
+          subject: [[[CN, USER_A]], [[O, "system:nodes"]]],
+          extensionRequests: [[sanExtension([new GeneralName({ iPAddress: "10.0.0.0/8" })])]],
+        }),
+      reason: "InvalidRequest",
+      says: "4 or 16 bytes",
+    },
+    {
+      name: "version 2",
+      pem: () => createRawCSR({ subject: [[[CN, USER_A]], [[O, "system:nodes"]]], version: 1 }),
+      reason: "InvalidRequest",
+      says: "version",
+    },
+    {
+      name: "request that is not base64",
+      pem: csrA,
+      over: { request: "!!!not base64!!!" },
+      reason: "InvalidRequest",
+    },
+  ];
+  for (const c of cases) {
+    test(`decide() denies ${c.name} as ${c.reason}`, async () => {
+      const talos = c.talos === "none" ? undefined : (c.talos ?? talosA);
+      const d = decide(input(await c.pem(), c.over), c.node ?? nodeA, talos);
+      expect(d).toMatchObject({ action: "deny", reason: c.reason });
+      if (c.says && d.action === "deny") expect(d.message).toContain(c.says);
+    });
+  }
+});
+
+describe("decide() ignores and waits", () => {
+  test("decide() ignores other signers without reading the request", () => {
+    for (const signerName of ["kubernetes.io/kube-apiserver-client-kubelet", "example.com/x", ""]) {
+      expect(decide(input("garbage", { signerName }), nodeA, talosA)).toEqual({
+        action: "ignore",
+        reason: "OtherSigner",
+      });
+    }
+  });
+
+  test("decide() ignores requests that already carry a condition", async () => {
+    const pem = await csrA();
+    for (const type of ["Approved", "Denied", "Failed"]) {
+      expect(decide(input(pem, { conditions: [{ type }] }), nodeA, talosA)).toEqual({
+        action: "ignore",
+        reason: "AlreadyDecided",
+      });
+    }
+  });
+
+  test("decide() waits for a Node that does not exist yet", async () => {
+    const d = decide(input(await csrA()), undefined, talosA);
+    expect(d).toMatchObject({ action: "wait", reason: "NodeNotFound" });
+  });
+
+  test("decide() treats a Node of another name as absent", async () => {
+    const d = decide(input(await csrA()), { ...nodeA, name: "worker-b" }, talosA);
+    expect(d).toMatchObject({ action: "wait", reason: "NodeNotFound" });
+  });
+
+  test("decide() denies a bad request at once, without waiting for the Node", async () => {
+    expect(decide(input(await csrA({ dns: ["*.x"] })), undefined)).toMatchObject({
+      action: "deny",
+      reason: "ForbiddenSAN",
+    });
+    expect(decide(input("garbage"), undefined)).toMatchObject({ action: "deny", reason: "InvalidRequest" });
+  });
+
+  test("decide() fails closed on malformed input objects", () => {
+    const broken = {
+      ...input("x"),
+      usages: null,
+      groups: ["system:nodes"],
+      request: 42,
+    } as unknown as CsrInput;
+    expect(decide(broken, nodeA)).toMatchObject({ action: "deny" });
+    const noAddresses = { name: "worker-a" } as unknown as NodeInput;
+    expect(() => decide(input("x"), noAddresses)).not.toThrow();
+  });
+});
+
+describe("parseCertificateRequest()", () => {
+  test("parseCertificateRequest() returns the names, key and proof of possession", async () => {
+    const { csr } = await createCSR({
+      cn: USER_A,
+      o: ["system:nodes"],
+      dns: ["worker-a", "worker-a.example.com"],
+      ips: ["10.0.0.1", "2001:DB8::A", "::ffff:a00:2"],
+      keyType: "rsa",
+    });
+    expect(parseCertificateRequest(csr)).toEqual({
+      commonNames: [USER_A],
+      organizations: ["system:nodes"],
+      dnsNames: ["worker-a", "worker-a.example.com"],
+      ipAddresses: ["10.0.0.1", "2001:db8::a", "10.0.0.2"],
+      emailAddresses: [],
+      uris: [],
+      otherNames: [],
+      publicKey: { type: "rsa", bits: 2048, exponent: 65537n },
+      signature: { algorithm: "sha256WithRSAEncryption", valid: true },
+    });
+  });
+
+  test("parseCertificateRequest() reports a failed proof of possession without throwing", async () => {
+    const parsed = parseCertificateRequest(await csrA({ wrongSignature: true }));
+    expect(parsed.signature).toMatchObject({ algorithm: "ecdsa-with-SHA256", valid: false });
+  });
+
+  test("parseCertificateRequest() accepts surrounding whitespace and CRLF line ends", async () => {
+    const pem = (await csrA()).replaceAll("\n", "\r\n");
+    expect(parseCertificateRequest(`\n  ${pem}\n\n`).dnsNames).toEqual(["worker-a"]);
+  });
+
+  const bad: Array<[string, unknown, string]> = [
+    ["a non-string", 42, "not a string"],
+    ["an empty string", "", "no BEGIN line"],
+    [
+      "a PEM with an empty body",
+      "-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----",
+      "not base64",
+    ],
+    [
+      "a PEM with headers",
+      "-----BEGIN CERTIFICATE REQUEST-----\nProc-Type: 4,ENCRYPTED\n\nAAAA\n-----END CERTIFICATE REQUEST-----",
+      "not base64",
+    ],
+    ["an oversized PEM", "x".repeat(MAX_REQUEST_BYTES + 1), "limit"],
+    ["DER of a bare NULL", derToPem(new Uint8Array([5, 0])), "not a CertificationRequest"],
+    [
+      "DER with an indefinite length",
+      derToPem(new Uint8Array([0x30, 0x80, 5, 0, 0, 0])),
+      "indefinite length",
+    ],
+    [
+      "DER with a constructed OCTET STRING",
+      derToPem(new Uint8Array([0x30, 4, 0x24, 2, 5, 0])),
+      "constructed string",
+    ],
+    ["DER with a high tag number", derToPem(new Uint8Array([0x30, 3, 0x1f, 0x81, 0])), "high tag"],
+    ["deeply nested DER", derToPem(nestedSequences(100)), "nesting too deep"],
+  ];
+  for (const [name, pem, says] of bad) {
+    test(`parseCertificateRequest() throws CsrParseError for ${name}`, () => {
+      expect(() => parseCertificateRequest(pem as string)).toThrow(CsrParseError);
+      expect(() => parseCertificateRequest(pem as string)).toThrow(says);
+    });
+  }
+});
+
+describe("canonicalIP()", () => {
+  const cases: Array<[string, string | undefined]> = [
+    ["10.0.0.1", "10.0.0.1"],
+    ["0.0.0.0", "0.0.0.0"],
+    ["255.255.255.255", "255.255.255.255"],
+    ["2001:DB8::A", "2001:db8::a"],
+    ["2001:0db8:0000:0000:0000:0000:0000:000a", "2001:db8::a"],
+    ["2001:db8:0:1:0:0:0:1", "2001:db8:0:1::1"],
+    ["2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"],
+    ["::", "::"],
+    ["::1", "::1"],
+    ["1::", "1::"],
+    ["::ffff:10.0.0.1", "10.0.0.1"],
+    ["::ffff:a00:1", "10.0.0.1"],
+    ["::10.0.0.1", "::a00:1"],
+    ["1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8"],
+    ["1:2:3:4:5:6:1.2.3.4", "1:2:3:4:5:6:102:304"],
+    ["", undefined],
+    ["010.0.0.1", undefined],
+    ["10.0.0", undefined],
+    ["10.0.0.256", undefined],
+    ["0x10.0.0.1", undefined],
+    [" 10.0.0.1", undefined],
+    ["10.0.0.1/24", undefined],
+    ["fe80::1%eth0", undefined],
+    ["1:2:3:4:5:6:7:8:9", undefined],
+    ["1:2:3:4:5:6:7::8", undefined],
+    ["1::2::3", undefined],
+    [":::", undefined],
+    [":1::", undefined],
+    ["12345::", undefined],
+    ["1.2.3.4::", undefined],
+    ["::ffff:10.0.0.01", undefined],
+    ["worker-a", undefined],
+  ];
+  for (const [text, want] of cases) {
+    test(`canonicalIP() maps ${JSON.stringify(text)} to ${want ?? "undefined"}`, () => {
+      expect(canonicalIP(text)).toBe(want);
+    });
+  }
+});
+
+describe("nodeNameFromUsername()", () => {
+  const cases: Array<[string, string | undefined]> = [
+    ["system:node:worker-a", "worker-a"],
+    ["system:node:worker-a.example.com", "worker-a.example.com"],
+    ["system:node:", undefined],
+    ["system:node:Worker-A", undefined],
+    ["system:node:-a", undefined],
+    ["system:node:a/b", undefined],
+    ["system:node:a:b", undefined],
+    [`system:node:${"a".repeat(254)}`, undefined],
+    ["system:nodes:worker-a", undefined],
+    ["worker-a", undefined],
+    ["system:serviceaccount:kube-system:worker-a", undefined],
+  ];
+  for (const [username, want] of cases) {
+    test(`nodeNameFromUsername() maps ${JSON.stringify(username.slice(0, 40))} to ${want ?? "undefined"}`, () => {
+      expect(nodeNameFromUsername(username)).toBe(want);
+    });
+  }
+});
+
+describe("API object mapping", () => {
+  test("csrInputFrom() reads the spec and condition types, defaulting absent lists", () => {
+    const obj = {
+      metadata: { name: "csr-1" },
+      spec: { signerName: KUBELET_SERVING_SIGNER, request: "UEVN", username: USER_A },
+      status: { conditions: [{ type: "Approved", status: "True" }] },
+    } as V1CertificateSigningRequest;
+    expect(csrInputFrom(obj)).toEqual({
+      name: "csr-1",
+      signerName: KUBELET_SERVING_SIGNER,
+      username: USER_A,
+      groups: [],
+      usages: [],
+      request: "UEVN",
+      conditions: [{ type: "Approved" }],
+    });
+  });
+
+  test("nodeInputFrom() reads the name, status addresses and provided-node-ip annotation", () => {
+    const node = {
+      metadata: {
+        name: "worker-a",
+        annotations: { "alpha.kubernetes.io/provided-node-ip": "10.0.0.1,fd00::1" },
+      },
+      status: { addresses: [{ type: "InternalIP", address: "10.0.0.1" }] },
+    } as V1Node;
+    expect(nodeInputFrom(node)).toEqual({
+      name: "worker-a",
+      addresses: [{ type: "InternalIP", address: "10.0.0.1" }],
+      providedNodeIP: "10.0.0.1,fd00::1",
+    });
+    expect(nodeInputFrom({ metadata: { name: "b" } } as V1Node)).toEqual({ name: "b", addresses: [] });
+  });
+});
+
+describe("csrMetrics()", () => {
+  test("csrMetrics() counts approvals and denials by status and denials by reason", () => {
+    const reg = new Registry();
+    const m = csrMetrics(reg);
+    m.record({ action: "approve", reason: APPROVE_REASON, message: "" });
+    m.record({ action: "deny", reason: "IPNotOwned", message: "" });
+    m.record({ action: "deny", reason: "IPNotOwned", message: "" });
+    m.record({ action: "wait", reason: "NodeNotFound", message: "" });
+    m.record({ action: "ignore", reason: "OtherSigner" });
+    const text = reg.expose();
+    expect(text).toContain('talosccm_csr_approval_count{status="approve"} 1');
+    expect(text).toContain('talosccm_csr_approval_count{status="deny"} 2');
+    expect(text).toContain('talosccm_csr_denied_total{reason="IPNotOwned"} 2');
+    expect(csrMetrics(reg).approvals).toBe(m.approvals);
+  });
+});
