@@ -6,6 +6,8 @@
 // text. Pure: no I/O, no process access; the environment comes in as an argument.
 
 import { isIPv4, isIPv6 } from "node:net";
+import { type NodeIpamFlags, resolveNodeIpamConfig } from "./cidr.ts";
+import type { AllocatorType } from "./ipam.ts";
 import type { LogFormat } from "./log.ts";
 
 /** Name the help text and error messages use for this program. */
@@ -943,35 +945,21 @@ export interface NodeControllerOptions {
   concurrentLifecycleSyncs: number;
 }
 
-/** CIDR allocator kinds of the node-ipam controller. */
-export type CidrAllocatorType = "RangeAllocator" | "CloudAllocator";
-
 /**
- * The node-ipam controller. Mask sizes are raw: absent means unset (upstream treats 0 the same), and
- * the allocator applies the upstream rules: `nodeCidrMaskSize` only for single-stack, otherwise
- * {@link DEFAULT_NODE_CIDR_MASK_IPV4} / {@link DEFAULT_NODE_CIDR_MASK_IPV6} where unset.
+ * The node-ipam controller. The CIDR and mask fields are the flags as given, in the shape
+ * `resolveNodeIpamConfig` (lib/cidr.ts) takes; it applies the upstream rules and defaults (/24, /80)
+ * once the cluster CIDRs are known. Mask sizes of 0 are left out: upstream treats 0 as unset.
  */
-export interface IpamOptions {
+export interface IpamOptions extends NodeIpamFlags {
   /** `--allocate-node-cidrs`, default false: without it node-ipam allocates nothing. */
   allocateNodeCidrs: boolean;
   /** `--cidr-allocator-type`, default RangeAllocator. */
-  allocatorType: CidrAllocatorType;
-  /** `--cluster-cidr` split on commas (at most one per family); empty: ask Talos. Syntax unchecked. */
+  allocatorType: AllocatorType;
+  /** `--cluster-cidr` split on commas; empty: use Talos' pod CIDRs. */
   clusterCidrs: string[];
-  /** `--service-cluster-ip-range` split on commas (at most two); empty: ask Talos. Syntax unchecked. */
+  /** `--service-cluster-ip-range` split on commas; empty: use Talos' service CIDRs. */
   serviceCidrs: string[];
-  /** `--node-cidr-mask-size`. */
-  nodeCidrMaskSize?: number;
-  /** `--node-cidr-mask-size-ipv4`. */
-  nodeCidrMaskSizeIpv4?: number;
-  /** `--node-cidr-mask-size-ipv6`. */
-  nodeCidrMaskSizeIpv6?: number;
 }
-
-/** Per-node IPv4 mask when none is given (Talos CCM `defaultNodeMaskCIDRIPv4`). */
-export const DEFAULT_NODE_CIDR_MASK_IPV4 = 24;
-/** Per-node IPv6 mask when none is given (Talos CCM `defaultNodeMaskCIDRIPv6`; kube-controller-manager uses 64). */
-export const DEFAULT_NODE_CIDR_MASK_IPV6 = 80;
 
 /** Settings read from the environment rather than flags. */
 export interface TalosEnvOptions {
@@ -1092,19 +1080,13 @@ function leaderElectionOptions(p: Parsed): LeaderElectionOptions {
     resourceNamespace: str(p, "leader-elect-resource-namespace") ?? "kube-system",
   };
   if (!le.enabled) return le;
-  // The checks k8s.io/controller-manager and client-go's NewLeaderElector make before electing.
+  // What k8s.io/controller-manager checks before electing; lib/leader.ts checks the timings.
   const lock = str(p, "leader-elect-resource-lock") ?? "leases";
-  if (lock !== "leases")
+  if (lock !== "leases") {
     fail(`invalid value ${JSON.stringify(lock)} for --leader-elect-resource-lock: must be "leases"`);
+  }
   if (le.resourceName === "") fail("--leader-elect-resource-name must not be empty");
   if (le.resourceNamespace === "") fail("--leader-elect-resource-namespace must not be empty");
-  if (le.retryPeriodMs <= 0) fail("--leader-elect-retry-period must be greater than zero");
-  if (le.renewDeadlineMs <= le.retryPeriodMs * 1.2) {
-    fail("--leader-elect-renew-deadline must be greater than 1.2 × --leader-elect-retry-period");
-  }
-  if (le.leaseDurationMs <= le.renewDeadlineMs) {
-    fail("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline");
-  }
   return le;
 }
 
@@ -1150,16 +1132,14 @@ function servingOptions(p: Parsed): ServingOptions {
   };
 }
 
+function maskSize(p: Parsed, name: string): number | undefined {
+  const v = num(p, name, 0);
+  return v === 0 ? undefined : v;
+}
+
 function cidrList(p: Parsed, name: string): string[] {
   const v = str(p, name) ?? "";
   return v.trim() === "" ? [] : v.split(",").map((c) => c.trim());
-}
-
-function maskSize(p: Parsed, name: string, max: number): number | undefined {
-  const v = num(p, name, 0);
-  if (v === 0) return undefined;
-  if (v < 1 || v > max) fail(`invalid value ${v} for --${name}: expected a prefix length from 1 to ${max}`);
-  return v;
 }
 
 function ipamOptions(p: Parsed): IpamOptions {
@@ -1169,22 +1149,14 @@ function ipamOptions(p: Parsed): IpamOptions {
       `invalid value ${JSON.stringify(allocatorType)} for --cidr-allocator-type: expected RangeAllocator or CloudAllocator`,
     );
   }
-  const serviceCidrs = cidrList(p, "service-cluster-ip-range");
-  if (serviceCidrs.length > 2) fail("--service-cluster-ip-range can not contain more than two entries");
-  const single = maskSize(p, "node-cidr-mask-size", 128);
-  const v4 = maskSize(p, "node-cidr-mask-size-ipv4", 32);
-  const v6 = maskSize(p, "node-cidr-mask-size-ipv6", 128);
-  // Upstream rejects this mix for every cluster shape, so it can be refused before knowing the CIDRs.
-  if (single !== undefined && (v4 !== undefined || v6 !== undefined)) {
-    fail(
-      "--node-cidr-mask-size cannot be combined with --node-cidr-mask-size-ipv4 or --node-cidr-mask-size-ipv6",
-    );
-  }
+  const single = maskSize(p, "node-cidr-mask-size");
+  const v4 = maskSize(p, "node-cidr-mask-size-ipv4");
+  const v6 = maskSize(p, "node-cidr-mask-size-ipv6");
   return {
     allocateNodeCidrs: bool(p, "allocate-node-cidrs", false),
     allocatorType,
     clusterCidrs: cidrList(p, "cluster-cidr"),
-    serviceCidrs,
+    serviceCidrs: cidrList(p, "service-cluster-ip-range"),
     ...(single === undefined ? {} : { nodeCidrMaskSize: single }),
     ...(v4 === undefined ? {} : { nodeCidrMaskSizeIpv4: v4 }),
     ...(v6 === undefined ? {} : { nodeCidrMaskSizeIpv6: v6 }),
@@ -1217,6 +1189,16 @@ function runOptions(
   const controllers = list(p, "controllers", ["*"]);
   const resolved = resolveControllers(controllers);
   warnings.push(...resolved.warnings);
+  const ipam = ipamOptions(p);
+  // With the cluster CIDRs on the command line every IPAM flag can be checked now rather than when
+  // the controller starts; without them the check waits for Talos' pod CIDRs.
+  if (resolved.enabled.includes("node-ipam") && ipam.allocateNodeCidrs && ipam.clusterCidrs.length > 0) {
+    try {
+      resolveNodeIpamConfig(ipam);
+    } catch (cause) {
+      throw new FlagError((cause as Error).message, { cause });
+    }
+  }
   const qps = num(p, "kube-api-qps", 20);
   const burst = num(p, "kube-api-burst", 30);
   if (burst < 0) fail(`invalid value ${burst} for --kube-api-burst: must not be negative`);
@@ -1239,7 +1221,7 @@ function runOptions(
       concurrentSyncs: atLeastOne(p, "concurrent-node-syncs", 4),
       concurrentLifecycleSyncs: atLeastOne(p, "concurrent-node-lifecycle-syncs", 1),
     },
-    ipam: ipamOptions(p),
+    ipam,
     logging: loggingOptions(p),
     talos: talosEnv(env),
   };
