@@ -1,0 +1,516 @@
+// Kubernetes API access: kubeconfig and in-cluster configuration, an HTTP client on Bun's fetch that
+// really applies the kubeconfig's TLS settings, client-side rate limits, request metrics, and watch
+// streams. @kubernetes/client-node supplies the types, and the exec and auth-provider credential
+// plugins (loaded only for kubeconfigs that use them). Its own HTTP layer is not used: under Bun it
+// ignores the kubeconfig's CA and client certificate (bun-notes.md, "The TLS trap"), and loading it
+// costs ~22 MB of resident memory.
+
+import { readFileSync } from "node:fs";
+import { dirname, isAbsolute, join } from "node:path";
+import { parse as parseYaml } from "yaml";
+import { logger } from "./log.ts";
+import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+
+const log = logger("kube");
+
+/** In-cluster service-account files, as mounted by the kubelet. */
+export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/** How requests authenticate. */
+export type KubeAuth =
+  | { kind: "none" }
+  | { kind: "token"; token: string }
+  | { kind: "tokenFile"; path: string }
+  | { kind: "basic"; username: string; password: string }
+  | { kind: "plugin"; kubeconfigPath: string; context: string };
+
+/** Where the API server is and how to reach it. Certificates are PEM text. */
+export interface KubeConnection {
+  server: string;
+  ca?: string;
+  cert?: string;
+  key?: string;
+  insecureSkipVerify?: boolean;
+  serverName?: string;
+  auth: KubeAuth;
+  /** Namespace of the in-cluster service account, when running in a pod. */
+  namespace?: string;
+}
+
+/** A kubeconfig or in-cluster configuration that cannot be used. */
+export class KubeConfigError extends Error {
+  override readonly name = "KubeConfigError";
+}
+
+interface RawNamed<T> {
+  name?: string;
+  cluster?: T;
+  user?: T;
+  context?: T;
+}
+
+type Dict = Record<string, unknown>;
+
+function str(v: unknown): string | undefined {
+  return typeof v === "string" && v !== "" ? v : undefined;
+}
+
+function fromFileOrData(base: string, file: unknown, data: unknown, what: string): string | undefined {
+  const d = str(data);
+  if (d) return Buffer.from(d, "base64").toString("utf8");
+  const f = str(file);
+  if (!f) return undefined;
+  const path = isAbsolute(f) ? f : join(base, f);
+  try {
+    return readFileSync(path, "utf8");
+  } catch (cause) {
+    throw new KubeConfigError(`Cannot read ${what} ${path}: ${(cause as Error).message}`, { cause });
+  }
+}
+
+/**
+ * Parses a kubeconfig file and resolves its current context (or `context`).
+ * @throws KubeConfigError naming the file and what is wrong with it.
+ */
+export function kubeconfigFromFile(path: string, context?: string): KubeConnection {
+  let doc: Dict;
+  try {
+    doc = (parseYaml(readFileSync(path, "utf8")) ?? {}) as Dict;
+  } catch (cause) {
+    throw new KubeConfigError(`Cannot load kubeconfig ${path}: ${(cause as Error).message}`, { cause });
+  }
+  const find = <T>(list: unknown, key: "cluster" | "user" | "context", name: string): T | undefined => {
+    if (!Array.isArray(list)) return undefined;
+    const item = (list as RawNamed<T>[]).find((x) => x?.name === name);
+    return item?.[key];
+  };
+  const ctxName = context ?? str(doc["current-context"]);
+  if (!ctxName) throw new KubeConfigError(`Cannot load kubeconfig ${path}: no current-context`);
+  const ctx = find<Dict>(doc.contexts, "context", ctxName);
+  if (!ctx) throw new KubeConfigError(`Cannot load kubeconfig ${path}: context "${ctxName}" not found`);
+  const clusterName = str(ctx.cluster) ?? "";
+  const cluster = find<Dict>(doc.clusters, "cluster", clusterName);
+  if (!cluster)
+    throw new KubeConfigError(`Cannot load kubeconfig ${path}: cluster "${clusterName}" not found`);
+  const user = find<Dict>(doc.users, "user", str(ctx.user) ?? "") ?? {};
+  const server = str(cluster.server);
+  if (!server)
+    throw new KubeConfigError(`Cannot load kubeconfig ${path}: cluster "${clusterName}" has no server`);
+  const base = dirname(path);
+  const conn: KubeConnection = { server: server.replace(/\/+$/, ""), auth: { kind: "none" } };
+  const ca = fromFileOrData(
+    base,
+    cluster["certificate-authority"],
+    cluster["certificate-authority-data"],
+    "CA",
+  );
+  if (ca) conn.ca = ca;
+  if (cluster["insecure-skip-tls-verify"] === true) conn.insecureSkipVerify = true;
+  const serverName = str(cluster["tls-server-name"]);
+  if (serverName) conn.serverName = serverName;
+  const cert = fromFileOrData(
+    base,
+    user["client-certificate"],
+    user["client-certificate-data"],
+    "client certificate",
+  );
+  const key = fromFileOrData(base, user["client-key"], user["client-key-data"], "client key");
+  if (cert) conn.cert = cert;
+  if (key) conn.key = key;
+  if (Boolean(cert) !== Boolean(key)) {
+    throw new KubeConfigError(
+      `Cannot load kubeconfig ${path}: user needs both client-certificate and client-key`,
+    );
+  }
+  const token = str(user.token);
+  const tokenFile = str(user.tokenFile);
+  if (token) conn.auth = { kind: "token", token };
+  else if (tokenFile)
+    conn.auth = { kind: "tokenFile", path: isAbsolute(tokenFile) ? tokenFile : join(base, tokenFile) };
+  else if (user.exec || user["auth-provider"])
+    conn.auth = { kind: "plugin", kubeconfigPath: path, context: ctxName };
+  else if (str(user.username) && str(user.password)) {
+    conn.auth = {
+      kind: "basic",
+      username: str(user.username) as string,
+      password: str(user.password) as string,
+    };
+  }
+  return conn;
+}
+
+/**
+ * The in-cluster configuration: `KUBERNETES_SERVICE_HOST`/`_PORT`, the service-account token and CA.
+ * @throws KubeConfigError when not running in a pod.
+ */
+export function inClusterConfig(
+  env: Record<string, string | undefined> = process.env,
+  dir = SERVICE_ACCOUNT_DIR,
+): KubeConnection {
+  const host = env.KUBERNETES_SERVICE_HOST;
+  const port = env.KUBERNETES_SERVICE_PORT;
+  if (!host || !port) {
+    throw new KubeConfigError(
+      "Cannot load in-cluster configuration: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set; pass --kubeconfig",
+    );
+  }
+  const hostPart = host.includes(":") ? `[${host}]` : host;
+  let ca: string;
+  try {
+    ca = readFileSync(join(dir, "ca.crt"), "utf8");
+    readFileSync(join(dir, "token"), "utf8");
+  } catch (cause) {
+    throw new KubeConfigError(`Cannot load in-cluster configuration: ${(cause as Error).message}`, { cause });
+  }
+  const conn: KubeConnection = {
+    server: `https://${hostPart}:${port}`,
+    ca,
+    auth: { kind: "tokenFile", path: join(dir, "token") },
+  };
+  try {
+    conn.namespace = readFileSync(join(dir, "namespace"), "utf8").trim();
+  } catch {
+    // The namespace file is optional.
+  }
+  return conn;
+}
+
+/**
+ * Resolves the connection the way cloud-provider does: `--kubeconfig` (with `--master` overriding its
+ * server) or, without one, the in-cluster configuration.
+ */
+export function loadConnection(
+  opts: { kubeconfig?: string | undefined; master?: string | undefined },
+  env: Record<string, string | undefined> = process.env,
+): KubeConnection {
+  const conn = opts.kubeconfig ? kubeconfigFromFile(opts.kubeconfig) : inClusterConfig(env);
+  if (opts.master) conn.server = opts.master.replace(/\/+$/, "");
+  return conn;
+}
+
+/** A non-2xx answer of the API server, with its Status reason. */
+export class KubeError extends Error {
+  override readonly name = "KubeError";
+  constructor(
+    readonly status: number,
+    readonly reason: string,
+    message: string,
+    readonly retryAfterSeconds?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** True for a 404 answer. */
+export const isNotFound = (e: unknown): boolean => e instanceof KubeError && e.status === 404;
+/** True for a 409 answer (conflict or already exists). */
+export const isConflict = (e: unknown): boolean => e instanceof KubeError && e.status === 409;
+/** True for a 410 answer: the watch's resourceVersion is too old. */
+export const isGone = (e: unknown): boolean => e instanceof KubeError && e.status === 410;
+
+export const PATCH = {
+  merge: "application/merge-patch+json",
+  strategic: "application/strategic-merge-patch+json",
+  json: "application/json-patch+json",
+} as const;
+
+export interface RequestOptions {
+  body?: unknown;
+  contentType?: string;
+  query?: Record<string, string | number | boolean | undefined>;
+  signal?: AbortSignal;
+}
+
+/** One event of a watch stream. */
+export interface WatchEvent<T> {
+  type: "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR";
+  object: T;
+}
+
+/** A token bucket: `qps` tokens per second, at most `burst` saved up. */
+class RateLimiter {
+  #tokens: number;
+  #last = performance.now();
+  #queue = Promise.resolve();
+  constructor(
+    readonly qps: number,
+    readonly burst: number,
+  ) {
+    this.#tokens = burst;
+  }
+  /** Resolves when a request may go out. Waiters are served in order. */
+  take(): Promise<void> {
+    if (this.qps <= 0) return Promise.resolve();
+    const turn = this.#queue.then(async () => {
+      const now = performance.now();
+      this.#tokens = Math.min(this.burst, this.#tokens + ((now - this.#last) / 1000) * this.qps);
+      this.#last = now;
+      if (this.#tokens < 1) {
+        await Bun.sleep(((1 - this.#tokens) / this.qps) * 1000);
+        this.#tokens = 1;
+        this.#last = performance.now();
+      }
+      this.#tokens -= 1;
+    });
+    this.#queue = turn;
+    return turn;
+  }
+}
+
+export interface KubeClientOptions {
+  qps?: number;
+  burst?: number;
+  userAgent?: string;
+  registry?: Registry;
+  /** Attempts for answers 429 and 5xx carrying Retry-After (client-go retries these too). */
+  maxRetries?: number;
+}
+
+const TOKEN_FILE_TTL_MS = 60_000;
+
+/**
+ * A Kubernetes API client over Bun's fetch. One connection pool per client; TLS is verified against
+ * the kubeconfig's CA (or the system roots) with the client certificate when one is configured.
+ */
+export class KubeClient {
+  readonly server: string;
+  readonly #session: Bun.FetchSession;
+  readonly #conn: KubeConnection;
+  readonly #limiter: RateLimiter;
+  readonly #userAgent: string;
+  readonly #maxRetries: number;
+  readonly #requests;
+  readonly #latency;
+  readonly #host: string;
+  #token?: { value: string; read: number };
+  #plugin?: Promise<(headers: Record<string, string>) => Promise<void>>;
+
+  constructor(conn: KubeConnection, opts: KubeClientOptions = {}) {
+    if (!/^https?:\/\//.test(conn.server)) {
+      throw new KubeConfigError(`Cannot use API server address ${conn.server}: expected https://host[:port]`);
+    }
+    this.#conn = conn;
+    this.server = conn.server;
+    this.#host = new URL(conn.server).host;
+    const tls: Record<string, unknown> = {};
+    if (conn.ca) tls.ca = conn.ca;
+    if (conn.cert) tls.cert = conn.cert;
+    if (conn.key) tls.key = conn.key;
+    if (conn.insecureSkipVerify) tls.rejectUnauthorized = false;
+    if (conn.serverName) tls.serverName = conn.serverName;
+    this.#session = new Bun.FetchSession({ tls, keepAlive: { idleTimeout: 90 } });
+    this.#limiter = new RateLimiter(opts.qps ?? 20, Math.max(1, opts.burst ?? 30));
+    this.#userAgent = opts.userAgent ?? "talos-cloud-controller-manager";
+    this.#maxRetries = opts.maxRetries ?? 5;
+    const reg = opts.registry ?? defaultRegistry;
+    this.#requests = reg.counter(
+      "rest_client_requests_total",
+      "Number of HTTP requests, partitioned by status code, method, and host.",
+      ["code", "host", "method"],
+    );
+    this.#latency = reg.histogram(
+      "rest_client_request_duration_seconds",
+      "Request latency in seconds. Broken down by verb, and host.",
+      ["host", "verb"],
+      [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
+    );
+  }
+
+  /** The namespace of the in-cluster service account, if any. */
+  get namespace(): string | undefined {
+    return this.#conn.namespace;
+  }
+
+  async #authHeaders(headers: Record<string, string>): Promise<void> {
+    const auth = this.#conn.auth;
+    switch (auth.kind) {
+      case "token":
+        headers.authorization = `Bearer ${auth.token}`;
+        return;
+      case "tokenFile": {
+        // Projected service-account tokens rotate; re-read the file like client-go does.
+        const now = Date.now();
+        if (!this.#token || now - this.#token.read > TOKEN_FILE_TTL_MS) {
+          const value = readFileSync(auth.path, "utf8").trim();
+          this.#token = { value, read: now };
+        }
+        headers.authorization = `Bearer ${this.#token.value}`;
+        return;
+      }
+      case "basic":
+        headers.authorization = `Basic ${Buffer.from(`${auth.username}:${auth.password}`).toString("base64")}`;
+        return;
+      case "plugin":
+        this.#plugin ??= loadCredentialPlugin(auth.kubeconfigPath, auth.context);
+        await (await this.#plugin)(headers);
+        return;
+      case "none":
+        return;
+    }
+  }
+
+  #url(path: string, query?: RequestOptions["query"]): string {
+    let url = this.server + path;
+    if (query) {
+      const qs = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) if (v !== undefined) qs.set(k, String(v));
+      const s = qs.toString();
+      if (s) url += (url.includes("?") ? "&" : "?") + s;
+    }
+    return url;
+  }
+
+  async #send(method: string, path: string, opts: RequestOptions, accept: string): Promise<Response> {
+    const headers: Record<string, string> = { accept, "user-agent": this.#userAgent };
+    await this.#authHeaders(headers);
+    let body: string | undefined;
+    if (opts.body !== undefined) {
+      headers["content-type"] = opts.contentType ?? "application/json";
+      body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
+    }
+    const init: BunFetchRequestInit = { method, headers };
+    if (body !== undefined) init.body = body;
+    if (opts.signal) init.signal = opts.signal;
+    return this.#session.fetch(this.#url(path, opts.query), init);
+  }
+
+  /**
+   * Sends one request and returns the decoded JSON answer.
+   * @throws KubeError for non-2xx answers (after retrying 429/5xx answers that carry Retry-After).
+   */
+  async request<T = unknown>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      await this.#limiter.take();
+      const done = this.#latency.startTimer({ host: this.#host, verb: method });
+      let res: Response;
+      try {
+        res = await this.#send(method, path, opts, "application/json");
+      } catch (err) {
+        done();
+        this.#requests.inc({ code: "<error>", host: this.#host, method });
+        throw err;
+      }
+      const text = await res.text();
+      done();
+      this.#requests.inc({ code: String(res.status), host: this.#host, method });
+      if (res.ok) return (text ? JSON.parse(text) : undefined) as T;
+      const err = toKubeError(res, text);
+      const retryable = res.status === 429 || (res.status >= 500 && err.retryAfterSeconds !== undefined);
+      if (!retryable || attempt >= this.#maxRetries || opts.signal?.aborted) throw err;
+      const delaySeconds = Math.min(err.retryAfterSeconds ?? 1, 30);
+      log.v(4).info("Retrying after server asked to", { method, path, status: res.status, delaySeconds });
+      await Bun.sleep(delaySeconds * 1000 * (0.8 + Math.random() * 0.4));
+    }
+  }
+
+  get<T>(path: string, opts?: RequestOptions): Promise<T> {
+    return this.request<T>("GET", path, opts);
+  }
+  create<T>(path: string, body: unknown, opts: RequestOptions = {}): Promise<T> {
+    return this.request<T>("POST", path, { ...opts, body });
+  }
+  update<T>(path: string, body: unknown, opts: RequestOptions = {}): Promise<T> {
+    return this.request<T>("PUT", path, { ...opts, body });
+  }
+  /** Patches with `type` (a {@link PATCH} content type, merge by default). */
+  patch<T>(path: string, body: unknown, type: string = PATCH.merge, opts: RequestOptions = {}): Promise<T> {
+    return this.request<T>("PATCH", path, { ...opts, body, contentType: type });
+  }
+  delete<T>(path: string, opts: RequestOptions = {}): Promise<T> {
+    return this.request<T>("DELETE", path, opts);
+  }
+
+  /**
+   * Opens a watch on a collection and yields its events until the server ends the stream or `signal`
+   * aborts. An ERROR event with a 410 Status is thrown as a KubeError so the caller re-lists.
+   */
+  async *watch<T>(
+    path: string,
+    opts: {
+      resourceVersion?: string;
+      timeoutSeconds?: number;
+      signal?: AbortSignal;
+      query?: RequestOptions["query"];
+    },
+  ): AsyncGenerator<WatchEvent<T>> {
+    await this.#limiter.take();
+    const query: RequestOptions["query"] = {
+      ...opts.query,
+      watch: 1,
+      allowWatchBookmarks: true,
+      resourceVersion: opts.resourceVersion,
+      timeoutSeconds: opts.timeoutSeconds,
+    };
+    const reqOpts: RequestOptions = { query };
+    if (opts.signal) reqOpts.signal = opts.signal;
+    const res = await this.#send("GET", path, reqOpts, "application/json");
+    this.#requests.inc({ code: String(res.status), host: this.#host, method: "WATCH" });
+    if (!res.ok || !res.body) throw toKubeError(res, await res.text());
+    const decoder = new TextDecoder();
+    let buf = "";
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true });
+        let nl = buf.indexOf("\n");
+        while (nl >= 0) {
+          const line = buf.slice(0, nl).trim();
+          buf = buf.slice(nl + 1);
+          nl = buf.indexOf("\n");
+          if (!line) continue;
+          const ev = JSON.parse(line) as WatchEvent<T>;
+          if (ev.type === "ERROR") {
+            const st = ev.object as { code?: number; reason?: string; message?: string };
+            throw new KubeError(st.code ?? 500, st.reason ?? "Unknown", st.message ?? "watch error");
+          }
+          yield ev;
+        }
+      }
+    } catch (err) {
+      if (opts.signal?.aborted) return;
+      throw err;
+    }
+  }
+
+  /** Closes idle pooled connections. */
+  close(): void {
+    this.#session.close();
+  }
+}
+
+function toKubeError(res: Response, text: string): KubeError {
+  let reason = res.statusText || "Unknown";
+  let message = text.slice(0, 500);
+  try {
+    const st = JSON.parse(text) as { reason?: string; message?: string };
+    if (st.reason) reason = st.reason;
+    if (st.message) message = st.message;
+  } catch {
+    // Not a Status object; keep the raw text.
+  }
+  const retryAfter = Number(res.headers.get("retry-after"));
+  return new KubeError(
+    res.status,
+    reason,
+    `${res.status} ${reason}: ${message}`,
+    Number.isFinite(retryAfter) && res.headers.has("retry-after") ? retryAfter : undefined,
+  );
+}
+
+/**
+ * Loads @kubernetes/client-node for a kubeconfig user with an `exec` or `auth-provider` plugin and
+ * returns a function that adds the plugin's credentials to request headers.
+ */
+async function loadCredentialPlugin(
+  path: string,
+  context: string,
+): Promise<(headers: Record<string, string>) => Promise<void>> {
+  const { KubeConfig } = await import("@kubernetes/client-node");
+  const kc = new KubeConfig();
+  kc.loadFromFile(path);
+  kc.setCurrentContext(context);
+  return async (headers) => {
+    const opts: { headers?: Record<string, string> } = {};
+    await kc.applyToHTTPSOptions(opts as never);
+    for (const [k, v] of Object.entries(opts.headers ?? {})) headers[k.toLowerCase()] = String(v);
+  };
+}
