@@ -1,0 +1,264 @@
+// Shared informers: list, then watch from the list's resourceVersion, re-list when the server says the
+// version is gone, reconnect with backoff after any other failure, and fan events out to handlers.
+// The Node informer keeps a lean copy of each Node (what the controllers read, not images, managed
+// fields or capacity), so thousands of nodes cost little memory.
+
+import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
+import { isGone, type KubeClient } from "./kube.ts";
+import { type Logger, logger } from "./log.ts";
+
+/** The fields every cached object has. */
+export interface CachedMeta {
+  metadata: { name: string; resourceVersion?: string; uid?: string };
+}
+
+/** Callbacks of an informer; updates carry the previous cached object. */
+export interface Handlers<T> {
+  onAdd?(obj: T): void;
+  onUpdate?(old: T, obj: T): void;
+  onDelete?(obj: T): void;
+}
+
+export interface InformerOptions<T> {
+  /** Collection path, e.g. `/api/v1/nodes`. */
+  path: string;
+  /** Reduces a raw API object to what is kept in the cache. */
+  transform: (raw: unknown) => T;
+  fieldSelector?: string;
+  labelSelector?: string;
+  /** Page size of the initial list. */
+  pageSize?: number;
+  /** Server-side watch timeout; the watch is re-opened after it. */
+  watchTimeoutSeconds?: number;
+  log?: Logger;
+}
+
+interface ListResponse {
+  metadata: { resourceVersion: string; continue?: string };
+  items: unknown[];
+}
+
+/** A list+watch cache of one collection. */
+export class Informer<T extends CachedMeta> {
+  readonly #client: KubeClient;
+  readonly #opts: InformerOptions<T>;
+  readonly #store = new Map<string, T>();
+  readonly #handlers: Handlers<T>[] = [];
+  readonly #log: Logger;
+  readonly #abort = new AbortController();
+  #resourceVersion = "";
+  #synced = false;
+  #syncWaiters: Array<() => void> = [];
+  #running?: Promise<void>;
+
+  constructor(client: KubeClient, opts: InformerOptions<T>) {
+    this.#client = client;
+    this.#opts = opts;
+    this.#log = opts.log ?? logger("informer").with({ path: opts.path });
+  }
+
+  /** Adds handlers; objects already cached are delivered as adds. */
+  addHandlers(h: Handlers<T>): void {
+    this.#handlers.push(h);
+    if (this.#synced) for (const obj of this.#store.values()) h.onAdd?.(obj);
+  }
+
+  /** The cached object named `name`. */
+  get(name: string): T | undefined {
+    return this.#store.get(name);
+  }
+
+  /** Every cached object. */
+  list(): T[] {
+    return [...this.#store.values()];
+  }
+
+  get size(): number {
+    return this.#store.size;
+  }
+
+  get hasSynced(): boolean {
+    return this.#synced;
+  }
+
+  /** Resolves once the first list has been stored and delivered. */
+  waitForSync(): Promise<void> {
+    if (this.#synced) return Promise.resolve();
+    return new Promise((resolve) => this.#syncWaiters.push(resolve));
+  }
+
+  /** Starts list+watch in the background (idempotent). */
+  start(): void {
+    this.#running ??= this.#run();
+  }
+
+  /** Stops the watch. */
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    await this.#running;
+  }
+
+  #emit(kind: "add" | "update" | "delete", obj: T, old?: T): void {
+    for (const h of this.#handlers) {
+      try {
+        if (kind === "add") h.onAdd?.(obj);
+        else if (kind === "update") h.onUpdate?.(old as T, obj);
+        else h.onDelete?.(obj);
+      } catch (err) {
+        this.#log.error("Event handler failed", err, { name: obj.metadata.name });
+      }
+    }
+  }
+
+  async #list(): Promise<void> {
+    const seen = new Set<string>();
+    let cont: string | undefined;
+    let rv = "";
+    do {
+      const page = await this.#client.get<ListResponse>(this.#opts.path, {
+        query: {
+          limit: this.#opts.pageSize ?? 500,
+          continue: cont,
+          fieldSelector: this.#opts.fieldSelector,
+          labelSelector: this.#opts.labelSelector,
+        },
+        signal: this.#abort.signal,
+      });
+      for (const raw of page.items) {
+        const obj = this.#opts.transform(raw);
+        const name = obj.metadata.name;
+        seen.add(name);
+        const old = this.#store.get(name);
+        this.#store.set(name, obj);
+        if (this.#synced || this.#handlers.length) this.#emit(old ? "update" : "add", obj, old);
+      }
+      cont = page.metadata.continue || undefined;
+      rv = page.metadata.resourceVersion;
+    } while (cont);
+    for (const [name, obj] of this.#store) {
+      if (!seen.has(name)) {
+        this.#store.delete(name);
+        this.#emit("delete", obj);
+      }
+    }
+    this.#resourceVersion = rv;
+    if (!this.#synced) {
+      this.#synced = true;
+      for (const w of this.#syncWaiters.splice(0)) w();
+    }
+  }
+
+  async #run(): Promise<void> {
+    let failures = 0;
+    let needList = true;
+    while (!this.#abort.signal.aborted) {
+      try {
+        if (needList) {
+          await this.#list();
+          needList = false;
+        }
+        const stream = this.#client.watch<unknown>(this.#opts.path, {
+          resourceVersion: this.#resourceVersion,
+          timeoutSeconds: this.#opts.watchTimeoutSeconds ?? 300 + Math.floor(Math.random() * 300),
+          signal: this.#abort.signal,
+          query: { fieldSelector: this.#opts.fieldSelector, labelSelector: this.#opts.labelSelector },
+        });
+        for await (const ev of stream) {
+          failures = 0;
+          if (ev.type === "BOOKMARK") {
+            const rv = (ev.object as CachedMeta).metadata.resourceVersion;
+            if (rv) this.#resourceVersion = rv;
+            continue;
+          }
+          const obj = this.#opts.transform(ev.object);
+          const name = obj.metadata.name;
+          if (obj.metadata.resourceVersion) this.#resourceVersion = obj.metadata.resourceVersion;
+          const old = this.#store.get(name);
+          if (ev.type === "DELETED") {
+            this.#store.delete(name);
+            this.#emit("delete", old ?? obj);
+          } else {
+            this.#store.set(name, obj);
+            this.#emit(old ? "update" : "add", obj, old);
+          }
+        }
+      } catch (err) {
+        if (this.#abort.signal.aborted) return;
+        if (isGone(err)) {
+          this.#log.v(2).info("Watch version too old, re-listing");
+          needList = true;
+          continue;
+        }
+        failures++;
+        const delay = Math.min(30_000, 250 * 2 ** Math.min(failures, 7)) * (0.5 + Math.random() / 2);
+        this.#log.v(failures > 3 ? 0 : 2).info("Watch failed, retrying", {
+          err: (err as Error).message,
+          delayMs: Math.round(delay),
+        });
+        if (failures > 3) needList = true;
+        await Bun.sleep(delay);
+      }
+    }
+  }
+}
+
+/** The part of a Node the controllers read. */
+export interface LeanNode extends CachedMeta {
+  metadata: {
+    name: string;
+    uid: string;
+    resourceVersion: string;
+    creationTimestamp: string;
+    labels: Record<string, string>;
+    annotations: Record<string, string>;
+    deletionTimestamp?: string;
+  };
+  spec: {
+    providerID?: string;
+    podCIDR?: string;
+    podCIDRs?: string[];
+    taints: V1Taint[];
+  };
+  status: {
+    addresses: V1NodeAddress[];
+    /** The Ready condition: "True", "False" or "Unknown" ("Unknown" when absent). */
+    ready: string;
+    readyTransition?: string;
+  };
+}
+
+/** Annotations too large to be worth keeping in memory. */
+const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configuration"]);
+
+/** Reduces a Node to a {@link LeanNode}. */
+export function leanNode(raw: unknown): LeanNode {
+  const n = raw as V1Node;
+  const md = n.metadata ?? {};
+  const annotations: Record<string, string> = {};
+  for (const [k, v] of Object.entries(md.annotations ?? {}))
+    if (!DROPPED_ANNOTATIONS.has(k)) annotations[k] = v;
+  const ready = n.status?.conditions?.find((c) => c.type === "Ready");
+  const lean: LeanNode = {
+    metadata: {
+      name: md.name ?? "",
+      uid: md.uid ?? "",
+      resourceVersion: md.resourceVersion ?? "",
+      creationTimestamp: String(md.creationTimestamp ?? ""),
+      labels: md.labels ?? {},
+      annotations,
+    },
+    spec: { taints: n.spec?.taints ?? [] },
+    status: { addresses: n.status?.addresses ?? [], ready: ready?.status ?? "Unknown" },
+  };
+  if (md.deletionTimestamp) lean.metadata.deletionTimestamp = String(md.deletionTimestamp);
+  if (n.spec?.providerID) lean.spec.providerID = n.spec.providerID;
+  if (n.spec?.podCIDR) lean.spec.podCIDR = n.spec.podCIDR;
+  if (n.spec?.podCIDRs?.length) lean.spec.podCIDRs = n.spec.podCIDRs;
+  if (ready?.lastTransitionTime) lean.status.readyTransition = String(ready.lastTransitionTime);
+  return lean;
+}
+
+/** The shared Node informer. */
+export function nodeInformer(client: KubeClient): Informer<LeanNode> {
+  return new Informer(client, { path: "/api/v1/nodes", transform: leanNode, log: logger("node-informer") });
+}
