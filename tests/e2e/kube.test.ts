@@ -1,0 +1,219 @@
+// lib/kube.ts against a real kube-apiserver over TLS: client certificates, bearer tokens, kubeconfig
+// and in-cluster loading, a wrong CA refused, watches, and the compiled binary connecting through
+// --kubeconfig. Also checks the kubelet simulator's CSRs carry the requester the API server stamps.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { V1CertificateSigningRequest, V1Node, V1NodeList } from "@kubernetes/client-node";
+import {
+  inClusterConfig,
+  isNotFound,
+  KubeClient,
+  KubeError,
+  kubeconfigFromFile,
+  loadConnection,
+  PATCH,
+} from "../../lib/kube.ts";
+import { TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
+import { SimulatedKubelet } from "../support/kubelet.ts";
+import { createCA } from "../support/pki.ts";
+import { ccmBinary } from "../support/process.ts";
+
+let cluster: TestCluster;
+let kubelet: SimulatedKubelet;
+
+beforeAll(async () => {
+  cluster = await TestCluster.start();
+  kubelet = await SimulatedKubelet.register(cluster, {
+    name: "kube-test-node",
+    ips: ["10.5.0.2"],
+    heartbeatMs: 0,
+  });
+});
+
+afterAll(async () => {
+  kubelet?.close();
+  await cluster?.stop();
+});
+
+describe("KubeClient", () => {
+  test("lists Nodes over TLS with a client certificate", async () => {
+    const list = await cluster.adminClient.get<V1NodeList>("/api/v1/nodes");
+    expect(list.items.map((n) => n.metadata?.name)).toContain("kube-test-node");
+  });
+
+  test("lists Nodes with a service-account bearer token bound by RBAC", async () => {
+    const conn = await cluster.serviceAccountConnection("kube-system", "node-reader");
+    const client = new KubeClient(conn);
+    await expect(client.get("/api/v1/nodes")).rejects.toMatchObject({ status: 403 });
+    await cluster.apply([
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRole",
+        metadata: { name: "node-reader" },
+        rules: [{ apiGroups: [""], resources: ["nodes"], verbs: ["list"] }],
+      } as never,
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRoleBinding",
+        metadata: { name: "node-reader" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "node-reader" },
+        subjects: [{ kind: "ServiceAccount", name: "node-reader", namespace: "kube-system" }],
+      } as never,
+    ]);
+    await waitFor(
+      async () => (await client.get<V1NodeList>("/api/v1/nodes").catch(() => undefined)) !== undefined,
+      10_000,
+    );
+    const list = await client.get<V1NodeList>("/api/v1/nodes");
+    expect(list.items.length).toBeGreaterThan(0);
+    client.close();
+  });
+
+  test("refuses a server whose certificate is not signed by the configured CA", async () => {
+    const other = await createCA("some-other-ca");
+    const client = new KubeClient({ ...cluster.admin, ca: other.cert });
+    const err = await client.get("/api/v1/nodes").catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(err).not.toBeInstanceOf(KubeError);
+    expect(String((err as Error).message).toLowerCase()).toMatch(/certificate|self.signed|verify/);
+    client.close();
+  });
+
+  test("is refused (401) with a client certificate from another CA", async () => {
+    const other = await createCA("rogue-client-ca");
+    const leaf = await other.issue({ cn: "test-admin", o: ["system:masters"], usage: "client" });
+    const client = new KubeClient({ ...cluster.admin, cert: leaf.cert, key: leaf.key });
+    await expect(client.get("/api/v1/nodes")).rejects.toMatchObject({ status: 401 });
+    client.close();
+  });
+
+  test("maps API errors to KubeError with status and reason", async () => {
+    const err = await cluster.adminClient.get("/api/v1/nodes/does-not-exist").catch((e: unknown) => e);
+    expect(isNotFound(err)).toBe(true);
+    expect((err as KubeError).reason).toBe("NotFound");
+  });
+
+  test("watch() streams ADDED and MODIFIED events from a resourceVersion", async () => {
+    const list = await cluster.adminClient.get<V1NodeList>("/api/v1/nodes");
+    const ac = new AbortController();
+    const seen: string[] = [];
+    const reader = (async () => {
+      for await (const ev of cluster.adminClient.watch<V1Node>("/api/v1/nodes", {
+        resourceVersion: list.metadata?.resourceVersion as string,
+        signal: ac.signal,
+      })) {
+        if (ev.type === "BOOKMARK") continue;
+        seen.push(
+          `${ev.type}:${ev.object.metadata?.name}:${ev.object.metadata?.labels?.["watch-test"] ?? ""}`,
+        );
+        if (seen.length >= 1) ac.abort();
+      }
+    })();
+    await cluster.adminClient.patch(
+      "/api/v1/nodes/kube-test-node",
+      { metadata: { labels: { "watch-test": "x" } } },
+      PATCH.merge,
+    );
+    await reader;
+    expect(seen).toEqual(["MODIFIED:kube-test-node:x"]);
+  });
+});
+
+describe("configuration loading", () => {
+  test("kubeconfigFromFile() reads inline data, the current context and a token", () => {
+    const path = join(cluster.dir, "token.kubeconfig");
+    writeKubeconfig(path, {
+      server: cluster.url,
+      ca: cluster.admin.ca as string,
+      auth: { kind: "token", token: "abc" },
+    });
+    const conn = kubeconfigFromFile(path);
+    expect(conn.server).toBe(cluster.url);
+    expect(conn.ca).toBe(cluster.admin.ca as string);
+    expect(conn.auth).toEqual({ kind: "token", token: "abc" });
+  });
+
+  test("kubeconfigFromFile() names the file when it is broken", () => {
+    const path = join(cluster.dir, "broken.kubeconfig");
+    writeFileSync(path, "current-context: nope\ncontexts: []\n");
+    expect(() => kubeconfigFromFile(path)).toThrow(
+      `Cannot load kubeconfig ${path}: context "nope" not found`,
+    );
+  });
+
+  test("inClusterConfig() uses KUBERNETES_SERVICE_HOST/PORT, the token file and the CA", async () => {
+    const dir = join(cluster.dir, "sa");
+    mkdirSync(dir, { recursive: true });
+    const sa = await cluster.serviceAccountConnection("kube-system", "in-cluster");
+    writeFileSync(join(dir, "token"), (sa.auth as { token: string }).token);
+    writeFileSync(join(dir, "ca.crt"), cluster.admin.ca as string);
+    writeFileSync(join(dir, "namespace"), "kube-system\n");
+    const port = new URL(cluster.url).port;
+    const conn = inClusterConfig(
+      { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: port },
+      dir,
+    );
+    expect(conn.namespace).toBe("kube-system");
+    const client = new KubeClient(conn);
+    // Authenticated as the service account: RBAC forbids, which proves the token was sent and accepted.
+    const err = await client.get("/api/v1/secrets").catch((e: unknown) => e);
+    expect((err as KubeError).status).toBe(403);
+    expect((err as KubeError).message).toContain("system:serviceaccount:kube-system:in-cluster");
+    client.close();
+  });
+
+  test("loadConnection() without --kubeconfig outside a pod says what to do", () => {
+    expect(() => loadConnection({}, {})).toThrow(/KUBERNETES_SERVICE_HOST.*--kubeconfig/);
+  });
+});
+
+describe("simulated kubelet", () => {
+  test("registers a tainted Node with the provided-node-ip annotation", async () => {
+    const node = await kubelet.node();
+    expect(node.spec?.taints).toEqual([
+      { key: "node.cloudprovider.kubernetes.io/uninitialized", value: "true", effect: "NoSchedule" },
+    ]);
+    expect(node.metadata?.annotations?.["alpha.kubernetes.io/provided-node-ip"]).toBe("10.5.0.2");
+    expect(node.status?.conditions?.find((c) => c.type === "Ready")?.status).toBe("True");
+  });
+
+  test("its serving CSR carries the requester stamped by the API server", async () => {
+    const csr = await kubelet.submitServingCSR();
+    const stored = await cluster.adminClient.get<V1CertificateSigningRequest>(
+      `/apis/certificates.k8s.io/v1/certificatesigningrequests/${csr.metadata?.name}`,
+    );
+    expect(stored.spec.username).toBe("system:node:kube-test-node");
+    expect(stored.spec.groups).toContain("system:nodes");
+    expect(stored.spec.signerName).toBe("kubernetes.io/kubelet-serving");
+  });
+
+  test("cannot modify another node (Node authorizer + NodeRestriction are on)", async () => {
+    const err = await kubelet.client
+      .patch("/api/v1/nodes/someone-else", { metadata: { labels: { x: "y" } } })
+      .catch((e: unknown) => e);
+    expect((err as KubeError).status).toBe(403);
+  });
+});
+
+describe("compiled binary", () => {
+  test("connects through --kubeconfig and logs the server version", async () => {
+    const proc = Bun.spawn([ccmBinary(), `--kubeconfig=${cluster.adminKubeconfig}`, "--v=2"], {
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const deadline = setTimeout(() => proc.kill(), 20_000);
+    let stderr = "";
+    const reader = proc.stderr.getReader();
+    while (!/Connected to the Kubernetes API server/.test(stderr)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      stderr += new TextDecoder().decode(value);
+    }
+    proc.kill();
+    clearTimeout(deadline);
+    await proc.exited;
+    expect(stderr).toMatch(/"Connected to the Kubernetes API server".*version="v1\.35\.4"/);
+  });
+});

@@ -1,0 +1,339 @@
+// A real Kubernetes control plane for tests: etcd and kube-apiserver started on loopback with free
+// ports and a temp dir, TLS from a CA made here, Node,RBAC authorization, client-certificate and
+// service-account-token authentication. Binaries come from KUBE_APISERVER/ETCD (tests/run.ts sets
+// them from tests/support/testbed-bins.sh) or KUBEBUILDER_ASSETS; without them start() fails loudly.
+
+import { generateKeyPairSync } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type Subprocess, spawn } from "bun";
+import { KubeClient, type KubeConnection } from "../../lib/kube.ts";
+import { type CA, createCA } from "./pki.ts";
+
+/** Paths of the kube-apiserver and etcd binaries, or an error saying how to get them. */
+export function testbedBinaries(): { apiserver: string; etcd: string } {
+  const assets = process.env.KUBEBUILDER_ASSETS;
+  const apiserver = process.env.KUBE_APISERVER ?? (assets ? join(assets, "kube-apiserver") : "");
+  const etcd = process.env.ETCD ?? (assets ? join(assets, "etcd") : "");
+  if (!apiserver || !etcd || !existsSync(apiserver) || !existsSync(etcd)) {
+    throw new Error(
+      "Cannot start the test bed: kube-apiserver/etcd not found. Run the suite with `npm test` (it builds " +
+        "them with tests/support/testbed-bins.sh), or set KUBEBUILDER_ASSETS or KUBE_APISERVER and ETCD.",
+    );
+  }
+  return { apiserver, etcd };
+}
+
+/** A free TCP port on 127.0.0.1. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const live = new Set<Subprocess>();
+process.once("exit", () => {
+  for (const p of live) p.kill("SIGKILL");
+});
+
+function tail(path: string, lines = 30): string {
+  try {
+    return readFileSync(path, "utf8").split("\n").slice(-lines).join("\n");
+  } catch {
+    return "(no log)";
+  }
+}
+
+/** Writes a kubeconfig file for `conn` (client certificate or token) and returns its path. */
+export function writeKubeconfig(path: string, conn: KubeConnection): string {
+  const b64 = (s: string) => Buffer.from(s).toString("base64");
+  const user: Record<string, string> = {};
+  if (conn.cert && conn.key) {
+    user["client-certificate-data"] = b64(conn.cert);
+    user["client-key-data"] = b64(conn.key);
+  }
+  if (conn.auth.kind === "token") user.token = conn.auth.token;
+  const cluster: Record<string, string> = { server: conn.server };
+  if (conn.ca) cluster["certificate-authority-data"] = b64(conn.ca);
+  const doc = {
+    apiVersion: "v1",
+    kind: "Config",
+    "current-context": "test",
+    clusters: [{ name: "test", cluster }],
+    users: [{ name: "test", user }],
+    contexts: [{ name: "test", context: { cluster: "test", user: "test" } }],
+  };
+  writeFileSync(path, JSON.stringify(doc, null, 2));
+  return path;
+}
+
+export interface ClusterOptions {
+  /** Extra kube-apiserver flags, e.g. `--max-requests-inflight=10`. */
+  apiserverArgs?: string[];
+}
+
+/** etcd + kube-apiserver, started by {@link TestCluster.start}. */
+export class TestCluster {
+  readonly dir: string;
+  readonly ca: CA;
+  readonly url: string;
+  readonly admin: KubeConnection;
+  readonly adminClient: KubeClient;
+  readonly #opts: ClusterOptions;
+  readonly #ports: { etcd: number; peer: number; apiserver: number };
+  #etcd?: Subprocess;
+  #apiserver?: Subprocess;
+
+  private constructor(
+    dir: string,
+    ca: CA,
+    admin: KubeConnection,
+    ports: { etcd: number; peer: number; apiserver: number },
+    opts: ClusterOptions,
+  ) {
+    this.dir = dir;
+    this.ca = ca;
+    this.url = admin.server;
+    this.admin = admin;
+    this.adminClient = new KubeClient(admin, { qps: 0 });
+    this.#ports = ports;
+    this.#opts = opts;
+  }
+
+  /** Starts etcd and kube-apiserver and waits until /readyz answers 200. */
+  static async start(opts: ClusterOptions = {}): Promise<TestCluster> {
+    testbedBinaries();
+    const dir = mkdtempSync(join(tmpdir(), "talos-ccm-cluster-"));
+    const ca = await createCA("test-kubernetes-ca");
+    const ports = { etcd: await freePort(), peer: await freePort(), apiserver: await freePort() };
+    const serving = await ca.issue({
+      cn: "kube-apiserver",
+      usage: "server",
+      dns: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+      ips: ["127.0.0.1", "10.96.0.1"],
+    });
+    writeFileSync(join(dir, "ca.crt"), ca.cert);
+    writeFileSync(join(dir, "apiserver.crt"), serving.cert);
+    writeFileSync(join(dir, "apiserver.key"), serving.key);
+    const sa = generateKeyPairSync("ec", { namedCurve: "prime256v1" });
+    writeFileSync(join(dir, "sa.key"), sa.privateKey.export({ type: "pkcs8", format: "pem" }));
+    writeFileSync(join(dir, "sa.pub"), sa.publicKey.export({ type: "spki", format: "pem" }));
+    const adminCert = await ca.issue({ cn: "test-admin", o: ["system:masters"], usage: "client" });
+    const admin: KubeConnection = {
+      server: `https://127.0.0.1:${ports.apiserver}`,
+      ca: ca.cert,
+      cert: adminCert.cert,
+      key: adminCert.key,
+      auth: { kind: "none" },
+    };
+    writeKubeconfig(join(dir, "admin.kubeconfig"), admin);
+    const cluster = new TestCluster(dir, ca, admin, ports, opts);
+    try {
+      await cluster.#startEtcd();
+      await cluster.startApiserver();
+    } catch (err) {
+      await cluster.stop();
+      throw err;
+    }
+    return cluster;
+  }
+
+  /** Path of a kubeconfig for the admin user (system:masters). */
+  get adminKubeconfig(): string {
+    return join(this.dir, "admin.kubeconfig");
+  }
+
+  async #startEtcd(): Promise<void> {
+    const { etcd } = testbedBinaries();
+    const log = join(this.dir, "etcd.log");
+    const client = `http://127.0.0.1:${this.#ports.etcd}`;
+    const peer = `http://127.0.0.1:${this.#ports.peer}`;
+    this.#etcd = spawn(
+      [
+        etcd,
+        "--name=test",
+        `--data-dir=${join(this.dir, "etcd")}`,
+        `--listen-client-urls=${client}`,
+        `--advertise-client-urls=${client}`,
+        `--listen-peer-urls=${peer}`,
+        `--initial-advertise-peer-urls=${peer}`,
+        `--initial-cluster=test=${peer}`,
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+      ],
+      { stdout: Bun.file(log), stderr: Bun.file(log) },
+    );
+    live.add(this.#etcd);
+    await waitFor(
+      async () => (await fetch(`${client}/health`)).ok,
+      30_000,
+      () => `etcd did not start:\n${tail(log)}`,
+    );
+  }
+
+  /** Starts (or restarts, after {@link stopApiserver}) kube-apiserver on the same port and certificates. */
+  async startApiserver(): Promise<void> {
+    const { apiserver } = testbedBinaries();
+    const d = this.dir;
+    const log = join(d, "apiserver.log");
+    this.#apiserver = spawn(
+      [
+        apiserver,
+        `--etcd-servers=http://127.0.0.1:${this.#ports.etcd}`,
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        `--secure-port=${this.#ports.apiserver}`,
+        `--cert-dir=${d}`,
+        `--tls-cert-file=${join(d, "apiserver.crt")}`,
+        `--tls-private-key-file=${join(d, "apiserver.key")}`,
+        `--client-ca-file=${join(d, "ca.crt")}`,
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        `--service-account-key-file=${join(d, "sa.pub")}`,
+        `--service-account-signing-key-file=${join(d, "sa.key")}`,
+        "--service-cluster-ip-range=10.96.0.0/16",
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+        "--allow-privileged=true",
+        "--runtime-config=api/all=true",
+        ...(this.#opts.apiserverArgs ?? []),
+      ],
+      { stdout: Bun.file(log), stderr: Bun.file(log) },
+    );
+    live.add(this.#apiserver);
+    const proc = this.#apiserver;
+    await waitFor(
+      async () => {
+        if (proc.exitCode !== null)
+          throw new Error(`kube-apiserver exited with ${proc.exitCode}:\n${tail(log)}`);
+        const res = await this.adminClient.request<string>("GET", "/readyz").catch(() => undefined);
+        return res !== undefined;
+      },
+      90_000,
+      () => `kube-apiserver did not become ready:\n${tail(log)}`,
+    );
+  }
+
+  /** Stops kube-apiserver (etcd keeps running). */
+  async stopApiserver(signal: "SIGTERM" | "SIGKILL" = "SIGTERM"): Promise<void> {
+    const p = this.#apiserver;
+    if (!p) return;
+    p.kill(signal);
+    await p.exited;
+    live.delete(p);
+    this.#apiserver = undefined as never;
+  }
+
+  /** Freezes etcd (SIGSTOP) until {@link resumeEtcd}. */
+  pauseEtcd(): void {
+    this.#etcd?.kill("SIGSTOP");
+  }
+  resumeEtcd(): void {
+    this.#etcd?.kill("SIGCONT");
+  }
+
+  /** A connection authenticated by a client certificate from the cluster CA. */
+  async userConnection(cn: string, groups: string[] = []): Promise<KubeConnection> {
+    const leaf = await this.ca.issue({ cn, o: groups, usage: "client" });
+    return { server: this.url, ca: this.ca.cert, cert: leaf.cert, key: leaf.key, auth: { kind: "none" } };
+  }
+
+  /**
+   * Creates (if needed) a service account and returns a bearer-token connection for it, made with the
+   * TokenRequest API.
+   */
+  async serviceAccountConnection(namespace: string, name: string, seconds = 3600): Promise<KubeConnection> {
+    const c = this.adminClient;
+    await c.create(`/api/v1/namespaces/${namespace}/serviceaccounts`, { metadata: { name } }).catch((e) => {
+      if ((e as { status?: number }).status !== 409) throw e;
+    });
+    const tr = await c.create<{ status: { token: string } }>(
+      `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
+      { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: { expirationSeconds: seconds } },
+    );
+    return { server: this.url, ca: this.ca.cert, auth: { kind: "token", token: tr.status.token } };
+  }
+
+  /** Applies a list of objects with the admin client (create, or replace when they exist). */
+  async apply(
+    objects: Array<{ apiVersion: string; kind: string; metadata: { name: string; namespace?: string } }>,
+  ) {
+    for (const obj of objects) {
+      const path = await this.resourcePath(obj);
+      try {
+        await this.adminClient.create(path, obj);
+      } catch (e) {
+        if ((e as { status?: number }).status !== 409) throw e;
+        const current = await this.adminClient.get<{ metadata: { resourceVersion: string } }>(
+          `${path}/${obj.metadata.name}`,
+        );
+        await this.adminClient.update(`${path}/${obj.metadata.name}`, {
+          ...obj,
+          metadata: { ...obj.metadata, resourceVersion: current.metadata.resourceVersion },
+        });
+      }
+    }
+  }
+
+  /** The collection path of an object's kind, found through API discovery. */
+  async resourcePath(obj: {
+    apiVersion: string;
+    kind: string;
+    metadata: { namespace?: string };
+  }): Promise<string> {
+    const base = obj.apiVersion.includes("/") ? `/apis/${obj.apiVersion}` : `/api/${obj.apiVersion}`;
+    const list = await this.adminClient.get<{
+      resources: Array<{ name: string; kind: string; namespaced: boolean }>;
+    }>(base);
+    const res = list.resources.find((r) => r.kind === obj.kind && !r.name.includes("/"));
+    if (!res) throw new Error(`Cannot find resource for ${obj.apiVersion} ${obj.kind}`);
+    return res.namespaced
+      ? `${base}/namespaces/${obj.metadata.namespace ?? "default"}/${res.name}`
+      : `${base}/${res.name}`;
+  }
+
+  /** Stops everything and removes the temp dir. */
+  async stop(): Promise<void> {
+    this.adminClient.close();
+    for (const p of [this.#apiserver, this.#etcd]) {
+      if (!p) continue;
+      p.kill("SIGCONT");
+      p.kill("SIGKILL");
+      await p.exited;
+      live.delete(p);
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Polls `fn` until it returns true; throws `message()` after `timeoutMs`. */
+export async function waitFor(
+  fn: () => Promise<boolean> | boolean,
+  timeoutMs: number,
+  message: () => string = () => "condition not met",
+  intervalMs = 100,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastErr: unknown;
+  while (Date.now() < deadline) {
+    try {
+      if (await fn()) return;
+    } catch (err) {
+      lastErr = err;
+      if (err instanceof Error && /exited with/.test(err.message)) throw err;
+    }
+    await Bun.sleep(intervalMs);
+  }
+  throw new Error(
+    `Timed out after ${timeoutMs} ms: ${message()}${lastErr ? ` (last error: ${lastErr})` : ""}`,
+  );
+}

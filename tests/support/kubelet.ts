@@ -1,0 +1,193 @@
+// Simulated kubelets: register a Node the way a kubelet run with `--cloud-provider=external` does,
+// authenticated as that node (client certificate CN system:node:<name>, O system:nodes, from the test
+// CA), keep its Ready condition and Lease fresh until told to stop, and submit kubelet-serving CSRs
+// made with a real key, so the API server stamps the true requester on them.
+
+import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
+import { KubeClient, PATCH } from "../../lib/kube.ts";
+import type { TestCluster } from "./cluster.ts";
+import { type CsrOptions, createCSR } from "./pki.ts";
+
+export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
+export const PROVIDED_NODE_IP = "alpha.kubernetes.io/provided-node-ip";
+
+export interface KubeletOptions {
+  name: string;
+  /** Node IPs (`--node-ip`), written to the provided-node-ip annotation ("v4" or "v4,v6"). */
+  ips: string[];
+  /** Leave out the provided-node-ip annotation (a kubelet started without --node-ip). */
+  noAnnotation?: boolean;
+  /** Status addresses the kubelet reports; default InternalIP per node IP and Hostname. */
+  addresses?: Array<{ type: string; address: string }>;
+  labels?: Record<string, string>;
+  /** Register with the uninitialized taint (default true). */
+  external?: boolean;
+  /** Heartbeat interval; 0 disables heartbeats (default 10 s). */
+  heartbeatMs?: number;
+}
+
+function now(): string {
+  return new Date().toISOString().replace(/\.\d+Z$/, "Z");
+}
+
+/** One simulated kubelet. */
+export class SimulatedKubelet {
+  readonly name: string;
+  readonly client: KubeClient;
+  readonly opts: KubeletOptions;
+  #timer?: ReturnType<typeof setInterval>;
+  #ready = true;
+
+  private constructor(opts: KubeletOptions, client: KubeClient) {
+    this.name = opts.name;
+    this.opts = opts;
+    this.client = client;
+  }
+
+  /** Registers the Node (and its Lease) as the kubelet would, and starts heartbeats. */
+  static async register(cluster: TestCluster, opts: KubeletOptions): Promise<SimulatedKubelet> {
+    const conn = await cluster.userConnection(`system:node:${opts.name}`, ["system:nodes"]);
+    const k = new SimulatedKubelet(opts, new KubeClient(conn, { qps: 0 }));
+    await k.#create();
+    if ((opts.heartbeatMs ?? 10_000) > 0) {
+      k.#timer = setInterval(() => void k.heartbeat().catch(() => {}), opts.heartbeatMs ?? 10_000);
+    }
+    return k;
+  }
+
+  async #create(): Promise<void> {
+    const annotations: Record<string, string> = {};
+    if (!this.opts.noAnnotation) annotations[PROVIDED_NODE_IP] = this.opts.ips.join(",");
+    const node = {
+      apiVersion: "v1",
+      kind: "Node",
+      metadata: {
+        name: this.name,
+        labels: {
+          "kubernetes.io/hostname": this.name,
+          "kubernetes.io/os": "linux",
+          "kubernetes.io/arch": "amd64",
+          "beta.kubernetes.io/os": "linux",
+          "beta.kubernetes.io/arch": "amd64",
+          ...this.opts.labels,
+        },
+        annotations,
+      },
+      spec:
+        this.opts.external === false
+          ? {}
+          : { taints: [{ key: UNINITIALIZED_TAINT, value: "true", effect: "NoSchedule" }] },
+    };
+    await this.client.create("/api/v1/nodes", node);
+    await this.heartbeat();
+  }
+
+  /** The status addresses this kubelet reports. */
+  addresses(): Array<{ type: string; address: string }> {
+    return (
+      this.opts.addresses ?? [
+        ...this.opts.ips.map((address) => ({ type: "InternalIP", address })),
+        { type: "Hostname", address: this.name },
+      ]
+    );
+  }
+
+  /** Posts the Ready condition and renews the node Lease, as one kubelet heartbeat. */
+  async heartbeat(): Promise<void> {
+    const t = now();
+    const status = this.#ready ? "True" : "False";
+    await this.client.patch(
+      `/api/v1/nodes/${this.name}/status`,
+      {
+        status: {
+          conditions: [
+            {
+              type: "Ready",
+              status,
+              reason: this.#ready ? "KubeletReady" : "KubeletNotReady",
+              message: this.#ready ? "kubelet is posting ready status" : "simulated outage",
+              lastHeartbeatTime: t,
+              lastTransitionTime: t,
+            },
+          ],
+          addresses: this.addresses(),
+          nodeInfo: { kubeletVersion: "v1.35.4", osImage: "Talos (simulated)", architecture: "amd64" },
+        },
+      },
+      PATCH.strategic,
+    );
+    const lease = {
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name: this.name, namespace: "kube-node-lease" },
+      spec: { holderIdentity: this.name, leaseDurationSeconds: 40, renewTime: new Date().toISOString() },
+    };
+    const path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    await this.client.create(path, lease).catch(async (e) => {
+      if ((e as { status?: number }).status !== 409) throw e;
+      await this.client.patch(`${path}/${this.name}`, { spec: { renewTime: new Date().toISOString() } });
+    });
+  }
+
+  /** Marks the node NotReady (as the node lifecycle controller would after missed heartbeats) and stops heartbeats. */
+  async goNotReady(): Promise<void> {
+    this.stop();
+    this.#ready = false;
+    await this.heartbeat();
+  }
+
+  /** Marks the node Ready again and resumes heartbeats. */
+  async goReady(heartbeatMs = 10_000): Promise<void> {
+    this.#ready = true;
+    await this.heartbeat();
+    this.#timer = setInterval(() => void this.heartbeat().catch(() => {}), heartbeatMs);
+  }
+
+  /**
+   * Submits a kubernetes.io/kubelet-serving CSR as this node. Defaults match a kubelet with
+   * rotate-server-certificates: CN system:node:<name>, O system:nodes, DNS = hostname, IPs = node IPs.
+   */
+  async submitServingCSR(overrides: Partial<CsrOptions> & { usages?: string[]; request?: string } = {}) {
+    const { usages, request, ...csrOpts } = overrides;
+    const made = request
+      ? { csr: request }
+      : await createCSR({
+          cn: `system:node:${this.name}`,
+          o: ["system:nodes"],
+          dns: [this.name],
+          ips: this.opts.ips,
+          ...csrOpts,
+        });
+    const body = {
+      apiVersion: "certificates.k8s.io/v1",
+      kind: "CertificateSigningRequest",
+      metadata: { generateName: "csr-" },
+      spec: {
+        request: Buffer.from(made.csr).toString("base64"),
+        signerName: "kubernetes.io/kubelet-serving",
+        usages: usages ?? ["digital signature", "server auth"],
+      },
+    };
+    return this.client.create<V1CertificateSigningRequest>(
+      "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+      body,
+    );
+  }
+
+  /** Reads this node's Node object (as the node itself). */
+  node(): Promise<V1Node> {
+    return this.client.get<V1Node>(`/api/v1/nodes/${this.name}`);
+  }
+
+  /** Stops heartbeats. */
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined as never;
+  }
+
+  /** Stops heartbeats and closes the connection pool. */
+  close(): void {
+    this.stop();
+    this.client.close();
+  }
+}

@@ -1,0 +1,114 @@
+// Runs the compiled CCM binary in tests: start it with arguments and environment, wait for log lines,
+// read its metrics, stop it with a signal. The binary comes from CCM_BINARY (tests/run.ts builds it)
+// or dist/; a missing binary fails the test loudly.
+
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { type Subprocess, spawn } from "bun";
+
+/** Path of the binary under test. */
+export function ccmBinary(): string {
+  const arch = process.arch === "arm64" ? "arm64" : "amd64";
+  const path =
+    process.env.CCM_BINARY ??
+    join(import.meta.dir, "..", "..", "dist", `talos-cloud-controller-manager-linux-${arch}`);
+  if (!existsSync(path)) {
+    throw new Error(
+      `Cannot find the binary under test at ${path}: run the suite with \`npm test\` (it builds it) or \`npm run build\``,
+    );
+  }
+  return path;
+}
+
+const live = new Set<Subprocess>();
+process.once("exit", () => {
+  for (const p of live) p.kill("SIGKILL");
+});
+
+export interface CcmOptions {
+  env?: Record<string, string | undefined>;
+  cwd?: string;
+  /** Print the process' output to the test's stderr as it comes (or set TEST_LOG=1). */
+  echo?: boolean;
+}
+
+/** A running CCM process with its collected output. */
+export class CcmProcess {
+  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
+  output = "";
+  readonly #waiters = new Set<() => void>();
+
+  constructor(args: string[], opts: CcmOptions = {}) {
+    this.proc = spawn([ccmBinary(), ...args], {
+      stdin: "ignore",
+      stdout: "pipe",
+      stderr: "pipe",
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...opts.env },
+      cwd: opts.cwd ?? process.cwd(),
+    });
+    live.add(this.proc);
+    const echo = opts.echo || process.env.TEST_LOG === "1";
+    for (const stream of [this.proc.stdout, this.proc.stderr]) {
+      void (async () => {
+        const dec = new TextDecoder();
+        for await (const chunk of stream) {
+          const s = dec.decode(chunk);
+          this.output += s;
+          if (echo) process.stderr.write(s);
+          for (const w of this.#waiters) w();
+        }
+      })();
+    }
+    void this.proc.exited.then(() => {
+      live.delete(this.proc);
+      for (const w of this.#waiters) w();
+    });
+  }
+
+  get pid(): number {
+    return this.proc.pid;
+  }
+
+  get exitCode(): number | null {
+    return this.proc.exitCode;
+  }
+
+  /** Resolves with the first output match of `re`; rejects on timeout or exit. */
+  waitForLog(re: RegExp, timeoutMs = 20_000): Promise<RegExpMatchArray> {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        const m = this.output.match(re);
+        if (m) {
+          cleanup();
+          resolve(m);
+        } else if (this.proc.exitCode !== null) {
+          cleanup();
+          reject(new Error(`CCM exited (${this.proc.exitCode}) before ${re}:\n${this.output.slice(-4000)}`));
+        }
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`Timed out after ${timeoutMs} ms waiting for ${re}:\n${this.output.slice(-4000)}`));
+      }, timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.#waiters.delete(check);
+      };
+      this.#waiters.add(check);
+      check();
+    });
+  }
+
+  /** Sends `signal` and waits for the exit code. */
+  async stop(signal: NodeJS.Signals = "SIGTERM"): Promise<number> {
+    if (this.proc.exitCode === null) this.proc.kill(signal);
+    return this.proc.exited;
+  }
+
+  /** Resident set size in bytes, read from /proc. */
+  rssBytes(): number {
+    const text = readFileSync(`/proc/${this.pid}/status`, "utf8");
+    const kb = Number(text.match(/VmRSS:\s+(\d+)/)?.[1] ?? 0);
+    return kb * 1024;
+  }
+}
