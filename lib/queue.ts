@@ -12,6 +12,7 @@ export interface ReconcileResult {
   requeueAfterMs?: number;
 }
 
+// biome-ignore lint/suspicious/noConfusingVoidType: reconciles that need no result simply return.
 export type Reconcile = (key: string) => Promise<ReconcileResult | undefined | void>;
 
 export interface QueueOptions {
@@ -120,7 +121,10 @@ export class WorkQueue {
   /** Queues `key` after `delayMs`; an earlier pending delayed add wins. */
   addAfter(key: string, delayMs: number): void {
     if (this.#shutdown) return;
-    if (delayMs <= 0) return this.add(key);
+    if (delayMs <= 0) {
+      this.add(key);
+      return;
+    }
     const at = this.#now() + delayMs;
     const pending = this.#delayed.get(key);
     if (pending && pending.at <= at) return;
