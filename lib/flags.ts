@@ -177,18 +177,20 @@ function parseGoBool(s: string): boolean | undefined {
   return Object.hasOwn(GO_BOOLS, s) ? GO_BOOLS[s] : undefined;
 }
 
-// Nanoseconds per unit, as Go's time.ParseDuration spells them (µ is U+00B5, μ is U+03BC).
+// Milliseconds per unit, as Go's time.ParseDuration spells them (µ is U+00B5, μ is U+03BC). Summing
+// milliseconds rather than nanoseconds keeps whole-millisecond values exact.
 const DURATION_UNITS: Readonly<Record<string, number>> = {
-  ns: 1,
-  us: 1e3,
-  "\u00b5s": 1e3,
-  "\u03bcs": 1e3,
-  ms: 1e6,
-  s: 1e9,
-  m: 60e9,
-  h: 3600e9,
+  ns: 1e-6,
+  us: 1e-3,
+  "\u00b5s": 1e-3,
+  "\u03bcs": 1e-3,
+  ms: 1,
+  s: 1e3,
+  m: 60e3,
+  h: 3600e3,
 };
-const MAX_DURATION_NS = 2 ** 63;
+// Go durations are int64 nanoseconds.
+const MAX_DURATION_MS = 2 ** 63 / 1e6;
 
 /**
  * Parses a Go duration (`time.ParseDuration`): a sign, then one or more decimal numbers each with a
@@ -205,7 +207,7 @@ export function parseGoDuration(s: string): number | undefined {
   }
   if (rest === "0") return 0;
   if (rest === "") return undefined;
-  let totalNs = 0;
+  let totalMs = 0;
   while (rest !== "") {
     const m = /^(\d*)(?:\.(\d*))?/.exec(rest);
     const whole = m?.[1] ?? "";
@@ -217,10 +219,10 @@ export function parseGoDuration(s: string): number | undefined {
     const perUnit = DURATION_UNITS[unit];
     if (perUnit === undefined) return undefined;
     rest = rest.slice(unit.length);
-    totalNs += Number(`${whole === "" ? "0" : whole}.${frac ?? ""}0`) * perUnit;
-    if (totalNs > MAX_DURATION_NS) return undefined;
+    totalMs += Number(`${whole === "" ? "0" : whole}.${frac ?? ""}0`) * perUnit;
+    if (totalMs > MAX_DURATION_MS) return undefined;
   }
-  return (sign * totalNs) / 1e6;
+  return sign * totalMs;
 }
 
 // Go's underscoreOK: with a base prefix or none, "_" may only sit between digits or after the prefix.
@@ -1398,10 +1400,11 @@ export function helpText(topic: Subcommand = "run"): string {
       `${section === "Subcommand" ? `${topic[0]?.toUpperCase()}${topic.slice(1)}` : section} flags:`,
     );
     for (const f of members) {
-      const text = f.shownDefault === undefined ? f.help : `${f.help} (default ${f.shownDefault})`;
+      // A no-break space keeps "(default x)" on one line; wrap() only breaks at plain spaces.
+      const text = f.shownDefault === undefined ? f.help : `${f.help} (default\u00a0${f.shownDefault})`;
       const indent = " ".repeat(column + 2);
       const head = label(f).length < column ? label(f).padEnd(column) : `${label(f)}\n${indent}`;
-      out.push(`  ${head}${wrap(text, 110 - column, indent)}`);
+      out.push(`  ${head}${wrap(text, 108 - column, indent).replaceAll("\u00a0", " ")}`);
     }
   }
   out.push(
