@@ -273,6 +273,15 @@ function children(der: Uint8Array, parent: Tlv): Tlv[] {
   return out;
 }
 
+/** Whether `elements` carry exactly `tags`, the last `tags.length - required` being optional. */
+function shaped(elements: Tlv[], tags: number[], required = tags.length): boolean {
+  return (
+    elements.length >= required &&
+    elements.length <= tags.length &&
+    elements.every((e, i) => e.tag === tags[i])
+  );
+}
+
 /**
  * Checks that `der` is exactly one element in distinguished encoding (definite minimal lengths,
  * primitive strings), so that this parser and Go's, which issues the certificate, cannot read
@@ -544,9 +553,20 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
   try {
     const der = pemBody(pem);
     const root = checkDer(der);
-    const [tbs, , sigBits] = children(der, root);
-    const spki = tbs && children(der, tbs)[2];
-    if (!tbs || !spki || !sigBits || sigBits.tag !== 0x03 || der[sigBits.contentStart] !== 0) {
+    const top = children(der, root);
+    const [tbs, , sigBits] = top;
+    const fields = tbs && tbs.tag === 0x30 ? children(der, tbs) : [];
+    const spki = fields[2];
+    // The ASN.1 library does not check every tag; Go does, so an outline it would refuse is refused.
+    if (
+      root.tag !== 0x30 ||
+      !shaped(top, [0x30, 0x30, 0x03]) ||
+      !shaped(fields, [0x02, 0x30, 0x30, 0xa0], 3) ||
+      !tbs ||
+      !spki ||
+      !sigBits ||
+      der[sigBits.contentStart] !== 0
+    ) {
       throw new CsrParseError("Cannot parse request: not a CertificationRequest");
     }
     const req = AsnParser.parse(der, CertificationRequest);

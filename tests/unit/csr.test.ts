@@ -391,6 +391,12 @@ describe("decide() denies the attack matrix", () => {
       reason: "InvalidRequest",
     },
     {
+      name: "an outer tag that is not SEQUENCE",
+      pem: async () => derToPem(Uint8Array.from(pemToDer(await csrA()), (x, i) => (i === 0 ? 0xa0 : x))),
+      reason: "InvalidRequest",
+      says: "not a CertificationRequest",
+    },
+    {
       name: "a certificate instead of a request",
       pem: async () =>
         (await (await import("../support/pki.ts")).createCA("ca")).cert.replaceAll(

@@ -1,0 +1,224 @@
+// Properties of the CSR policy over generated input: decide() is total (never throws), nothing
+// malformed is approved, and a request is approved exactly when every SAN it asks for is owned.
+
+import { beforeAll, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import {
+  type CsrInput,
+  CsrParseError,
+  type Decision,
+  decide,
+  KUBELET_SERVING_SIGNER,
+  type NodeInput,
+  parseCertificateRequest,
+} from "../../lib/csr.ts";
+import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
+
+const USER_A = "system:node:worker-a";
+const nodeA: NodeInput = {
+  name: "worker-a",
+  addresses: [
+    { type: "InternalIP", address: "10.0.0.1" },
+    { type: "ExternalIP", address: "2001:db8::a" },
+    { type: "InternalIP", address: "10.0.0.99" },
+    { type: "InternalDNS", address: "worker-a.example.com" },
+  ],
+};
+const talosA = ["10.0.0.1/24", "2001:db8::a/64"];
+
+/** Every SAN the generator may ask for, with whether node A owns it (by Node status / by Talos). */
+const DNS_POOL: Array<[string, boolean]> = [
+  ["worker-a", true],
+  ["WORKER-A", true],
+  ["worker-a.example.com", true],
+  ["worker-b", false],
+  ["worker-b.example.com", false],
+  ["worker-a.", false],
+  ["*.example.com", false],
+  ["*", false],
+  ["kubernetes", false],
+  ["kubernetes.default.svc", false],
+  ["", false],
+];
+const IP_POOL: Array<[string, { node: boolean; talos: boolean }]> = [
+  ["10.0.0.1", { node: true, talos: true }],
+  ["::ffff:a00:1", { node: true, talos: true }],
+  ["2001:db8::a", { node: true, talos: true }],
+  ["2001:DB8:0:0:0:0:0:A", { node: true, talos: true }],
+  ["10.0.0.99", { node: true, talos: false }],
+  ["10.0.0.2", { node: false, talos: false }],
+  ["2001:db8::b", { node: false, talos: false }],
+  ["::a00:1", { node: false, talos: false }],
+  ["0.0.0.0", { node: false, talos: false }],
+];
+
+function input(request: string, over: Partial<CsrInput> = {}): CsrInput {
+  return {
+    name: "csr-prop",
+    signerName: KUBELET_SERVING_SIGNER,
+    username: USER_A,
+    groups: ["system:nodes"],
+    usages: ["digital signature", "server auth"],
+    request,
+    conditions: [],
+    ...over,
+  };
+}
+
+const b64 = (text: string | Uint8Array) => Buffer.from(text).toString("base64");
+
+/** Runs decide() and fails the property if it throws. */
+function total(csr: CsrInput, node: NodeInput | undefined, talos?: string[]): Decision {
+  let d: Decision | undefined;
+  expect(() => {
+    d = decide(csr, node, talos);
+  }).not.toThrow();
+  return d as Decision;
+}
+
+describe("decide() over generated input", () => {
+  let honest: Uint8Array;
+  beforeAll(async () => {
+    const { csr } = await createCSR({
+      cn: USER_A,
+      o: ["system:nodes"],
+      dns: ["worker-a"],
+      ips: ["10.0.0.1"],
+    });
+    honest = pemToDer(csr);
+    expect(decide(input(b64(csr)), nodeA, talosA).action).toBe("approve");
+  });
+
+  test("decide() never throws nor approves random bytes, as PEM body or as the raw request", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 2048 }), fc.boolean(), (bytes, wrap) => {
+        const d = total(input(b64(wrap ? derToPem(bytes) : bytes)), nodeA, talosA);
+        expect(d).toMatchObject({ action: "deny", reason: "InvalidRequest" });
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  test("decide() never throws on arbitrary strings in any field", () => {
+    fc.assert(
+      fc.property(
+        fc.string({ maxLength: 300 }),
+        fc.string({ maxLength: 40 }),
+        fc.array(fc.string({ maxLength: 20 }), { maxLength: 4 }),
+        (request, username, usages) => {
+          const d = total(input(request, { username, usages }), nodeA, talosA);
+          expect(d.action).toBe("deny");
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  test("decide() approves a mutated request only when it still proves possession and names owned SANs", () => {
+    const mutation = fc.oneof(
+      fc.record({ kind: fc.constant("set" as const), at: fc.nat(), byte: fc.integer({ min: 0, max: 255 }) }),
+      fc.record({
+        kind: fc.constant("insert" as const),
+        at: fc.nat(),
+        byte: fc.integer({ min: 0, max: 255 }),
+      }),
+      fc.record({ kind: fc.constant("delete" as const), at: fc.nat(), byte: fc.constant(0) }),
+      fc.record({ kind: fc.constant("truncate" as const), at: fc.nat(), byte: fc.constant(0) }),
+    );
+    fc.assert(
+      fc.property(fc.array(mutation, { minLength: 1, maxLength: 4 }), (mutations) => {
+        let der = Array.from(honest);
+        for (const m of mutations) {
+          const at = m.at % (der.length + 1);
+          if (m.kind === "set" && at < der.length) der[at] = m.byte;
+          if (m.kind === "insert") der.splice(at, 0, m.byte);
+          if (m.kind === "delete") der.splice(at, 1);
+          if (m.kind === "truncate") der = der.slice(0, at);
+        }
+        const pem = derToPem(new Uint8Array(der));
+        const d = total(input(b64(pem)), nodeA, talosA);
+        expect(d.action === "approve" || d.action === "deny").toBe(true);
+        if (d.action === "approve") {
+          const parsed = parseCertificateRequest(pem);
+          expect(parsed.signature.valid).toBe(true);
+          expect(parsed.commonNames).toEqual([USER_A]);
+          expect(parsed.dnsNames.every((n) => n.toLowerCase() === "worker-a")).toBe(true);
+          expect(parsed.ipAddresses.every((ip) => ip === "10.0.0.1")).toBe(true);
+        }
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  test("decide() approves no single-byte change of an honest request", () => {
+    fc.assert(
+      fc.property(fc.nat(), fc.integer({ min: 1, max: 255 }), (at, delta) => {
+        const der = Uint8Array.from(honest);
+        const i = at % der.length;
+        der[i] = ((der[i] as number) + delta) % 256;
+        const d = total(input(b64(derToPem(der))), nodeA, talosA);
+        expect(d.action).toBe("deny");
+      }),
+      { numRuns: 1500 },
+    );
+  });
+
+  test("decide() approves exactly the requests whose SANs are all owned", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(fc.constantFrom(...DNS_POOL), { maxLength: 4, selector: ([n]) => n }),
+        fc.uniqueArray(fc.constantFrom(...IP_POOL), { maxLength: 4, selector: ([n]) => n }),
+        fc.boolean(),
+        async (dns, ips, withTalos) => {
+          const { csr } = await createCSR({
+            cn: USER_A,
+            o: ["system:nodes"],
+            dns: dns.map(([n]) => n),
+            ips: ips.map(([n]) => n),
+          });
+          const d = total(input(b64(csr)), nodeA, withTalos ? talosA : undefined);
+          const owned =
+            dns.every(([, ok]) => ok) && ips.every(([, ok]) => ok.node && (!withTalos || ok.talos));
+          const wanted = dns.length + ips.length > 0 && owned;
+          expect(d.action).toBe(wanted ? "approve" : "deny");
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+
+  test("decide() never approves for a node other than the requester's", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom("worker-b", "worker-a2", "worker"), async (other) => {
+        const { csr } = await createCSR({ cn: `system:node:${other}`, o: ["system:nodes"], dns: [other] });
+        const nodeOther: NodeInput = { name: other, addresses: [] };
+        // The requester is A; whichever Node the controller passes, B's name is never approved.
+        expect(total(input(b64(csr)), nodeA, talosA).action).toBe("deny");
+        expect(total(input(b64(csr)), nodeOther, talosA).action).toBe("deny");
+      }),
+      { numRuns: 10 },
+    );
+  });
+});
+
+describe("parseCertificateRequest() over generated input", () => {
+  test("parseCertificateRequest() throws nothing but CsrParseError", () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.string({ maxLength: 500 }),
+          fc.uint8Array({ maxLength: 1024 }).map((b) => derToPem(b)),
+          fc.uint8Array({ maxLength: 1024 }).map((b) => derToPem(b, "NEW CERTIFICATE REQUEST")),
+        ),
+        (pem) => {
+          try {
+            parseCertificateRequest(pem);
+          } catch (err) {
+            expect(err).toBeInstanceOf(CsrParseError);
+          }
+        },
+      ),
+      { numRuns: 1000 },
+    );
+  });
+});
