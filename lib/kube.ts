@@ -393,7 +393,10 @@ export class KubeClient {
       const text = await res.text();
       done();
       this.#requests.inc({ code: String(res.status), host: this.#host, method });
-      if (res.ok) return (text ? JSON.parse(text) : undefined) as T;
+      if (res.ok) {
+        const json = (res.headers.get("content-type") ?? "").includes("json");
+        return (json && text ? JSON.parse(text) : text) as T;
+      }
       const err = toKubeError(res, text);
       const retryable = res.status === 429 || (res.status >= 500 && err.retryAfterSeconds !== undefined);
       if (!retryable || attempt >= this.#maxRetries || opts.signal?.aborted) throw err;

@@ -172,9 +172,13 @@ describe("configuration loading", () => {
 describe("simulated kubelet", () => {
   test("registers a tainted Node with the provided-node-ip annotation", async () => {
     const node = await kubelet.node();
-    expect(node.spec?.taints).toEqual([
-      { key: "node.cloudprovider.kubernetes.io/uninitialized", value: "true", effect: "NoSchedule" },
-    ]);
+    // The API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready too (no
+    // kube-controller-manager runs here to lift it).
+    expect(node.spec?.taints).toContainEqual({
+      key: "node.cloudprovider.kubernetes.io/uninitialized",
+      value: "true",
+      effect: "NoSchedule",
+    });
     expect(node.metadata?.annotations?.["alpha.kubernetes.io/provided-node-ip"]).toBe("10.5.0.2");
     expect(node.status?.conditions?.find((c) => c.type === "Ready")?.status).toBe("True");
   });
@@ -190,6 +194,7 @@ describe("simulated kubelet", () => {
   });
 
   test("cannot modify another node (Node authorizer + NodeRestriction are on)", async () => {
+    await cluster.adminClient.create("/api/v1/nodes", { metadata: { name: "someone-else" } });
     const err = await kubelet.client
       .patch("/api/v1/nodes/someone-else", { metadata: { labels: { x: "y" } } })
       .catch((e: unknown) => e);

@@ -30,6 +30,11 @@ function now(): string {
   return new Date().toISOString().replace(/\.\d+Z$/, "Z");
 }
 
+/** A MicroTime, as Leases require: RFC 3339 with six fractional digits. */
+function microNow(): string {
+  return new Date().toISOString().replace(/Z$/, "000Z");
+}
+
 /** One simulated kubelet. */
 export class SimulatedKubelet {
   readonly name: string;
@@ -120,12 +125,12 @@ export class SimulatedKubelet {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
       metadata: { name: this.name, namespace: "kube-node-lease" },
-      spec: { holderIdentity: this.name, leaseDurationSeconds: 40, renewTime: new Date().toISOString() },
+      spec: { holderIdentity: this.name, leaseDurationSeconds: 40, renewTime: microNow() },
     };
     const path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
     await this.client.create(path, lease).catch(async (e) => {
       if ((e as { status?: number }).status !== 409) throw e;
-      await this.client.patch(`${path}/${this.name}`, { spec: { renewTime: new Date().toISOString() } });
+      await this.client.patch(`${path}/${this.name}`, { spec: { renewTime: microNow() } });
     });
   }
 
