@@ -1,0 +1,529 @@
+// The fake apid on the wire, through a plain grpc-js client and the generated codecs (no lib/talos.ts
+// client): mutual TLS with a Talos-shaped talosconfig, routing by `node`, Talos' status codes, both
+// spec encodings, Watch semantics, outages, restarts and client-CA rotation. Many suites build on
+// this fake, so its behaviour is pinned here.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { X509Certificate } from "node:crypto";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { parse as parseYaml } from "yaml";
+import { GrpcStatus, PATHS, RESOURCES } from "../../lib/talos.ts";
+import {
+  EventType,
+  GetRequestSchema,
+  GetResponseSchema,
+  ListRequestSchema,
+  ListResponseSchema,
+  PlatformMetadataSpecSchema,
+  type Resource,
+  VersionResponseSchema,
+  WatchRequestSchema,
+  WatchResponseSchema,
+} from "../../lib/talos_pb.ts";
+import { FakeApid } from "../support/apid.ts";
+import { loadFixture } from "../support/fixtures.ts";
+import { createCA } from "../support/pki.ts";
+
+const PM = RESOURCES.platformmetadata;
+const AWS_IP = "172.31.20.15";
+const GCP_IP = "10.128.0.23";
+const RPI_IP = "192.168.1.50";
+
+interface Ctx {
+  endpoints: string[];
+  ca: string;
+  crt: string;
+  key: string;
+  cluster?: string;
+}
+
+/** The current context of a talosconfig, decoded by hand as any Talos client would. */
+function contextOf(talosconfig: string): Ctx {
+  const doc = parseYaml(talosconfig) as {
+    context: string;
+    contexts: Record<string, Record<string, unknown>>;
+  };
+  const c = doc.contexts[doc.context] as Record<string, unknown>;
+  const b64 = (v: unknown) => Buffer.from(String(v), "base64").toString("utf8");
+  return {
+    endpoints: c.endpoints as string[],
+    ca: b64(c.ca),
+    crt: b64(c.crt),
+    key: b64(c.key),
+    ...(typeof c.cluster === "string" ? { cluster: c.cluster } : {}),
+  };
+}
+
+const id = (b: Buffer) => b;
+
+/** A grpc-js client for the talosconfig; Bun refuses IP server names, so SNI is `localhost`. */
+function clientFor(talosconfig: string): grpc.Client {
+  const ctx = contextOf(talosconfig);
+  const key = ctx.key.replace(/ED25519 PRIVATE KEY/g, "PRIVATE KEY");
+  const creds = grpc.credentials.createSsl(Buffer.from(ctx.ca), Buffer.from(key), Buffer.from(ctx.crt));
+  return new grpc.Client(ctx.endpoints[0] as string, creds, {
+    "grpc.ssl_target_name_override": "localhost",
+    "grpc.max_receive_message_length": 32 << 20,
+    "grpc.initial_reconnect_backoff_ms": 50,
+    "grpc.max_reconnect_backoff_ms": 200,
+  });
+}
+
+function md(headers: Record<string, string | string[]>): grpc.Metadata {
+  const m = new grpc.Metadata();
+  for (const [k, v] of Object.entries(headers)) for (const x of [v].flat()) m.add(k, x);
+  return m;
+}
+
+interface Status {
+  code: number;
+  details: string;
+}
+
+function unary(
+  c: grpc.Client,
+  path: string,
+  req: Uint8Array,
+  headers: Record<string, string | string[]> = {},
+) {
+  return new Promise<Buffer>((resolve, reject) => {
+    c.makeUnaryRequest(
+      path,
+      id,
+      id,
+      Buffer.from(req),
+      md(headers),
+      { deadline: Date.now() + 5000 },
+      (err, v) => (err || !v ? reject(err) : resolve(v)),
+    );
+  });
+}
+
+async function status(p: Promise<unknown>): Promise<Status> {
+  try {
+    await p;
+  } catch (err) {
+    const e = err as { code: number; details: string };
+    return { code: e.code, details: e.details };
+  }
+  throw new Error("call succeeded");
+}
+
+function getReq(r: { namespace: string; type: string; id?: string | undefined }) {
+  return toBinary(
+    GetRequestSchema,
+    create(GetRequestSchema, { namespace: r.namespace, type: r.type, id: r.id ?? "" }),
+  );
+}
+
+async function get(c: grpc.Client, r: { namespace: string; type: string; id?: string }, node?: string) {
+  const bytes = await unary(c, PATHS.get, getReq(r), node === undefined ? {} : { node });
+  return fromBinary(GetResponseSchema, bytes).resource as Resource;
+}
+
+function list(c: grpc.Client, r: { namespace: string; type: string }, headers: Record<string, string>) {
+  return new Promise<Resource[]>((resolve, reject) => {
+    const req = toBinary(ListRequestSchema, create(ListRequestSchema, r));
+    const call = c.makeServerStreamRequest(PATHS.list, id, id, Buffer.from(req), md(headers));
+    const out: Resource[] = [];
+    call.on("data", (b: Buffer) => out.push(fromBinary(ListResponseSchema, b).resource as Resource));
+    call.on("error", reject);
+    call.on("end", () => resolve(out));
+  });
+}
+
+/** A Watch stream collecting decoded responses; `until(n)` waits for n responses. */
+function watch(c: grpc.Client, req: Parameters<typeof create<typeof WatchRequestSchema>>[1], node: string) {
+  const bytes = toBinary(WatchRequestSchema, create(WatchRequestSchema, req));
+  const call = c.makeServerStreamRequest(PATHS.watch, id, id, Buffer.from(bytes), md({ node }));
+  const responses: Array<ReturnType<typeof fromBinary<typeof WatchResponseSchema>>> = [];
+  let error: Status | undefined;
+  const waiters: Array<() => void> = [];
+  const wake = () => {
+    for (const w of waiters.splice(0)) w();
+  };
+  call.on("data", (b: Buffer) => {
+    responses.push(fromBinary(WatchResponseSchema, b));
+    wake();
+  });
+  call.on("error", (e: { code: number; details: string }) => {
+    error = { code: e.code, details: e.details };
+    wake();
+  });
+  return {
+    responses,
+    get error() {
+      return error;
+    },
+    async until(pred: () => boolean, what: string) {
+      const deadline = Date.now() + 5000;
+      while (!pred()) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+        await new Promise<void>((r) => {
+          waiters.push(r);
+          setTimeout(r, 50);
+        });
+      }
+    },
+    cancel: () => call.cancel(),
+  };
+}
+
+let apid: FakeApid;
+let client: grpc.Client;
+
+beforeAll(async () => {
+  apid = await FakeApid.start({
+    nodes: [loadFixture("aws"), loadFixture("gcp"), loadFixture("metal-56"), loadFixture("exoscale")],
+    controllerManagerConfig: { podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] },
+  });
+  client = clientFor(await apid.talosconfig({ cluster: "prod" }));
+});
+
+afterAll(async () => {
+  client.close();
+  await apid.stop();
+});
+
+describe("foundation", () => {
+  test("talosconfig() is Talos-shaped: base64 PEM, Ed25519 key label, os:reader client cert", async () => {
+    const text = await apid.talosconfig({ cluster: "prod", roles: ["os:reader"] });
+    const ctx = contextOf(text);
+    expect(ctx.endpoints).toEqual([apid.endpoint]);
+    expect(ctx.cluster).toBe("prod");
+    expect(ctx.key.split("\n")[0]).toBe("-----BEGIN ED25519 PRIVATE KEY-----");
+    const cert = new X509Certificate(ctx.crt);
+    expect(cert.subject.split("\n")).toContain("O=os:reader");
+    expect(cert.keyUsage).toEqual(["1.3.6.1.5.5.7.3.2"]);
+    expect(cert.publicKey.asymmetricKeyType).toBe("ed25519");
+    expect(cert.checkIssued(new X509Certificate(ctx.ca))).toBe(true);
+    const server = new X509Certificate(apid.pki.server.cert);
+    expect(server.subjectAltName).toContain("DNS:talos.default");
+    expect(server.subjectAltName).toContain("IP Address:127.0.0.1");
+  });
+
+  test("Get PlatformMetadata over mutual TLS, routed by the node header", async () => {
+    const r = await get(client, PM, AWS_IP);
+    const spec = fromBinary(PlatformMetadataSpecSchema, r.spec?.protoSpec ?? new Uint8Array());
+    expect(spec.providerId).toBe("aws:///us-east-1a/i-0a1b2c3d4e5f67890");
+    expect(spec.platform).toBe("aws");
+    const gcp = await get(client, PM, GCP_IP);
+    expect(fromBinary(PlatformMetadataSpecSchema, gcp.spec?.protoSpec ?? new Uint8Array()).spot).toBe(true);
+  });
+
+  test("an unknown node gives Unavailable", async () => {
+    const s = await status(unary(client, PATHS.get, getReq(PM), { node: "10.99.0.1" }));
+    expect(s.code).toBe(GrpcStatus.UNAVAILABLE);
+    expect(s.details).toContain("10.99.0.1:50000");
+  });
+
+  test("a nodes header on COSI gives InvalidArgument", async () => {
+    const s = await status(unary(client, PATHS.get, getReq(PM), { nodes: `${AWS_IP},${GCP_IP}` }));
+    expect(s.code).toBe(GrpcStatus.INVALID_ARGUMENT);
+  });
+
+  test("a client certificate from another CA is refused at the handshake", async () => {
+    const foreign = await createCA("not-talos", "ed25519");
+    const c = clientFor(await apid.talosconfig({ clientCA: foreign }));
+    try {
+      const s = await status(unary(c, PATHS.get, getReq(PM), { node: AWS_IP }));
+      expect(s.code).toBe(GrpcStatus.UNAVAILABLE);
+      expect(apid.calls({ node: "__never__" })).toBe(0);
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe("FakeApid routing and errors", () => {
+  test.each([
+    ["empty node", { node: "" }, GrpcStatus.INTERNAL, "invalid target"],
+    ["node with a port", { node: `${AWS_IP}:50000` }, GrpcStatus.INTERNAL, "invalid target"],
+    ["two node values", { node: [AWS_IP, GCP_IP] }, GrpcStatus.INVALID_ARGUMENT, "single-valued"],
+  ] as const)("Get with %s", async (_name, headers, code, text) => {
+    const s = await status(
+      unary(client, PATHS.get, getReq(PM), headers as Record<string, string | string[]>),
+    );
+    expect(s).toEqual({ code, details: expect.stringContaining(text) });
+  });
+
+  test("NotFound uses Talos' message format", async () => {
+    const si = RESOURCES.systeminformation;
+    const s = await status(unary(client, PATHS.get, getReq(si), { node: RPI_IP }));
+    expect(s).toEqual({
+      code: GrpcStatus.NOT_FOUND,
+      details:
+        "resource SystemInformations.hardware.talos.dev(hardware/systeminformation@undefined) doesn't exist",
+    });
+  });
+
+  test.each([
+    ["unknown type", { namespace: "runtime", type: "Secrets.talos.dev", id: "x" }],
+    ["unknown namespace", { namespace: "secrets", type: PM.type, id: PM.id }],
+  ])("PermissionDenied for an %s", async (_name, r) => {
+    const s = await status(unary(client, PATHS.get, getReq(r), { node: AWS_IP }));
+    expect(s.code).toBe(GrpcStatus.PERMISSION_DENIED);
+  });
+
+  test.each([PATHS.create, PATHS.update, PATHS.destroy])("PermissionDenied for writes: %s", async (path) => {
+    const s = await status(unary(client, path, new Uint8Array(), { node: AWS_IP }));
+    expect(s.code).toBe(GrpcStatus.PERMISSION_DENIED);
+  });
+
+  test("PermissionDenied for a certificate without a reader role", async () => {
+    const c = clientFor(await apid.talosconfig({ roles: ["os:etcd:backup"] }));
+    try {
+      const s = await status(unary(c, PATHS.get, getReq(PM), { node: AWS_IP }));
+      expect(s.code).toBe(GrpcStatus.PERMISSION_DENIED);
+    } finally {
+      c.close();
+    }
+  });
+
+  test("ControllerManagerConfig is served without a node header; NotFound when unset", async () => {
+    const cmc = RESOURCES.controllermanagerconfig;
+    const r = await get(client, cmc);
+    expect(r.spec?.yamlSpec).toContain("10.244.0.0/16");
+    const worker = await status(unary(client, PATHS.get, getReq(cmc), { node: AWS_IP }));
+    expect(worker.code).toBe(GrpcStatus.NOT_FOUND);
+    apid.setControllerManagerConfig(undefined);
+    try {
+      expect((await status(unary(client, PATHS.get, getReq(cmc)))).code).toBe(GrpcStatus.NOT_FOUND);
+    } finally {
+      apid.setControllerManagerConfig({ podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] });
+    }
+  });
+
+  test("both spec forms are filled and metadata is complete", async () => {
+    const r = await get(client, PM, AWS_IP);
+    expect(r.spec?.protoSpec.length).toBeGreaterThan(0);
+    expect(parseYaml(r.spec?.yamlSpec ?? "")).toMatchObject({
+      platform: "aws",
+      instanceType: "m6i.large",
+      providerId: "aws:///us-east-1a/i-0a1b2c3d4e5f67890",
+      internalDNS: "ip-172-31-20-15.ec2.internal",
+    });
+    const m = r.metadata;
+    expect(m?.version).toMatch(/^\d+$/);
+    expect(m?.phase).toBe("running");
+    expect(m?.created?.seconds).toBeGreaterThan(0n);
+    expect(m?.updated?.seconds).toBeGreaterThan(0n);
+    expect([m?.namespace, m?.type, m?.id]).toEqual([PM.namespace, PM.type, PM.id]);
+  });
+
+  test("List streams one resource per message, with Talos YAML keys", async () => {
+    const all = await list(client, RESOURCES.addresses, { node: AWS_IP });
+    expect(all.map((r) => r.metadata?.id)).toContain("external/54.210.33.17/32");
+    const ext = all.find((r) => r.metadata?.id === "external/54.210.33.17/32");
+    expect(parseYaml(ext?.spec?.yamlSpec ?? "")).toMatchObject({
+      address: "54.210.33.17/32",
+      linkName: "external",
+      family: "inet4",
+      scope: "global",
+      flags: "permanent",
+    });
+  });
+
+  test("a node is reachable under each of its IPs (v4 and v6)", async () => {
+    const exo = loadFixture("exoscale");
+    for (const ip of exo.nodeIPs) {
+      const r = await get(client, PM, ip);
+      expect(fromBinary(PlatformMetadataSpecSchema, r.spec?.protoSpec ?? new Uint8Array()).hostname).toBe(
+        "talos-exo-1",
+      );
+    }
+  });
+
+  test("Version answers for the endpoint, a node, and one-to-many nodes", async () => {
+    const v = (b: Buffer) => fromBinary(VersionResponseSchema, b).messages;
+    expect(v(await unary(client, PATHS.version, new Uint8Array()))[0]?.version?.tag).toBe("v1.13.0");
+    expect(v(await unary(client, PATHS.version, new Uint8Array(), { node: GCP_IP }))[0]?.platform?.name).toBe(
+      "gcp",
+    );
+    const many = v(await unary(client, PATHS.version, new Uint8Array(), { nodes: `${AWS_IP},10.99.0.9` }));
+    expect(many.map((m) => [m.metadata?.hostname, m.metadata?.error ?? ""])).toEqual([
+      [AWS_IP, ""],
+      ["10.99.0.9", "connection refused"],
+    ]);
+  });
+
+  test("failNext injects a status for one node and method, then calls succeed again", async () => {
+    apid.failNext(GCP_IP, "Get", GrpcStatus.DEADLINE_EXCEEDED, 2);
+    expect((await status(get(client, PM, GCP_IP))).code).toBe(GrpcStatus.DEADLINE_EXCEEDED);
+    expect((await status(get(client, PM, GCP_IP))).code).toBe(GrpcStatus.DEADLINE_EXCEEDED);
+    expect((await get(client, PM, AWS_IP)).metadata?.id).toBe(PM.id);
+    expect((await get(client, PM, GCP_IP)).metadata?.id).toBe(PM.id);
+  });
+
+  test("calls() counts per method, node and type; resetCalls() clears", async () => {
+    apid.resetCalls();
+    await get(client, PM, AWS_IP);
+    await get(client, PM, AWS_IP);
+    await list(client, RESOURCES.addresses, { node: GCP_IP });
+    await status(get(client, PM, "10.99.0.2"));
+    expect(apid.calls({ method: "Get", node: AWS_IP })).toBe(2);
+    expect(apid.calls({ method: "Get", node: "10.99.0.2" })).toBe(1);
+    expect(apid.calls({ type: RESOURCES.addresses.type })).toBe(1);
+    expect(apid.calls()).toBe(4);
+    apid.resetCalls();
+    expect(apid.calls()).toBe(0);
+  });
+});
+
+describe("FakeApid Watch", () => {
+  test("with id: empty response, the current state, then UPDATED with old", async () => {
+    const w = watch(client, { namespace: PM.namespace, type: PM.type, id: PM.id, apiVersion: 1 }, GCP_IP);
+    try {
+      await w.until(() => w.responses.length >= 2, "initial state");
+      expect(w.responses[0]?.event).toEqual([]);
+      expect(w.responses[1]?.event[0]?.eventType).toBe(EventType.CREATED);
+      const before = w.responses[1]?.event[0]?.resource?.metadata?.version;
+      apid.updateNode(GCP_IP, { platformMetadata: { zone: "us-central1-c" } });
+      await w.until(() => w.responses.length >= 3, "update");
+      const ev = w.responses[2]?.event[0];
+      expect(ev?.eventType).toBe(EventType.UPDATED);
+      expect(ev?.old?.metadata?.version).toBe(before);
+      expect(Number(ev?.resource?.metadata?.version)).toBe(Number(before) + 1);
+      const spec = fromBinary(PlatformMetadataSpecSchema, ev?.resource?.spec?.protoSpec ?? new Uint8Array());
+      expect(spec.zone).toBe("us-central1-c");
+    } finally {
+      w.cancel();
+    }
+  });
+
+  test("with the id of an absent resource: a DESTROYED tombstone", async () => {
+    const si = RESOURCES.systeminformation;
+    const w = watch(client, { namespace: si.namespace, type: si.type, id: si.id, apiVersion: 1 }, RPI_IP);
+    try {
+      await w.until(() => w.responses.length >= 2, "tombstone");
+      const ev = w.responses[1]?.event[0];
+      expect(ev?.eventType).toBe(EventType.DESTROYED);
+      expect(ev?.resource?.metadata?.version).toBe("undefined");
+      expect(ev?.resource?.metadata?.phase).toBe("running");
+      expect(ev?.resource?.spec?.protoSpec.length).toBe(0);
+    } finally {
+      w.cancel();
+    }
+  });
+
+  test("without id and with bootstrap: CREATED per item, BOOTSTRAPPED, then diffs", async () => {
+    const a = RESOURCES.addresses;
+    const w = watch(
+      client,
+      { namespace: a.namespace, type: a.type, options: { bootstrapContents: true }, apiVersion: 1 },
+      AWS_IP,
+    );
+    try {
+      const n = loadFixture("aws").addresses.length;
+      await w.until(() => w.responses.length >= n + 2, "bootstrap");
+      const types = w.responses.slice(1).flatMap((r) => r.event.map((e) => e.eventType));
+      expect(types).toEqual([...Array(n).fill(EventType.CREATED), EventType.BOOTSTRAPPED]);
+      const current = apid.node(AWS_IP)?.addresses ?? [];
+      apid.updateNode(AWS_IP, { addresses: current.filter((x) => x.linkName !== "external") });
+      await w.until(() => w.responses.length >= n + 3, "destroy");
+      const ev = w.responses[n + 2]?.event[0];
+      expect([ev?.eventType, ev?.resource?.metadata?.id]).toEqual([
+        EventType.DESTROYED,
+        "external/54.210.33.17/32",
+      ]);
+      apid.updateNode(AWS_IP, { addresses: current });
+    } finally {
+      w.cancel();
+    }
+  });
+
+  test("api_version 0 suppresses BOOTSTRAPPED", async () => {
+    const a = RESOURCES.addresses;
+    const w = watch(
+      client,
+      { namespace: a.namespace, type: a.type, options: { bootstrapContents: true } },
+      RPI_IP,
+    );
+    try {
+      const n = loadFixture("metal-56").addresses.length;
+      await w.until(() => w.responses.length >= n + 1, "bootstrap");
+      await Bun.sleep(50);
+      const types = w.responses.slice(1).flatMap((r) => r.event.map((e) => e.eventType));
+      expect(types).toEqual(Array(n).fill(EventType.CREATED));
+    } finally {
+      w.cancel();
+    }
+  });
+
+  test("id with bootstrap_contents is Unimplemented", async () => {
+    const w = watch(
+      client,
+      {
+        namespace: PM.namespace,
+        type: PM.type,
+        id: PM.id,
+        options: { bootstrapContents: true },
+        apiVersion: 1,
+      },
+      AWS_IP,
+    );
+    await w.until(() => w.error !== undefined, "error");
+    expect(w.error?.code).toBe(GrpcStatus.UNIMPLEMENTED);
+  });
+
+  test("setDown cuts the node's streams with Unavailable and refuses calls until up", async () => {
+    const w = watch(client, { namespace: PM.namespace, type: PM.type, id: PM.id, apiVersion: 1 }, RPI_IP);
+    await w.until(() => w.responses.length >= 2, "initial state");
+    expect(apid.watchers(RPI_IP)).toBe(1);
+    apid.setDown(RPI_IP, true);
+    try {
+      await w.until(() => w.error !== undefined, "cut");
+      expect(w.error?.code).toBe(GrpcStatus.UNAVAILABLE);
+      expect((await status(get(client, PM, RPI_IP))).code).toBe(GrpcStatus.UNAVAILABLE);
+    } finally {
+      apid.setDown(RPI_IP, false);
+    }
+    expect((await get(client, PM, RPI_IP)).metadata?.id).toBe(PM.id);
+  });
+});
+
+describe("FakeApid lifecycle", () => {
+  test("restart keeps port and certificates and breaks open streams", async () => {
+    const w = watch(client, { namespace: PM.namespace, type: PM.type, id: PM.id, apiVersion: 1 }, AWS_IP);
+    await w.until(() => w.responses.length >= 2, "initial state");
+    const port = apid.port;
+    await apid.restart();
+    await w.until(() => w.error !== undefined, "broken stream");
+    expect(apid.port).toBe(port);
+    expect((await get(client, PM, AWS_IP)).metadata?.id).toBe(PM.id);
+  });
+
+  test("rotateClientCA refuses old client certificates; new talosconfigs work", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("hcloud")] });
+    const old = clientFor(await own.talosconfig());
+    try {
+      expect((await get(old, PM, "10.0.1.2")).metadata?.id).toBe(PM.id);
+      await own.rotateClientCA();
+      expect((await status(get(old, PM, "10.0.1.2"))).code).toBe(GrpcStatus.UNAVAILABLE);
+      const fresh = clientFor(await own.talosconfig());
+      try {
+        expect((await get(fresh, PM, "10.0.1.2")).metadata?.id).toBe(PM.id);
+      } finally {
+        fresh.close();
+      }
+    } finally {
+      old.close();
+      await own.stop();
+    }
+  });
+
+  test("removeNode makes every IP of the node unknown", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("exoscale")] });
+    const c = clientFor(await own.talosconfig());
+    try {
+      own.removeNode("185.19.28.10");
+      expect(own.nodeCount).toBe(0);
+      const v6 = "2a04:c43:e00:6f1b:4b0:b0ff:fe00:1a2b";
+      expect((await status(get(c, PM, v6))).code).toBe(GrpcStatus.UNAVAILABLE);
+    } finally {
+      c.close();
+      await own.stop();
+    }
+  });
+});

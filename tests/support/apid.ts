@@ -1,0 +1,983 @@
+// A fake Talos apid for tests, faithful on the wire: a grpc-js server with mutual TLS (Ed25519
+// certificates shaped like Talos'), serving cosi.resource.State Get/List/Watch and
+// machine.MachineService/Version for many simulated nodes routed by the `node` header, with
+// Talos' status codes and messages (talos-api.md §2, §5). Tests drive it through FakeApid: nodes,
+// outages, restarts, client-CA rotation, injected errors and delays, and per-call counters.
+//
+// @example
+// const apid = await FakeApid.start({ nodes: [loadFixture("aws")] });
+// const path = await apid.writeTalosconfig(join(dir, "talosconfig"));
+// ... run the code under test with TALOSCONFIG=path ...
+// expect(apid.calls({ method: "Get", node: "172.31.20.15" })).toBe(1);
+// await apid.stop();
+
+import { renameSync, writeFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import * as grpc from "@grpc/grpc-js";
+import { stringify } from "yaml";
+import { type IPAddress, parseCidr, parseIP } from "../../lib/cidr.ts";
+import { GrpcStatus, PATHS, RESOURCES } from "../../lib/talos.ts";
+import {
+  AddressStatusSpecSchema,
+  ControllerManagerConfigSpecSchema,
+  type Event,
+  EventType,
+  GetRequestSchema,
+  GetResponseSchema,
+  ListRequestSchema,
+  ListResponseSchema,
+  NetIPSchema,
+  PlatformMetadataSpecSchema,
+  type Resource,
+  ResourceSchema,
+  SystemInformationSpecSchema,
+  VersionResponseSchema,
+  type WatchRequest,
+  WatchRequestSchema,
+  WatchResponseSchema,
+} from "../../lib/talos_pb.ts";
+import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+import { type FakeAddress, type FakeNodeSpec, formatAddressFlags, formatAddressScope } from "./fixtures.ts";
+import { type CA, createCA, type KeyPair } from "./pki.ts";
+
+/** RPC names as counted and targeted by {@link FakeApid.failNext}. */
+export type ApidMethod = "Get" | "List" | "Watch" | "Version" | "Create" | "Update" | "Destroy";
+
+/** Certificates of one fake cluster; share them to run several apid endpoints of one cluster. */
+export interface FakeApidPki {
+  /** Talos OS CA: signs the server certificate; goes into the talosconfig's `ca`. */
+  osCA: CA;
+  /** Signs client certificates; the server trusts only this one (starts as the OS CA). */
+  clientCA: CA;
+  /** Server certificate: SANs 127.0.0.1, localhost, talos, talos.default. */
+  server: KeyPair;
+}
+
+/** Options of {@link FakeApid.start}. */
+export interface FakeApidOptions {
+  nodes?: FakeNodeSpec[];
+  /** Served to calls without a `node` header (the endpoint is a control-plane node); absent → NotFound. */
+  controllerManagerConfig?: ControllerManagerConfig;
+  /** Reuse certificates (several endpoints of one cluster). */
+  pki?: FakeApidPki;
+  /** Version tag of the endpoint node (default v1.13.0). */
+  talosVersion?: string;
+  /** Platform name of the endpoint node in Version (default "metal"). */
+  platform?: string;
+  /** Port to listen on (default: any free one). */
+  port?: number;
+}
+
+/** Options of {@link FakeApid.talosconfig}. */
+export interface TalosconfigOptions {
+  context?: string;
+  /** Default: this apid's endpoint. */
+  endpoints?: string[];
+  /** Client certificate Subject O (default [os:reader]). */
+  roles?: string[];
+  /** The context's `cluster`. */
+  cluster?: string;
+  /** Client certificate validity in hours (default 6, like the in-cluster one; negative: expired). */
+  hours?: number;
+  /** Sign the client certificate with another CA (e.g. a foreign one). */
+  clientCA?: CA;
+  /** PEM written as `ca` (default the OS CA); "" leaves `ca` out (system roots). */
+  ca?: string;
+}
+
+/** A change to a node, applied by {@link FakeApid.updateNode}; every changed resource emits a Watch event. */
+export interface NodeChange {
+  platformMetadata?: Partial<PlatformMetadata>;
+  /** null destroys the resource. */
+  systemInformation?: SystemInformation | null;
+  /** The full new address list; diffed by id into created, updated and destroyed. */
+  addresses?: FakeAddress[];
+  talosVersion?: string;
+}
+
+/** A resource given as raw spec bytes, to put what the encoders here would never write on the wire. */
+export interface RawResource {
+  namespace: string;
+  type: string;
+  id: string;
+  protoSpec: Uint8Array;
+  yamlSpec?: string;
+}
+
+type SpecData =
+  | { kind: "platformmetadata"; value: PlatformMetadata }
+  | { kind: "systeminformation"; value: SystemInformation }
+  | { kind: "address"; value: FakeAddress }
+  | { kind: "cmc"; value: ControllerManagerConfig }
+  | { kind: "raw"; proto: Uint8Array; yaml: string };
+
+interface Stored {
+  namespace: string;
+  type: string;
+  id: string;
+  version: number;
+  created: number;
+  updated: number;
+  owner: string;
+  data: SpecData;
+}
+
+interface NodeState {
+  spec: FakeNodeSpec;
+  down: boolean;
+  /** `namespace|type` → id → resource. */
+  resources: Map<string, Map<string, Stored>>;
+}
+
+interface WatchSub {
+  node: NodeState;
+  namespace: string;
+  type: string;
+  id: string | undefined;
+  call: grpc.ServerWritableStream<Buffer, Buffer>;
+}
+
+interface Injected {
+  code: number;
+  details: string;
+  times: number;
+}
+
+const READ_ROLES = ["os:admin", "os:operator", "os:reader"];
+const KIND_RESOURCE = {
+  platformmetadata: "platformmetadata",
+  systeminformation: "systeminformation",
+  address: "addresses",
+  cmc: "controllermanagerconfig",
+} as const;
+
+const OWNERS: Record<SpecData["kind"], string> = {
+  platformmetadata: "network.PlatformConfigController",
+  systeminformation: "hardware.SystemInfoController",
+  address: "network.AddressStatusController",
+  cmc: "k8s.ControlPlaneStaticPodController",
+  raw: "test",
+};
+
+// ---------------------------------------------------------------------------------------------
+// Spec encoders (Talos' protoenc writes fields in order and leaves zero values out, as protobuf-es does)
+
+/** IP bytes (4 or 16) of an address. */
+export function ipBytes(ip: IPAddress): Uint8Array {
+  const width = ip.family === 4 ? 4 : 16;
+  const out = new Uint8Array(width);
+  let v = ip.value;
+  for (let i = width - 1; i >= 0; i--) {
+    out[i] = Number(v & 0xffn);
+    v >>= 8n;
+  }
+  return out;
+}
+
+function omitEmpty(obj: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(obj)) {
+    if (v === "" || v === false || v === undefined || v === 0) continue;
+    if (typeof v === "object" && v !== null && Object.keys(v).length === 0) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+/** proto_spec and yaml_spec of a PlatformMetadata, as Talos writes them. */
+export function encodePlatformMetadata(m: PlatformMetadata): { proto: Uint8Array; yaml: string } {
+  const proto = toBinary(
+    PlatformMetadataSpecSchema,
+    create(PlatformMetadataSpecSchema, { ...m, internalDns: m.internalDNS, externalDns: m.externalDNS }),
+  );
+  return { proto, yaml: stringify(omitEmpty({ ...m })) };
+}
+
+/** proto_spec and yaml_spec of a SystemInformation. */
+export function encodeSystemInformation(s: SystemInformation): { proto: Uint8Array; yaml: string } {
+  const proto = toBinary(SystemInformationSpecSchema, create(SystemInformationSpecSchema, s));
+  const { serialNumber, ...rest } = s;
+  return { proto, yaml: stringify(omitEmpty({ ...rest, serialnumber: serialNumber })) };
+}
+
+/** proto_spec and yaml_spec of an AddressStatus; NetIP fields in the current (message) form. */
+export function encodeAddress(a: FakeAddress): { proto: Uint8Array; yaml: string } {
+  const cidr = parseCidr(a.address);
+  const local =
+    a.local === undefined
+      ? new Uint8Array()
+      : toBinary(NetIPSchema, create(NetIPSchema, { ip: ipBytes(parseIP(a.local)) }));
+  const proto = toBinary(
+    AddressStatusSpecSchema,
+    create(AddressStatusSpecSchema, {
+      address: { ip: ipBytes(cidr.ip), prefixLength: cidr.prefix.bits },
+      local,
+      linkIndex: a.linkIndex,
+      linkName: a.linkName,
+      family: cidr.ip.family === 4 ? 2 : 10,
+      scope: a.scope,
+      flags: a.flags,
+      priority: a.priority,
+    }),
+  );
+  const yaml = stringify({
+    address: a.address,
+    ...(a.local === undefined ? {} : { local: a.local }),
+    linkIndex: a.linkIndex,
+    linkName: a.linkName,
+    family: cidr.ip.family === 4 ? "inet4" : "inet6",
+    scope: formatAddressScope(a.scope),
+    flags: formatAddressFlags(a.flags),
+    ...(a.priority ? { priority: a.priority } : {}),
+  });
+  return { proto, yaml };
+}
+
+/** proto_spec and yaml_spec of a ControllerManagerConfig (the fields a CCM reads). */
+export function encodeControllerManagerConfig(c: ControllerManagerConfig): {
+  proto: Uint8Array;
+  yaml: string;
+} {
+  const proto = toBinary(
+    ControllerManagerConfigSpecSchema,
+    create(ControllerManagerConfigSpecSchema, { podCidrs: c.podCIDRs, serviceCidrs: c.serviceCIDRs }),
+  );
+  return { proto, yaml: stringify({ enabled: true, podCIDRs: c.podCIDRs, serviceCIDRs: c.serviceCIDRs }) };
+}
+
+function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
+  switch (d.kind) {
+    case "platformmetadata":
+      return encodePlatformMetadata(d.value);
+    case "systeminformation":
+      return encodeSystemInformation(d.value);
+    case "address":
+      return encodeAddress(d.value);
+    case "cmc":
+      return encodeControllerManagerConfig(d.value);
+    case "raw":
+      return { proto: d.proto, yaml: d.yaml };
+  }
+}
+
+function key(namespace: string, type: string): string {
+  return `${namespace}|${type}`;
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+const passThrough = (b: Buffer) => b;
+
+function method(path: string, responseStream: boolean): grpc.MethodDefinition<Buffer, Buffer> {
+  return {
+    path,
+    requestStream: false,
+    responseStream,
+    requestSerialize: passThrough,
+    requestDeserialize: passThrough,
+    responseSerialize: passThrough,
+    responseDeserialize: passThrough,
+  };
+}
+
+const SERVICE: grpc.ServiceDefinition = {
+  Get: method(PATHS.get, false),
+  List: method(PATHS.list, true),
+  Watch: method(PATHS.watch, true),
+  Create: method(PATHS.create, false),
+  Update: method(PATHS.update, false),
+  Destroy: method(PATHS.destroy, false),
+  Version: method(PATHS.version, false),
+};
+
+class StatusError extends Error {
+  constructor(
+    readonly code: number,
+    readonly details: string,
+  ) {
+    super(details);
+  }
+}
+
+/**
+ * The fake apid. Nodes are reachable under each of their node IPs; one apid instance is one
+ * endpoint (a control-plane node). See the file header for an example.
+ */
+export class FakeApid {
+  #pki: FakeApidPki;
+  #server: grpc.Server | undefined;
+  #port: number;
+  readonly #nodes = new Set<NodeState>();
+  readonly #byIP = new Map<string, NodeState>();
+  /** The endpoint node itself, answering calls without a `node` header. */
+  readonly #self: NodeState;
+  readonly #types = new Map<string, string>();
+  readonly #subs = new Set<WatchSub>();
+  readonly #counts = new Map<string, number>();
+  readonly #inject = new Map<string, Injected[]>();
+  readonly #delays = new Map<string, number>();
+  readonly #platform: string;
+  #inFlight = 0;
+  #peak = 0;
+  #clock = Date.parse("2026-01-01T00:00:00Z");
+
+  private constructor(pki: FakeApidPki, opts: FakeApidOptions) {
+    this.#pki = pki;
+    this.#port = opts.port ?? 0;
+    this.#platform = opts.platform ?? "metal";
+    for (const r of Object.values(RESOURCES)) this.#types.set(r.type, r.namespace);
+    this.#self = {
+      spec: {
+        name: "endpoint",
+        nodeIPs: [],
+        talosVersion: opts.talosVersion ?? "v1.13.0",
+        platformMetadata: {} as PlatformMetadata,
+        addresses: [],
+      },
+      down: false,
+      resources: new Map(),
+    };
+    if (opts.controllerManagerConfig) this.setControllerManagerConfig(opts.controllerManagerConfig);
+    for (const n of opts.nodes ?? []) this.addNode(n);
+  }
+
+  /** Makes a Talos-like PKI: Ed25519 OS CA, server certificate, client CA = OS CA. */
+  static async createPki(): Promise<FakeApidPki> {
+    const osCA = await createCA("talos", "ed25519");
+    const server = await osCA.issue({
+      cn: "talos",
+      usage: "server",
+      keyType: "ed25519",
+      ips: ["127.0.0.1"],
+      dns: ["localhost", "talos", "talos.default"],
+      hours: 24 * 365,
+    });
+    return { osCA, clientCA: osCA, server };
+  }
+
+  /** Starts an apid on 127.0.0.1. */
+  static async start(opts: FakeApidOptions = {}): Promise<FakeApid> {
+    const apid = new FakeApid(opts.pki ?? (await FakeApid.createPki()), opts);
+    await apid.#listen();
+    return apid;
+  }
+
+  /** `127.0.0.1:<port>`. */
+  get endpoint(): string {
+    return `127.0.0.1:${this.#port}`;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  get pki(): FakeApidPki {
+    return this.#pki;
+  }
+
+  /**
+   * A talosconfig (YAML) with a fresh Ed25519 client certificate from the current client CA, key
+   * PEM labelled `ED25519 PRIVATE KEY` as Talos writes it.
+   */
+  async talosconfig(opts: TalosconfigOptions = {}): Promise<string> {
+    const ca = opts.clientCA ?? this.#pki.clientCA;
+    const leaf = await ca.issue({
+      cn: "talos-cloud-controller-manager",
+      o: opts.roles ?? ["os:reader"],
+      usage: "client",
+      keyType: "ed25519",
+      keyLabel: "ED25519 PRIVATE KEY",
+      hours: opts.hours ?? 6,
+    });
+    const b64 = (s: string) => Buffer.from(s).toString("base64");
+    const name = opts.context ?? "default";
+    const context: Record<string, unknown> = { endpoints: opts.endpoints ?? [this.endpoint] };
+    const caPem = opts.ca ?? this.#pki.osCA.cert;
+    if (caPem) context.ca = b64(caPem);
+    context.crt = b64(leaf.cert);
+    context.key = b64(leaf.key);
+    if (opts.cluster !== undefined) context.cluster = opts.cluster;
+    return stringify({ context: name, contexts: { [name]: context } });
+  }
+
+  /** Writes {@link talosconfig} to `path` (atomically, like a Secret update) and returns `path`. */
+  async writeTalosconfig(path: string, opts: TalosconfigOptions = {}): Promise<string> {
+    const text = await this.talosconfig(opts);
+    writeFileSync(`${path}.tmp`, text, { mode: 0o600 });
+    renameSync(`${path}.tmp`, path);
+    return path;
+  }
+
+  // ---- nodes ----
+
+  /**
+   * Adds a node, reachable under each of its node IPs.
+   * @throws {Error} when one of its IPs is taken.
+   */
+  addNode(spec: FakeNodeSpec): void {
+    for (const ip of spec.nodeIPs) {
+      if (this.#byIP.has(ip)) throw new Error(`Cannot add node ${spec.name}: IP ${ip} is taken`);
+    }
+    const node: NodeState = {
+      spec: { ...spec, addresses: [...spec.addresses] },
+      down: false,
+      resources: new Map(),
+    };
+    this.#put(node, "platformmetadata", { kind: "platformmetadata", value: spec.platformMetadata });
+    if (spec.systemInformation) {
+      this.#put(node, "systeminformation", { kind: "systeminformation", value: spec.systemInformation });
+    }
+    for (const a of spec.addresses) this.#put(node, a.id, { kind: "address", value: a });
+    if (spec.controllerManagerConfig) {
+      this.#put(node, RESOURCES.controllermanagerconfig.id, {
+        kind: "cmc",
+        value: spec.controllerManagerConfig,
+      });
+    }
+    this.#nodes.add(node);
+    for (const ip of spec.nodeIPs) this.#byIP.set(ip, node);
+  }
+
+  /** Adds many nodes. */
+  addNodes(specs: Iterable<FakeNodeSpec>): void {
+    for (const s of specs) this.addNode(s);
+  }
+
+  /** Removes the node reachable under `ip` (all its IPs); its open watches end with Unavailable. */
+  removeNode(ip: string): void {
+    const node = this.#node(ip);
+    this.#cut(node, `node ${ip} removed`);
+    this.#nodes.delete(node);
+    for (const i of node.spec.nodeIPs) this.#byIP.delete(i);
+  }
+
+  /** The current definition of the node reachable under `ip`. */
+  node(ip: string): FakeNodeSpec | undefined {
+    return this.#byIP.get(ip)?.spec;
+  }
+
+  /** Number of nodes. */
+  get nodeCount(): number {
+    return this.#nodes.size;
+  }
+
+  /**
+   * Changes a node's resources; open watches receive UPDATED (with `old`), CREATED and DESTROYED
+   * events as Talos would send them.
+   */
+  updateNode(ip: string, change: NodeChange): void {
+    const node = this.#node(ip);
+    if (change.talosVersion !== undefined) node.spec.talosVersion = change.talosVersion;
+    if (change.platformMetadata) {
+      const value = { ...node.spec.platformMetadata, ...change.platformMetadata };
+      node.spec.platformMetadata = value;
+      this.#put(node, "platformmetadata", { kind: "platformmetadata", value });
+    }
+    if (change.systemInformation === null) {
+      delete node.spec.systemInformation;
+      this.#delete(node, RESOURCES.systeminformation, "systeminformation");
+    } else if (change.systemInformation) {
+      node.spec.systemInformation = change.systemInformation;
+      this.#put(node, "systeminformation", { kind: "systeminformation", value: change.systemInformation });
+    }
+    if (change.addresses) {
+      const next = new Map(change.addresses.map((a) => [a.id, a]));
+      for (const old of node.spec.addresses) {
+        if (!next.has(old.id)) this.#delete(node, RESOURCES.addresses, old.id);
+      }
+      for (const a of change.addresses) {
+        const prev = node.spec.addresses.find((o) => o.id === a.id);
+        if (!prev || JSON.stringify(prev) !== JSON.stringify(a))
+          this.#put(node, a.id, { kind: "address", value: a });
+      }
+      node.spec.addresses = [...change.addresses];
+    }
+  }
+
+  /**
+   * Marks the node down (Unavailable on every call routed to it; its open streams are cut with
+   * Unavailable) or up again.
+   */
+  setDown(ip: string, down: boolean): void {
+    const node = this.#node(ip);
+    node.down = down;
+    if (down) this.#cut(node, `node ${ip} is down`);
+  }
+
+  /** Sets or clears (undefined → NotFound) the ControllerManagerConfig served without a `node` header. */
+  setControllerManagerConfig(cfg: ControllerManagerConfig | undefined): void {
+    const { id } = RESOURCES.controllermanagerconfig;
+    if (cfg) this.#put(this.#self, id, { kind: "cmc", value: cfg });
+    else this.#delete(this.#self, RESOURCES.controllermanagerconfig, id);
+  }
+
+  /**
+   * Stores a resource with raw spec bytes on a node (or on the endpoint itself when `ip` is
+   * undefined); its type becomes known to the server.
+   */
+  setRawResource(ip: string | undefined, r: RawResource): void {
+    const node = ip === undefined ? this.#self : this.#node(ip);
+    this.#types.set(r.type, r.namespace);
+    this.#putTyped(node, r.namespace, r.type, r.id, {
+      kind: "raw",
+      proto: r.protoSpec,
+      yaml: r.yamlSpec ?? "",
+    });
+  }
+
+  // ---- faults ----
+
+  /**
+   * Makes the next `times` calls of `method` routed to `ip` fail with `code`; `ip` "*" matches
+   * every call, "" calls without a `node` header.
+   */
+  failNext(ip: string, method: ApidMethod, code: number, times = 1, details?: string): void {
+    const k = `${ip}|${method}`;
+    const list = this.#inject.get(k) ?? [];
+    list.push({ code, details: details ?? `injected failure (code ${code})`, times });
+    this.#inject.set(k, list);
+  }
+
+  /** Delays the answers of `method` (or of every method) by `ms`; 0 removes the delay. */
+  setDelay(ms: number, method?: ApidMethod): void {
+    if (ms > 0) this.#delays.set(method ?? "*", ms);
+    else this.#delays.delete(method ?? "*");
+  }
+
+  /**
+   * Calls received, filtered by method, node header value ("" for none) and resource type;
+   * every call counts, failed ones included.
+   */
+  calls(filter: { method?: ApidMethod; node?: string; type?: string } = {}): number {
+    let n = 0;
+    for (const [k, count] of this.#counts) {
+      const [m, node, type] = k.split("|");
+      if (filter.method !== undefined && m !== filter.method) continue;
+      if (filter.node !== undefined && node !== filter.node) continue;
+      if (filter.type !== undefined && type !== filter.type) continue;
+      n += count;
+    }
+    return n;
+  }
+
+  /** Clears the call counters and the in-flight peak. */
+  resetCalls(): void {
+    this.#counts.clear();
+    this.#peak = this.#inFlight;
+  }
+
+  /** The most calls handled at once since the last reset (unary, List, and Watch until its initial state is sent). */
+  get peakInFlight(): number {
+    return this.#peak;
+  }
+
+  /** Open Watch streams, of one node or all. */
+  watchers(ip?: string): number {
+    if (ip === undefined) return this.#subs.size;
+    const node = this.#byIP.get(ip);
+    return [...this.#subs].filter((s) => s.node === node).length;
+  }
+
+  // ---- lifecycle ----
+
+  /** Stops listening; open streams break. */
+  async stop(): Promise<void> {
+    const server = this.#server;
+    this.#server = undefined;
+    this.#subs.clear();
+    server?.forceShutdown();
+  }
+
+  /** Stops (if running) and listens again on the same port with the current certificates; open streams break. */
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.#listen();
+  }
+
+  /**
+   * Replaces the client CA: certificates of the old one are refused at the TLS handshake from now
+   * on (open connections are dropped by a restart), and {@link talosconfig} issues from the new one.
+   */
+  async rotateClientCA(): Promise<void> {
+    this.#pki = { ...this.#pki, clientCA: await createCA("talos-rotated", "ed25519") };
+    await this.restart();
+  }
+
+  // ---- internals ----
+
+  async #listen(): Promise<void> {
+    const server = new grpc.Server();
+    server.addService(SERVICE, {
+      Get: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+        this.#unary("Get", call, cb, (target, req) => this.#get(target, req));
+      },
+      List: (call: grpc.ServerWritableStream<Buffer, Buffer>) => {
+        void this.#list(call);
+      },
+      Watch: (call: grpc.ServerWritableStream<Buffer, Buffer>) => {
+        void this.#watch(call);
+      },
+      Create: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+        this.#unary("Create", call, cb, () => {
+          throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+        });
+      },
+      Update: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+        this.#unary("Update", call, cb, () => {
+          throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+        });
+      },
+      Destroy: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+        this.#unary("Destroy", call, cb, () => {
+          throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+        });
+      },
+      Version: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+        this.#unary("Version", call, cb, (target) => this.#version(target, call.metadata));
+      },
+    });
+    const creds = grpc.ServerCredentials.createSsl(
+      Buffer.from(this.#pki.clientCA.cert),
+      [{ private_key: Buffer.from(this.#pki.server.key), cert_chain: Buffer.from(this.#pki.server.cert) }],
+      true,
+    );
+    this.#port = await new Promise<number>((resolve, reject) => {
+      server.bindAsync(`127.0.0.1:${this.#port}`, creds, (err, port) => (err ? reject(err) : resolve(port)));
+    });
+    this.#server = server;
+  }
+
+  #node(ip: string): NodeState {
+    const node = this.#byIP.get(ip);
+    if (!node) throw new Error(`FakeApid: no node with IP ${ip}`);
+    return node;
+  }
+
+  #put(node: NodeState, id: string, data: Exclude<SpecData, { kind: "raw" }>): void {
+    const { namespace, type } = RESOURCES[KIND_RESOURCE[data.kind]];
+    this.#putTyped(node, namespace, type, id, data);
+  }
+
+  #putTyped(node: NodeState, namespace: string, type: string, id: string, data: SpecData): void {
+    const k = key(namespace, type);
+    let byId = node.resources.get(k);
+    if (!byId) {
+      byId = new Map();
+      node.resources.set(k, byId);
+    }
+    this.#clock += 1000;
+    const now = this.#clock;
+    const old = byId.get(id);
+    const next: Stored = old
+      ? { ...old, version: old.version + 1, updated: now, data }
+      : { namespace, type, id, version: 1, created: now, updated: now, owner: OWNERS[data.kind], data };
+    byId.set(id, next);
+    this.#emit(
+      node,
+      next,
+      old
+        ? { eventType: EventType.UPDATED, resource: this.#resource(next), old: this.#resource(old) }
+        : { eventType: EventType.CREATED, resource: this.#resource(next) },
+    );
+  }
+
+  #delete(node: NodeState, r: { namespace: string; type: string }, id: string): void {
+    const { namespace, type } = r;
+    const byId = node.resources.get(key(namespace, type));
+    const old = byId?.get(id);
+    if (!byId || !old) return;
+    byId.delete(id);
+    this.#emit(node, old, {
+      eventType: EventType.DESTROYED,
+      resource: this.#resource({ ...old, version: old.version + 1 }),
+    });
+  }
+
+  #resource(s: Stored): Resource {
+    const { proto, yaml } = encodeData(s.data);
+    return create(ResourceSchema, {
+      metadata: {
+        namespace: s.namespace,
+        type: s.type,
+        id: s.id,
+        version: String(s.version),
+        owner: s.owner,
+        phase: "running",
+        created: timestampFromMs(s.created),
+        updated: timestampFromMs(s.updated),
+      },
+      spec: { protoSpec: proto, yamlSpec: yaml },
+    });
+  }
+
+  /** What Talos sends for a watched id that does not exist: metadata only, version "undefined". */
+  #tombstone(namespace: string, type: string, id: string): Resource {
+    const now = timestampFromMs(this.#clock);
+    return create(ResourceSchema, {
+      metadata: { namespace, type, id, version: "undefined", phase: "running", created: now, updated: now },
+      spec: {},
+    });
+  }
+
+  #emit(node: NodeState, s: Stored, event: Partial<Event>): void {
+    if (this.#subs.size === 0) return;
+    const bytes = Buffer.from(toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: [event] })));
+    for (const sub of this.#subs) {
+      if (sub.node !== node || sub.namespace !== s.namespace || sub.type !== s.type) continue;
+      if (sub.id !== undefined && sub.id !== s.id) continue;
+      sub.call.write(bytes);
+    }
+  }
+
+  #cut(node: NodeState, why: string): void {
+    for (const sub of this.#subs) {
+      if (sub.node !== node) continue;
+      this.#subs.delete(sub);
+      sub.call.emit("error", {
+        code: GrpcStatus.UNAVAILABLE,
+        details: `connection error: desc = "transport: ${why}"`,
+      });
+    }
+  }
+
+  #count(m: ApidMethod, node: string, type: string): void {
+    const k = `${m}|${node}|${type}`;
+    this.#counts.set(k, (this.#counts.get(k) ?? 0) + 1);
+  }
+
+  #enter(): () => void {
+    this.#inFlight++;
+    if (this.#inFlight > this.#peak) this.#peak = this.#inFlight;
+    let left = false;
+    return () => {
+      if (!left) this.#inFlight--;
+      left = true;
+    };
+  }
+
+  /**
+   * apid's checks before a call reaches a node: client roles, `nodes`/`node` headers, injected
+   * failures, routing. Returns the node answering the call.
+   */
+  async #route(
+    m: ApidMethod,
+    call: grpc.ServerUnaryCall<Buffer, Buffer> | grpc.ServerWritableStream<Buffer, Buffer>,
+    type: string,
+  ): Promise<NodeState> {
+    // HTTP/2 folds repeated headers into one comma-joined value: a comma means several values.
+    const nodeValues = call.metadata
+      .get("node")
+      .map(String)
+      .flatMap((v) => v.split(",").map((x) => x.trim()));
+    const nodesValues = call.metadata.get("nodes").map(String);
+    this.#count(m, nodeValues.join(","), type);
+    const subject = call.getAuthContext().sslPeerCertificate?.subject as
+      | { O?: string | string[] }
+      | undefined;
+    const roles = ([] as string[]).concat(subject?.O ?? []);
+    if (!roles.some((r) => READ_ROLES.includes(r))) {
+      throw new StatusError(GrpcStatus.PERMISSION_DENIED, `not authorized: roles [${roles.join(" ")}]`);
+    }
+    if (m === "Create" || m === "Update" || m === "Destroy")
+      throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+    if (nodesValues.length > 0 && m !== "Version") {
+      throw new StatusError(
+        GrpcStatus.INVALID_ARGUMENT,
+        "one-to-many proxying is not supported for COSI methods",
+      );
+    }
+    if (nodeValues.length > 1)
+      throw new StatusError(GrpcStatus.INVALID_ARGUMENT, "node metadata must be single-valued");
+    const target = nodeValues[0];
+    if (target !== undefined && (target === "" || (isIP(target) === 0 && target.includes(":")))) {
+      throw new StatusError(GrpcStatus.INTERNAL, `invalid target "${target}"`);
+    }
+    for (const k of [`${target ?? ""}|${m}`, `*|${m}`]) {
+      const list = this.#inject.get(k);
+      const first = list?.[0];
+      if (!list || !first) continue;
+      if (--first.times <= 0) list.shift();
+      throw new StatusError(first.code, first.details);
+    }
+    const ms = this.#delays.get(m) ?? this.#delays.get("*") ?? 0;
+    if (ms > 0) await delay(ms);
+    if (target === undefined) return this.#self;
+    const node = this.#byIP.get(target);
+    if (!node || node.down) {
+      throw new StatusError(
+        GrpcStatus.UNAVAILABLE,
+        `connection error: desc = "transport: Error while dialing: dial tcp ${target.includes(":") ? `[${target}]` : target}:50000: connect: connection refused"`,
+      );
+    }
+    return node;
+  }
+
+  /** Checks namespace and type as Talos' resource registry does. */
+  #checkType(namespace: string, type: string): void {
+    const ns = this.#types.get(type);
+    const knownNamespaces = new Set(this.#types.values());
+    if (ns === undefined || !knownNamespaces.has(namespace)) {
+      throw new StatusError(
+        GrpcStatus.PERMISSION_DENIED,
+        `not authorized to access ${type} in namespace "${namespace}"`,
+      );
+    }
+  }
+
+  #unary(
+    m: ApidMethod,
+    call: grpc.ServerUnaryCall<Buffer, Buffer>,
+    cb: grpc.sendUnaryData<Buffer>,
+    serve: (target: NodeState, req: Buffer) => Uint8Array | Promise<Uint8Array>,
+  ): void {
+    const leave = this.#enter();
+    const type = m === "Get" ? this.#peekType(GetRequestSchema, call.request) : "";
+    this.#route(m, call, type)
+      .then((target) => serve(target, call.request))
+      .then(
+        (bytes) => cb(null, Buffer.from(bytes)),
+        (err) => cb(this.#status(err)),
+      )
+      .finally(leave);
+  }
+
+  #peekType(
+    schema: typeof GetRequestSchema | typeof ListRequestSchema | typeof WatchRequestSchema,
+    b: Buffer,
+  ): string {
+    try {
+      return fromBinary(schema, b).type;
+    } catch {
+      return "";
+    }
+  }
+
+  #status(err: unknown): Partial<grpc.StatusObject> {
+    if (err instanceof StatusError) return { code: err.code, details: err.details };
+    return { code: GrpcStatus.INTERNAL, details: `fake apid: ${(err as Error)?.message ?? err}` };
+  }
+
+  #decode<T>(decode: () => T): T {
+    try {
+      return decode();
+    } catch (err) {
+      throw new StatusError(
+        GrpcStatus.INVALID_ARGUMENT,
+        `grpc: error unmarshalling request: ${(err as Error).message}`,
+      );
+    }
+  }
+
+  #get(target: NodeState, raw: Buffer): Uint8Array {
+    const req = this.#decode(() => fromBinary(GetRequestSchema, raw));
+    this.#checkType(req.namespace, req.type);
+    const s = target.resources.get(key(req.namespace, req.type))?.get(req.id);
+    if (!s) {
+      throw new StatusError(
+        GrpcStatus.NOT_FOUND,
+        `resource ${req.type}(${req.namespace}/${req.id}@undefined) doesn't exist`,
+      );
+    }
+    return toBinary(GetResponseSchema, create(GetResponseSchema, { resource: this.#resource(s) }));
+  }
+
+  #version(target: NodeState, md: grpc.Metadata): Uint8Array {
+    const nodes = md
+      .get("nodes")
+      .map(String)
+      .flatMap((v) => v.split(","));
+    const one = (n: NodeState, hostname?: string) => ({
+      ...(hostname === undefined ? {} : { metadata: { hostname } }),
+      version: {
+        tag: n.spec.talosVersion,
+        sha: "0123abcd",
+        built: "",
+        goVersion: "go1.24.0",
+        os: "linux",
+        arch: "amd64",
+      },
+      platform: { name: n === this.#self ? this.#platform : n.spec.platformMetadata.platform, mode: "cloud" },
+      features: { rbac: true },
+    });
+    if (nodes.length === 0)
+      return toBinary(VersionResponseSchema, create(VersionResponseSchema, { messages: [one(target)] }));
+    const messages = nodes.map((ip) => {
+      const n = this.#byIP.get(ip);
+      if (!n || n.down) return { metadata: { hostname: ip, error: "connection refused" } };
+      return one(n, ip);
+    });
+    return toBinary(VersionResponseSchema, create(VersionResponseSchema, { messages }));
+  }
+
+  async #list(call: grpc.ServerWritableStream<Buffer, Buffer>): Promise<void> {
+    const leave = this.#enter();
+    try {
+      const req = this.#decode(() => fromBinary(ListRequestSchema, call.request));
+      const target = await this.#route("List", call, req.type);
+      this.#checkType(req.namespace, req.type);
+      const byId = target.resources.get(key(req.namespace, req.type));
+      for (const s of byId?.values() ?? []) {
+        if (call.cancelled) return;
+        call.write(
+          Buffer.from(
+            toBinary(ListResponseSchema, create(ListResponseSchema, { resource: this.#resource(s) })),
+          ),
+        );
+      }
+      call.end();
+    } catch (err) {
+      call.emit("error", this.#status(err));
+    } finally {
+      leave();
+    }
+  }
+
+  async #watch(call: grpc.ServerWritableStream<Buffer, Buffer>): Promise<void> {
+    const leave = this.#enter();
+    try {
+      const req: WatchRequest = this.#decode(() => fromBinary(WatchRequestSchema, call.request));
+      const target = await this.#route("Watch", call, req.type);
+      this.#checkType(req.namespace, req.type);
+      const opts = req.options;
+      if (req.id !== undefined && (opts?.bootstrapContents || (opts?.labelQuery.length ?? 0) > 0)) {
+        throw new StatusError(
+          GrpcStatus.UNIMPLEMENTED,
+          "bootstrap contents and label queries are not supported with an id",
+        );
+      }
+      if (call.cancelled || !this.#server) return;
+      const write = (events: Array<Partial<Event>>) =>
+        call.write(
+          Buffer.from(toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: events }))),
+        );
+      write([]);
+      const byId = target.resources.get(key(req.namespace, req.type));
+      if (req.id !== undefined) {
+        const s = byId?.get(req.id);
+        write([
+          s
+            ? { eventType: EventType.CREATED, resource: this.#resource(s) }
+            : { eventType: EventType.DESTROYED, resource: this.#tombstone(req.namespace, req.type, req.id) },
+        ]);
+      } else if (opts?.bootstrapContents) {
+        for (const s of byId?.values() ?? [])
+          write([{ eventType: EventType.CREATED, resource: this.#resource(s) }]);
+        if (req.apiVersion >= 1) write([{ eventType: EventType.BOOTSTRAPPED }]);
+      }
+      const sub: WatchSub = { node: target, namespace: req.namespace, type: req.type, id: req.id, call };
+      this.#subs.add(sub);
+      const drop = () => this.#subs.delete(sub);
+      call.on("cancelled", drop);
+      call.on("close", drop);
+      call.on("error", drop);
+    } catch (err) {
+      call.emit("error", this.#status(err));
+    } finally {
+      leave();
+    }
+  }
+}

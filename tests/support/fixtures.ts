@@ -1,0 +1,338 @@
+// Talos node fixtures for the fake apid: the node model (what one Talos node publishes through
+// COSI), the YAML loader for tests/fixtures/nodes/*.yaml and a generator of many distinct nodes for
+// benchmarks. Field names follow Talos' YAML (see /work/shared/docs/talos-api.md §3).
+
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { parse as parseYaml } from "yaml";
+import { formatIP, parseCidr, parseIP } from "../../lib/cidr.ts";
+import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+
+/** One AddressStatus of a node, normalized. */
+export interface FakeAddress {
+  /** `<link>/<address>`, as Talos names AddressStatus resources. */
+  id: string;
+  /** Address with prefix length, e.g. `10.0.0.5/24`. */
+  address: string;
+  /** IFA_LOCAL; Talos reports it for IPv4 (equal to the address), not for IPv6. */
+  local?: string;
+  linkName: string;
+  linkIndex: number;
+  /** 0 global, 200 site, 253 link, 254 host, 255 nowhere. */
+  scope: number;
+  /** IFA_F_* bitmask. */
+  flags: number;
+  priority: number;
+}
+
+/** Everything the fake apid serves for one node. */
+export interface FakeNodeSpec {
+  /** Kubernetes node name. */
+  name: string;
+  /**
+   * The kubelet's `alpha.kubernetes.io/provided-node-ip` values; the node answers apid calls routed
+   * to any of them (`node` header).
+   */
+  nodeIPs: string[];
+  /** Talos version tag reported by Version (default v1.13.0). */
+  talosVersion: string;
+  platformMetadata: PlatformMetadata;
+  /** Absent on nodes without SMBIOS: Get answers NotFound. */
+  systemInformation?: SystemInformation;
+  addresses: FakeAddress[];
+  /** Present on control-plane nodes when asked through a `node` header. */
+  controllerManagerConfig?: ControllerManagerConfig;
+}
+
+/** Linux IFA_F_* flags by the names Talos prints. */
+export const ADDRESS_FLAGS: Readonly<Record<string, number>> = {
+  temporary: 0x1,
+  nodad: 0x2,
+  optimistic: 0x4,
+  dadfailed: 0x8,
+  homeaddress: 0x10,
+  deprecated: 0x20,
+  tentative: 0x40,
+  permanent: 0x80,
+  mngmtmpaddr: 0x100,
+  noprefixroute: 0x200,
+  mcautojoin: 0x400,
+  stableprivacy: 0x800,
+};
+
+/** Address scopes by the names Talos prints. */
+export const ADDRESS_SCOPES: Readonly<Record<string, number>> = {
+  global: 0,
+  site: 200,
+  link: 253,
+  host: 254,
+  nowhere: 255,
+};
+
+/** Names of the set bits of `flags`, comma-joined ("" for none), as Talos' YAML shows them. */
+export function formatAddressFlags(flags: number): string {
+  return Object.entries(ADDRESS_FLAGS)
+    .filter(([, bit]) => (flags & bit) !== 0)
+    .map(([name]) => name)
+    .join(",");
+}
+
+/** The name of a scope number, or the number itself. */
+export function formatAddressScope(scope: number): string {
+  return Object.entries(ADDRESS_SCOPES).find(([, n]) => n === scope)?.[0] ?? String(scope);
+}
+
+const FIXTURES_DIR = join(import.meta.dir, "../fixtures/nodes");
+
+function fail(where: string, why: string): never {
+  throw new Error(`Cannot load node fixture ${where}: ${why}`);
+}
+
+function strings(where: string, obj: unknown, keys: readonly string[]): Record<string, string> {
+  if (typeof obj !== "object" || obj === null) fail(where, "not a mapping");
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(obj)) {
+    if (!keys.includes(k)) fail(where, `unknown key "${k}"`);
+    if (typeof v !== "string" && typeof v !== "number") fail(where, `"${k}" is not a string`);
+    out[k] = String(v);
+  }
+  return out;
+}
+
+function parseFlags(where: string, v: unknown): number {
+  if (v === undefined || v === "" || v === null) return 0;
+  if (typeof v === "number") return v;
+  let out = 0;
+  for (const name of String(v).split(",")) {
+    const bit = ADDRESS_FLAGS[name.trim()];
+    if (bit === undefined) fail(where, `unknown address flag "${name}"`);
+    out |= bit;
+  }
+  return out;
+}
+
+function parseScope(where: string, v: unknown): number {
+  if (v === undefined) return 0;
+  if (typeof v === "number") return v;
+  const n = ADDRESS_SCOPES[String(v)];
+  if (n === undefined) fail(where, `unknown scope "${v}"`);
+  return n;
+}
+
+/**
+ * Normalizes one address: validates the prefix, fills the id (`<link>/<address>`), IFA_LOCAL for
+ * IPv4, and zero scope/flags/priority.
+ * @throws {Error} on unknown keys, bad prefixes, flags or scopes.
+ */
+export function normalizeAddress(where: string, raw: unknown): FakeAddress {
+  if (typeof raw !== "object" || raw === null) fail(where, "address is not a mapping");
+  const r = raw as Record<string, unknown>;
+  const known = ["id", "address", "local", "linkName", "linkIndex", "scope", "flags", "priority"];
+  for (const k of Object.keys(r)) if (!known.includes(k)) fail(where, `unknown address key "${k}"`);
+  const cidr = parseCidr(String(r.address));
+  const address = `${formatIP(cidr.ip)}/${cidr.prefix.bits}`;
+  const linkName = String(r.linkName ?? fail(where, `address ${address} has no linkName`));
+  const out: FakeAddress = {
+    id: typeof r.id === "string" ? r.id : `${linkName}/${address}`,
+    address,
+    linkName,
+    linkIndex: Number(r.linkIndex ?? 0),
+    scope: parseScope(where, r.scope),
+    flags: parseFlags(where, r.flags),
+    priority: Number(r.priority ?? 0),
+  };
+  if (typeof r.local === "string") out.local = formatIP(parseIP(r.local));
+  else if (cidr.ip.family === 4) out.local = formatIP(cidr.ip);
+  return out;
+}
+
+const PM_KEYS = [
+  "platform",
+  "hostname",
+  "region",
+  "zone",
+  "instanceType",
+  "instanceId",
+  "providerId",
+  "spot",
+  "internalDNS",
+  "externalDNS",
+  "tags",
+] as const;
+const SI_KEYS = ["manufacturer", "productName", "version", "serialnumber", "uuid", "wakeUpType", "skuNumber"];
+
+/** A complete PlatformMetadata from a partial one (absent strings are ""). */
+export function platformMetadata(p: Partial<PlatformMetadata>): PlatformMetadata {
+  return {
+    platform: p.platform ?? "",
+    hostname: p.hostname ?? "",
+    region: p.region ?? "",
+    zone: p.zone ?? "",
+    instanceType: p.instanceType ?? "",
+    instanceId: p.instanceId ?? "",
+    providerId: p.providerId ?? "",
+    spot: p.spot ?? false,
+    internalDNS: p.internalDNS ?? "",
+    externalDNS: p.externalDNS ?? "",
+    tags: { ...(p.tags ?? {}) },
+  };
+}
+
+/**
+ * Validates and normalizes a node definition in the fixture YAML shape.
+ * @throws {Error} naming `where` on any unknown key or bad value.
+ */
+export function normalizeNode(where: string, doc: unknown): FakeNodeSpec {
+  if (typeof doc !== "object" || doc === null) fail(where, "not a mapping");
+  const d = doc as Record<string, unknown>;
+  const known = [
+    "name",
+    "nodeIPs",
+    "talosVersion",
+    "platformMetadata",
+    "systemInformation",
+    "addresses",
+    "controllerManagerConfig",
+  ];
+  for (const k of Object.keys(d)) if (!known.includes(k)) fail(where, `unknown key "${k}"`);
+  if (typeof d.name !== "string" || !d.name) fail(where, "no name");
+  if (!Array.isArray(d.nodeIPs) || d.nodeIPs.length === 0) fail(where, "no nodeIPs");
+  const nodeIPs = d.nodeIPs.map((ip) => formatIP(parseIP(String(ip))));
+  const pmRaw = (d.platformMetadata ?? {}) as Record<string, unknown>;
+  const { tags, spot, ...pmStrings } = pmRaw;
+  const pm = strings(`${where} platformMetadata`, pmStrings, PM_KEYS);
+  if (tags !== undefined && (typeof tags !== "object" || tags === null)) fail(where, "tags is not a mapping");
+  const node: FakeNodeSpec = {
+    name: d.name,
+    nodeIPs,
+    talosVersion: typeof d.talosVersion === "string" ? d.talosVersion : "v1.13.0",
+    platformMetadata: platformMetadata({
+      ...pm,
+      spot: spot === true,
+      tags: strings(`${where} tags`, tags ?? {}, Object.keys(tags ?? {})),
+    }),
+    addresses: (Array.isArray(d.addresses) ? d.addresses : []).map((a) => normalizeAddress(where, a)),
+  };
+  if (d.systemInformation !== undefined) {
+    const si = strings(`${where} systemInformation`, d.systemInformation, SI_KEYS);
+    node.systemInformation = {
+      manufacturer: si.manufacturer ?? "",
+      productName: si.productName ?? "",
+      version: si.version ?? "",
+      serialNumber: si.serialnumber ?? "",
+      uuid: si.uuid ?? "",
+      wakeUpType: si.wakeUpType ?? "",
+      skuNumber: si.skuNumber ?? "",
+    };
+  }
+  if (d.controllerManagerConfig !== undefined) {
+    const c = d.controllerManagerConfig as { podCIDRs?: unknown; serviceCIDRs?: unknown };
+    node.controllerManagerConfig = {
+      podCIDRs: Array.isArray(c.podCIDRs) ? c.podCIDRs.map(String) : [],
+      serviceCIDRs: Array.isArray(c.serviceCIDRs) ? c.serviceCIDRs.map(String) : [],
+    };
+  }
+  return node;
+}
+
+/** Names of the fixtures in tests/fixtures/nodes (file names without `.yaml`). */
+export function fixtureNames(): string[] {
+  return readdirSync(FIXTURES_DIR)
+    .filter((f) => f.endsWith(".yaml"))
+    .map((f) => f.slice(0, -5))
+    .sort();
+}
+
+/**
+ * Loads `tests/fixtures/nodes/<name>.yaml`; every call returns a fresh copy.
+ * @example const aws = loadFixture("aws"); apid.addNode(aws)
+ * @throws {Error} when the file is missing or malformed.
+ */
+export function loadFixture(name: string): FakeNodeSpec {
+  const file = join(FIXTURES_DIR, `${name}.yaml`);
+  return normalizeNode(file, parseYaml(readFileSync(file, "utf8")));
+}
+
+/** Options of {@link generateNodes}. */
+export interface GenerateOptions {
+  /** Fixture used as template for platform, system information and link layout (default "nocloud"). */
+  template?: string;
+  /** Also give every node an IPv6 node IP (dual stack). */
+  ipv6?: boolean;
+  /** Name prefix (default "node"). */
+  prefix?: string;
+  /** First index (default 0), to generate disjoint batches. */
+  start?: number;
+}
+
+/** IPv4 node IP of generated node `i`: 10.64.0.0/10, skipping .0 and .255. */
+export function generatedNodeIP(i: number): string {
+  const host = Math.floor(i / 254) * 256 + (i % 254) + 1;
+  return formatIP({ family: 4, value: (10n << 24n) | (64n << 16n) | BigInt(host) });
+}
+
+/**
+ * `n` distinct nodes built from a fixture: unique names, node IPs (10.64.0.0/10, plus fd10::/64 with
+ * `ipv6`), instance ids, provider ids and UUIDs; a handful of addresses each (lo, the node IPs on
+ * eth0, a cilium_host address) to keep memory small for benchmarks of thousands of nodes.
+ */
+export function generateNodes(n: number, opts: GenerateOptions = {}): FakeNodeSpec[] {
+  const template = loadFixture(opts.template ?? "nocloud");
+  const prefix = opts.prefix ?? "node";
+  const start = opts.start ?? 0;
+  const tpm = template.platformMetadata;
+  const out: FakeNodeSpec[] = [];
+  for (let k = 0; k < n; k++) {
+    const i = start + k;
+    const name = `${prefix}-${String(i).padStart(5, "0")}`;
+    const v4 = generatedNodeIP(i);
+    const nodeIPs = opts.ipv6 ? [v4, `fd10::${(i + 1).toString(16)}`] : [v4];
+    const instanceId = tpm.instanceId ? `${tpm.instanceId}-${i.toString(16)}` : "";
+    let providerId = "";
+    if (tpm.providerId && tpm.instanceId && tpm.providerId.includes(tpm.instanceId)) {
+      providerId = tpm.providerId.replace(tpm.instanceId, instanceId);
+    } else if (tpm.providerId) {
+      providerId = `${tpm.providerId}-${i}`;
+    }
+    const uuid = `6f1c0000-0000-4000-8000-${i.toString(16).padStart(12, "0")}`;
+    const node: FakeNodeSpec = {
+      name,
+      nodeIPs,
+      talosVersion: template.talosVersion,
+      platformMetadata: {
+        ...tpm,
+        hostname: name,
+        instanceId,
+        providerId,
+        tags: tpm.tags,
+      },
+      addresses: [
+        normalizeAddress(name, {
+          address: "127.0.0.1/8",
+          linkName: "lo",
+          linkIndex: 1,
+          scope: "host",
+          flags: "permanent",
+        }),
+        ...nodeIPs.map((ip) =>
+          normalizeAddress(name, {
+            address: `${ip}/${ip.includes(":") ? 64 : 10}`,
+            linkName: "eth0",
+            linkIndex: 2,
+            flags: "permanent",
+          }),
+        ),
+        normalizeAddress(name, {
+          address: `10.244.${Math.floor(i / 256) % 256}.${i % 256}/32`,
+          linkName: "cilium_host",
+          linkIndex: 4,
+          flags: "permanent",
+        }),
+      ],
+    };
+    if (template.systemInformation)
+      node.systemInformation = { ...template.systemInformation, uuid, serialNumber: uuid };
+    out.push(node);
+  }
+  return out;
+}
