@@ -15,6 +15,7 @@ import {
   type Name,
   SubjectAlternativeName,
 } from "@peculiar/asn1-x509";
+import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 
 /** The only signer this policy handles; CSRs for any other signer are never touched. */
@@ -120,97 +121,6 @@ export class CsrParseError extends Error {
 // ---------------------------------------------------------------------------------------------
 // IP addresses
 
-function parseIPv4(text: string): number[] | undefined {
-  const parts = text.split(".");
-  if (parts.length !== 4) return undefined;
-  const out: number[] = [];
-  for (const p of parts) {
-    // Decimal only, no leading zeros: "010" is octal to some parsers and decimal to others.
-    if (!/^(0|[1-9][0-9]{0,2})$/.test(p)) return undefined;
-    const n = Number(p);
-    if (n > 255) return undefined;
-    out.push(n);
-  }
-  return out;
-}
-
-function parseIPv6Groups(text: string): number[] | undefined {
-  if (text === "") return [];
-  const out: number[] = [];
-  for (const g of text.split(":")) {
-    if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return undefined;
-    out.push(Number.parseInt(g, 16));
-  }
-  return out;
-}
-
-/** Parses an IP literal into 16 bytes, IPv4 as IPv4-mapped IPv6, or undefined. */
-function ipBytes(text: string): Uint8Array | undefined {
-  const out = new Uint8Array(16);
-  if (!text.includes(":")) {
-    const v4 = parseIPv4(text);
-    if (!v4) return undefined;
-    out[10] = 0xff;
-    out[11] = 0xff;
-    out.set(v4, 12);
-    return out;
-  }
-  let rest = text;
-  let tail: number[] = [];
-  const lastColon = text.lastIndexOf(":");
-  if (text.slice(lastColon + 1).includes(".")) {
-    const v4 = parseIPv4(text.slice(lastColon + 1));
-    if (!v4) return undefined;
-    tail = [(v4[0] as number) * 256 + (v4[1] as number), (v4[2] as number) * 256 + (v4[3] as number)];
-    // Keep the separating colon when it is half of a "::".
-    rest = text[lastColon - 1] === ":" ? text.slice(0, lastColon + 1) : text.slice(0, lastColon);
-  }
-  const halves = rest.split("::");
-  if (halves.length > 2) return undefined;
-  const head = parseIPv6Groups(halves[0] as string);
-  const tailGroups = halves.length === 2 ? parseIPv6Groups(halves[1] as string) : [];
-  if (!head || !tailGroups) return undefined;
-  const groups = [...head, ...tailGroups, ...tail];
-  const missing = 8 - groups.length;
-  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
-  const all = [
-    ...head,
-    ...new Array<number>(halves.length === 2 ? missing : 0).fill(0),
-    ...tailGroups,
-    ...tail,
-  ];
-  all.forEach((g, i) => {
-    out[2 * i] = g >> 8;
-    out[2 * i + 1] = g & 0xff;
-  });
-  return out;
-}
-
-function isV4Mapped(b: Uint8Array): boolean {
-  return b.subarray(0, 10).every((x) => x === 0) && b[10] === 0xff && b[11] === 0xff;
-}
-
-/** Formats 16 bytes: IPv4-mapped as dotted IPv4, others as RFC 5952 IPv6. */
-function formatIP(b: Uint8Array): string {
-  if (isV4Mapped(b)) return Array.from(b.subarray(12)).join(".");
-  const groups: number[] = [];
-  for (let i = 0; i < 16; i += 2) groups.push(((b[i] as number) << 8) | (b[i + 1] as number));
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen) {
-      best = i;
-      bestLen = j - i;
-    }
-    i = j === i ? i + 1 : j;
-  }
-  const hex = groups.map((g) => g.toString(16));
-  if (best < 0) return hex.join(":");
-  return `${hex.slice(0, best).join(":")}::${hex.slice(best + bestLen).join(":")}`;
-}
-
 /**
  * The canonical text of an IP literal, so that equal addresses compare equal as strings:
  * IPv4-mapped IPv6 becomes dotted IPv4 and IPv6 is lower-case and zero-compressed (RFC 5952).
@@ -220,8 +130,8 @@ function formatIP(b: Uint8Array): string {
  * @example canonicalIP("::ffff:10.0.0.1") // "10.0.0.1"
  */
 export function canonicalIP(text: string): string | undefined {
-  const b = ipBytes(text);
-  return b && formatIP(b);
+  const ip = tryParseIP(text);
+  return ip && formatIP(unmapIPv4(ip));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,11 +551,10 @@ function deny(reason: DenyReason, message: string): Decision {
   return { action: "deny", reason, message };
 }
 
-/** Strips a prefix length (`10.0.0.5/24`, as in Talos AddressStatus) and canonicalizes. */
+/** Canonicalizes an address that may carry a prefix length (`10.0.0.5/24`, as Talos reports). */
 function canonicalHost(address: string): string | undefined {
-  const slash = address.indexOf("/");
-  if (slash < 0) return canonicalIP(address);
-  return /^[0-9]{1,3}$/.test(address.slice(slash + 1)) ? canonicalIP(address.slice(0, slash)) : undefined;
+  const ip = tryParseCidr(address)?.ip ?? tryParseIP(address);
+  return ip && formatIP(unmapIPv4(ip));
 }
 
 function defined<T>(values: Array<T | undefined>): T[] {
