@@ -42,7 +42,7 @@ const MAX_RSA_BITS = 8192;
 
 /** The fields of a CertificateSigningRequest that the policy reads. */
 export interface CsrInput {
-  /** `metadata.name`, used in messages only. */
+  /** `metadata.name`: not judged; carried for the controller's logs and Events. */
   name: string;
   signerName: string;
   /** `spec.username`: the authenticated requester, set by the API server. */

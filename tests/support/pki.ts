@@ -169,8 +169,10 @@ export interface CsrOptions {
   curve?: "P-256" | "P-384" | "P-521";
   /** Signature hash for ecdsa and rsa (default SHA-256). */
   hash?: "SHA-1" | "SHA-256" | "SHA-384" | "SHA-512";
-  /** Sign an rsa request with RSASSA-PSS (salt length = hash length) instead of PKCS#1 v1.5. */
+  /** Sign an rsa request with RSASSA-PSS instead of PKCS#1 v1.5. */
   rsaPss?: boolean;
+  /** RSASSA-PSS salt length in bytes (default: the hash length). */
+  pssSaltLength?: number;
   /** Sign with a different key than the one in the request: a failed proof of possession. */
   wrongSignature?: boolean;
 }
@@ -186,7 +188,8 @@ function csrAlgorithms(opts: CsrOptions): { gen: GenAlg; sign: SignAlg } {
   }
   if (type === "rsa") {
     const name = opts.rsaPss ? "RSA-PSS" : "RSASSA-PKCS1-v1_5";
-    const saltLength = { "SHA-1": 20, "SHA-256": 32, "SHA-384": 48, "SHA-512": 64 }[hash];
+    const saltLength =
+      opts.pssSaltLength ?? { "SHA-1": 20, "SHA-256": 32, "SHA-384": 48, "SHA-512": 64 }[hash];
     return {
       gen: { ...ALGS.rsa.gen, name, hash, modulusLength: opts.rsaBits ?? 2048 } as GenAlg,
       sign: (opts.rsaPss ? { name, saltLength } : { name }) as SignAlg,

@@ -333,6 +333,18 @@ describe("decide() denies the attack matrix", () => {
       reason: "BadSignature",
       says: "sha1WithRSAEncryption is not accepted",
     },
+    {
+      name: "an RSASSA-PSS salt shorter than the hash",
+      pem: () => csrA({ keyType: "rsa", rsaPss: true, pssSaltLength: 20 }),
+      reason: "BadSignature",
+      says: "salt length",
+    },
+    {
+      name: "an RSASSA-PSS signature over SHA-1",
+      pem: () => csrA({ keyType: "rsa", rsaPss: true, hash: "SHA-1" }),
+      reason: "BadSignature",
+      says: "SHA-256, SHA-384 or SHA-512",
+    },
     // Encoding
     { name: "garbage PEM", pem: () => "hello, world", reason: "InvalidRequest" },
     { name: "empty request", pem: () => "", reason: "InvalidRequest" },
