@@ -1,0 +1,670 @@
+// The cloud-config file (`--cloud-config`): its schema, loading and compilation. YAML is read the way
+// the reference's gopkg.in/yaml.v3 decoder reads it (first document only, scalars keep their source
+// text, YAML 1.1 yes/no/on/off booleans, `<<` merges), checked against a valibot schema, then
+// compiled: every regex and template is built once, literal label/annotation/taint entries are
+// validated. Problems carry their exact path (`transformations[1].labels["a/b"]`) and line.
+//
+// Severity policy: anything that can never work (wrong types, bad operators, regexes or templates)
+// is an error and nothing is loaded, so the cluster is never touched with a broken config. Entries
+// Kubernetes would refuse (an invalid label key, a reserved taint) and unknown keys are warnings:
+// the entry is dropped and the rest applies, because the reference accepted such files at load
+// (its own docs/rules.yaml has one) and refusing to start would block every node over one entry.
+
+import { readFileSync } from "node:fs";
+import * as v from "valibot";
+import {
+  type Alias,
+  type Document,
+  isAlias,
+  isMap,
+  isScalar,
+  isSeq,
+  LineCounter,
+  parseAllDocuments,
+} from "yaml";
+import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
+import { parseTemplate, type Template } from "./template.ts";
+import { MANAGED_ANNOTATION } from "./transform.ts";
+import type { Features, PlatformMetadata } from "./types.ts";
+import { isAnnotationKey, isLabelValue, isQualifiedName, isTaintKey, parseTaint } from "./validation.ts";
+
+/** One problem found in the config file. */
+export interface ConfigIssue {
+  /** Where, as `global.preferIPv6` or `transformations[0].labels["example.com/a"]`; "" for the document. */
+  path: string;
+  /** 1-based line in the file, when known. */
+  line?: number;
+  message: string;
+}
+
+/** The config file cannot be read or is invalid; `issues` lists every problem found. */
+export class ConfigError extends Error {
+  readonly code = "config";
+  constructor(
+    readonly issues: readonly ConfigIssue[],
+    readonly warnings: readonly ConfigIssue[] = [],
+    options?: ErrorOptions,
+  ) {
+    const n = issues.length;
+    const list = issues.map((i) => `  ${formatIssue(i)}`).join("\n");
+    super(`Cannot load cloud config: ${n} problem${n === 1 ? "" : "s"}:\n${list}`, options);
+    this.name = "ConfigError";
+  }
+}
+
+/**
+ * Renders an issue as one line: `path (line N): message`.
+ * @example formatIssue({ path: "global.PreferIPv6", line: 3, message: "unknown key" })
+ *   // "global.PreferIPv6 (line 3): unknown key"
+ */
+export function formatIssue(issue: ConfigIssue): string {
+  const where = issue.path === "" ? "document" : issue.path;
+  return `${where}${issue.line === undefined ? "" : ` (line ${issue.line})`}: ${issue.message}`;
+}
+
+/** A value of a rule: literal text, or a template rendered for each node. */
+export interface RuleValue {
+  source: string;
+  /** Absent when `source` has no `{{`: the value is used as is. */
+  template?: Template;
+}
+
+/** One `key: value` entry of a rule's labels, annotations, taints or platformMetadata. */
+export interface RuleEntry {
+  key: string;
+  value: RuleValue;
+}
+
+/** The PlatformMetadata fields a rule may override. */
+export type OverridableField = Exclude<keyof PlatformMetadata, "platform" | "hostname" | "tags">;
+
+/** A platformMetadata override, with the field it targets. */
+export interface MetadataOverride extends RuleEntry {
+  field: OverridableField;
+}
+
+/** A transformation rule, ready to apply. */
+export interface CompiledRule {
+  /** The rule's `name`, or `transformations[<index>]` when it has none. */
+  name: string;
+  /** OR of terms; empty = every node. */
+  nodeSelector: SelectorTerm[];
+  labels: RuleEntry[];
+  annotations: RuleEntry[];
+  /** Values are `"value:Effect"` or `"Effect"`. */
+  taints: RuleEntry[];
+  platformMetadata: MetadataOverride[];
+  features: Features;
+}
+
+/** The `global` section. */
+export interface GlobalConfig {
+  /** Cluster name for the `node.cloudprovider.kubernetes.io/clustername` label; "" = from talosconfig. */
+  clusterName: string;
+  /** Order a node's IPv6 address before its IPv4 one. */
+  preferIPv6: boolean;
+  /** Remove labels, annotations and taints that rules no longer produce (off = reference behaviour). */
+  reconcile: boolean;
+  /** Talos API endpoints (older reference releases); the TALOS_ENDPOINTS variable takes precedence. */
+  endpoints: string[];
+  /** Older reference releases' switch for CSR approval, now `--controllers=node-csr-approval`. */
+  approveNodeCSR: boolean;
+  /** Older reference releases: only refresh addresses of nodes whose providerID is not `talos://`. */
+  skipForeignNode: boolean;
+}
+
+/** A loaded config: settings, compiled rules and the warnings found while loading. */
+export interface CompiledConfig {
+  global: GlobalConfig;
+  transformations: CompiledRule[];
+  warnings: ConfigIssue[];
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML → plain data, with the line of every path.
+
+type Plain = string | null | Plain[] | { [key: string]: Plain };
+type Path = readonly (string | number)[];
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * Formats a path the way issues show it.
+ * @example formatPath(["transformations", 0, "labels", "a/b"]) // 'transformations[0].labels["a/b"]'
+ */
+export function formatPath(path: Path): string {
+  let out = "";
+  for (const seg of path) {
+    if (typeof seg === "number") out += `[${seg}]`;
+    else if (IDENTIFIER.test(seg)) out += out === "" ? seg : `.${seg}`;
+    else out += `[${JSON.stringify(seg)}]`;
+  }
+  return out;
+}
+
+/** Nodes visited after alias expansion; bounds "billion laughs" documents. */
+const MAX_NODES = 100_000;
+
+class TooLargeError extends Error {}
+
+interface Walk {
+  doc: Document;
+  lines: LineCounter;
+  lineOf: Map<string, number>;
+  budget: number;
+  /** Collections being converted: an alias to one of them is a cycle. */
+  open: Set<unknown>;
+  /** Resolved aliases. */
+  anchors: Map<Alias, unknown>;
+  /** Depth of alias expansion; lines inside an expansion are the anchor's, so they are not recorded. */
+  aliasDepth: number;
+  errors: ConfigIssue[];
+}
+
+function lineAt(lines: LineCounter, node: unknown): number | undefined {
+  const range = (node as { range?: [number, number, number] } | null)?.range;
+  return range ? lines.linePos(range[0]).line : undefined;
+}
+
+function mark(w: Walk, path: Path, node: unknown): void {
+  if (w.aliasDepth > 0) return;
+  const line = lineAt(w.lines, node);
+  if (line !== undefined) w.lineOf.set(formatPath(path), line);
+}
+
+/** Records a structural YAML error found while converting. */
+function fault(w: Walk, path: Path, node: unknown, message: string): void {
+  const line = lineAt(w.lines, node);
+  w.errors.push(
+    line === undefined ? { path: formatPath(path), message } : { path: formatPath(path), line, message },
+  );
+}
+
+/** Alias.resolve() searches the whole document each time: remember its answers. */
+function resolveAlias(w: Walk, alias: Alias): unknown {
+  if (!w.anchors.has(alias)) w.anchors.set(alias, alias.resolve(w.doc));
+  return w.anchors.get(alias);
+}
+
+function isMergeKey(key: unknown): boolean {
+  return isScalar(key) && typeof key.value === "symbol" && key.value.description === "<<";
+}
+
+function toPlain(node: unknown, w: Walk, path: Path): Plain {
+  if (--w.budget < 0) throw new TooLargeError();
+  if (isAlias(node)) {
+    const target = resolveAlias(w, node);
+    if (target === undefined) {
+      fault(w, path, node, `unknown anchor in alias *${node.source}`);
+      return null;
+    }
+    if (w.open.has(target)) {
+      fault(w, path, node, "alias refers to itself");
+      return null;
+    }
+    w.aliasDepth++;
+    try {
+      return toPlain(target, w, path);
+    } finally {
+      w.aliasDepth--;
+    }
+  }
+  if (isScalar(node)) {
+    // yaml.v3 hands a string field the scalar's source text: `1.10` stays "1.10", `True` stays "True".
+    return node.value === null || node.value === undefined ? null : String(node.source ?? node.value);
+  }
+  if (isSeq(node)) {
+    w.open.add(node);
+    const out = node.items.map((item, i) => {
+      mark(w, [...path, i], item);
+      return toPlain(item, w, [...path, i]);
+    });
+    w.open.delete(node);
+    return out;
+  }
+  if (isMap(node)) {
+    w.open.add(node);
+    const out: { [key: string]: Plain } = Object.create(null);
+    const merges: unknown[] = [];
+    for (const pair of node.items) {
+      if (isMergeKey(pair.key)) {
+        merges.push(pair.value);
+        continue;
+      }
+      const key = toPlain(pair.key, w, path);
+      if (key !== null && typeof key !== "string") {
+        fault(w, path, pair.key, "mapping keys must be scalars");
+        continue;
+      }
+      const childPath = [...path, key ?? ""];
+      mark(w, childPath, pair.key);
+      out[key ?? ""] = toPlain(pair.value, w, childPath);
+    }
+    for (const merge of merges) mergeInto(out, merge, w, path);
+    w.open.delete(node);
+    return out;
+  }
+  return null;
+}
+
+/** Applies a `<<` merge: explicit keys win, then earlier merged mappings over later ones. */
+function mergeInto(out: { [key: string]: Plain }, value: unknown, w: Walk, path: Path): void {
+  const source = isAlias(value) ? resolveAlias(w, value) : value;
+  // A single alias goes through toPlain as is, so that its cycle check applies.
+  const parts = isSeq(source) ? source.items : [value];
+  for (const part of parts) {
+    const known = w.errors.length;
+    const plain = toPlain(part, w, path);
+    if (plain === null || typeof plain !== "object" || Array.isArray(plain)) {
+      if (w.errors.length === known) fault(w, path, part, "a `<<` merge needs mappings");
+      continue;
+    }
+    for (const [k, val] of Object.entries(plain)) if (!Object.hasOwn(out, k)) out[k] = val;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema.
+
+function describe(input: unknown): string {
+  if (input === null || input === undefined) return "nothing";
+  if (Array.isArray(input)) return "a list";
+  if (typeof input === "object") return "a mapping";
+  return JSON.stringify(input);
+}
+
+const expected = (what: string) => (issue: v.BaseIssue<unknown>) =>
+  `expected ${what}, got ${describe(issue.input)}`;
+
+function isMapping(input: unknown): input is Record<string, unknown> {
+  return input !== null && typeof input === "object" && !Array.isArray(input);
+}
+
+/** yaml.v3 decodes these into a Go bool: YAML 1.2 core booleans plus the YAML 1.1 words. */
+const BOOLEANS: ReadonlyMap<string, boolean> = new Map([
+  ...["true", "True", "TRUE", "y", "Y", "yes", "Yes", "YES", "on", "On", "ON"].map((w) => [w, true] as const),
+  ...["false", "False", "FALSE", "n", "N", "no", "No", "NO", "off", "Off", "OFF"].map(
+    (w) => [w, false] as const,
+  ),
+]);
+
+const Text = v.nullish(v.string(expected("a string")), "");
+const Bool = v.nullish(
+  v.pipe(
+    v.string(expected("a boolean (true or false)")),
+    v.check((word) => BOOLEANS.has(word), expected("a boolean (true or false)")),
+    v.transform((word) => BOOLEANS.get(word) === true),
+  ),
+  "false",
+);
+const list = <T extends v.GenericSchema>(item: T) => v.nullish(v.array(item, expected("a list")), () => []);
+function mapping<T extends v.ObjectEntries>(entries: T) {
+  // v.object alone would take a list for a mapping.
+  const schema = v.pipe(v.custom<object>(isMapping, expected("a mapping")), v.object(entries));
+  // Every entry is nullish, so an empty mapping is valid input and yields the defaults.
+  return v.nullish(schema, () => ({}) as v.InferInput<typeof schema>);
+}
+
+/** A string → string mapping as ordered entries: any key survives, even `constructor`. */
+const StringMap = v.nullish(
+  v.pipe(
+    v.custom<Record<string, unknown>>(isMapping, expected("a mapping")),
+    v.rawTransform(({ dataset, addIssue }) => {
+      const input = dataset.value;
+      const out: [string, string][] = [];
+      for (const [key, value] of Object.entries(input)) {
+        if (value === null) out.push([key, ""]);
+        else if (typeof value === "string") out.push([key, value]);
+        else {
+          addIssue({
+            message: `expected a string, got ${describe(value)}`,
+            path: [{ type: "object", origin: "value", input, key, value }],
+          });
+        }
+      }
+      return out;
+    }),
+  ),
+  () => ({}),
+);
+
+const RequirementSchema = mapping({ key: Text, operator: Text, values: list(Text) });
+const TermSchema = mapping({ matchExpressions: list(RequirementSchema) });
+const RuleSchema = mapping({
+  name: Text,
+  nodeSelector: list(TermSchema),
+  labels: StringMap,
+  annotations: StringMap,
+  taints: StringMap,
+  platformMetadata: StringMap,
+  features: mapping({ publicIPDiscovery: Bool }),
+});
+
+/** The valibot schema of the whole file, after YAML decoding. Unknown keys are stripped. */
+export const ConfigSchema = mapping({
+  global: mapping({
+    clusterName: Text,
+    preferIPv6: Bool,
+    reconcile: Bool,
+    endpoints: list(Text),
+    approveNodeCSR: Bool,
+    skipForeignNode: Bool,
+  }),
+  transformations: list(RuleSchema),
+});
+
+type RawConfig = v.InferOutput<typeof ConfigSchema>;
+type RawRule = RawConfig["transformations"][number];
+
+// ---------------------------------------------------------------------------------------------
+// Unknown keys.
+
+/** Levenshtein distance, for "did you mean" hints. */
+function distance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const sub = (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1);
+      cur.push(Math.min(sub, (prev[j] as number) + 1, (cur[j - 1] as number) + 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length] as number;
+}
+
+/**
+ * The candidate nearest to `word`, ignoring case (first one on a tie).
+ * @example closestKey("PreferIPv6", ["clusterName", "preferIPv6"]) // "preferIPv6"
+ */
+export function closestKey(word: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const c of candidates) {
+    const d = distance(word.toLowerCase(), c.toLowerCase());
+    if (d < bestDistance) [best, bestDistance] = [c, d];
+  }
+  return best;
+}
+
+function unknownKeyMessage(what: string, key: string, known: readonly string[], consequence: string): string {
+  const near = closestKey(key, known);
+  if (near === undefined) return `unknown ${what} ${JSON.stringify(key)}: ${consequence}`;
+  if (near.toLowerCase() === key.toLowerCase()) {
+    return `unknown ${what} ${JSON.stringify(key)}: ${consequence}; keys are case-sensitive, did you mean ${JSON.stringify(near)}?`;
+  }
+  return `unknown ${what} ${JSON.stringify(key)}: ${consequence} (closest known key: ${JSON.stringify(near)})`;
+}
+
+/** The shape of the valibot schemas the unknown-key walk needs. */
+interface SchemaShape {
+  wrapped?: SchemaShape;
+  pipe?: SchemaShape[];
+  entries?: Record<string, SchemaShape>;
+  item?: SchemaShape;
+}
+
+function warnUnknownKeys(schema: SchemaShape, value: Plain, path: Path, warn: Sink): void {
+  let s = schema;
+  while (s.wrapped) s = s.wrapped;
+  s = s.pipe?.find((step) => step.entries) ?? s;
+  if (s.entries && value !== null && typeof value === "object" && !Array.isArray(value)) {
+    const known = Object.keys(s.entries);
+    for (const [key, child] of Object.entries(value)) {
+      const entry = s.entries[key];
+      if (entry) warnUnknownKeys(entry, child, [...path, key], warn);
+      else warn([...path, key], unknownKeyMessage("key", key, known, "ignored"));
+    }
+  } else if (s.item && Array.isArray(value)) {
+    const item = s.item;
+    value.forEach((child, i) => {
+      warnUnknownKeys(item, child, [...path, i], warn);
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compilation.
+
+type Sink = (path: Path, message: string) => void;
+
+interface Compiler {
+  error: Sink;
+  warn: Sink;
+}
+
+/** platformMetadata keys (Go field names, matched case-insensitively as the reference does). */
+const OVERRIDES: ReadonlyMap<string, OverridableField> = new Map([
+  ["region", "region"],
+  ["zone", "zone"],
+  ["instancetype", "instanceType"],
+  ["instanceid", "instanceId"],
+  ["providerid", "providerId"],
+  ["spot", "spot"],
+  ["internaldns", "internalDNS"],
+  ["externaldns", "externalDNS"],
+]);
+const OVERRIDE_NAMES = [
+  "Region",
+  "Zone",
+  "InstanceType",
+  "InstanceID",
+  "ProviderID",
+  "Spot",
+  "InternalDNS",
+  "ExternalDNS",
+];
+
+const LOWER_SELECTOR_KEYS = new Set<string>(SELECTOR_KEYS.map((k) => k.toLowerCase()));
+
+function compileValue(path: Path, source: string, c: Compiler): RuleValue | undefined {
+  if (!source.includes("{{")) return { source };
+  try {
+    return { source, template: parseTemplate(source, formatPath(path)) };
+  } catch (err) {
+    c.error(
+      path,
+      `invalid template ${JSON.stringify(source)}: ${err instanceof Error ? err.message : String(err)}`,
+    );
+    return undefined;
+  }
+}
+
+function compileSelector(raw: RawRule["nodeSelector"], base: Path, c: Compiler): SelectorTerm[] {
+  return raw.map((term, t) => {
+    const termPath = [...base, "nodeSelector", t];
+    if (term.matchExpressions.length === 0)
+      c.warn(termPath, "a term without matchExpressions matches no node");
+    const matchExpressions = term.matchExpressions.flatMap((expr, e) => {
+      const path = [...termPath, "matchExpressions", e];
+      if (!LOWER_SELECTOR_KEYS.has(expr.key.toLowerCase())) {
+        c.warn(
+          [...path, "key"],
+          unknownKeyMessage(
+            "selector key",
+            expr.key,
+            SELECTOR_KEYS,
+            "no node has it, so only DoesNotExist matches",
+          ),
+        );
+      }
+      const compiled = compileRequirement(expr);
+      if (compiled.ok) return [compiled.requirement];
+      for (const issue of compiled.issues) c.error([...path, ...issue.path], issue.message);
+      return [];
+    });
+    return { matchExpressions };
+  });
+}
+
+/** Compiles entries, dropping (with a warning) those whose key or literal value `check` refuses. */
+function compileEntries(
+  entries: [string, string][],
+  base: Path,
+  c: Compiler,
+  check: (key: string, literal: string | undefined) => string[],
+): RuleEntry[] {
+  const out: RuleEntry[] = [];
+  for (const [key, source] of entries) {
+    const path = [...base, key];
+    const value = compileValue(path, source, c);
+    if (!value) continue;
+    const problems = check(key, value.template ? undefined : source);
+    if (problems.length > 0) {
+      c.warn(path, `entry ignored: ${problems.join("; ")}`);
+      continue;
+    }
+    out.push({ key, value });
+  }
+  return out;
+}
+
+function labelProblems(key: string, literal: string | undefined): string[] {
+  const problems = isQualifiedName(key).map((e) => `key ${e}`);
+  if (literal !== undefined) problems.push(...isLabelValue(literal).map((e) => `value ${e}`));
+  return problems;
+}
+
+function annotationProblems(key: string): string[] {
+  if (key === MANAGED_ANNOTATION) return [`key is reserved for the CCM's own bookkeeping`];
+  return isAnnotationKey(key).map((e) => `key ${e}`);
+}
+
+function taintProblems(key: string, literal: string | undefined): string[] {
+  if (literal === undefined) return isTaintKey(key).map((e) => `key ${e}`);
+  const parsed = parseTaint(key, literal);
+  return parsed.ok ? [] : parsed.errors;
+}
+
+function compileOverrides(entries: [string, string][], base: Path, c: Compiler): MetadataOverride[] {
+  const out: MetadataOverride[] = [];
+  for (const [key, source] of entries) {
+    const path = [...base, key];
+    const lower = key.toLowerCase();
+    const field = OVERRIDES.get(lower);
+    if (!field) {
+      const why =
+        lower === "hostname" || lower === "platform" || lower === "tags"
+          ? `entry ignored: ${key} cannot be overridden`
+          : unknownKeyMessage("platformMetadata field", key, OVERRIDE_NAMES, "entry ignored");
+      c.warn(path, why);
+      continue;
+    }
+    const value = compileValue(path, source, c);
+    if (value) out.push({ key, field, value });
+  }
+  return out;
+}
+
+function compileRule(raw: RawRule, index: number, c: Compiler): CompiledRule {
+  const base = ["transformations", index];
+  return {
+    name: raw.name === "" ? `transformations[${index}]` : raw.name,
+    nodeSelector: compileSelector(raw.nodeSelector, base, c),
+    labels: compileEntries(raw.labels, [...base, "labels"], c, labelProblems),
+    annotations: compileEntries(raw.annotations, [...base, "annotations"], c, annotationProblems),
+    taints: compileEntries(raw.taints, [...base, "taints"], c, taintProblems),
+    platformMetadata: compileOverrides(raw.platformMetadata, [...base, "platformMetadata"], c),
+    features: { publicIPDiscovery: raw.features.publicIPDiscovery },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points.
+
+/**
+ * Parses, validates and compiles a cloud-config document. An empty document, or `global:` alone,
+ * gives the defaults.
+ * @param text the file's content.
+ * @returns the compiled config with its warnings (unknown keys, dropped entries).
+ * @throws {ConfigError} listing every error, each with its path and line.
+ * @example parseConfig("global:\n  preferIPv6: true\n").global.preferIPv6 // true
+ */
+export function parseConfig(text: string): CompiledConfig {
+  const lines = new LineCounter();
+  const docs = parseAllDocuments(text, { merge: true, prettyErrors: false, lineCounter: lines });
+  const errors: ConfigIssue[] = [];
+  const warnings: ConfigIssue[] = [];
+  const doc = Array.isArray(docs) ? docs[0] : undefined;
+  const lineOf = new Map<string, number>();
+
+  let plain: Plain = null;
+  if (doc) {
+    for (const e of doc.errors)
+      errors.push({ path: "", line: lines.linePos(e.pos[0]).line, message: e.message });
+    for (const w of doc.warnings)
+      warnings.push({ path: "", line: lines.linePos(w.pos[0]).line, message: w.message });
+    if (docs.length > 1) {
+      const line = lineAt(lines, docs[1]?.contents);
+      warnings.push({
+        path: "",
+        ...(line === undefined ? {} : { line }),
+        message: `only the first YAML document is read; ${docs.length - 1} more ignored`,
+      });
+    }
+    if (errors.length > 0) throw new ConfigError(errors, warnings);
+    const walk: Walk = {
+      doc,
+      lines,
+      lineOf,
+      budget: MAX_NODES,
+      open: new Set(),
+      anchors: new Map(),
+      aliasDepth: 0,
+      errors,
+    };
+    try {
+      plain = toPlain(doc.contents, walk, []);
+    } catch (err) {
+      if (!(err instanceof TooLargeError)) throw err;
+      throw new ConfigError([
+        { path: "", message: `document has more than ${MAX_NODES} nodes after alias expansion` },
+      ]);
+    }
+  }
+
+  const issue = (path: Path, message: string): ConfigIssue => {
+    for (let n = path.length; n >= 0; n--) {
+      const line = lineOf.get(formatPath(path.slice(0, n)));
+      if (line !== undefined) return { path: formatPath(path), line, message };
+    }
+    return { path: formatPath(path), message };
+  };
+  const c: Compiler = {
+    error: (path, message) => errors.push(issue(path, message)),
+    warn: (path, message) => warnings.push(issue(path, message)),
+  };
+
+  const parsed = v.safeParse(ConfigSchema, plain, { abortEarly: false });
+  if (!parsed.success) {
+    for (const i of parsed.issues) c.error(i.path?.map((p) => p.key as string | number) ?? [], i.message);
+    throw new ConfigError(errors, warnings);
+  }
+  warnUnknownKeys(ConfigSchema as unknown as SchemaShape, plain, [], c.warn);
+
+  const raw = parsed.output;
+  const transformations = raw.transformations.map((rule, i) => compileRule(rule, i, c));
+  if (errors.length > 0) throw new ConfigError(errors, warnings);
+  if (raw.global.approveNodeCSR) {
+    c.warn(
+      ["global", "approveNodeCSR"],
+      "deprecated: enable the node-csr-approval controller with --controllers",
+    );
+  }
+  return { global: raw.global, transformations, warnings };
+}
+
+/**
+ * Reads and compiles the cloud-config file at `path` (see {@link parseConfig}).
+ * @throws {ConfigError} when the file cannot be read or is invalid.
+ */
+export function loadConfig(path: string): CompiledConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new ConfigError([{ path: "", message: `cannot read ${path}: ${reason}` }], [], { cause: err });
+  }
+  return parseConfig(text);
+}

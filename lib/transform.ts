@@ -1,0 +1,395 @@
+// The transformation engine: compiled rules + one node's Talos facts → the labels, annotations,
+// taints, PlatformMetadata overrides and features the node should get. Also the bookkeeping of
+// reconcile mode: which of a node's labels, annotations and taints the rules put there, so that a
+// removed rule's outputs can be removed without touching what other actors set.
+//
+// A value that fails (template error, or a result Kubernetes would refuse) is skipped and reported
+// in `errors`; the rest still applies, so one bad rule never blocks a node.
+
+import type { CompiledConfig, RuleValue } from "./config.ts";
+import { registry as processRegistry, type Registry } from "./metrics.ts";
+import { matchSelector, selectorFields } from "./selector.ts";
+import type { Features, NodeFacts, PlatformMetadata, Taint } from "./types.ts";
+import {
+  ANNOTATIONS_MAX_BYTES,
+  isAnnotationKey,
+  isLabelValue,
+  isQualifiedName,
+  isTaintEffect,
+  isTaintKey,
+  parseTaint,
+} from "./validation.ts";
+
+/** A value a rule could not apply to a node. */
+export interface TransformError {
+  /** The rule's name (or `transformations[<index>]`). */
+  rule: string;
+  field: "labels" | "annotations" | "taints" | "platformMetadata";
+  key: string;
+  reason: string;
+}
+
+/** What the rules produce for one node. */
+export interface TransformResult {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: Taint[];
+  /** The node's PlatformMetadata after the rules' overrides (providerId, region, zone, …). */
+  platformMetadata: PlatformMetadata;
+  features: Features;
+  /** Values skipped on this node; everything else was applied. */
+  errors: TransformError[];
+}
+
+/** Options of {@link transform}. */
+export interface TransformOptions {
+  /** Where the transformer metrics go; the process registry by default. */
+  registry?: Registry;
+}
+
+/**
+ * The data templates see, keyed by the reference's Go field names: PlatformMetadata (Platform,
+ * Hostname, Region, Zone, InstanceType, InstanceID, ProviderID, Spot, InternalDNS, ExternalDNS,
+ * Tags), SystemInformation (Manufacturer, ProductName, Version, SerialNumber, UUID, WakeUpType,
+ * SKUNumber; "" when the node does not publish it) and TalosVersion.
+ */
+export function templateData(metadata: PlatformMetadata, facts: NodeFacts): Record<string, unknown> {
+  const sys = facts.systemInformation;
+  return {
+    Platform: metadata.platform,
+    Hostname: metadata.hostname,
+    Region: metadata.region,
+    Zone: metadata.zone,
+    InstanceType: metadata.instanceType,
+    InstanceID: metadata.instanceId,
+    ProviderID: metadata.providerId,
+    Spot: metadata.spot,
+    InternalDNS: metadata.internalDNS,
+    ExternalDNS: metadata.externalDNS,
+    Tags: { ...metadata.tags },
+    Manufacturer: sys?.manufacturer ?? "",
+    ProductName: sys?.productName ?? "",
+    Version: sys?.version ?? "",
+    SerialNumber: sys?.serialNumber ?? "",
+    UUID: sys?.uuid ?? "",
+    WakeUpType: sys?.wakeUpType ?? "",
+    SKUNumber: sys?.skuNumber ?? "",
+    TalosVersion: facts.talosVersion ?? "",
+  };
+}
+
+type Rendered = { ok: true; text: string } | { ok: false; reason: string };
+
+function render(value: RuleValue, data: Record<string, unknown>): Rendered {
+  if (!value.template) return { ok: true, text: value.source };
+  try {
+    return { ok: true, text: value.template.execute(data) };
+  } catch (err) {
+    return { ok: false, reason: `template failed: ${err instanceof Error ? err.message : String(err)}` };
+  }
+}
+
+function metrics(reg: Registry) {
+  return {
+    duration: reg.histogram(
+      "talosccm_transformer_duration_seconds",
+      "Latency of an Transformer call",
+      ["type"],
+      [0.001, 0.01, 0.05, 0.1],
+    ),
+    errors: reg.counter(
+      "talosccm_transformer_errors_total",
+      "Total number of errors for an Transformer call",
+      ["type"],
+    ),
+  };
+}
+
+/** The value of the metrics' `type` label, as the reference sets it. */
+const METRIC_TYPE = { type: "transformer" };
+
+/**
+ * Applies every matching rule, in order, to one node. Later rules override earlier ones on the same
+ * label, annotation, taint key or metadata field; publicIPDiscovery is on when any matching rule
+ * turns it on. Selectors and templates all see the node's facts as Talos reported them (with the
+ * hostname defaulting to the node name), not earlier rules' overrides, as in the reference.
+ *
+ * Callers pass facts whose providerId is already defaulted (`talos://<platform>/<nodeIP>`), as the
+ * reference does before transforming, so selectors and templates see it.
+ * @param config the compiled rules.
+ * @param facts what Talos knows about the node.
+ * @param nodeName the Node's name.
+ * @returns the result; never throws for a bad rule or odd facts.
+ */
+export function transform(
+  config: Pick<CompiledConfig, "transformations">,
+  facts: NodeFacts,
+  nodeName: string,
+  options: TransformOptions = {},
+): TransformResult {
+  const m = metrics(options.registry ?? processRegistry);
+  const stop = m.duration.startTimer(METRIC_TYPE);
+  const original: PlatformMetadata = {
+    ...facts.platformMetadata,
+    hostname: facts.platformMetadata.hostname || nodeName,
+  };
+  const result: TransformResult = {
+    labels: {},
+    annotations: {},
+    taints: [],
+    platformMetadata: { ...original, tags: { ...original.tags } },
+    features: { publicIPDiscovery: false },
+    errors: [],
+  };
+  const fields = selectorFields(original);
+  const data = templateData(original, facts);
+  const taints = new Map<string, Taint>();
+  let annotationBytes = 0;
+
+  for (const rule of config.transformations) {
+    if (!matchSelector(rule.nodeSelector, fields)) continue;
+    const fail = (field: TransformError["field"], key: string, reason: string) =>
+      result.errors.push({ rule: rule.name, field, key, reason });
+
+    for (const { key, value } of rule.labels) {
+      const r = render(value, data);
+      if (!r.ok) fail("labels", key, r.reason);
+      else {
+        const problems = isLabelValue(r.text);
+        if (problems.length > 0)
+          fail("labels", key, `invalid value ${JSON.stringify(r.text)}: ${problems.join("; ")}`);
+        else result.labels[key] = r.text;
+      }
+    }
+    for (const { key, value } of rule.annotations) {
+      const r = render(value, data);
+      if (!r.ok) {
+        fail("annotations", key, r.reason);
+        continue;
+      }
+      const before = result.annotations[key];
+      const bytes =
+        annotationBytes -
+        (before === undefined ? 0 : Buffer.byteLength(key) + Buffer.byteLength(before)) +
+        Buffer.byteLength(key) +
+        Buffer.byteLength(r.text);
+      if (bytes > ANNOTATIONS_MAX_BYTES) {
+        fail("annotations", key, `annotations would exceed ${ANNOTATIONS_MAX_BYTES} bytes in total`);
+        continue;
+      }
+      annotationBytes = bytes;
+      result.annotations[key] = r.text;
+    }
+    for (const { key, value } of rule.taints) {
+      const r = render(value, data);
+      if (!r.ok) {
+        fail("taints", key, r.reason);
+        continue;
+      }
+      const parsed = parseTaint(key, r.text);
+      if (parsed.ok) taints.set(key, parsed.taint);
+      else fail("taints", key, `invalid taint ${JSON.stringify(r.text)}: ${parsed.errors.join("; ")}`);
+    }
+    for (const { key, field, value } of rule.platformMetadata) {
+      const r = render(value, data);
+      if (!r.ok) fail("platformMetadata", key, r.reason);
+      else if (field === "spot") result.platformMetadata.spot = r.text.trim() === "true";
+      else result.platformMetadata[field] = r.text.trim();
+    }
+    if (rule.features.publicIPDiscovery) result.features.publicIPDiscovery = true;
+  }
+
+  result.taints = [...taints.values()];
+  stop();
+  if (result.errors.length > 0) m.errors.inc(METRIC_TYPE, result.errors.length);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconcile-mode bookkeeping.
+
+/**
+ * The Node annotation holding what the rules put on the node. Its value is compact JSON:
+ * `{"v":1,"labels":[…],"annotations":[…],"taints":["<key>:<Effect>",…]}`, lists sorted, empty
+ * lists left out.
+ */
+export const MANAGED_ANNOTATION = "talos.dev/ccm-managed";
+
+/** What the rules put on a node: label and annotation keys, taints as `<key>:<Effect>`. */
+export interface ManagedRecord {
+  labels: string[];
+  annotations: string[];
+  taints: string[];
+}
+
+/** Longest record value read; a larger one is treated as garbage. */
+const MAX_RECORD_BYTES = 64 * 1024;
+
+function taintId(t: Pick<Taint, "key" | "effect">): string {
+  return `${t.key}:${t.effect}`;
+}
+
+function isTaintId(id: string): boolean {
+  const at = id.lastIndexOf(":");
+  return at > 0 && isTaintKey(id.slice(0, at)).length === 0 && isTaintEffect(id.slice(at + 1));
+}
+
+function cleanList(value: unknown, valid: (s: string) => boolean): { list: string[]; dropped: boolean } {
+  if (value === undefined) return { list: [], dropped: false };
+  if (!Array.isArray(value)) return { list: [], dropped: true };
+  const list = [...new Set(value.filter((s): s is string => typeof s === "string" && valid(s)))].sort();
+  return { list, dropped: list.length !== value.length };
+}
+
+/**
+ * Reads the {@link MANAGED_ANNOTATION} value. Never throws: users can edit annotations, so entries
+ * that are not valid keys (or reserved ones) are dropped and `valid` turns false.
+ * @param text the annotation's value; undefined when the node has none.
+ * @returns the record (empty for garbage) and whether the text was a well-formed record.
+ */
+export function parseManagedRecord(text: string | undefined): { record: ManagedRecord; valid: boolean } {
+  const empty = { labels: [], annotations: [], taints: [] };
+  if (text === undefined) return { record: empty, valid: true };
+  if (text.length > MAX_RECORD_BYTES) return { record: empty, valid: false };
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { record: empty, valid: false };
+  }
+  if (json === null || typeof json !== "object" || Array.isArray(json))
+    return { record: empty, valid: false };
+  const obj = json as Record<string, unknown>;
+  // Another version may mean other semantics: removing nothing is the safe reading.
+  if (obj.v !== 1) return { record: empty, valid: false };
+  const labels = cleanList(obj.labels, (k) => isQualifiedName(k).length === 0);
+  const annotations = cleanList(
+    obj.annotations,
+    (k) => k !== MANAGED_ANNOTATION && isAnnotationKey(k).length === 0,
+  );
+  const taints = cleanList(obj.taints, isTaintId);
+  return {
+    record: { labels: labels.list, annotations: annotations.list, taints: taints.list },
+    valid: !labels.dropped && !annotations.dropped && !taints.dropped,
+  };
+}
+
+/** Serializes a record for {@link MANAGED_ANNOTATION} (sorted, deduplicated, empty lists omitted). */
+export function serializeManagedRecord(record: ManagedRecord): string {
+  const out: Record<string, unknown> = { v: 1 };
+  for (const name of ["labels", "annotations", "taints"] as const) {
+    const list = [...new Set(record[name])].sort();
+    if (list.length > 0) out[name] = list;
+  }
+  return JSON.stringify(out);
+}
+
+/** The parts of a Node a reconcile plan compares against. */
+export interface NodeState {
+  labels: Readonly<Record<string, string>>;
+  annotations: Readonly<Record<string, string>>;
+  taints: readonly Taint[];
+}
+
+/** Options of {@link planReconcile}. */
+export interface PlanOptions {
+  /** `global.reconcile`: remove what rules no longer produce. */
+  reconcile: boolean;
+  /** The node still has the uninitialized taint (without reconcile, taints are only set then). */
+  initializing: boolean;
+}
+
+/** The changes that bring a Node in line with a transform result. */
+export interface ReconcilePlan {
+  /** Labels to set (only those that differ from the node). */
+  setLabels: Record<string, string>;
+  removeLabels: string[];
+  /** Annotations to set, including {@link MANAGED_ANNOTATION} when the record changed. */
+  setAnnotations: Record<string, string>;
+  removeAnnotations: string[];
+  /** Taints to add, or to replace the taint with the same key and effect. */
+  addTaints: Taint[];
+  removeTaints: Array<Pick<Taint, "key" | "effect">>;
+  /** The new record (also serialized into `setAnnotations` when it changed). */
+  record: ManagedRecord;
+}
+
+/**
+ * Computes what to change on a node so it carries the rules' result. Removes only keys the rules
+ * previously added (per `previous`) and no longer produce, and never a key whose value failed this
+ * time (it is left as is until the rule renders again). Without reconcile nothing is removed, and
+ * the record keeps accumulating so that turning reconcile on later knows the history.
+ * @param previous the record read from the node (see {@link parseManagedRecord}).
+ * @param result this round's {@link transform} result.
+ * @param node the node's current labels, annotations and taints.
+ */
+export function planReconcile(
+  previous: ManagedRecord,
+  result: TransformResult,
+  node: NodeState,
+  options: PlanOptions,
+): ReconcilePlan {
+  const held = (field: TransformError["field"]) =>
+    new Set(result.errors.filter((e) => e.field === field).map((e) => e.key));
+  const keep = (key: string, heldKeys: Set<string>, present: boolean) =>
+    heldKeys.has(key) || (!options.reconcile && present);
+
+  const plan: ReconcilePlan = {
+    setLabels: {},
+    removeLabels: [],
+    setAnnotations: {},
+    removeAnnotations: [],
+    addTaints: [],
+    removeTaints: [],
+    record: { labels: [], annotations: [], taints: [] },
+  };
+
+  const maps = [
+    ["labels", result.labels, node.labels, plan.setLabels, plan.removeLabels],
+    ["annotations", result.annotations, node.annotations, plan.setAnnotations, plan.removeAnnotations],
+  ] as const;
+  for (const [field, want, have, set, remove] of maps) {
+    const heldKeys = held(field);
+    for (const [k, val] of Object.entries(want)) if (have[k] !== val) set[k] = val;
+    const recorded = new Set(Object.keys(want));
+    for (const k of previous[field]) {
+      if (recorded.has(k)) continue;
+      const present = Object.hasOwn(have, k);
+      if (keep(k, heldKeys, present)) recorded.add(k);
+      else if (present) remove.push(k);
+    }
+    plan.record[field] = [...recorded].sort();
+  }
+
+  const applyTaints = options.reconcile || options.initializing;
+  const heldTaints = held("taints");
+  const current = new Map(node.taints.map((t) => [taintId(t), t]));
+  const recordedTaints = new Set<string>();
+  if (applyTaints) {
+    for (const t of result.taints) {
+      const id = taintId(t);
+      recordedTaints.add(id);
+      const have = current.get(id);
+      if (!have || (have.value ?? "") !== (t.value ?? "")) plan.addTaints.push(t);
+    }
+  }
+  for (const id of previous.taints) {
+    if (recordedTaints.has(id)) continue;
+    const key = id.slice(0, id.lastIndexOf(":"));
+    const present = current.has(id);
+    const wanted = !applyTaints && result.taints.some((t) => taintId(t) === id);
+    if (wanted || keep(key, heldTaints, present)) recordedTaints.add(id);
+    else if (present) {
+      const t = current.get(id) as Taint;
+      plan.removeTaints.push({ key: t.key, effect: t.effect });
+    }
+  }
+  plan.record.taints = [...recordedTaints].sort();
+
+  const serialized = serializeManagedRecord(plan.record);
+  const empty = serialized === serializeManagedRecord({ labels: [], annotations: [], taints: [] });
+  const existing = node.annotations[MANAGED_ANNOTATION];
+  if (empty && existing !== undefined) plan.removeAnnotations.push(MANAGED_ANNOTATION);
+  else if (!empty && existing !== serialized) plan.setAnnotations[MANAGED_ANNOTATION] = serialized;
+  return plan;
+}
