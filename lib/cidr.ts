@@ -663,6 +663,15 @@ export class CidrSet {
     return this.#countRange(begin, end) === end - begin + 1;
   }
 
+  /**
+   * How many of the subnets `p` touches are used.
+   * @throws {CidrError} code `out-of-range`.
+   */
+  usedIn(p: Prefix): number {
+    const [begin, end] = this.indexRange(p);
+    return this.#countRange(begin, end);
+  }
+
   #report(
     counter: { inc(labels: Record<string, string>, n: number): void } | undefined,
     changed: number,
@@ -826,35 +835,23 @@ export function cloudSubnet(cidr: Cidr, maxPods = DEFAULT_MAX_PODS): CloudSubnet
 // ---------------------------------------------------------------------------------------------
 // Node-IPAM flags.
 
-/** `--cidr-allocator-type` values. */
-export type CidrAllocatorType = "RangeAllocator" | "CloudAllocator";
-
-/**
- * Checks a `--cidr-allocator-type` value.
- * @throws {CidrError} code `config`.
- */
-export function parseCidrAllocatorType(s: string): CidrAllocatorType {
-  if (s === "RangeAllocator" || s === "CloudAllocator") return s;
-  throw new CidrError(
-    `Cannot use --cidr-allocator-type=${s}: expected RangeAllocator or CloudAllocator`,
-    "config",
-  );
-}
-
 /** Default `--node-cidr-mask-size-ipv4`. */
 export const DEFAULT_NODE_MASK_IPV4 = 24;
 /** Default `--node-cidr-mask-size-ipv6`: 80 in the Talos CCM (Kubernetes' own default is 64). */
 export const DEFAULT_NODE_MASK_IPV6 = 80;
 
-/** The node-IPAM flags as given; a mask size of 0 or undefined means unset, as in Kubernetes. */
+/**
+ * The node-IPAM flags as given (the shape of flags.ts' IpamOptions). Entries may themselves be
+ * comma lists; a mask size of 0 or undefined means unset, as in Kubernetes.
+ */
 export interface NodeIpamFlags {
-  /** `--cluster-cidr`, comma separated (or Talos' pod CIDRs joined when the flag is empty). */
-  clusterCIDR: string;
-  /** `--service-cluster-ip-range`, comma separated (or Talos' service CIDRs joined). */
-  serviceClusterIPRange?: string;
-  nodeCIDRMaskSize?: number;
-  nodeCIDRMaskSizeIPv4?: number;
-  nodeCIDRMaskSizeIPv6?: number;
+  /** `--cluster-cidr` (or Talos' pod CIDRs when the flag is empty). */
+  clusterCidrs: readonly string[];
+  /** `--service-cluster-ip-range` (or Talos' service CIDRs when the flag is empty). */
+  serviceCidrs?: readonly string[];
+  nodeCidrMaskSize?: number;
+  nodeCidrMaskSizeIpv4?: number;
+  nodeCidrMaskSizeIpv6?: number;
 }
 
 /** Validated node-IPAM settings; `nodeMaskSizes[i]` belongs to `clusterCIDRs[i]`. */
@@ -872,9 +869,9 @@ function configError(detail: string, cause?: unknown): CidrError {
   );
 }
 
-function parseList(flag: string, value: string): Prefix[] {
-  const items = value
-    .split(",")
+function parseList(flag: string, values: readonly string[]): Prefix[] {
+  const items = values
+    .flatMap((v) => v.split(","))
     .map((s) => s.trim())
     .filter((s) => s !== "");
   const prefixes = items.map((s) => {
@@ -945,14 +942,14 @@ export function validateNodeIpamConfig(cfg: NodeIpamConfig): void {
  * flags: `--node-cidr-mask-size` is refused on dual-stack and together with the per-family flags;
  * `-ipv4` is refused on single-stack IPv6 and `-ipv6` on single-stack IPv4; defaults /24 and /80.
  * @throws {CidrError} code `config`, with a message naming the flag.
- * @example resolveNodeIpamConfig({ clusterCIDR: "10.244.0.0/16,fd00:10:244::/64" })
+ * @example resolveNodeIpamConfig({ clusterCidrs: ["10.244.0.0/16", "fd00:10:244::/64"] })
  */
 export function resolveNodeIpamConfig(flags: NodeIpamFlags): NodeIpamConfig {
-  const clusterCIDRs = parseList("--cluster-cidr", flags.clusterCIDR);
-  const serviceCIDRs = parseList("--service-cluster-ip-range", flags.serviceClusterIPRange ?? "");
-  const both = maskFlag("node-cidr-mask-size", flags.nodeCIDRMaskSize);
-  const v4 = maskFlag("node-cidr-mask-size-ipv4", flags.nodeCIDRMaskSizeIPv4);
-  const v6 = maskFlag("node-cidr-mask-size-ipv6", flags.nodeCIDRMaskSizeIPv6);
+  const clusterCIDRs = parseList("--cluster-cidr", flags.clusterCidrs);
+  const serviceCIDRs = parseList("--service-cluster-ip-range", flags.serviceCidrs ?? []);
+  const both = maskFlag("node-cidr-mask-size", flags.nodeCidrMaskSize);
+  const v4 = maskFlag("node-cidr-mask-size-ipv4", flags.nodeCidrMaskSizeIpv4);
+  const v6 = maskFlag("node-cidr-mask-size-ipv6", flags.nodeCidrMaskSizeIpv6);
   const families = new Set(clusterCIDRs.map((p) => p.family));
   if (both !== undefined) {
     if (families.size > 1) {

@@ -17,7 +17,6 @@ import {
   isUnspecified,
   lastAddress,
   parseCidr,
-  parseCidrAllocatorType,
   parseIP,
   parsePrefix,
   prefixContains,
@@ -476,30 +475,35 @@ describe("cloudSubnet()", () => {
 
 describe("resolveNodeIpamConfig()", () => {
   test.each([
-    [{ clusterCIDR: "10.244.0.0/16" }, ["10.244.0.0/16"], [24], []],
-    [{ clusterCIDR: "fd00:10:244::/64" }, ["fd00:10:244::/64"], [80], []],
+    [{ clusterCidrs: ["10.244.0.0/16"] }, ["10.244.0.0/16"], [24], []],
+    [{ clusterCidrs: ["fd00:10:244::/64"] }, ["fd00:10:244::/64"], [80], []],
     [
       {
-        clusterCIDR: "10.244.0.0/16,fd00:10:244::/64",
-        serviceClusterIPRange: "10.96.0.0/12,fd00:10:96::/112",
+        clusterCidrs: ["10.244.0.0/16,fd00:10:244::/64"],
+        serviceCidrs: ["10.96.0.0/12,fd00:10:96::/112"],
       },
       ["10.244.0.0/16", "fd00:10:244::/64"],
       [24, 80],
       ["10.96.0.0/12", "fd00:10:96::/112"],
     ],
-    [{ clusterCIDR: " fd00::/64 , 10.0.0.0/8 " }, ["fd00::/64", "10.0.0.0/8"], [80, 24], []],
-    [{ clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSize: 26 }, ["10.0.0.0/8"], [26], []],
-    [{ clusterCIDR: "fd00::/56", nodeCIDRMaskSize: 64 }, ["fd00::/56"], [64], []],
-    [{ clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSizeIPv4: 20 }, ["10.0.0.0/8"], [20], []],
-    [{ clusterCIDR: "fd00::/64", nodeCIDRMaskSizeIPv6: 72 }, ["fd00::/64"], [72], []],
+    [{ clusterCidrs: [" fd00::/64 , 10.0.0.0/8 "] }, ["fd00::/64", "10.0.0.0/8"], [80, 24], []],
+    [{ clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSize: 26 }, ["10.0.0.0/8"], [26], []],
+    [{ clusterCidrs: ["fd00::/56"], nodeCidrMaskSize: 64 }, ["fd00::/56"], [64], []],
+    [{ clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSizeIpv4: 20 }, ["10.0.0.0/8"], [20], []],
+    [{ clusterCidrs: ["fd00::/64"], nodeCidrMaskSizeIpv6: 72 }, ["fd00::/64"], [72], []],
     [
-      { clusterCIDR: "10.0.0.0/8,fd00::/56", nodeCIDRMaskSizeIPv4: 25, nodeCIDRMaskSizeIPv6: 64 },
+      { clusterCidrs: ["10.0.0.0/8,fd00::/56"], nodeCidrMaskSizeIpv4: 25, nodeCidrMaskSizeIpv6: 64 },
       ["10.0.0.0/8", "fd00::/56"],
       [25, 64],
       [],
     ],
-    [{ clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSize: 0, nodeCIDRMaskSizeIPv6: 0 }, ["10.0.0.0/8"], [24], []],
-    [{ clusterCIDR: "10.244.0.0/24" }, ["10.244.0.0/24"], [24], []],
+    [
+      { clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSize: 0, nodeCidrMaskSizeIpv6: 0 },
+      ["10.0.0.0/8"],
+      [24],
+      [],
+    ],
+    [{ clusterCidrs: ["10.244.0.0/24"] }, ["10.244.0.0/24"], [24], []],
   ])("resolveNodeIpamConfig(%o) resolves", (flags, clusters, masks, services) => {
     const cfg = resolveNodeIpamConfig(flags);
     expect(cfg.clusterCIDRs.map(formatPrefix)).toEqual(clusters);
@@ -508,45 +512,48 @@ describe("resolveNodeIpamConfig()", () => {
   });
 
   test.each([
-    [{ clusterCIDR: "" }, "no cluster CIDR"],
-    [{ clusterCIDR: "10.0.0.0/8,10.1.0.0/16" }, "--cluster-cidr has two IPv4 entries"],
-    [{ clusterCIDR: "10.0.0.0/8,fd00::/64,fd01::/64" }, "--cluster-cidr has 3 entries; at most two"],
-    [{ clusterCIDR: "10.0.0.1/8" }, '--cluster-cidr: Cannot parse prefix "10.0.0.1/8": host bits are set'],
-    [{ clusterCIDR: "10.0.0.0/8x" }, "--cluster-cidr: Cannot parse CIDR"],
+    [{ clusterCidrs: [] }, "no cluster CIDR"],
+    [{ clusterCidrs: ["10.0.0.0/8,10.1.0.0/16"] }, "--cluster-cidr has two IPv4 entries"],
+    [{ clusterCidrs: ["10.0.0.0/8,fd00::/64,fd01::/64"] }, "--cluster-cidr has 3 entries; at most two"],
+    [{ clusterCidrs: ["10.0.0.1/8"] }, '--cluster-cidr: Cannot parse prefix "10.0.0.1/8": host bits are set'],
+    [{ clusterCidrs: ["10.0.0.0/8x"] }, "--cluster-cidr: Cannot parse CIDR"],
     [
-      { clusterCIDR: "10.244.0.0/16", nodeCIDRMaskSize: 8 },
+      { clusterCidrs: ["10.244.0.0/16"], nodeCidrMaskSize: 8 },
       "node mask /8 (--node-cidr-mask-size-ipv4) is shorter than cluster CIDR 10.244.0.0/16",
     ],
     [
-      { clusterCIDR: "10.244.0.0/16", nodeCIDRMaskSizeIPv4: 33 },
+      { clusterCidrs: ["10.244.0.0/16"], nodeCidrMaskSizeIpv4: 33 },
       "node mask /33 (--node-cidr-mask-size-ipv4) is longer than an IPv4 address",
     ],
     [
-      { clusterCIDR: "fd00::/48", nodeCIDRMaskSizeIPv6: 80 },
+      { clusterCidrs: ["fd00::/48"], nodeCidrMaskSizeIpv6: 80 },
       "is 32 bits longer than cluster CIDR fd00::/48; at most 16 on IPv6 (use a cluster CIDR of /64 or shorter)",
     ],
-    [{ clusterCIDR: "fd00::/56" }, "node mask /80 (--node-cidr-mask-size-ipv6) is 24 bits longer"],
+    [{ clusterCidrs: ["fd00::/56"] }, "node mask /80 (--node-cidr-mask-size-ipv6) is 24 bits longer"],
     [
-      { clusterCIDR: "10.0.0.0/8,fd00::/64", nodeCIDRMaskSize: 24 },
+      { clusterCidrs: ["10.0.0.0/8,fd00::/64"], nodeCidrMaskSize: 24 },
       "--node-cidr-mask-size is not allowed with dual-stack",
     ],
-    [{ clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSize: 24, nodeCIDRMaskSizeIPv4: 24 }, "cannot be combined"],
+    [{ clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSize: 24, nodeCidrMaskSizeIpv4: 24 }, "cannot be combined"],
     [
-      { clusterCIDR: "fd00::/64", nodeCIDRMaskSizeIPv4: 24 },
+      { clusterCidrs: ["fd00::/64"], nodeCidrMaskSizeIpv4: 24 },
       "--node-cidr-mask-size-ipv4 is not allowed for a single-stack IPv6 cluster",
     ],
     [
-      { clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSizeIPv6: 80 },
+      { clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSizeIpv6: 80 },
       "--node-cidr-mask-size-ipv6 is not allowed for a single-stack IPv4 cluster",
     ],
-    [{ clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSize: -1 }, "--node-cidr-mask-size=-1 is not a prefix length"],
-    [{ clusterCIDR: "10.0.0.0/8", nodeCIDRMaskSizeIPv4: 24.5 }, "is not a prefix length"],
     [
-      { clusterCIDR: "10.0.0.0/8", serviceClusterIPRange: "10.96.0.0/12,10.97.0.0/16" },
+      { clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSize: -1 },
+      "--node-cidr-mask-size=-1 is not a prefix length",
+    ],
+    [{ clusterCidrs: ["10.0.0.0/8"], nodeCidrMaskSizeIpv4: 24.5 }, "is not a prefix length"],
+    [
+      { clusterCidrs: ["10.0.0.0/8"], serviceCidrs: ["10.96.0.0/12,10.97.0.0/16"] },
       "--service-cluster-ip-range has two IPv4 entries",
     ],
     [
-      { clusterCIDR: "10.0.0.0/8", serviceClusterIPRange: "10.96.0.0/12,fd00::/108,fd01::/108" },
+      { clusterCidrs: ["10.0.0.0/8"], serviceCidrs: ["10.96.0.0/12,fd00::/108,fd01::/108"] },
       "--service-cluster-ip-range has 3 entries",
     ],
   ])("resolveNodeIpamConfig(%o) refuses: %s", (flags, message) => {
@@ -557,18 +564,7 @@ describe("resolveNodeIpamConfig()", () => {
   });
 
   test("resolveNodeIpamConfig() keeps the parse error as cause", () => {
-    const err = errorOf(() => resolveNodeIpamConfig({ clusterCIDR: "10.0.0.1/8" }));
+    const err = errorOf(() => resolveNodeIpamConfig({ clusterCidrs: ["10.0.0.1/8"] }));
     expect((err.cause as CidrError).code).toBe("host-bits");
-  });
-});
-
-describe("parseCidrAllocatorType()", () => {
-  test.each(["RangeAllocator", "CloudAllocator"])("parseCidrAllocatorType() accepts %s", (s) => {
-    expect(parseCidrAllocatorType(s)).toBe(s as "RangeAllocator");
-  });
-  test.each(["", "rangeallocator", "IPAMFromCloud"])("parseCidrAllocatorType() refuses %p", (s) => {
-    expect(errorOf(() => parseCidrAllocatorType(s)).message).toBe(
-      `Cannot use --cidr-allocator-type=${s}: expected RangeAllocator or CloudAllocator`,
-    );
   });
 });
