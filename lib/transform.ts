@@ -6,12 +6,13 @@
 // A value that fails (template error, or a result Kubernetes would refuse) is skipped and reported
 // in `errors`; the rest still applies, so one bad rule never blocks a node.
 
-import type { CompiledConfig, RuleValue } from "./config.ts";
+import type { CompiledConfig, RuleEntry, RuleValue } from "./config.ts";
 import { registry as processRegistry, type Registry } from "./metrics.ts";
 import { matchSelector, selectorFields } from "./selector.ts";
 import type { Features, NodeFacts, PlatformMetadata, Taint } from "./types.ts";
 import {
   ANNOTATIONS_MAX_BYTES,
+  annotationsSize,
   isAnnotationKey,
   isLabelValue,
   isQualifiedName,
@@ -144,58 +145,43 @@ export function transform(
   const fields = selectorFields(original);
   const data = templateData(original, facts);
   const taints = new Map<string, Taint>();
-  let annotationBytes = 0;
 
   for (const rule of config.transformations) {
     if (!matchSelector(rule.nodeSelector, fields)) continue;
-    const fail = (field: TransformError["field"], key: string, reason: string) =>
-      result.errors.push({ rule: rule.name, field, key, reason });
-
-    for (const { key, value } of rule.labels) {
-      const r = render(value, data);
-      if (!r.ok) fail("labels", key, r.reason);
-      else {
-        const problems = isLabelValue(r.text);
-        if (problems.length > 0)
-          fail("labels", key, `invalid value ${JSON.stringify(r.text)}: ${problems.join("; ")}`);
-        else result.labels[key] = r.text;
+    /** Renders each entry and hands it to `accept`, which stores it or says why it cannot. */
+    const each = <E extends RuleEntry>(
+      field: TransformError["field"],
+      entries: readonly E[],
+      accept: (entry: E, text: string) => string | undefined,
+    ) => {
+      for (const entry of entries) {
+        const r = render(entry.value, data);
+        const reason = r.ok ? accept(entry, r.text) : r.reason;
+        if (reason !== undefined) result.errors.push({ rule: rule.name, field, key: entry.key, reason });
       }
-    }
-    for (const { key, value } of rule.annotations) {
-      const r = render(value, data);
-      if (!r.ok) {
-        fail("annotations", key, r.reason);
-        continue;
+    };
+    each("labels", rule.labels, ({ key }, text) => {
+      const problems = isLabelValue(text);
+      if (problems.length > 0) return `invalid value ${JSON.stringify(text)}: ${problems.join("; ")}`;
+      result.labels[key] = text;
+    });
+    each("annotations", rule.annotations, ({ key }, text) => {
+      const next = { ...result.annotations, [key]: text };
+      if (annotationsSize(next) > ANNOTATIONS_MAX_BYTES) {
+        return `annotations would exceed ${ANNOTATIONS_MAX_BYTES} bytes in total`;
       }
-      const before = result.annotations[key];
-      const bytes =
-        annotationBytes -
-        (before === undefined ? 0 : Buffer.byteLength(key) + Buffer.byteLength(before)) +
-        Buffer.byteLength(key) +
-        Buffer.byteLength(r.text);
-      if (bytes > ANNOTATIONS_MAX_BYTES) {
-        fail("annotations", key, `annotations would exceed ${ANNOTATIONS_MAX_BYTES} bytes in total`);
-        continue;
-      }
-      annotationBytes = bytes;
-      result.annotations[key] = r.text;
-    }
-    for (const { key, value } of rule.taints) {
-      const r = render(value, data);
-      if (!r.ok) {
-        fail("taints", key, r.reason);
-        continue;
-      }
-      const parsed = parseTaint(key, r.text);
-      if (parsed.ok) taints.set(key, parsed.taint);
-      else fail("taints", key, `invalid taint ${JSON.stringify(r.text)}: ${parsed.errors.join("; ")}`);
-    }
-    for (const { key, field, value } of rule.platformMetadata) {
-      const r = render(value, data);
-      if (!r.ok) fail("platformMetadata", key, r.reason);
-      else if (field === "spot") result.platformMetadata.spot = r.text.trim() === "true";
-      else result.platformMetadata[field] = r.text.trim();
-    }
+      result.annotations = next;
+    });
+    each("taints", rule.taints, ({ key }, text) => {
+      const parsed = parseTaint(key, text);
+      if (!parsed.ok) return `invalid taint ${JSON.stringify(text)}: ${parsed.errors.join("; ")}`;
+      taints.set(key, parsed.taint);
+    });
+    each("platformMetadata", rule.platformMetadata, ({ field }, text) => {
+      if (field === "spot") result.platformMetadata.spot = text.trim() === "true";
+      else result.platformMetadata[field] = text.trim();
+      return undefined;
+    });
     if (rule.features.publicIPDiscovery) result.features.publicIPDiscovery = true;
   }
 
