@@ -1,23 +1,39 @@
-// Entry point of the talos-cloud-controller-manager binary: parses the command line, then runs the
-// subcommand. Controllers are imported lazily so a disabled one costs no memory.
+// Entry point of the talos-cloud-controller-manager binary: parses the command line and runs the
+// subcommand. Everything else is imported lazily, so `--version` stays fast and a subcommand or a
+// disabled controller costs no memory.
 
-import { KubeClient, loadConnection } from "./lib/kube.ts";
-import { logger } from "./lib/log.ts";
+import { FlagError, helpText, parseCommandLine, usage } from "./lib/flags.ts";
+import { configureLogging, logger } from "./lib/log.ts";
 import { commit, version } from "./lib/version.ts";
 
-const log = logger("main");
-const argv = process.argv.slice(2);
-
-if (argv.includes("--version")) {
-  console.log(`talos-cloud-controller-manager ${version} (commit ${commit}, bun ${Bun.version})`);
-  process.exit(0);
-}
-if (argv.includes("--help") || argv.includes("-h")) {
-  console.log("Usage: talos-cloud-controller-manager [run|validate|manifests] [flags]");
-  process.exit(0);
+let parsed: ReturnType<typeof parseCommandLine>;
+try {
+  parsed = parseCommandLine(process.argv.slice(2), process.env);
+} catch (err) {
+  if (!(err instanceof FlagError)) throw err;
+  process.stderr.write(`${err.message}\n\n${usage()}\n`);
+  process.exit(err.exitCode);
 }
 
-const kubeconfig = argv.find((a) => a.startsWith("--kubeconfig="))?.slice("--kubeconfig=".length);
-const client = new KubeClient(loadConnection({ kubeconfig }));
-const info = await client.get<{ gitVersion: string }>("/version");
-log.info("Connected to the Kubernetes API server", { server: client.server, version: info.gitVersion });
+switch (parsed.command) {
+  case "help":
+    process.stdout.write(`${helpText(parsed.options.topic)}\n`);
+    break;
+  case "version":
+    process.stdout.write(
+      parsed.options.raw
+        ? `${version}\n`
+        : `talos-cloud-controller-manager ${version} (commit ${commit}, bun ${Bun.version})\n`,
+    );
+    break;
+  case "run": {
+    const { run } = await import("./lib/manager.ts");
+    await run(parsed.options, parsed.warnings);
+    break;
+  }
+  default: {
+    configureLogging(parsed.options.logging);
+    logger("main").error(`The ${parsed.command} subcommand is not available in this build`);
+    process.exit(2);
+  }
+}

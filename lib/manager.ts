@@ -1,0 +1,333 @@
+// The controller manager behind `run`: loads and validates every input before touching the
+// cluster (cloud config, talosconfig, kubeconfig), serves health and metrics, keeps the shared Node
+// informer, campaigns for the Lease, starts the enabled controllers while leading, reloads the
+// cloud config when its file changes, and shuts down on SIGTERM (releasing the lease) or exits
+// non-zero when leadership is lost.
+
+import { createHash, randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { type Informer, type LeanNode, nodeInformer } from "./cache.ts";
+import { type CompiledConfig, ConfigError, formatIssue, parseConfig } from "./config.ts";
+import { EventRecorder } from "./events.ts";
+import { type ControllerName, Controllers, type RunOptions } from "./flags.ts";
+import { KubeClient, loadConnection } from "./kube.ts";
+import { LeaderElector } from "./leader.ts";
+import { configureLogging, logger } from "./log.ts";
+import { type Registry, registerProcessMetrics, registry } from "./metrics.ts";
+import { type SecureServer, startSecureServer } from "./serve.ts";
+import type { TalosClient } from "./talos.ts";
+import { commit, version } from "./version.ts";
+
+const log = logger("manager");
+
+/** The reportingController of this project's Events. */
+export const EVENT_SOURCE = "talos-cloud-controller-manager";
+
+/** The current cloud config, replaced when the file changes. */
+export class ConfigHolder {
+  #config: CompiledConfig;
+  readonly #listeners = new Set<(c: CompiledConfig) => void>();
+  constructor(config: CompiledConfig) {
+    this.#config = config;
+  }
+  get current(): CompiledConfig {
+    return this.#config;
+  }
+  /** Replaces the config and tells every listener. */
+  set(config: CompiledConfig): void {
+    this.#config = config;
+    for (const l of this.#listeners) l(config);
+  }
+  /** Registers a listener for changes; returns its removal. */
+  onChange(fn: (c: CompiledConfig) => void): () => void {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+}
+
+/** What a controller gets to work with. */
+export interface ControllerContext {
+  options: RunOptions;
+  client: KubeClient;
+  nodes: Informer<LeanNode>;
+  events: EventRecorder;
+  registry: Registry;
+  config: ConfigHolder;
+  /** The Talos client; undefined in CSR-only mode without a talosconfig. */
+  talos: TalosClient | undefined;
+  identity: string;
+}
+
+/** A controller module: runs until `signal` aborts. */
+export type StartController = (ctx: ControllerContext, signal: AbortSignal) => Promise<void>;
+
+/** Controllers that cannot work without the Talos API. */
+function needsTalos(enabled: readonly ControllerName[], opts: RunOptions): boolean {
+  return enabled.some(
+    (c) =>
+      c === Controllers.cloudNode ||
+      c === Controllers.cloudNodeLifecycle ||
+      (c === Controllers.nodeIpam &&
+        opts.ipam.allocateNodeCidrs &&
+        (opts.ipam.allocatorType === "CloudAllocator" || opts.ipam.clusterCidrs.length === 0)),
+  );
+}
+
+async function loadController(name: ControllerName): Promise<StartController> {
+  switch (name) {
+    case Controllers.cloudNode:
+      return (await import("./node.ts")).startCloudNode;
+    case Controllers.cloudNodeLifecycle:
+      return (await import("./lifecycle.ts")).startLifecycle;
+    case Controllers.nodeCsrApproval:
+      return (await import("./csrapprover.ts")).startCsrApprover;
+    case Controllers.nodeIpam:
+      return (await import("./ipam.ts")).startNodeIpam;
+  }
+}
+
+/** Reads and validates the cloud config; an absent path gives the empty config. */
+export function readCloudConfig(path: string | undefined): CompiledConfig {
+  return parseConfig(path ? readFileSync(path, "utf8") : "");
+}
+
+function logConfigWarnings(config: CompiledConfig, path: string | undefined): void {
+  for (const w of config.warnings) log.warn("Cloud config warning", { file: path, warning: formatIssue(w) });
+}
+
+/** Fails start-up: prints `message` and exits 1 without touching the cluster any further. */
+function fatal(message: string, err?: unknown): never {
+  log.error(message, err);
+  process.exit(1);
+}
+
+/**
+ * Runs the controller manager until SIGTERM (exit 0) or lost leadership (exit 1).
+ */
+export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
+  configureLogging({ format: opts.logging.format, verbosity: opts.logging.verbosity });
+  log.info("Starting talos-cloud-controller-manager", { version, commit, bun: Bun.version });
+  for (const w of warnings) log.warn(w);
+  registerProcessMetrics(registry);
+  const enabled = opts.enabledControllers;
+  log.info("Controllers enabled", { controllers: enabled.join(",") || "(none)" });
+
+  // Every input is validated before the cluster is touched.
+  let cloudConfig: CompiledConfig;
+  try {
+    cloudConfig = readCloudConfig(opts.cloudConfig);
+  } catch (err) {
+    if (err instanceof ConfigError) fatal(`Cannot load cloud config ${opts.cloudConfig}:\n${err.message}`);
+    fatal(`Cannot read cloud config ${opts.cloudConfig}`, err);
+  }
+  logConfigWarnings(cloudConfig, opts.cloudConfig);
+  const config = new ConfigHolder(cloudConfig);
+
+  let talos: TalosClient | undefined;
+  const talosRequired = needsTalos(enabled, opts);
+  if (talosRequired || enabled.includes(Controllers.nodeCsrApproval)) {
+    const t = await import("./talos.ts");
+    const loadOpts = {
+      ...(opts.talos.configPath ? { path: opts.talos.configPath } : {}),
+      // TALOS_ENDPOINTS wins over the config file's (older) global.endpoints, as in the reference.
+      env: {
+        ...process.env,
+        TALOS_ENDPOINTS:
+          (opts.talos.endpoints.length ? opts.talos.endpoints : cloudConfig.global.endpoints).join(",") ||
+          undefined,
+      },
+    };
+    try {
+      const talosConfig = t.loadTalosConfig(loadOpts);
+      talos = new t.TalosClient({ config: talosConfig, load: () => t.loadTalosConfig(loadOpts) });
+      talos.watchConfigFile();
+      log.info("Talos API configured", {
+        file: talosConfig.path,
+        endpoints: talosConfig.endpoints.map((e) => `${e.host}:${e.port}`).join(","),
+        roles: talosConfig.roles.join(","),
+      });
+    } catch (err) {
+      if (talosRequired) fatal((err as Error).message);
+      log.info("No usable talosconfig: node-csr-approval checks IP SANs against Node status only", {
+        reason: (err as Error).message,
+      });
+    }
+  }
+
+  let client: KubeClient;
+  try {
+    client = new KubeClient(loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master }), {
+      qps: opts.kubeApiQps,
+      burst: opts.kubeApiBurst,
+      userAgent: `talos-cloud-controller-manager/${version}`,
+    });
+  } catch (err) {
+    fatal((err as Error).message);
+  }
+
+  const identity = `${hostname()}_${randomUUID()}`;
+  const events = new EventRecorder(client, { controller: EVENT_SOURCE, instance: identity });
+  const nodes = nodeInformer(client);
+  let elector: LeaderElector | undefined;
+  if (opts.leaderElection.enabled) {
+    try {
+      elector = new LeaderElector(client, {
+        namespace: opts.leaderElection.resourceNamespace,
+        name: opts.leaderElection.resourceName,
+        identity,
+        leaseDurationMs: opts.leaderElection.leaseDurationMs,
+        renewDeadlineMs: opts.leaderElection.renewDeadlineMs,
+        retryPeriodMs: opts.leaderElection.retryPeriodMs,
+      });
+    } catch (err) {
+      fatal((err as Error).message);
+    }
+  }
+
+  let server: SecureServer | undefined;
+  if (opts.serving.securePort !== 0) {
+    try {
+      server = await startSecureServer({
+        bindAddress: opts.serving.bindAddress,
+        port: opts.serving.securePort,
+        certFile: opts.serving.tlsCertFile,
+        keyFile: opts.serving.tlsPrivateKeyFile,
+        alwaysAllowPaths: opts.serving.alwaysAllowPaths,
+        registry,
+        client,
+        livez: [{ name: "ping", check: () => undefined }],
+        readyz: [
+          { name: "ping", check: () => undefined },
+          { name: "informer-sync", check: () => (nodes.hasSynced ? undefined : "Node cache not synced yet") },
+        ],
+      });
+    } catch (err) {
+      fatal(`Cannot serve on ${opts.serving.bindAddress}:${opts.serving.securePort}`, err);
+    }
+  }
+
+  const version_ = await client.get<{ gitVersion: string }>("/version").catch((err) => {
+    log.error("Cannot reach the Kubernetes API server yet", err, { server: client.server });
+    return undefined;
+  });
+  if (version_)
+    log.info("Connected to the Kubernetes API server", {
+      server: client.server,
+      version: version_.gitVersion,
+    });
+  nodes.start();
+
+  const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config);
+  const controllers = new AbortController();
+  const running: Promise<void>[] = [];
+  const startControllers = async (signal: AbortSignal) => {
+    await nodes.waitForSync();
+    const ctx: ControllerContext = {
+      options: opts,
+      client,
+      nodes,
+      events,
+      registry,
+      config,
+      talos,
+      identity,
+    };
+    for (const name of enabled) {
+      const start = await loadController(name);
+      log.info("Starting controller", { controller: name });
+      running.push(
+        start(ctx, signal).catch((err) => {
+          log.error("Controller stopped with an error", err, { controller: name });
+        }),
+      );
+    }
+  };
+
+  let shuttingDown = false;
+  const shutdown = async (code: number, why: string) => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    log.info("Shutting down", { reason: why });
+    const hardStop = setTimeout(() => process.exit(code), 4500);
+    controllers.abort();
+    stopCloudConfigWatch();
+    await elector?.release(2000);
+    await Promise.race([Promise.all(running), Bun.sleep(1500)]);
+    await nodes.stop().catch(() => {});
+    await server?.stop().catch(() => {});
+    talos?.close();
+    events.close();
+    clearTimeout(hardStop);
+    process.exit(code);
+  };
+  process.once("SIGTERM", () => void shutdown(0, "SIGTERM"));
+  process.once("SIGINT", () => void shutdown(0, "SIGINT"));
+
+  if (elector) {
+    elector.run({
+      onStartedLeading: (signal) => {
+        const both = AbortSignal.any([signal, controllers.signal]);
+        void startControllers(both);
+      },
+      onStoppedLeading: (reason) => {
+        if (reason === "lost") void shutdown(1, "leader election lost");
+      },
+      onNewLeader: (who) => log.info("New leader elected", { identity: who }),
+    });
+  } else {
+    void startControllers(controllers.signal);
+  }
+}
+
+/**
+ * Polls the cloud-config file and applies a valid new version without a restart; an invalid one is
+ * logged, counted and ignored. Polling (not fs.watch) because ConfigMap volumes swap a symlink.
+ */
+function watchCloudConfig(path: string | undefined, holder: ConfigHolder, periodMs = 2000): () => void {
+  if (!path) return () => {};
+  const reloads = registry.counter(
+    "talosccm_cloud_config_reloads_total",
+    "Cloud config reloads by result (success, error).",
+    ["result"],
+  );
+  const digest = (text: string) => createHash("sha256").update(text).digest("hex");
+  let last = "";
+  try {
+    last = digest(readFileSync(path, "utf8"));
+  } catch {
+    // Read errors surface at the next poll.
+  }
+  const timer = setInterval(() => {
+    let text: string;
+    try {
+      text = readFileSync(path, "utf8");
+    } catch (err) {
+      log
+        .v(2)
+        .info("Cannot read cloud config, keeping the current one", {
+          file: path,
+          err: (err as Error).message,
+        });
+      return;
+    }
+    const d = digest(text);
+    if (d === last) return;
+    last = d;
+    try {
+      const next = parseConfig(text);
+      logConfigWarnings(next, path);
+      holder.set(next);
+      reloads.inc({ result: "success" });
+      log.info("Reloaded cloud config", { file: path });
+    } catch (err) {
+      reloads.inc({ result: "error" });
+      log.error("Cannot reload cloud config, keeping the current one", undefined, {
+        file: path,
+        err: (err as Error).message,
+      });
+    }
+  }, periodMs);
+  (timer as { unref?: () => void }).unref?.();
+  return () => clearInterval(timer);
+}
