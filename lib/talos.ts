@@ -450,7 +450,10 @@ export function formatIPBytes(bytes: Uint8Array): string {
   for (let i = 0; i < width; i++) value = (value << 8n) | BigInt(bytes[i] as number);
   const ip = formatIP({ family: width === 4 ? 4 : 6, value });
   if (bytes.length <= 16) return ip;
-  return `${ip}%${new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(16))}`;
+  const zone = decodeWith("IPv6 zone", () =>
+    new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(16)),
+  );
+  return `${ip}%${zone}`;
 }
 
 /**

@@ -1,0 +1,197 @@
+// Property tests of lib/talos.ts decoding: random and truncated bytes never crash a decoder (only
+// TalosDecodeError may escape), and what the fake apid encodes decodes back to the same data.
+
+import { describe, expect, test } from "bun:test";
+import { create, toBinary } from "@bufbuild/protobuf";
+import fc from "fast-check";
+import {
+  decodeAddressStatus,
+  decodeControllerManagerConfig,
+  decodeGetResponse,
+  decodeListResponse,
+  decodeNetIP,
+  decodePlatformMetadata,
+  decodeSystemInformation,
+  decodeVersionResponse,
+  decodeWatchResponse,
+  formatIPBytes,
+  TalosDecodeError,
+} from "../../lib/talos.ts";
+import {
+  EventType,
+  GetResponseSchema,
+  NetIPSchema,
+  ResourceSchema,
+  WatchResponseSchema,
+} from "../../lib/talos_pb.ts";
+import type { PlatformMetadata } from "../../lib/types.ts";
+import {
+  encodeAddress,
+  encodeControllerManagerConfig,
+  encodePlatformMetadata,
+  encodeSystemInformation,
+} from "../support/apid.ts";
+import { fixtureNames, loadFixture, normalizeAddress } from "../support/fixtures.ts";
+
+const DECODERS: Record<string, (b: Uint8Array) => unknown> = {
+  decodePlatformMetadata,
+  decodeSystemInformation,
+  decodeAddressStatus: (b) => decodeAddressStatus("x", b),
+  decodeControllerManagerConfig,
+  decodeNetIP,
+  formatIPBytes,
+  decodeGetResponse: (b) => decodeGetResponse("platformmetadata", b),
+  decodeListResponse: (b) => decodeListResponse("addresses", b),
+  decodeWatchResponse: (b) => decodeWatchResponse("addresses", b),
+  decodeVersionResponse,
+};
+
+/** Runs `fn`; the only acceptable failure is a TalosDecodeError. */
+function decodesOrRefuses(fn: (b: Uint8Array) => unknown, bytes: Uint8Array): boolean {
+  try {
+    fn(bytes);
+    return true;
+  } catch (err) {
+    if (err instanceof TalosDecodeError) return true;
+    throw err;
+  }
+}
+
+/** Valid encodings of every fixture's resources, wrapped the way they arrive. */
+function samples(): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (const name of fixtureNames()) {
+    const n = loadFixture(name);
+    const pm = encodePlatformMetadata(n.platformMetadata);
+    out.push(pm.proto);
+    if (n.systemInformation) out.push(encodeSystemInformation(n.systemInformation).proto);
+    for (const a of n.addresses) out.push(encodeAddress(a).proto);
+    const resource = create(ResourceSchema, {
+      metadata: {
+        namespace: "runtime",
+        type: "PlatformMetadatas.talos.dev",
+        id: "platformmetadata",
+        version: "1",
+        phase: "running",
+      },
+      spec: { protoSpec: pm.proto, yamlSpec: pm.yaml },
+    });
+    out.push(toBinary(GetResponseSchema, create(GetResponseSchema, { resource })));
+    out.push(
+      toBinary(
+        WatchResponseSchema,
+        create(WatchResponseSchema, { event: [{ eventType: EventType.CREATED, resource }] }),
+      ),
+    );
+  }
+  out.push(
+    encodeControllerManagerConfig({ podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] }).proto,
+  );
+  return out;
+}
+
+describe("decoders never crash", () => {
+  for (const [name, fn] of Object.entries(DECODERS)) {
+    test(`${name}() on random bytes`, () => {
+      fc.assert(
+        fc.property(fc.uint8Array({ maxLength: 200 }), (bytes) => decodesOrRefuses(fn, bytes)),
+        { numRuns: 2000 },
+      );
+    });
+
+    test(`${name}() on truncated and bit-flipped valid messages`, () => {
+      const valid = samples();
+      fc.assert(
+        fc.property(fc.constantFrom(...valid), fc.nat(), fc.nat(), fc.nat(7), (msg, cut, at, bit) => {
+          const truncated = msg.subarray(0, cut % (msg.length + 1));
+          const flipped = Uint8Array.from(msg);
+          if (flipped.length)
+            flipped[at % flipped.length] = (flipped[at % flipped.length] as number) ^ (1 << bit);
+          return decodesOrRefuses(fn, truncated) && decodesOrRefuses(fn, flipped);
+        }),
+        { numRuns: 1000 },
+      );
+    });
+  }
+});
+
+describe("round trips through the fake apid's encoders", () => {
+  const str = fc.string({ maxLength: 30 });
+  const platformMetadata: fc.Arbitrary<PlatformMetadata> = fc.record({
+    platform: str,
+    hostname: str,
+    region: str,
+    zone: str,
+    instanceType: str,
+    instanceId: str,
+    providerId: str,
+    spot: fc.boolean(),
+    internalDNS: str,
+    externalDNS: str,
+    tags: fc.dictionary(
+      fc.string({ minLength: 1, maxLength: 10 }).filter((k) => k !== "__proto__"),
+      str,
+      {
+        maxKeys: 4,
+      },
+    ),
+  });
+
+  test("decodePlatformMetadata(encode(m)) = m", () => {
+    fc.assert(
+      fc.property(platformMetadata, (m) => {
+        expect(decodePlatformMetadata(encodePlatformMetadata(m).proto)).toEqual(m);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  const address = fc.oneof(
+    fc.tuple(fc.uint8Array({ minLength: 4, maxLength: 4 }), fc.integer({ min: 0, max: 32 })),
+    fc.tuple(fc.uint8Array({ minLength: 16, maxLength: 16 }), fc.integer({ min: 0, max: 128 })),
+  );
+
+  test("decodeAddressStatus(encode(a)) keeps address, link, scope and flags", () => {
+    fc.assert(
+      fc.property(
+        address,
+        fc.constantFrom("eth0", "lo", "external", "kubespan", "cilium_host", "bond0.100"),
+        fc.nat(64),
+        fc.constantFrom(0, 200, 253, 254, 255),
+        fc.nat(0xfff),
+        ([ip, bits], linkName, linkIndex, scope, flags) => {
+          const text = `${formatIPBytes(ip)}/${bits}`;
+          const a = normalizeAddress("p", { address: text, linkName, linkIndex, scope, flags });
+          const got = decodeAddressStatus(a.id, encodeAddress(a).proto);
+          expect(got).toEqual({
+            id: a.id,
+            address: text,
+            linkName,
+            linkIndex,
+            family: ip.length === 4 ? "inet4" : "inet6",
+            scope,
+            flags,
+            ...(ip.length === 4 ? { local: formatIPBytes(ip) } : {}),
+          });
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  test("decodeNetIP() reads the legacy raw form and the NetIP message alike", () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.uint8Array({ minLength: 4, maxLength: 4 }),
+          fc.uint8Array({ minLength: 16, maxLength: 16 }),
+        ),
+        (ip) => {
+          const message = toBinary(NetIPSchema, create(NetIPSchema, { ip }));
+          expect(decodeNetIP(ip)).toBe(decodeNetIP(message));
+          expect(decodeNetIP(ip)).toBe(formatIPBytes(ip));
+        },
+      ),
+    );
+  });
+});

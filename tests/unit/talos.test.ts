@@ -1,0 +1,529 @@
+// lib/talos.ts pure parts: talosconfig search and validation, endpoint parsing, decoding checked
+// against hand-verified bytes, retry classification and backoff.
+
+import { beforeAll, describe, expect, test } from "bun:test";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { stringify } from "yaml";
+import {
+  backoffDelay,
+  DEFAULT_PORT,
+  decodeAddressStatus,
+  decodeControllerManagerConfig,
+  decodeGetResponse,
+  decodeNetIP,
+  decodePlatformMetadata,
+  decodeResource,
+  decodeSystemInformation,
+  decodeVersionResponse,
+  decodeWatchResponse,
+  endpointTarget,
+  fixKeyLabel,
+  formatIPBytes,
+  GrpcStatus,
+  loadTalosConfig,
+  parseEndpoint,
+  parseTalosConfig,
+  SERVICE_ACCOUNT_TALOSCONFIG,
+  statusError,
+  TalosConfigError,
+  TalosDecodeError,
+  TalosError,
+  TalosNotFoundError,
+  TalosPermissionError,
+  talosConfigCandidates,
+} from "../../lib/talos.ts";
+import {
+  EventType,
+  GetResponseSchema,
+  ResourceSchema,
+  VersionResponseSchema,
+  WatchResponseSchema,
+} from "../../lib/talos_pb.ts";
+import { encodeAddress, encodePlatformMetadata } from "../support/apid.ts";
+import { loadFixture, normalizeAddress } from "../support/fixtures.ts";
+import { createCA, type KeyPair } from "../support/pki.ts";
+
+const hex = (s: string) =>
+  Uint8Array.from(s.replace(/[\s|]/g, "").match(/../g) ?? [], (b) => Number.parseInt(b, 16));
+const b64 = (s: string) => Buffer.from(s).toString("base64");
+
+let ca: string;
+let leaf: KeyPair;
+let other: KeyPair;
+
+beforeAll(async () => {
+  const osCA = await createCA("talos", "ed25519");
+  ca = osCA.cert;
+  leaf = await osCA.issue({
+    cn: "ccm",
+    o: ["os:reader", "os:operator"],
+    usage: "client",
+    keyType: "ed25519",
+    keyLabel: "ED25519 PRIVATE KEY",
+    hours: 6,
+  });
+  other = await osCA.issue({ cn: "x", usage: "client", keyType: "ed25519" });
+});
+
+function talosconfig(ctx: Record<string, unknown>, extra: Record<string, unknown> = {}): string {
+  return stringify({
+    context: "prod",
+    contexts: {
+      prod: { endpoints: ["10.0.0.2"], ca: b64(ca), crt: b64(leaf.cert), key: b64(leaf.key), ...ctx },
+    },
+    ...extra,
+  });
+}
+
+describe("talosConfigCandidates()", () => {
+  test.each([
+    [{}, "/home/u", ["/home/u/.talos/config", SERVICE_ACCOUNT_TALOSCONFIG]],
+    [{ TALOSCONFIG: "/x/tc" }, "/home/u", ["/x/tc", "/home/u/.talos/config", SERVICE_ACCOUNT_TALOSCONFIG]],
+    [{ TALOS_HOME: "/th" }, "/home/u", ["/th/config", SERVICE_ACCOUNT_TALOSCONFIG]],
+    [{ TALOSCONFIG: "", TALOS_HOME: "" }, "/h", ["/h/.talos/config", SERVICE_ACCOUNT_TALOSCONFIG]],
+  ])("env %j → %j", (env, home, want) => {
+    expect(talosConfigCandidates(env, home)).toEqual(want);
+  });
+});
+
+describe("loadTalosConfig()", () => {
+  const files = (present: Record<string, string>) => ({
+    exists: (p: string) => p in present,
+    readFile: (p: string) => present[p] ?? "",
+    home: "/home/u",
+  });
+
+  test("search order: the first existing candidate wins", () => {
+    const text = talosconfig({});
+    const all = { "/x/tc": text, "/home/u/.talos/config": text, [SERVICE_ACCOUNT_TALOSCONFIG]: text };
+    expect(loadTalosConfig({ env: { TALOSCONFIG: "/x/tc" }, ...files(all) }).path).toBe("/x/tc");
+    expect(loadTalosConfig({ env: { TALOSCONFIG: "/missing" }, ...files(all) }).path).toBe(
+      "/home/u/.talos/config",
+    );
+    expect(loadTalosConfig({ env: {}, ...files({ [SERVICE_ACCOUNT_TALOSCONFIG]: text }) }).path).toBe(
+      SERVICE_ACCOUNT_TALOSCONFIG,
+    );
+    expect(loadTalosConfig({ env: {}, path: "/explicit", ...files({ "/explicit": text }) }).path).toBe(
+      "/explicit",
+    );
+  });
+
+  test("TALOS_ENDPOINTS overrides the context's endpoints", () => {
+    const cfg = loadTalosConfig({
+      env: { TALOSCONFIG: "/tc", TALOS_ENDPOINTS: " 10.1.1.1 , [fd00::1]:50001,," },
+      ...files({ "/tc": talosconfig({}) }),
+    });
+    expect(cfg.endpoints).toEqual([
+      { host: "10.1.1.1", port: DEFAULT_PORT },
+      { host: "fd00::1", port: 50001 },
+    ]);
+  });
+
+  test("no file: one error naming every path and how to enable access", () => {
+    let err: unknown;
+    try {
+      loadTalosConfig({ env: { TALOSCONFIG: "/x/tc" }, ...files({}) });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(TalosConfigError);
+    const msg = (err as Error).message;
+    for (const part of ["/x/tc", "/home/u/.talos/config", SERVICE_ACCOUNT_TALOSCONFIG])
+      expect(msg).toContain(part);
+    expect(msg).toContain("machine.features.kubernetesTalosAPIAccess");
+    expect(msg).toContain("os:reader");
+    expect(msg).toMatch(/^Cannot load talosconfig/);
+  });
+});
+
+describe("parseTalosConfig()", () => {
+  test("reads the current context: endpoints, PEM material, cluster, roles, expiry", () => {
+    const cfg = parseTalosConfig(
+      talosconfig({ cluster: "prod-eu", endpoints: ["talos.default", "https://cp1:8443"] }),
+      "/tc",
+    );
+    expect(cfg.context).toBe("prod");
+    expect(cfg.endpoints).toEqual([
+      { host: "talos.default", port: 50000 },
+      { host: "cp1", port: 8443 },
+    ]);
+    expect(cfg.cluster).toBe("prod-eu");
+    expect(cfg.ca).toBe(ca);
+    expect(cfg.crt).toBe(leaf.cert);
+    expect(cfg.key.split("\n")[0]).toBe("-----BEGIN PRIVATE KEY-----");
+    expect(cfg.roles).toEqual(["os:reader", "os:operator"]);
+    expect(Math.abs(cfg.certNotAfter.getTime() - (Date.now() + 6 * 3600e3))).toBeLessThan(120e3);
+  });
+
+  test("a single context is used when `context` is empty; the legacy `target` is an endpoint", () => {
+    const text = stringify({
+      contexts: { only: { target: "10.9.9.9", crt: b64(leaf.cert), key: b64(leaf.key) } },
+    });
+    const cfg = parseTalosConfig(text, "/tc");
+    expect(cfg.context).toBe("only");
+    expect(cfg.endpoints).toEqual([{ host: "10.9.9.9", port: 50000 }]);
+    expect(cfg.ca).toBeUndefined();
+    expect(cfg.cluster).toBe("");
+  });
+
+  // Texts are built lazily: the certificates exist only after beforeAll.
+  test.each([
+    ["not YAML", () => "context: [", "not valid YAML"],
+    ["not a mapping", () => "42", "not a YAML mapping"],
+    ["no contexts", () => "context: x", "no contexts"],
+    [
+      "unknown context",
+      () => talosconfig({}, { context: "dev" }),
+      'context "dev" not found (contexts: prod)',
+    ],
+    ["no endpoints", () => talosconfig({ endpoints: [] }), "has no endpoints"],
+    ["bad endpoint", () => talosconfig({ endpoints: ["http://x"] }), "only https://"],
+    ["missing crt", () => talosconfig({ crt: "" }), '"crt" is missing'],
+    ["missing key", () => talosconfig({ key: "" }), '"key" is missing'],
+    ["crt not PEM", () => talosconfig({ crt: b64("hello") }), "not base64-encoded PEM"],
+    [
+      "crt not a certificate",
+      () => talosconfig({ crt: b64("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n") }),
+      "not a certificate",
+    ],
+  ])("%s → TalosConfigError naming the file", (_name, text, part) => {
+    expect(() => parseTalosConfig(text(), "/etc/tc")).toThrow(TalosConfigError);
+    expect(() => parseTalosConfig(text(), "/etc/tc")).toThrow(part);
+    expect(() => parseTalosConfig(text(), "/etc/tc")).toThrow("/etc/tc");
+  });
+
+  test("a key that does not match the certificate is refused", () => {
+    const text = talosconfig({ key: b64(other.key) });
+    expect(() => parseTalosConfig(text, "/tc")).toThrow(
+      '"key" is unusable: key does not match the certificate',
+    );
+  });
+});
+
+describe("parseEndpoint()", () => {
+  test.each([
+    ["10.0.0.1", "10.0.0.1", 50000],
+    ["10.0.0.1:50001", "10.0.0.1", 50001],
+    ["talos.default", "talos.default", 50000],
+    ["https://talos.default", "talos.default", 443],
+    ["https://1.2.3.4:8443/", "1.2.3.4", 8443],
+    ["HTTPS://cp.example.com:6443/path", "cp.example.com", 6443],
+    ["[fd00::1]:50000", "fd00::1", 50000],
+    ["[fd00::1]", "fd00::1", 50000],
+    ["fd00::1", "fd00::1", 50000],
+    ["  10.0.0.1  ", "10.0.0.1", 50000],
+  ])("%s → %s port %d", (raw, host, port) => {
+    expect(parseEndpoint(raw)).toEqual({ host, port });
+  });
+
+  test.each([
+    "",
+    "http://x",
+    "grpc://x:1",
+    "host:abc",
+    "host:0",
+    "host:70000",
+    "[fd00::1",
+    "[fd00::1]x",
+    "zz::yy::1",
+    ":50000",
+  ])("%p is refused", (raw) => {
+    expect(() => parseEndpoint(raw)).toThrow(TalosConfigError);
+  });
+
+  test("endpointTarget() brackets IPv6", () => {
+    expect(endpointTarget({ host: "fd00::1", port: 50000 })).toBe("[fd00::1]:50000");
+    expect(endpointTarget({ host: "talos.default", port: 443 })).toBe("talos.default:443");
+  });
+
+  test("fixKeyLabel() rewrites only the Ed25519 label", () => {
+    expect(fixKeyLabel("-----BEGIN ED25519 PRIVATE KEY-----\nx\n-----END ED25519 PRIVATE KEY-----\n")).toBe(
+      "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
+    );
+    expect(fixKeyLabel("-----BEGIN EC PRIVATE KEY-----")).toBe("-----BEGIN EC PRIVATE KEY-----");
+  });
+});
+
+describe("decoding hand-verified bytes", () => {
+  // talos-api.md §3: 10.0.0.5/24 on eth0, link index 2, permanent.
+  const DOC_EXAMPLE = hex(
+    "0a 08 0a 04 0a 00 00 05 10 18 | 12 06 0a 04 0a 00 00 05 | 30 02 | 3a 04 65 74 68 30 | 40 02 | 50 80 01",
+  );
+
+  test("decodeAddressStatus() decodes the AddressStatus example of talos-api.md", () => {
+    expect(decodeAddressStatus("eth0/10.0.0.5/24", DOC_EXAMPLE)).toEqual({
+      id: "eth0/10.0.0.5/24",
+      address: "10.0.0.5/24",
+      local: "10.0.0.5",
+      linkName: "eth0",
+      linkIndex: 2,
+      family: "inet4",
+      scope: 0,
+      flags: 0x80,
+    });
+  });
+
+  test("the fake apid's encoder writes exactly the example bytes", () => {
+    const a = normalizeAddress("t", {
+      address: "10.0.0.5/24",
+      linkName: "eth0",
+      linkIndex: 2,
+      flags: "permanent",
+    });
+    expect(Buffer.from(encodeAddress(a).proto).toString("hex")).toBe(
+      Buffer.from(DOC_EXAMPLE).toString("hex"),
+    );
+  });
+
+  test.each([
+    ["legacy raw IPv4 local", "12 04 0a 00 00 06", "10.0.0.6"],
+    ["legacy raw IPv6 local", "12 10 fd 00 00 00 00 00 00 00 00 00 00 00 00 00 00 07", "fd00::7"],
+    ["NetIP message local", "12 06 0a 04 0a 00 00 06", "10.0.0.6"],
+    ["zero local", "12 00", undefined],
+  ])("local as %s", (_name, localField, want) => {
+    const bytes = new Uint8Array([...hex("0a 08 0a 04 0a 00 00 05 10 18"), ...hex(localField)]);
+    expect(decodeAddressStatus("x", bytes).local).toBe(want);
+  });
+
+  test("IPv6 address, scope, flags and priority; family from the address bytes", () => {
+    // address 2001:db8::1/64, link_name "bond0", family 10, scope 253 (link), flags 0x80|0x200, priority 256
+    const bytes = hex(
+      "0a 14 0a 10 20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01 10 40 | 3a 05 62 6f 6e 64 30 | 40 0a | 48 fd 01 | 50 80 05 | 58 80 02",
+    );
+    expect(decodeAddressStatus("bond0/2001:db8::1/64", bytes)).toEqual({
+      id: "bond0/2001:db8::1/64",
+      address: "2001:db8::1/64",
+      linkName: "bond0",
+      linkIndex: 0,
+      family: "inet6",
+      scope: 253,
+      flags: 0x280,
+    });
+  });
+
+  test.each([
+    ["no address", "3a 04 65 74 68 30"],
+    ["IPv4 prefix length 33", "0a 08 0a 04 0a 00 00 05 10 21"],
+    ["5-byte address", "0a 09 0a 05 0a 00 00 05 01 10 18"],
+    ["raw 5-byte local", "0a 08 0a 04 0a 00 00 05 10 18 12 05 0a 00 00 05 01"],
+    ["truncated", "0a 08 0a 04 0a 00"],
+  ])("decodeAddressStatus() refuses %s with TalosDecodeError", (_name, h) => {
+    expect(() => decodeAddressStatus("x", hex(h))).toThrow(TalosDecodeError);
+  });
+
+  test("decodePlatformMetadata() reads fields and tags, skipping unknown fields", () => {
+    // platform "aws" (1), spot true (8), tags {k: val} (11), unknown field 99 "hi", unknown varint field 50
+    const bytes = hex("0a 03 61 77 73 | 40 01 | 5a 08 0a 01 6b 12 03 76 61 6c | 9a 06 02 68 69 | 90 03 07");
+    expect(decodePlatformMetadata(bytes)).toEqual({
+      platform: "aws",
+      hostname: "",
+      region: "",
+      zone: "",
+      instanceType: "",
+      instanceId: "",
+      providerId: "",
+      spot: true,
+      internalDNS: "",
+      externalDNS: "",
+      tags: { k: "val" },
+    });
+  });
+
+  test("decodeSystemInformation() maps serial_number and ignores bios_version (8)", () => {
+    // manufacturer "QEMU" (1), serial_number "S1" (4), uuid "u" (5), bios_version "1.2" (8)
+    const bytes = hex("0a 04 51 45 4d 55 | 22 02 53 31 | 2a 01 75 | 42 03 31 2e 32");
+    expect(decodeSystemInformation(bytes)).toEqual({
+      manufacturer: "QEMU",
+      productName: "",
+      version: "",
+      serialNumber: "S1",
+      uuid: "u",
+      wakeUpType: "",
+      skuNumber: "",
+    });
+  });
+
+  test("decodeControllerManagerConfig() reads CIDRs and skips the rest", () => {
+    // enabled true (1), image "k" (2), pod_cidrs "10.244.0.0/16" (4), service_cidrs "10.96.0.0/12" (5), extra_args map (6)
+    const bytes = new Uint8Array([
+      ...hex("08 01 12 01 6b"),
+      ...[0x22, 13, ...Buffer.from("10.244.0.0/16")],
+      ...[0x2a, 12, ...Buffer.from("10.96.0.0/12")],
+      ...hex("32 06 0a 01 61 12 01 62"),
+    ]);
+    expect(decodeControllerManagerConfig(bytes)).toEqual({
+      podCIDRs: ["10.244.0.0/16"],
+      serviceCIDRs: ["10.96.0.0/12"],
+    });
+  });
+
+  test.each([
+    ["", ""],
+    ["0a 00 00 05", "10.0.0.5"],
+    ["0a 04 0a 00 00 05", "10.0.0.5"],
+    ["00 00 00 00 00 00 00 00 00 00 ff ff c0 a8 01 01", "::ffff:192.168.1.1"],
+    ["0a 12 fe 80 00 00 00 00 00 00 00 00 00 00 00 00 00 01 65 30", "fe80::1%e0"],
+  ])("decodeNetIP(%s) = %p", (h, want) => {
+    expect(decodeNetIP(hex(h))).toBe(want);
+  });
+
+  test.each([
+    ["04 03 02 01", "4.3.2.1"],
+    ["20 01 0d b8 00 00 00 00 00 01 00 00 00 00 00 01", "2001:db8::1:0:0:1"],
+    ["00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00", "::"],
+    ["fd 00 00 01 00 02 00 03 00 04 00 05 00 06 00 07", "fd00:1:2:3:4:5:6:7"],
+  ])("formatIPBytes(%s) = %s", (h, want) => {
+    expect(formatIPBytes(hex(h))).toBe(want);
+  });
+
+  test.each([1, 3, 5, 15])("formatIPBytes() refuses %d bytes", (n) => {
+    expect(() => formatIPBytes(new Uint8Array(n))).toThrow(TalosDecodeError);
+  });
+});
+
+describe("resource envelopes", () => {
+  const pm = loadFixture("aws").platformMetadata;
+  const resource = (
+    md: Record<string, unknown>,
+    spec: Uint8Array | null = encodePlatformMetadata(pm).proto,
+  ) =>
+    create(ResourceSchema, {
+      metadata: {
+        namespace: "runtime",
+        type: "PlatformMetadatas.talos.dev",
+        id: "platformmetadata",
+        version: "3",
+        phase: "running",
+        ...md,
+      },
+      ...(spec === null ? {} : { spec: { protoSpec: spec, yamlSpec: "x: 1" } }),
+    });
+
+  test("decodeGetResponse() returns id, version and the decoded spec", () => {
+    const bytes = toBinary(GetResponseSchema, create(GetResponseSchema, { resource: resource({}) }));
+    expect(decodeGetResponse("platformmetadata", bytes)).toEqual({
+      id: "platformmetadata",
+      version: "3",
+      spec: pm,
+    });
+  });
+
+  test.each([
+    ["a phase other than running/tearingDown", { phase: "deleting" }, "phase"],
+    ["a version that is not an integer", { version: "v3" }, "version"],
+  ])("decodeResource() refuses %s", (_name, md, part) => {
+    expect(() => decodeResource("platformmetadata", resource(md))).toThrow(part);
+  });
+
+  test("decodeResource() refuses a missing metadata or spec, accepts tombstones when asked", () => {
+    expect(() => decodeResource("platformmetadata", create(ResourceSchema, {}))).toThrow(TalosDecodeError);
+    expect(() => decodeResource("platformmetadata", resource({}, null))).toThrow("no spec");
+    const tomb = resource({ version: "undefined" }, new Uint8Array());
+    expect(decodeResource("platformmetadata", tomb, true)).toEqual({
+      id: "platformmetadata",
+      version: "undefined",
+      spec: undefined,
+    });
+    expect(decodeResource("platformmetadata", resource({ phase: "tearingDown" })).spec).toEqual(pm);
+  });
+
+  test("decodeWatchResponse() maps every event type", () => {
+    const next = { ...pm, zone: "us-east-1b" };
+    const bytes = toBinary(
+      WatchResponseSchema,
+      create(WatchResponseSchema, {
+        event: [
+          { eventType: EventType.CREATED, resource: resource({}) },
+          {
+            eventType: EventType.UPDATED,
+            resource: resource({ version: "4" }, encodePlatformMetadata(next).proto),
+            old: resource({}),
+          },
+          { eventType: EventType.DESTROYED, resource: resource({ version: "undefined" }, new Uint8Array()) },
+          { eventType: EventType.BOOTSTRAPPED },
+          { eventType: EventType.ERRORED, error: "buffer overrun" },
+          { eventType: EventType.NOOP },
+        ],
+      }),
+    );
+    expect(decodeWatchResponse("platformmetadata", bytes)).toEqual([
+      { type: "created", id: "platformmetadata", version: "3", resource: pm },
+      { type: "updated", id: "platformmetadata", version: "4", resource: next, old: pm },
+      { type: "destroyed", id: "platformmetadata" },
+      { type: "bootstrapped" },
+      { type: "errored", error: "buffer overrun" },
+    ]);
+    expect(decodeWatchResponse("platformmetadata", new Uint8Array())).toEqual([]);
+  });
+
+  test("decodeVersionResponse() reads the first message", () => {
+    const bytes = toBinary(
+      VersionResponseSchema,
+      create(VersionResponseSchema, {
+        messages: [
+          {
+            version: { tag: "v1.13.2", sha: "abc", arch: "arm64" },
+            platform: { name: "hcloud", mode: "cloud" },
+          },
+        ],
+      }),
+    );
+    expect(decodeVersionResponse(bytes)).toEqual({
+      tag: "v1.13.2",
+      sha: "abc",
+      arch: "arm64",
+      platform: "hcloud",
+    });
+    expect(() => decodeVersionResponse(new Uint8Array())).toThrow(TalosDecodeError);
+  });
+});
+
+describe("statusError()", () => {
+  test.each([
+    [GrpcStatus.UNAVAILABLE, "connection refused", "unavailable", true, TalosError],
+    [GrpcStatus.DEADLINE_EXCEEDED, "deadline", "deadline", true, TalosError],
+    [GrpcStatus.CANCELLED, "proxy stream canceled", "unavailable", true, TalosError],
+    [GrpcStatus.INTERNAL, "failed proxying to 10.0.0.5", "internal", true, TalosError],
+    [GrpcStatus.INTERNAL, 'invalid target "10.0.0.5:50000"', "internal", false, TalosError],
+    [GrpcStatus.INVALID_ARGUMENT, "one-to-many", "invalid", false, TalosError],
+    [GrpcStatus.UNIMPLEMENTED, "unsupported", "unimplemented", false, TalosError],
+    [GrpcStatus.NOT_FOUND, "doesn't exist", "not-found", false, TalosNotFoundError],
+    [GrpcStatus.PERMISSION_DENIED, "not authorized", "permission-denied", false, TalosPermissionError],
+    [GrpcStatus.RESOURCE_EXHAUSTED, "message larger than max", "internal", false, TalosError],
+    [GrpcStatus.UNKNOWN, "?", "internal", false, TalosError],
+  ])("code %d (%s) → %s, retryable %p", (code, details, want, retryable, cls) => {
+    const e = statusError("get X on node n", { code, details });
+    expect(e).toBeInstanceOf(cls);
+    expect(e.code).toBe(want as TalosError["code"]);
+    expect(e.retryable).toBe(retryable);
+    expect(e.grpcCode).toBe(code);
+    expect(e.message).toStartWith("Cannot get X on node n: ");
+    expect(e.message).toContain(details);
+  });
+
+  test("PermissionDenied says which role and feature are missing", () => {
+    const e = statusError("get X", { code: GrpcStatus.PERMISSION_DENIED, details: "not authorized" });
+    expect(e.message).toContain("os:reader");
+    expect(e.message).toContain("kubernetesTalosAPIAccess");
+  });
+
+  test("a TalosError passes through unchanged", () => {
+    const e = new TalosNotFoundError("x");
+    expect(statusError("y", e)).toBe(e);
+  });
+});
+
+describe("backoffDelay()", () => {
+  const b = { initialMs: 500, maxMs: 15_000 };
+  test.each([
+    [0, 0, 250],
+    [0, 1, 500],
+    [3, 0, 2000],
+    [3, 1, 4000],
+    [10, 1, 15_000],
+    [10, 0, 7_500],
+    [1000, 1, 15_000],
+  ])("attempt %d, random %d → %d ms", (attempt, r, want) => {
+    expect(backoffDelay(attempt, b, () => r)).toBe(want);
+  });
+});
