@@ -602,7 +602,7 @@ export function parseConfig(text: string): CompiledConfig {
         message: `only the first YAML document is read; ${docs.length - 1} more ignored`,
       });
     }
-    if (errors.length > 0) throw new ConfigError(errors, warnings);
+    if (errors.length > 0) throw new ConfigError(byLine(errors), byLine(warnings));
     const walk: Walk = {
       doc,
       lines,
@@ -635,23 +635,30 @@ export function parseConfig(text: string): CompiledConfig {
     warn: (path, message) => warnings.push(issue(path, message)),
   };
 
+  warnUnknownKeys(ConfigSchema as unknown as SchemaShape, plain, [], c.warn);
   const parsed = v.safeParse(ConfigSchema, plain, { abortEarly: false });
   if (!parsed.success) {
     for (const i of parsed.issues) c.error(i.path?.map((p) => p.key as string | number) ?? [], i.message);
-    throw new ConfigError(errors, warnings);
+    throw new ConfigError(byLine(errors), byLine(warnings));
   }
-  warnUnknownKeys(ConfigSchema as unknown as SchemaShape, plain, [], c.warn);
-
   const raw = parsed.output;
-  const transformations = raw.transformations.map((rule, i) => compileRule(rule, i, c));
-  if (errors.length > 0) throw new ConfigError(errors, warnings);
   if (raw.global.approveNodeCSR) {
     c.warn(
       ["global", "approveNodeCSR"],
       "deprecated: enable the node-csr-approval controller with --controllers",
     );
   }
-  return { global: raw.global, transformations, warnings };
+  const transformations = raw.transformations.map((rule, i) => compileRule(rule, i, c));
+  if (errors.length > 0) throw new ConfigError(byLine(errors), byLine(warnings));
+  return { global: raw.global, transformations, warnings: byLine(warnings) };
+}
+
+/** Orders issues as they appear in the file; document-wide ones (no line) first. */
+function byLine(issues: ConfigIssue[]): ConfigIssue[] {
+  return issues
+    .map((issue, i) => ({ issue, i }))
+    .sort((a, b) => (a.issue.line ?? 0) - (b.issue.line ?? 0) || a.i - b.i)
+    .map(({ issue }) => issue);
 }
 
 /**

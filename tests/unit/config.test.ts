@@ -215,6 +215,14 @@ describe("parseConfig() errors", () => {
     expect(err.code).toBe("config");
   });
 
+  test("parseConfig() reports warnings found alongside errors, in file order", () => {
+    const err = fails(
+      "transformations:\n  - labels: [a]\nglobal:\n  PreferIPv6: true\n  preferIPv6: maybe\n",
+    );
+    expect(paths(err.issues)).toEqual(["transformations[0].labels", "global.preferIPv6"]);
+    expect(paths(err.warnings)).toEqual(["global.PreferIPv6"]);
+  });
+
   test("parseConfig() collects every error, not just the first", () => {
     const err = fails(`global:
   preferIPv6: maybe
@@ -513,12 +521,12 @@ describe("reference example configs", () => {
     // The stray quote in `talos.dev/zone"` makes an invalid label key: that entry alone is dropped.
     expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["node-role.kubernetes.io/web"]);
     expect(c.warnings.map((w) => [w.path, w.line])).toEqual([
-      ["", 71],
       ["transformations[0].nodeSelector[0].name", 6],
       ["transformations[0].nodeSelector[1].name", 17],
+      ['transformations[0].labels["talos.dev/zone\\""]', 29],
       ["transformations[1].nodeSelector[0].name", 38],
       ["transformations[1].features.publicIPPredict", 65],
-      ['transformations[0].labels["talos.dev/zone\\""]', 29],
+      ["", 71],
     ]);
   });
 
