@@ -238,7 +238,10 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
       log.info("Starting controller", { controller: name });
       running.push(
         start(ctx, signal).catch((err) => {
-          log.error("Controller stopped with an error", err, { controller: name });
+          if (signal.aborted) return;
+          // As upstream: a controller that cannot run is fatal, so the pod restarts visibly.
+          log.error("Controller failed", err, { controller: name });
+          void shutdown(1, `controller ${name} failed: ${(err as Error).message}`);
         }),
       );
     }
