@@ -78,7 +78,27 @@ export function writeKubeconfig(path: string, conn: KubeConnection): string {
 export interface ClusterOptions {
   /** Extra kube-apiserver flags, e.g. `--max-requests-inflight=10`. */
   apiserverArgs?: string[];
+  /** Write an audit log of every write (create, update, patch, delete) for {@link TestCluster.auditEvents}. */
+  audit?: boolean;
 }
+
+/** One audited write, as the API server logged it. */
+export interface AuditEvent {
+  verb: string;
+  user: { username: string; groups?: string[] };
+  objectRef?: { resource?: string; namespace?: string; name?: string; subresource?: string };
+  responseStatus?: { code?: number };
+  requestReceivedTimestamp: string;
+}
+
+const AUDIT_POLICY = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    verbs: ["get", "list", "watch"]
+  - level: Metadata
+`;
 
 /** etcd + kube-apiserver, started by {@link TestCluster.start}. */
 export class TestCluster {
@@ -205,6 +225,7 @@ export class TestCluster {
         "--profiling=false",
         "--allow-privileged=true",
         "--runtime-config=api/all=true",
+        ...(this.#opts.audit ? this.#auditArgs() : []),
         ...(this.#opts.apiserverArgs ?? []),
       ],
       { stdout: Bun.file(log), stderr: Bun.file(log) },
@@ -221,6 +242,30 @@ export class TestCluster {
       90_000,
       () => `kube-apiserver did not become ready:\n${tail(log)}`,
     );
+  }
+
+  #auditArgs(): string[] {
+    const policy = join(this.dir, "audit-policy.yaml");
+    writeFileSync(policy, AUDIT_POLICY);
+    return [
+      `--audit-policy-file=${policy}`,
+      `--audit-log-path=${join(this.dir, "audit.log")}`,
+      "--audit-log-mode=blocking",
+    ];
+  }
+
+  /** Every audited write so far (needs `audit: true`). */
+  auditEvents(): AuditEvent[] {
+    let text = "";
+    try {
+      text = readFileSync(join(this.dir, "audit.log"), "utf8");
+    } catch {
+      return [];
+    }
+    return text
+      .split("\n")
+      .filter((l) => l.trim())
+      .map((l) => JSON.parse(l) as AuditEvent);
   }
 
   /** Stops kube-apiserver (etcd keeps running). */

@@ -1,0 +1,380 @@
+// The controller-manager runtime with the compiled binary against a real API server: the reference
+// DaemonSet's arguments, controller selection, flag errors, secure serving with delegated authn/authz,
+// leader election between two replicas (writes counted in the API server's audit log), SIGKILL and
+// SIGTERM takeovers, lost leadership, and cloud-config reload.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { KubeClient } from "../../lib/kube.ts";
+import { FakeApid } from "../support/apid.ts";
+import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
+import { loadFixture } from "../support/fixtures.ts";
+import { SimulatedKubelet } from "../support/kubelet.ts";
+import { CcmProcess } from "../support/process.ts";
+
+let cluster: TestCluster;
+let apid: FakeApid;
+let talosconfig: string;
+let cloudConfig: string;
+const kubelets: SimulatedKubelet[] = [];
+const procs: CcmProcess[] = [];
+
+beforeAll(async () => {
+  cluster = await TestCluster.start({ audit: true });
+  const nodes = ["aws", "hcloud", "nocloud"].map(loadFixture);
+  apid = await FakeApid.start({ nodes });
+  talosconfig = await apid.writeTalosconfig(join(cluster.dir, "talosconfig"));
+  cloudConfig = join(cluster.dir, "ccm-config.yaml");
+  writeFileSync(cloudConfig, "global:\n");
+  for (const n of nodes) {
+    kubelets.push(await SimulatedKubelet.register(cluster, { name: n.name, ips: n.nodeIPs, heartbeatMs: 0 }));
+  }
+});
+
+afterAll(async () => {
+  for (const p of procs) await p.stop("SIGKILL");
+  for (const k of kubelets) k.close();
+  await apid?.stop();
+  await cluster?.stop();
+});
+
+/** A kubeconfig for a distinct admin user, so the audit log tells replicas apart. */
+async function kubeconfigFor(user: string): Promise<string> {
+  const conn = await cluster.userConnection(user, ["system:masters"]);
+  return writeKubeconfig(join(cluster.dir, `${user}.kubeconfig`), conn);
+}
+
+function ccm(args: string[], env: Record<string, string> = {}): CcmProcess {
+  const p = new CcmProcess(args, { env: { TALOSCONFIG: talosconfig, ...env } });
+  procs.push(p);
+  return p;
+}
+
+const insecure = { tls: { rejectUnauthorized: false } } as const;
+
+async function get(port: number, path: string, token?: string): Promise<Response> {
+  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
+  return fetch(`https://127.0.0.1:${port}${path}`, { ...insecure, headers });
+}
+
+async function lease(name: string): Promise<{ holderIdentity?: string; leaseTransitions?: number }> {
+  const l = await cluster.adminClient.get<{ spec: { holderIdentity?: string; leaseTransitions?: number } }>(
+    `/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/${name}`,
+  );
+  return l.spec;
+}
+
+const WRITE_VERBS = new Set(["create", "update", "patch", "delete", "deletecollection"]);
+function writesBy(user: string, since = 0): number {
+  return cluster
+    .auditEvents()
+    .filter((e) => e.user.username === user && WRITE_VERBS.has(e.verb))
+    .filter((e) => Date.parse(e.requestReceivedTimestamp) >= since).length;
+}
+
+describe("command line", () => {
+  test("the reference DaemonSet's arguments start it, serve health and hold the named lease", async () => {
+    const port = await freePort();
+    const p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--v=2",
+      "--cloud-provider=talos",
+      `--cloud-config=${cloudConfig}`,
+      "--controllers=cloud-node,node-csr-approval",
+      "--leader-elect-resource-name=cloud-controller-manager-talos",
+      "--use-service-account-credentials",
+      `--secure-port=${port}`,
+      "--authorization-always-allow-paths=/healthz,/livez,/readyz,/metrics",
+    ]);
+    await waitFor(async () => (await get(port, "/healthz").catch(() => undefined))?.status === 200, 10_000);
+    await waitFor(async () => (await get(port, "/readyz").catch(() => undefined))?.status === 200, 10_000);
+    await p.waitForLog(/Successfully acquired lease/);
+    expect((await lease("cloud-controller-manager-talos")).holderIdentity).toMatch(/_[0-9a-f-]{36}$/);
+    const metrics = await (await get(port, "/metrics")).text();
+    expect(metrics).toContain('leader_election_master_status{name="cloud-controller-manager-talos"} 1');
+    expect(metrics).toContain("process_resident_memory_bytes");
+    const started = Date.now();
+    expect(await p.stop("SIGTERM")).toBe(0);
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect((await lease("cloud-controller-manager-talos")).holderIdentity ?? "").toBe("");
+  });
+
+  test("an unknown flag exits 2 naming the closest known flag", async () => {
+    const p = ccm([`--kubeconfig=${cluster.adminKubeconfig}`, "--leader-elect-resouce-name=x"]);
+    expect(await p.proc.exited).toBe(2);
+    expect(p.output).toContain("did you mean --leader-elect-resource-name?");
+  });
+
+  test("an upstream flag this project does not implement is accepted with a warning", async () => {
+    const p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=node-csr-approval",
+      "--leader-elect=false",
+      "--secure-port=0",
+      "--configure-cloud-routes=false",
+      "--profiling",
+    ]);
+    await p.waitForLog(/Controllers enabled/);
+    expect(p.output).toMatch(/W\d{4} .*--configure-cloud-routes/);
+    expect(p.output).toMatch(/W\d{4} .*--profiling/);
+    expect(await p.stop()).toBe(0);
+  });
+
+  test("--controllers resolves *, -name and aliases; an unknown name exits 2", async () => {
+    const p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=*,-cloud-node,certificatesigningrequest-approving-controller",
+      "--leader-elect=false",
+      "--secure-port=0",
+    ]);
+    const m = await p.waitForLog(/"Controllers enabled" controllers="([^"]*)"/);
+    expect(m[1]).toBe("node-csr-approval");
+    expect(await p.stop()).toBe(0);
+    const bad = ccm([`--kubeconfig=${cluster.adminKubeconfig}`, "--controllers=cloud-nod"]);
+    expect(await bad.proc.exited).toBe(2);
+    expect(bad.output).toContain("cloud-node");
+  });
+
+  test("CSR-only mode starts without any talosconfig", async () => {
+    const p = new CcmProcess(
+      [
+        `--kubeconfig=${cluster.adminKubeconfig}`,
+        "--controllers=node-csr-approval",
+        "--leader-elect=false",
+        "--secure-port=0",
+      ],
+      { env: { HOME: cluster.dir } },
+    );
+    procs.push(p);
+    await p.waitForLog(/node-csr-approval checks IP SANs against Node status only/);
+    await p.waitForLog(/Starting controller.*node-csr-approval/);
+    expect(await p.stop()).toBe(0);
+  });
+
+  test("cloud-node without a talosconfig refuses to start and says how to enable Talos API access", async () => {
+    const p = new CcmProcess(
+      [`--kubeconfig=${cluster.adminKubeconfig}`, "--leader-elect=false", "--secure-port=0"],
+      {
+        env: { HOME: cluster.dir },
+      },
+    );
+    procs.push(p);
+    expect(await p.proc.exited).toBe(1);
+    expect(p.output).toContain("kubernetesTalosAPIAccess");
+    expect(p.output).toContain("os:reader");
+  });
+});
+
+describe("secure serving", () => {
+  let port: number;
+  let p: CcmProcess;
+
+  beforeAll(async () => {
+    port = await freePort();
+    p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=node-csr-approval",
+      "--leader-elect=false",
+      `--secure-port=${port}`,
+    ]);
+    await waitFor(async () => (await get(port, "/healthz").catch(() => undefined))?.status === 200, 10_000);
+  });
+
+  afterAll(async () => {
+    await p.stop();
+  });
+
+  test("always-allowed paths are open", async () => {
+    expect((await get(port, "/healthz")).status).toBe(200);
+    expect(await (await get(port, "/livez")).text()).toBe("ok");
+    expect((await get(port, "/readyz?verbose")).status).toBe(200);
+  });
+
+  test("/metrics without a token is refused (401)", async () => {
+    expect((await get(port, "/metrics")).status).toBe(401);
+    expect((await get(port, "/metrics", "not-a-real-token")).status).toBe(401);
+  });
+
+  test("/metrics with a token RBAC does not allow is forbidden (403)", async () => {
+    const conn = await cluster.serviceAccountConnection("kube-system", "no-metrics");
+    const token = (conn.auth as { token: string }).token;
+    expect((await get(port, "/metrics", token)).status).toBe(403);
+  });
+
+  test("/metrics with an RBAC-allowed service-account token is served", async () => {
+    const conn = await cluster.serviceAccountConnection("kube-system", "prometheus");
+    await cluster.apply([
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRole",
+        metadata: { name: "metrics-reader" },
+        rules: [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }],
+      } as never,
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRoleBinding",
+        metadata: { name: "metrics-reader" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "metrics-reader" },
+        subjects: [{ kind: "ServiceAccount", name: "prometheus", namespace: "kube-system" }],
+      } as never,
+    ]);
+    const token = (conn.auth as { token: string }).token;
+    let res: Response | undefined;
+    await waitFor(async () => {
+      res = await get(port, "/metrics", token);
+      return res.status === 200;
+    }, 15_000);
+    const text = await (res as Response).text();
+    expect(text).toContain("# TYPE rest_client_requests_total counter");
+  });
+
+  test("serves a certificate from --tls-cert-file and verifies against its CA", async () => {
+    const leaf = await cluster.ca.issue({ cn: "ccm", usage: "server", ips: ["127.0.0.1"] });
+    const cert = join(cluster.dir, "serving.crt");
+    const key = join(cluster.dir, "serving.key");
+    writeFileSync(cert, leaf.cert);
+    writeFileSync(key, leaf.key);
+    const port2 = await freePort();
+    const q = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=node-csr-approval",
+      "--leader-elect=false",
+      `--secure-port=${port2}`,
+      `--tls-cert-file=${cert}`,
+      `--tls-private-key-file=${key}`,
+    ]);
+    await waitFor(
+      async () =>
+        (
+          await fetch(`https://127.0.0.1:${port2}/healthz`, { tls: { ca: cluster.ca.cert } }).catch(
+            () => undefined,
+          )
+        )?.status === 200,
+      10_000,
+    );
+    expect(await q.stop()).toBe(0);
+  });
+});
+
+describe("leader election", () => {
+  const timings = [
+    "--leader-elect-lease-duration=6s",
+    "--leader-elect-renew-deadline=4s",
+    "--leader-elect-retry-period=1s",
+  ];
+
+  test("two replicas never write at the same time; a SIGKILLed leader is replaced within the lease duration", async () => {
+    const [kcA, kcB] = await Promise.all([kubeconfigFor("ccm-a"), kubeconfigFor("ccm-b")]);
+    const args = (kc: string) => [
+      `--kubeconfig=${kc}`,
+      "--leader-elect-resource-name=le-kill",
+      "--secure-port=0",
+      ...timings,
+    ];
+    const a = ccm(args(kcA));
+    await a.waitForLog(/Successfully acquired lease/);
+    const b = ccm(args(kcB));
+    await b.waitForLog(/New leader elected/);
+    await Bun.sleep(4000);
+    expect(writesBy("ccm-a")).toBeGreaterThan(0);
+    expect(writesBy("ccm-b")).toBe(0);
+    expect(b.output).not.toContain("Successfully acquired lease");
+
+    const killed = Date.now();
+    await a.stop("SIGKILL");
+    await b.waitForLog(/Successfully acquired lease/, 15_000);
+    const takeoverMs = Date.now() - killed;
+    // Expiry is judged on the standby's own clock from its last observation of a renewal, which is at
+    // most one retry period old when the leader dies; it then polls once per retry period.
+    expect(takeoverMs).toBeLessThanOrEqual(6000 + 2 * 1200);
+    expect(writesBy("ccm-a", killed + 100)).toBe(0);
+    expect(writesBy("ccm-b")).toBeGreaterThan(0);
+    await b.stop();
+  }, 60_000);
+
+  test("a SIGTERMed leader releases the lease and a standby takes over at once", async () => {
+    const [kcC, kcD] = await Promise.all([kubeconfigFor("ccm-c"), kubeconfigFor("ccm-d")]);
+    const args = (kc: string) => [
+      `--kubeconfig=${kc}`,
+      "--leader-elect-resource-name=le-term",
+      "--secure-port=0",
+      ...timings,
+    ];
+    const c = ccm(args(kcC));
+    await c.waitForLog(/Successfully acquired lease/);
+    const d = ccm(args(kcD));
+    await d.waitForLog(/New leader elected/);
+    const stopped = Date.now();
+    expect(await c.stop("SIGTERM")).toBe(0);
+    expect(Date.now() - stopped).toBeLessThan(5000);
+    await d.waitForLog(/Successfully acquired lease/, 10_000);
+    // Released: no waiting for the 6 s lease to expire, only the standby's next poll.
+    expect(Date.now() - stopped).toBeLessThan(3000);
+    expect(await d.stop()).toBe(0);
+  }, 60_000);
+
+  test("a leader that loses its lease stops and exits non-zero", async () => {
+    const p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--leader-elect-resource-name=le-lost",
+      "--secure-port=0",
+      ...timings,
+    ]);
+    await p.waitForLog(/Successfully acquired lease/);
+    const path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/le-lost";
+    const current = await cluster.adminClient.get<{ spec: Record<string, unknown> }>(path);
+    await cluster.adminClient.update(path, {
+      ...current,
+      spec: {
+        ...current.spec,
+        holderIdentity: "intruder",
+        leaseDurationSeconds: 60,
+        renewTime: new Date().toISOString().replace(/Z$/, "000Z"),
+      },
+    });
+    expect(await p.proc.exited).toBe(1);
+    expect(p.output).toContain("Leader election lost");
+  }, 30_000);
+});
+
+describe("cloud config reload", () => {
+  test("a valid new file takes effect without a restart; an invalid one is logged, counted and ignored", async () => {
+    const file = join(cluster.dir, "reload.yaml");
+    writeFileSync(file, "global:\n  preferIPv6: false\n");
+    const port = await freePort();
+    const p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      `--cloud-config=${file}`,
+      "--controllers=node-csr-approval",
+      "--leader-elect=false",
+      `--secure-port=${port}`,
+      "--authorization-always-allow-paths=/healthz,/metrics",
+    ]);
+    await p.waitForLog(/Controllers enabled/);
+    writeFileSync(file, "global:\n  preferIPv6: true\n");
+    await p.waitForLog(/Reloaded cloud config/, 10_000);
+    writeFileSync(
+      file,
+      "transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - {key: platform, operator: Regexp, values: ['(']}\n",
+    );
+    await p.waitForLog(/Cannot reload cloud config, keeping the current one/, 10_000);
+    await waitFor(async () => {
+      const text = await (await get(port, "/metrics")).text();
+      return text.includes('talosccm_cloud_config_reloads_total{result="error"} 1');
+    }, 5000);
+    expect(p.exitCode).toBeNull();
+    expect(await p.stop()).toBe(0);
+  }, 30_000);
+});
+
+describe("API client", () => {
+  test("KubeClient honours --kube-api-qps as a token bucket", async () => {
+    const client = new KubeClient(cluster.admin, { qps: 10, burst: 1 });
+    const started = performance.now();
+    await Promise.all(Array.from({ length: 6 }, () => client.get("/version")));
+    // 1 immediate + 5 spaced 100 ms apart.
+    expect(performance.now() - started).toBeGreaterThanOrEqual(450);
+    client.close();
+  });
+});
