@@ -6,7 +6,7 @@
 // decoding must work without it.
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
-import { existsSync, type FSWatcher, watch as fsWatch, readFileSync } from "node:fs";
+import { existsSync, type FSWatcher, watch as fsWatch, readFileSync, statSync } from "node:fs";
 import { isIP } from "node:net";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -843,6 +843,16 @@ function loadGrpc() {
 
 const passThrough = (b: Buffer) => b;
 
+/** Identity of a file's current content (inode, size, mtime), "" when it cannot be read. */
+function fileStamp(path: string): string {
+  try {
+    const s = statSync(path);
+    return `${s.ino}:${s.size}:${s.mtimeMs}`;
+  } catch {
+    return "";
+  }
+}
+
 /** The channels built from one talosconfig; replaced as a whole when the file changes. */
 interface Generation {
   config: TalosConfig;
@@ -980,7 +990,8 @@ export class TalosClient {
   #fileWatcher: FSWatcher | undefined;
   #pollTimer: ReturnType<typeof setInterval> | undefined;
   #reloading: Promise<boolean> | undefined;
-  #lastFailureReload = 0;
+  /** fileStamp() of the talosconfig when it was last read by reload(). */
+  #configStamp: string | undefined;
 
   /**
    * Builds a client; no I/O happens until the first call.
@@ -1201,7 +1212,9 @@ export class TalosClient {
 
   async #reloadNow(): Promise<boolean> {
     if (!this.#load || this.#closed) return false;
+    const stamp = fileStamp(this.#config.path);
     const next = this.#load();
+    this.#configStamp = stamp;
     const cur = this.#config;
     const same =
       next.crt === cur.crt &&
@@ -1286,13 +1299,12 @@ export class TalosClient {
 
   /**
    * After Unavailable on a channel that is not connected (handshake refused, endpoint down, as
-   * opposed to apid answering for a down node), re-read the talosconfig: the certificate may have
-   * been renewed. Rate-limited; rebuilds channels only when the file changed.
+   * opposed to apid answering for a down node), re-read the talosconfig if its file changed since
+   * the last read: the certificate may have been renewed.
    */
   async #maybeReloadAfterFailure(client: Grpc.Client): Promise<void> {
-    if (!this.#load || Date.now() - this.#lastFailureReload < 1_000) return;
-    if (client.getChannel().getConnectivityState(false) === 2 /* READY */) return;
-    this.#lastFailureReload = Date.now();
+    if (!this.#load || client.getChannel().getConnectivityState(false) === 2 /* READY */) return;
+    if (fileStamp(this.#config.path) === this.#configStamp) return;
     try {
       await this.reload();
     } catch (err) {

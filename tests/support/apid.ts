@@ -749,6 +749,7 @@ export class FakeApid {
     this.#counts.set(k, (this.#counts.get(k) ?? 0) + 1);
   }
 
+  /** Counts a call in flight; the returned function (idempotent) ends it. */
   #enter(): () => void {
     this.#inFlight++;
     if (this.#inFlight > this.#peak) this.#peak = this.#inFlight;
@@ -835,6 +836,7 @@ export class FakeApid {
     serve: (target: NodeState, req: Buffer) => Uint8Array | Promise<Uint8Array>,
   ): void {
     const leave = this.#enter();
+    call.on("cancelled", leave); // a call the client gave up on is no longer in flight
     const type = m === "Get" ? this.#peekType(GetRequestSchema, call.request) : "";
     this.#route(m, call, type)
       .then((target) => serve(target, call.request))
@@ -915,6 +917,7 @@ export class FakeApid {
 
   async #list(call: grpc.ServerWritableStream<Buffer, Buffer>): Promise<void> {
     const leave = this.#enter();
+    call.on("cancelled", leave); // a call the client gave up on is no longer in flight
     try {
       const req = this.#decode(() => fromBinary(ListRequestSchema, call.request));
       const target = await this.#route("List", call, req.type);
@@ -938,6 +941,7 @@ export class FakeApid {
 
   async #watch(call: grpc.ServerWritableStream<Buffer, Buffer>): Promise<void> {
     const leave = this.#enter();
+    call.on("cancelled", leave); // a call the client gave up on is no longer in flight
     try {
       const req: WatchRequest = this.#decode(() => fromBinary(WatchRequestSchema, call.request));
       const target = await this.#route("Watch", call, req.type);
