@@ -224,11 +224,20 @@ export interface LeanNode extends CachedMeta {
     /** The Ready condition: "True", "False" or "Unknown" ("Unknown" when absent). */
     ready: string;
     readyTransition?: string;
+    /** Pod capacity: allocatable.pods, else capacity.pods; absent until the kubelet reports it. */
+    maxPods?: number;
   };
 }
 
 /** Annotations too large to be worth keeping in memory. */
 const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configuration"]);
+
+/** A positive integer pod quantity ("110"); other quantity forms do not occur for pods. */
+function podCount(q: string | undefined): number | undefined {
+  if (q === undefined || !/^\d+$/.test(q)) return undefined;
+  const n = Number(q);
+  return n > 0 ? n : undefined;
+}
 
 /** Reduces a Node to a {@link LeanNode}. */
 export function leanNode(raw: unknown): LeanNode {
@@ -255,6 +264,8 @@ export function leanNode(raw: unknown): LeanNode {
   if (n.spec?.podCIDR) lean.spec.podCIDR = n.spec.podCIDR;
   if (n.spec?.podCIDRs?.length) lean.spec.podCIDRs = n.spec.podCIDRs;
   if (ready?.lastTransitionTime) lean.status.readyTransition = String(ready.lastTransitionTime);
+  const maxPods = podCount(n.status?.allocatable?.pods) ?? podCount(n.status?.capacity?.pods);
+  if (maxPods !== undefined) lean.status.maxPods = maxPods;
   return lean;
 }
 
