@@ -11,6 +11,7 @@ import { type Informer, type LeanNode, nodeInformer } from "./cache.ts";
 import { type CompiledConfig, ConfigError, formatIssue, parseConfig } from "./config.ts";
 import { EventRecorder } from "./events.ts";
 import { type ControllerName, Controllers, type RunOptions } from "./flags.ts";
+import { nodeIpamNeedsTalos } from "./ipam.ts";
 import { KubeClient, loadConnection } from "./kube.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
@@ -68,9 +69,7 @@ function needsTalos(enabled: readonly ControllerName[], opts: RunOptions): boole
     (c) =>
       c === Controllers.cloudNode ||
       c === Controllers.cloudNodeLifecycle ||
-      (c === Controllers.nodeIpam &&
-        opts.ipam.allocateNodeCidrs &&
-        (opts.ipam.allocatorType === "CloudAllocator" || opts.ipam.clusterCidrs.length === 0)),
+      (c === Controllers.nodeIpam && nodeIpamNeedsTalos(opts.ipam)),
   );
 }
 
