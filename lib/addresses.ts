@@ -1,0 +1,227 @@
+// Node addresses from Talos facts, as pure functions: which IPs are the node's own (the kubelet's
+// provided-node-ip annotation, else its InternalIP status addresses), which of its Talos addresses
+// are public (the `external` link on clouds, discovery over every address on platforms without
+// cloud metadata), and the list and order Kubernetes gets: the reference CCM's list, then re-sorted
+// the way the cloud-provider framework puts the provided node IPs first.
+
+import { formatIP, isPublicUnicast, tryParseCidr, tryParseIP } from "./cidr.ts";
+import type { AddressStatus, NodeAddress } from "./types.ts";
+
+/** The annotation a kubelet run with `--cloud-provider=external` writes its `--node-ip` into. */
+export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
+
+/**
+ * Platforms whose Talos metadata does not carry the public addresses, so that they are discovered
+ * among the node's own addresses (the reference's list).
+ */
+export const DISCOVERY_PLATFORMS: ReadonlySet<string> = new Set(["nocloud", "metal", "openstack", "oracle"]);
+
+/** The link on which Talos puts a cloud's public addresses (from its metadata service). */
+export const EXTERNAL_LINK = "external";
+
+/** Links whose addresses are never public addresses of the node: overlays, management, loopback. */
+const SKIPPED_LINKS: ReadonlySet<string> = new Set(["kubespan", "siderolink", "lo", "cilium_host"]);
+
+/** IFA_F_PERMANENT: a static (not SLAAC-temporary or DHCP-leased) address. */
+const ADDRESS_PERMANENT = 0x80;
+
+/**
+ * Normalizes an IP address the way Go's netip prints it.
+ * @returns undefined when `s` is not an address.
+ */
+function canonicalIP(s: string): { ip: string; family: 4 | 6 } | undefined {
+  const ip = tryParseIP(s.trim());
+  return ip ? { ip: formatIP(ip), family: ip.family } : undefined;
+}
+
+/**
+ * The first IPv4 and the first IPv6 address of `ips`, IPv4 first unless `preferIPv6`; entries that
+ * are not addresses are skipped.
+ * @example preferredDualStack(["fd00::1", "10.0.0.1", "10.0.0.2"], false) // ["10.0.0.1", "fd00::1"]
+ */
+export function preferredDualStack(ips: Iterable<string>, preferIPv6: boolean): string[] {
+  let v4: string | undefined;
+  let v6: string | undefined;
+  for (const raw of ips) {
+    const parsed = canonicalIP(raw);
+    if (parsed?.family === 4) v4 ??= parsed.ip;
+    else if (parsed?.family === 6) v6 ??= parsed.ip;
+  }
+  const ordered = preferIPv6 ? [v6, v4] : [v4, v6];
+  return ordered.filter((ip): ip is string => ip !== undefined);
+}
+
+/** The node's own IPs and where they came from. */
+export interface NodeIPs {
+  /** At most one IPv4 and one IPv6 address, in the configured preference order. */
+  ips: string[];
+  /**
+   * The provided-node-ip annotation's usable addresses in the kubelet's order (its primary IP
+   * first); empty when the IPs came from elsewhere.
+   */
+  provided: string[];
+  /** `annotation`, `status` (the InternalIP addresses, when the annotation is absent or unusable) or `none`. */
+  source: "annotation" | "status" | "none";
+}
+
+/** The parts of a Node that tell its IPs. */
+export interface NodeIPSource {
+  annotations: Readonly<Record<string, string>>;
+  addresses: ReadonlyArray<{ type: string; address: string }>;
+}
+
+/**
+ * The node's own IPs: the provided-node-ip annotation ("v4", "v6" or "v4,v6"), or, when it is
+ * missing or holds no address, the node's InternalIP status addresses. At most one address per
+ * family, IPv4 first unless `preferIPv6`.
+ * @example nodeIPs({ annotations: { "alpha.kubernetes.io/provided-node-ip": "10.0.0.5" }, addresses: [] }, false)
+ *   // { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" }
+ */
+export function nodeIPs(node: NodeIPSource, preferIPv6: boolean): NodeIPs {
+  const annotation = node.annotations[PROVIDED_NODE_IP_ANNOTATION];
+  if (annotation !== undefined) {
+    const ips = preferredDualStack(annotation.split(","), preferIPv6);
+    if (ips.length > 0) {
+      return {
+        ips,
+        provided: preferredDualStack(annotation.split(","), isIPv6First(annotation)),
+        source: "annotation",
+      };
+    }
+  }
+  const internal = node.addresses.filter((a) => a.type === "InternalIP").map((a) => a.address);
+  const ips = preferredDualStack(internal, preferIPv6);
+  return { ips, provided: [], source: ips.length > 0 ? "status" : "none" };
+}
+
+/** Whether the first address of a comma-separated list is IPv6 (the kubelet's primary family). */
+function isIPv6First(list: string): boolean {
+  for (const raw of list.split(",")) {
+    const parsed = canonicalIP(raw);
+    if (parsed) return parsed.family === 6;
+  }
+  return false;
+}
+
+/** Public addresses found among the node's own, by family. */
+export interface PublicIPs {
+  ipv4: string[];
+  ipv6: string[];
+}
+
+/**
+ * Public-IP discovery over the node's AddressStatuses (in Talos' order, by resource id): global
+ * unicast addresses that are not private and not a node IP, skipping the kubespan, siderolink, lo,
+ * cilium_host and dummy* links. Permanent IPv6 addresses go before the others (each one found is
+ * put at the front, as the reference does).
+ */
+export function discoverPublicIPs(
+  nodeIPList: readonly string[],
+  addresses: readonly AddressStatus[],
+): PublicIPs {
+  const out: PublicIPs = { ipv4: [], ipv6: [] };
+  for (const a of byId(addresses)) {
+    if (SKIPPED_LINKS.has(a.linkName) || a.linkName.startsWith("dummy")) continue;
+    const cidr = tryParseCidr(a.address);
+    if (!cidr || !isPublicUnicast(cidr.ip)) continue;
+    const ip = formatIP(cidr.ip);
+    if (nodeIPList.includes(ip)) continue;
+    if (cidr.ip.family === 4) out.ipv4.push(ip);
+    else if ((a.flags & ADDRESS_PERMANENT) !== 0) out.ipv6.unshift(ip);
+    else out.ipv6.push(ip);
+  }
+  return out;
+}
+
+/** The addresses Talos put on the `external` link (a cloud's public IPs), except node IPs. */
+export function externalLinkIPs(
+  nodeIPList: readonly string[],
+  addresses: readonly AddressStatus[],
+): PublicIPs {
+  const out: PublicIPs = { ipv4: [], ipv6: [] };
+  for (const a of byId(addresses)) {
+    if (a.linkName !== EXTERNAL_LINK) continue;
+    const cidr = tryParseCidr(a.address);
+    if (!cidr) continue;
+    const ip = formatIP(cidr.ip);
+    if (nodeIPList.includes(ip)) continue;
+    (cidr.ip.family === 4 ? out.ipv4 : out.ipv6).push(ip);
+  }
+  return out;
+}
+
+/** Talos lists resources sorted by id; the watch cache keeps them in arrival order. */
+function byId(addresses: readonly AddressStatus[]): AddressStatus[] {
+  return [...addresses].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/**
+ * Re-sorts addresses so that each provided node IP comes first among the addresses of its type, the
+ * primary (first) node IP ahead of the secondary one, as the cloud-provider framework does after a
+ * cloud reports addresses (`GetNodeAddressesFromNodeIP`). Types keep the order in which they first
+ * appear (upstream walks a Go map there, so its type order is random; a stable order avoids
+ * rewriting the Node for nothing).
+ * @param provided the annotation's node IPs in the kubelet's order; empty leaves `addresses` as is.
+ */
+export function orderByNodeIPs(
+  provided: readonly string[],
+  addresses: readonly NodeAddress[],
+): NodeAddress[] {
+  let list = [...addresses];
+  for (let i = provided.length - 1; i >= 0; i--) {
+    const nodeIP = provided[i] as string;
+    const byType = new Map<NodeAddress["type"], string[]>();
+    for (const a of list) {
+      const bucket = byType.get(a.type) ?? [];
+      if (canonicalIP(a.address)?.ip === nodeIP) bucket.unshift(a.address);
+      else bucket.push(a.address);
+      byType.set(a.type, bucket);
+    }
+    list = [...byType].flatMap(([type, bucket]) => bucket.map((address) => ({ type, address })));
+  }
+  return list;
+}
+
+/** What {@link nodeAddresses} works from. */
+export interface NodeAddressInput {
+  nodeName: string;
+  /** The node's PlatformMetadata platform. */
+  platform: string;
+  /** The PlatformMetadata hostname, defaulted to the node name. */
+  hostname: string;
+  /** From {@link nodeIPs}. */
+  nodeIPs: NodeIPs;
+  addresses: readonly AddressStatus[];
+  preferIPv6: boolean;
+  /** A matching rule's `features.publicIPDiscovery`: discovery on any platform. */
+  publicIPDiscovery: boolean;
+}
+
+/**
+ * The Node's status addresses: InternalIP = the node IPs; ExternalIP = at most one public IPv4 and
+ * one public IPv6 address (discovered on {@link DISCOVERY_PLATFORMS}, from the `external` link
+ * elsewhere, discovered anywhere with `publicIPDiscovery`), ordered like the node IPs; Hostname =
+ * the node name; InternalDNS = the metadata hostname when it is a dotted name. Then the provided node
+ * IPs are moved first ({@link orderByNodeIPs}). Nothing the kubelet reported is kept: the list
+ * always has a Hostname, the only type upstream would carry over.
+ */
+export function nodeAddresses(input: NodeAddressInput): NodeAddress[] {
+  const own = input.nodeIPs.ips;
+  const found = DISCOVERY_PLATFORMS.has(input.platform)
+    ? discoverPublicIPs(own, input.addresses)
+    : externalLinkIPs(own, input.addresses);
+  if (input.publicIPDiscovery) {
+    const more = discoverPublicIPs(own, input.addresses);
+    found.ipv4.push(...more.ipv4);
+    found.ipv6.push(...more.ipv6);
+  }
+  const list: NodeAddress[] = [
+    ...own.map((address): NodeAddress => ({ type: "InternalIP", address })),
+    ...preferredDualStack([...found.ipv4, ...found.ipv6], input.preferIPv6).map(
+      (address): NodeAddress => ({ type: "ExternalIP", address }),
+    ),
+    { type: "Hostname", address: input.nodeName },
+  ];
+  if (input.hostname.indexOf(".") > 0) list.push({ type: "InternalDNS", address: input.hostname });
+  return orderByNodeIPs(input.nodeIPs.provided, list);
+}

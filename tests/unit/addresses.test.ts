@@ -1,0 +1,424 @@
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import {
+  discoverPublicIPs,
+  externalLinkIPs,
+  type NodeAddressInput,
+  type NodeIPs,
+  nodeAddresses,
+  nodeIPs,
+  orderByNodeIPs,
+  PROVIDED_NODE_IP_ANNOTATION,
+  preferredDualStack,
+} from "../../lib/addresses.ts";
+import type { AddressStatus, NodeAddress } from "../../lib/types.ts";
+
+const PERMANENT = 0x80;
+const TEMPORARY = 0x1;
+
+/** An AddressStatus with Talos' id `<link>/<address>`. */
+function addr(address: string, linkName: string, flags = 0): AddressStatus {
+  return {
+    id: `${linkName}/${address}`,
+    address,
+    linkName,
+    linkIndex: 2,
+    family: address.includes(":") ? "inet6" : "inet4",
+    scope: 0,
+    flags,
+  };
+}
+
+const fromAnnotation = (value: string, preferIPv6 = false) =>
+  nodeIPs({ annotations: { [PROVIDED_NODE_IP_ANNOTATION]: value }, addresses: [] }, preferIPv6);
+
+describe("preferredDualStack()", () => {
+  const cases: Array<{ name: string; ips: string[]; preferIPv6: boolean; want: string[] }> = [
+    { name: "one IPv4", ips: ["10.0.0.1"], preferIPv6: false, want: ["10.0.0.1"] },
+    {
+      name: "first of each family",
+      ips: ["10.0.0.1", "10.0.0.2", "fd00::1", "fd00::2"],
+      preferIPv6: false,
+      want: ["10.0.0.1", "fd00::1"],
+    },
+    {
+      name: "IPv4 first by default",
+      ips: ["fd00::1", "10.0.0.1"],
+      preferIPv6: false,
+      want: ["10.0.0.1", "fd00::1"],
+    },
+    {
+      name: "IPv6 first when preferred",
+      ips: ["10.0.0.1", "fd00::1"],
+      preferIPv6: true,
+      want: ["fd00::1", "10.0.0.1"],
+    },
+    {
+      name: "normalized like Go netip",
+      ips: [" 2001:DB8:0:0::1 "],
+      preferIPv6: false,
+      want: ["2001:db8::1"],
+    },
+    {
+      name: "garbage skipped",
+      ips: ["", "node-1", "10.0.0.01", "10.0.0.3"],
+      preferIPv6: false,
+      want: ["10.0.0.3"],
+    },
+    {
+      name: "IPv4-mapped IPv6 counts as IPv6",
+      ips: ["::ffff:10.0.0.1"],
+      preferIPv6: false,
+      want: ["::ffff:10.0.0.1"],
+    },
+    { name: "nothing", ips: [], preferIPv6: true, want: [] },
+  ];
+  for (const c of cases)
+    test(`preferredDualStack() ${c.name}`, () => {
+      expect(preferredDualStack(c.ips, c.preferIPv6)).toEqual(c.want);
+    });
+
+  test("preferredDualStack() returns at most one address per family", () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(fc.ipV4(), fc.ipV6())), fc.boolean(), (ips, v6) => {
+        const out = preferredDualStack(ips, v6);
+        expect(out.length).toBeLessThanOrEqual(2);
+        expect(new Set(out.map((ip) => ip.includes(":"))).size).toBe(out.length);
+      }),
+    );
+  });
+});
+
+describe("nodeIPs()", () => {
+  const cases: Array<{
+    name: string;
+    annotations: Record<string, string>;
+    addresses?: Array<{ type: string; address: string }>;
+    preferIPv6?: boolean;
+    want: NodeIPs;
+  }> = [
+    {
+      name: "single IP from the annotation",
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5" },
+      want: { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" },
+    },
+    {
+      name: "dual stack keeps the kubelet's order in provided",
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "fd00::5,10.0.0.5" },
+      want: { ips: ["10.0.0.5", "fd00::5"], provided: ["fd00::5", "10.0.0.5"], source: "annotation" },
+    },
+    {
+      name: "preferIPv6 orders the IPs, not provided",
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5,fd00::5" },
+      preferIPv6: true,
+      want: { ips: ["fd00::5", "10.0.0.5"], provided: ["10.0.0.5", "fd00::5"], source: "annotation" },
+    },
+    {
+      name: "annotation wins over status addresses",
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5" },
+      addresses: [{ type: "InternalIP", address: "10.9.9.9" }],
+      want: { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" },
+    },
+    {
+      name: "missing annotation falls back to InternalIP addresses",
+      annotations: {},
+      addresses: [
+        { type: "Hostname", address: "node-1" },
+        { type: "ExternalIP", address: "203.0.113.9" },
+        { type: "InternalIP", address: "fd00::7" },
+        { type: "InternalIP", address: "10.0.0.7" },
+        { type: "InternalIP", address: "10.0.0.8" },
+      ],
+      want: { ips: ["10.0.0.7", "fd00::7"], provided: [], source: "status" },
+    },
+    {
+      name: "unusable annotation falls back too",
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "node-1" },
+      addresses: [{ type: "InternalIP", address: "10.0.0.7" }],
+      want: { ips: ["10.0.0.7"], provided: [], source: "status" },
+    },
+    {
+      name: "nothing at all",
+      annotations: {},
+      addresses: [{ type: "Hostname", address: "node-1" }],
+      want: { ips: [], provided: [], source: "none" },
+    },
+  ];
+  for (const c of cases)
+    test(`nodeIPs() ${c.name}`, () => {
+      expect(
+        nodeIPs({ annotations: c.annotations, addresses: c.addresses ?? [] }, c.preferIPv6 ?? false),
+      ).toEqual(c.want);
+    });
+});
+
+describe("discoverPublicIPs()", () => {
+  test("discoverPublicIPs() keeps public global unicast addresses that are not node IPs", () => {
+    const got = discoverPublicIPs(
+      ["10.0.0.5", "2001:db8:1::5"],
+      [
+        addr("127.0.0.1/8", "lo", PERMANENT),
+        addr("10.0.0.5/24", "eth0"),
+        addr("192.168.1.9/24", "eth1"),
+        addr("100.64.0.9/10", "eth1"),
+        addr("169.254.1.1/16", "eth1"),
+        addr("203.0.113.9/24", "eth0"),
+        addr("2001:db8:1::5/64", "eth0", PERMANENT),
+        addr("fd00::9/64", "eth0", PERMANENT),
+        addr("fe80::9/64", "eth0", PERMANENT),
+        addr("ff02::1/128", "eth0"),
+      ],
+    );
+    // In id order (eth0/… before eth1/…); 100.64.0.0/10 is not private in Go's sense, so the
+    // reference treats it as public.
+    expect(got).toEqual({ ipv4: ["203.0.113.9", "100.64.0.9"], ipv6: [] });
+  });
+
+  test("discoverPublicIPs() skips overlay, management, loopback and dummy links", () => {
+    const got = discoverPublicIPs(
+      ["10.0.0.5"],
+      [
+        addr("198.51.100.1/32", "kubespan", PERMANENT),
+        addr("198.51.100.2/32", "siderolink", PERMANENT),
+        addr("198.51.100.3/32", "lo", PERMANENT),
+        addr("198.51.100.4/32", "cilium_host", PERMANENT),
+        addr("198.51.100.5/32", "dummy0", PERMANENT),
+        addr("198.51.100.6/32", "dummyext", PERMANENT),
+        addr("198.51.100.7/32", "eth0"),
+      ],
+    );
+    expect(got).toEqual({ ipv4: ["198.51.100.7"], ipv6: [] });
+  });
+
+  test("discoverPublicIPs() puts permanent IPv6 first, the last one found at the front, in id order", () => {
+    const got = discoverPublicIPs(
+      [],
+      [
+        // Given out of order: Talos lists by id, so eth0/2001:db8::a… comes first.
+        addr("2001:db8::c/64", "eth0", TEMPORARY),
+        addr("2001:db8::b/64", "eth0", PERMANENT),
+        addr("2001:db8::a/64", "eth0", PERMANENT),
+        addr("2001:db8::d/64", "eth0"),
+      ],
+    );
+    expect(got.ipv6).toEqual(["2001:db8::b", "2001:db8::a", "2001:db8::c", "2001:db8::d"]);
+  });
+});
+
+describe("externalLinkIPs()", () => {
+  test("externalLinkIPs() takes every address on the external link except node IPs, public or not", () => {
+    const got = externalLinkIPs(
+      ["10.0.0.5"],
+      [
+        addr("54.210.33.17/32", "external", PERMANENT),
+        addr("10.0.0.5/32", "external", PERMANENT),
+        addr("10.1.1.1/32", "external"),
+        addr("2001:db8::1/128", "external"),
+        addr("203.0.113.9/24", "eth0"),
+      ],
+    );
+    expect(got).toEqual({ ipv4: ["10.1.1.1", "54.210.33.17"], ipv6: ["2001:db8::1"] });
+  });
+});
+
+describe("orderByNodeIPs()", () => {
+  const list: NodeAddress[] = [
+    { type: "InternalIP", address: "fd00::5" },
+    { type: "InternalIP", address: "10.0.0.5" },
+    { type: "ExternalIP", address: "203.0.113.9" },
+    { type: "Hostname", address: "node-1" },
+  ];
+  const cases: Array<{ name: string; provided: string[]; input: NodeAddress[]; want: NodeAddress[] }> = [
+    { name: "without provided IPs keeps the list", provided: [], input: list, want: list },
+    {
+      name: "moves the primary node IP first within its type",
+      provided: ["10.0.0.5", "fd00::5"],
+      input: list,
+      want: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "InternalIP", address: "fd00::5" },
+        { type: "ExternalIP", address: "203.0.113.9" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
+    {
+      name: "groups a type's addresses where the type first appears",
+      provided: ["10.0.0.5"],
+      input: [
+        { type: "Hostname", address: "node-1" },
+        { type: "InternalIP", address: "10.0.0.9" },
+        { type: "ExternalIP", address: "203.0.113.9" },
+        { type: "InternalIP", address: "10.0.0.5" },
+      ],
+      want: [
+        { type: "Hostname", address: "node-1" },
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "InternalIP", address: "10.0.0.9" },
+        { type: "ExternalIP", address: "203.0.113.9" },
+      ],
+    },
+    {
+      name: "a node IP reported as ExternalIP leads the ExternalIPs",
+      provided: ["203.0.113.9"],
+      input: [
+        { type: "ExternalIP", address: "198.51.100.1" },
+        { type: "ExternalIP", address: "203.0.113.9" },
+      ],
+      want: [
+        { type: "ExternalIP", address: "203.0.113.9" },
+        { type: "ExternalIP", address: "198.51.100.1" },
+      ],
+    },
+  ];
+  for (const c of cases)
+    test(`orderByNodeIPs() ${c.name}`, () => {
+      expect(orderByNodeIPs(c.provided, c.input)).toEqual(c.want);
+    });
+});
+
+describe("nodeAddresses()", () => {
+  const base = (over: Partial<NodeAddressInput>): NodeAddressInput => ({
+    nodeName: "node-1",
+    platform: "metal",
+    hostname: "node-1",
+    nodeIPs: fromAnnotation("10.0.0.5"),
+    addresses: [],
+    preferIPv6: false,
+    publicIPDiscovery: false,
+    ...over,
+  });
+  const cases: Array<{ name: string; input: NodeAddressInput; want: NodeAddress[] }> = [
+    {
+      name: "metal discovers public addresses",
+      input: base({
+        addresses: [
+          addr("10.0.0.5/24", "eth0", PERMANENT),
+          addr("198.51.100.7/24", "eth1", PERMANENT),
+          addr("2001:db8::7/64", "eth1", PERMANENT),
+        ],
+      }),
+      want: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "ExternalIP", address: "198.51.100.7" },
+        { type: "ExternalIP", address: "2001:db8::7" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
+    {
+      name: "a cloud platform reads only the external link",
+      input: base({
+        platform: "aws",
+        hostname: "ip-10-0-0-5.ec2.internal",
+        addresses: [addr("198.51.100.7/24", "eth1", PERMANENT), addr("54.1.2.3/32", "external", PERMANENT)],
+      }),
+      want: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "ExternalIP", address: "54.1.2.3" },
+        { type: "Hostname", address: "node-1" },
+        { type: "InternalDNS", address: "ip-10-0-0-5.ec2.internal" },
+      ],
+    },
+    {
+      name: "publicIPDiscovery adds discovery on a cloud platform, one address per family",
+      input: base({
+        platform: "hcloud",
+        publicIPDiscovery: true,
+        addresses: [
+          addr("49.12.34.56/32", "eth0"),
+          addr("2a01:4f8::1/64", "eth0", PERMANENT),
+          addr("49.12.34.56/32", "external", PERMANENT),
+        ],
+      }),
+      want: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "ExternalIP", address: "49.12.34.56" },
+        { type: "ExternalIP", address: "2a01:4f8::1" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
+    {
+      name: "preferIPv6 orders ExternalIPs; the kubelet's order wins for InternalIPs",
+      input: base({
+        preferIPv6: true,
+        nodeIPs: fromAnnotation("10.0.0.5,fd00::5", true),
+        addresses: [addr("198.51.100.7/24", "eth1"), addr("2001:db8::7/64", "eth1", PERMANENT)],
+      }),
+      want: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "InternalIP", address: "fd00::5" },
+        { type: "ExternalIP", address: "2001:db8::7" },
+        { type: "ExternalIP", address: "198.51.100.7" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
+    {
+      name: "InternalIP fallback keeps the preference order",
+      input: base({
+        preferIPv6: true,
+        nodeIPs: nodeIPs(
+          {
+            annotations: {},
+            addresses: [
+              { type: "InternalIP", address: "10.0.0.5" },
+              { type: "InternalIP", address: "fd00::5" },
+            ],
+          },
+          true,
+        ),
+      }),
+      want: [
+        { type: "InternalIP", address: "fd00::5" },
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
+    {
+      name: "a hostname starting with a dot is no DNS name",
+      input: base({ hostname: ".local" }),
+      want: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
+  ];
+  for (const c of cases)
+    test(`nodeAddresses() ${c.name}`, () => {
+      expect(nodeAddresses(c.input)).toEqual(c.want);
+    });
+
+  test("nodeAddresses() always starts with the primary node IP and ends Hostname[, InternalDNS]", () => {
+    const ip4 = fc.ipV4();
+    const ip6 = fc.ipV6();
+    const address = fc.record({
+      ip: fc.oneof(ip4, ip6),
+      link: fc.constantFrom("eth0", "external", "kubespan", "lo", "dummy0"),
+      flags: fc.constantFrom(0, PERMANENT, TEMPORARY),
+    });
+    fc.assert(
+      fc.property(
+        fc.tuple(ip4, ip6),
+        fc.boolean(),
+        fc.boolean(),
+        fc.array(address, { maxLength: 8 }),
+        fc.constantFrom("metal", "aws", "nocloud", "gcp"),
+        ([v4, v6], v6First, preferIPv6, raw, platform) => {
+          const annotation = v6First ? `${v6},${v4}` : `${v4},${v6}`;
+          const ips = fromAnnotation(annotation, preferIPv6);
+          const out = nodeAddresses(
+            base({
+              platform,
+              preferIPv6,
+              nodeIPs: ips,
+              addresses: raw.map((a) => addr(`${a.ip}/${a.ip.includes(":") ? 64 : 24}`, a.link, a.flags)),
+            }),
+          );
+          expect(out[0]).toEqual({ type: "InternalIP", address: ips.provided[0] as string });
+          expect(out.at(-1)).toEqual({ type: "Hostname", address: "node-1" });
+          expect(out.filter((a) => a.type === "ExternalIP").length).toBeLessThanOrEqual(2);
+          const own = new Set(ips.ips);
+          expect(out.some((a) => a.type === "ExternalIP" && own.has(a.address))).toBe(false);
+        },
+      ),
+    );
+  });
+});
