@@ -1,0 +1,991 @@
+// The cloud-node controller: initializes Nodes that a kubelet registered with
+// `--cloud-provider=external` from what Talos knows about them, and keeps them current.
+//
+// One Node's path: informer event → WorkQueue("cloud-node") → reconcile(name): read the cached Node
+// → its Talos facts (from the node's watch cache below) → transform (lib/transform.ts, pure) →
+// desiredNode (pure: labels, annotations, taints, providerID, addresses via lib/addresses.ts) →
+// nodePatch (pure diff) → at most two writes (status addresses, then one JSON patch of metadata and
+// spec that also removes the uninitialized taint) → Events.
+//
+// Talos facts are watch-first: every Node with an IP gets one COSI Watch on its PlatformMetadata
+// and one on its AddressStatuses (streams multiplexed on the Talos client's shared channel); their
+// bootstrap contents initialize the node, later events re-queue it within moments. SystemInformation
+// (and the Talos version, when a rule uses it) is read once per node, only when rules exist. Nodes
+// whose watch is down are polled every --node-status-update-frequency by one shared timer; a
+// healthy cluster makes no periodic Talos calls.
+
+import type { V1Taint } from "@kubernetes/client-node";
+import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
+import type { Informer, LeanNode } from "./cache.ts";
+import type { CompiledConfig } from "./config.ts";
+import type { EventRecorder } from "./events.ts";
+import { isNotFound, type KubeClient, PATCH } from "./kube.ts";
+import { type Logger, logger } from "./log.ts";
+import type { ControllerContext } from "./manager.ts";
+import type { Registry } from "./metrics.ts";
+import { runWorkers, WorkQueue } from "./queue.ts";
+import {
+  backoffDelay,
+  type TalosAddressStatus,
+  type TalosClient,
+  TalosNotFoundError,
+  TalosPermissionError,
+} from "./talos.ts";
+import {
+  MANAGED_ANNOTATION,
+  parseManagedRecord,
+  planReconcile,
+  type TransformError,
+  type TransformResult,
+  transform,
+} from "./transform.ts";
+import type { NodeAddress, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
+
+const log = logger("cloud-node");
+
+/** The taint a kubelet with `--cloud-provider=external` registers its Node with. */
+export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/** Labels this controller writes besides the rules' own. */
+export const LABELS = {
+  platform: "node.cloudprovider.kubernetes.io/platform",
+  clusterName: "node.cloudprovider.kubernetes.io/clustername",
+  lifecycle: "node.cloudprovider.kubernetes.io/lifecycle",
+  region: "topology.kubernetes.io/region",
+  regionBeta: "failure-domain.beta.kubernetes.io/region",
+  zone: "topology.kubernetes.io/zone",
+  zoneBeta: "failure-domain.beta.kubernetes.io/zone",
+  instanceType: "node.kubernetes.io/instance-type",
+  instanceTypeBeta: "beta.kubernetes.io/instance-type",
+} as const;
+
+/** GA topology labels and the legacy ones the framework keeps in step with them (legacy is the source). */
+const LEGACY_PAIRS = [
+  [LABELS.zoneBeta, LABELS.zone],
+  [LABELS.regionBeta, LABELS.region],
+  [LABELS.instanceTypeBeta, LABELS.instanceType],
+] as const;
+
+/** The providerID scheme of nodes whose metadata has none (`talos://<platform>/<node IP>`). */
+export const PROVIDER_NAME = "talos";
+
+// ---------------------------------------------------------------------------------------------
+// Pure: facts → desired Node → patch.
+
+// From cloud-provider-azure: the resource group is the part between resourceGroups/ and /providers/.
+const AZURE_RESOURCE_GROUP = /.*\/subscriptions\/(?:.*)\/resourceGroups\/(.+)\/providers\/(?:.*)/;
+
+/**
+ * The facts as the reference hands them to the rules: providerId defaulted to
+ * `talos://<platform>/<nodeIP>`, the Azure resource group lower-cased (Talos before 1.8 kept the
+ * user's case, which Azure's own controllers do not match), the hostname defaulted to the node name.
+ * An Azure providerId in another format is kept as is (the reference refuses to initialize it).
+ * @param nodeIP the IP Talos answered on.
+ */
+export function instanceFacts(facts: NodeFacts, nodeIP: string, nodeName: string): NodeFacts {
+  const meta: PlatformMetadata = { ...facts.platformMetadata, tags: { ...facts.platformMetadata.tags } };
+  if (meta.providerId === "") meta.providerId = `${PROVIDER_NAME}://${meta.platform}/${nodeIP}`;
+  if (meta.platform === "azure") {
+    const group = AZURE_RESOURCE_GROUP.exec(meta.providerId)?.[1];
+    if (group !== undefined) meta.providerId = meta.providerId.replace(group, group.toLowerCase());
+  }
+  if (meta.hostname === "") meta.hostname = nodeName;
+  return { ...facts, platformMetadata: meta };
+}
+
+/** Whether the Node still waits for its cloud initialization. */
+export function isUninitialized(node: LeanNode): boolean {
+  return node.spec.taints.some((t) => t.key === UNINITIALIZED_TAINT);
+}
+
+/** Settings {@link desiredNode} takes from the `global` config section and the talosconfig. */
+export interface DesiredOptions {
+  preferIPv6: boolean;
+  /** `global.reconcile`. */
+  reconcile: boolean;
+  /** `global.skipForeignNode`: nodes whose providerID is not `talos…` only get their addresses. */
+  skipForeignNode: boolean;
+  /** `global.clusterName`, else the talosconfig context's cluster; "" writes no label. */
+  clusterName: string;
+}
+
+/** The parts of a Node this controller owns, as they should be. */
+export interface DesiredNode {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: V1Taint[];
+  /** Set only while the Node has none (the API server refuses to change it afterwards). */
+  providerID?: string;
+  addresses: NodeAddress[];
+}
+
+/** The reference's own labels: platform, spot lifecycle, cluster name (non-empty values only). */
+function talosLabels(meta: PlatformMetadata, clusterName: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (meta.platform !== "") out[LABELS.platform] = meta.platform;
+  if (meta.spot) out[LABELS.lifecycle] = "spot";
+  if (clusterName !== "") out[LABELS.clusterName] = clusterName;
+  return out;
+}
+
+/** The framework's labels: GA and legacy region, zone and instance type (non-empty values only). */
+function topologyLabels(meta: PlatformMetadata): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [value, ga, legacy] of [
+    [meta.region, LABELS.region, LABELS.regionBeta],
+    [meta.zone, LABELS.zone, LABELS.zoneBeta],
+    [meta.instanceType, LABELS.instanceType, LABELS.instanceTypeBeta],
+  ] as const) {
+    if (value === "") continue;
+    out[ga] = value;
+    out[legacy] = value;
+  }
+  return out;
+}
+
+/**
+ * The Node as it should be, from its current state, its facts (see {@link instanceFacts}) and the
+ * rules' result. Follows the reference and the framework it embeds:
+ * - labels: the rules' (through {@link planReconcile}), the platform/lifecycle/clustername labels
+ *   (a rule's label of the same key wins), and at initialization the GA and legacy topology and
+ *   instance-type labels; later only the legacy → GA sync of upstream `reconcileNodeLabels`. In
+ *   reconcile mode the topology labels follow the facts at every pass.
+ * - annotations and taints: the rules' (taints only at initialization, unless reconcile mode);
+ *   the uninitialized taint goes.
+ * - providerID: only when the Node has none.
+ * - addresses: {@link nodeAddresses}.
+ * A foreign node (`skipForeignNode`, providerID not `talos…`) only gets its addresses.
+ */
+export function desiredNode(
+  node: LeanNode,
+  facts: NodeFacts,
+  result: TransformResult,
+  opts: DesiredOptions,
+): DesiredNode {
+  const initializing = isUninitialized(node);
+  const meta = result.platformMetadata;
+  const ips: NodeIPs = nodeIPs(
+    { annotations: node.metadata.annotations, addresses: node.status.addresses },
+    opts.preferIPv6,
+  );
+  const want: DesiredNode = {
+    labels: { ...node.metadata.labels },
+    annotations: { ...node.metadata.annotations },
+    taints: node.spec.taints.filter((t) => t.key !== UNINITIALIZED_TAINT),
+    addresses: nodeAddresses({
+      nodeName: node.metadata.name,
+      platform: meta.platform,
+      hostname: facts.platformMetadata.hostname || node.metadata.name,
+      nodeIPs: ips,
+      addresses: facts.addresses,
+      preferIPv6: opts.preferIPv6,
+      publicIPDiscovery: result.features.publicIPDiscovery,
+    }),
+  };
+  const providerID = node.spec.providerID ?? "";
+  if (opts.skipForeignNode && providerID !== "" && !providerID.startsWith(PROVIDER_NAME)) return want;
+
+  const plan = planReconcile(
+    parseManagedRecord(node.metadata.annotations[MANAGED_ANNOTATION]).record,
+    result,
+    {
+      labels: node.metadata.labels,
+      annotations: node.metadata.annotations,
+      taints: want.taints as Taint[],
+    },
+    { reconcile: opts.reconcile, initializing },
+  );
+
+  for (const k of plan.removeLabels) delete want.labels[k];
+  Object.assign(want.labels, plan.setLabels);
+  for (const [k, v] of Object.entries(talosLabels(meta, opts.clusterName))) {
+    if (!Object.hasOwn(result.labels, k)) want.labels[k] = v;
+  }
+  if (initializing || opts.reconcile) Object.assign(want.labels, topologyLabels(meta));
+  else {
+    for (const [legacy, ga] of LEGACY_PAIRS) {
+      const v = want.labels[legacy];
+      if (v !== undefined) want.labels[ga] = v;
+    }
+  }
+
+  for (const k of plan.removeAnnotations) delete want.annotations[k];
+  Object.assign(want.annotations, plan.setAnnotations);
+
+  const gone = (t: V1Taint) => plan.removeTaints.some((r) => r.key === t.key && r.effect === t.effect);
+  want.taints = want.taints.filter((t) => !gone(t));
+  for (const t of plan.addTaints) {
+    const at = want.taints.findIndex((x) => x.key === t.key && x.effect === t.effect);
+    if (at >= 0) want.taints[at] = t;
+    else want.taints.push(t);
+  }
+
+  if (providerID === "" && meta.providerId !== "") want.providerID = meta.providerId;
+  return want;
+}
+
+/** One JSON Patch (RFC 6902) operation. */
+export interface JsonPatchOp {
+  op: "add" | "remove" | "test";
+  path: string;
+  value?: unknown;
+}
+
+/** The writes that bring a Node to its desired state; nothing to write when both are absent. */
+export interface NodePatch {
+  /** New `status.addresses`, for a merge patch of the status subresource. */
+  addresses?: NodeAddress[];
+  /** A JSON patch of metadata and spec; empty when they are as desired. */
+  ops: JsonPatchOp[];
+}
+
+/** RFC 6901 escaping of one path segment (label keys contain `/`). */
+function pointer(segment: string): string {
+  return segment.replaceAll("~", "~0").replaceAll("/", "~1");
+}
+
+function diffMap(
+  path: string,
+  have: Readonly<Record<string, string>>,
+  want: Readonly<Record<string, string>>,
+  ops: JsonPatchOp[],
+): void {
+  const set = Object.entries(want).filter(([k, v]) => have[k] !== v);
+  const remove = Object.keys(have).filter((k) => !Object.hasOwn(want, k));
+  if (Object.keys(have).length === 0) {
+    // The map is absent on the server: add it whole, unless someone added it meanwhile.
+    if (set.length > 0)
+      ops.push({ op: "test", path, value: null }, { op: "add", path, value: Object.fromEntries(set) });
+    return;
+  }
+  for (const [k, v] of set) ops.push({ op: "add", path: `${path}/${pointer(k)}`, value: v });
+  for (const k of remove) ops.push({ op: "remove", path: `${path}/${pointer(k)}` });
+}
+
+function sameTaints(a: readonly V1Taint[], b: readonly V1Taint[]): boolean {
+  const id = (t: V1Taint) => JSON.stringify([t.key, t.value ?? "", t.effect, t.timeAdded ?? null]);
+  return a.length === b.length && a.every((t, i) => id(t) === id(b[i] as V1Taint));
+}
+
+function sameAddresses(
+  a: readonly NodeAddress[],
+  b: ReadonlyArray<{ type: string; address: string }>,
+): boolean {
+  return a.length === b.length && a.every((x, i) => x.type === b[i]?.type && x.address === b[i]?.address);
+}
+
+/**
+ * The writes from `node` to `want`. Metadata and spec go in ONE JSON patch, so labels, annotations,
+ * taints and providerID land together with the removal of the uninitialized taint: nothing is
+ * written after it, and a failed write leaves the node tainted. Labels and annotations are patched
+ * key by key, so concurrent writers of other keys are never overwritten. The taint list can only be
+ * replaced as a whole, so a `test` of the list this decision was based on guards it: if anyone
+ * changed the taints meanwhile the whole patch fails (422) and the reconcile retries on fresh data.
+ * (A strategic merge would need no guard, but merges taints by key alone and so confuses taints of
+ * one key with different effects.) providerID is tested absent, matching the API server's
+ * "set once" rule. Addresses replace the status list with a merge patch, as upstream's status
+ * patch does; they are the CCM's once a node is initialized (kubelets stop writing them).
+ */
+export function nodePatch(node: LeanNode, want: DesiredNode): NodePatch {
+  const ops: JsonPatchOp[] = [];
+  diffMap("/metadata/labels", node.metadata.labels, want.labels, ops);
+  diffMap("/metadata/annotations", node.metadata.annotations, want.annotations, ops);
+  if (want.providerID !== undefined && want.providerID !== (node.spec.providerID ?? "")) {
+    ops.push(
+      { op: "test", path: "/spec/providerID", value: null },
+      { op: "add", path: "/spec/providerID", value: want.providerID },
+    );
+  }
+  if (!sameTaints(node.spec.taints, want.taints)) {
+    ops.push({
+      op: "test",
+      path: "/spec/taints",
+      value: node.spec.taints.length > 0 ? node.spec.taints : null,
+    });
+    ops.push(
+      want.taints.length > 0
+        ? { op: "add", path: "/spec/taints", value: want.taints }
+        : { op: "remove", path: "/spec/taints" },
+    );
+  }
+  const patch: NodePatch = { ops };
+  if (!sameAddresses(want.addresses, node.status.addresses)) patch.addresses = want.addresses;
+  return patch;
+}
+
+/** One line per value a rule could not apply, for the Node's Event. */
+export function describeTransformErrors(errors: readonly TransformError[]): string {
+  return errors
+    .map((e) => `rule ${JSON.stringify(e.rule)} ${e.field}[${JSON.stringify(e.key)}]: ${e.reason}`)
+    .join("; ");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Talos facts of every node, kept current by COSI watches.
+
+/** The Talos client calls {@link TalosFacts} makes (a subset, so that tests can fake it). */
+export type TalosFactsClient = Pick<
+  TalosClient,
+  "watch" | "platformMetadata" | "addresses" | "systemInformation" | "version" | "firstAnswer"
+>;
+
+/** Which optional facts the rules need. */
+export interface FactsNeeds {
+  /** Rules exist: the reference reads SystemInformation only then. */
+  systemInformation: boolean;
+  /** A rule's template mentions TalosVersion. */
+  talosVersion: boolean;
+}
+
+/** A node's facts, or what they still wait for. */
+export type FactsState =
+  | { ready: true; facts: NodeFacts /** The IP Talos answered on. */; nodeIP: string }
+  | { ready: false; waitingFor: string /** Why Talos does not answer, when it fails. */; error?: string };
+
+/** Options of {@link TalosFacts}. */
+export interface TalosFactsOptions {
+  talos: TalosFactsClient;
+  /** Called whenever a node's facts or watch state change (the controller re-queues the node). */
+  onChange: (name: string) => void;
+  /** `--node-status-update-frequency`: how often nodes whose watch is down are polled. */
+  refreshMs: number;
+  /** Period of the shared timer (default min(5 s, refreshMs)). */
+  tickMs?: number;
+  /** A watch without any answer for this long counts as down (default 30 s). */
+  stallMs?: number;
+  now?: () => number;
+}
+
+type ReadKind = "systeminformation" | "version";
+
+/** A one-off read of a node (SystemInformation, Version) that failed and waits to be retried. */
+interface FailedRead {
+  failures: number;
+  retryAtMs: number;
+  error: string;
+  /** The controller was told that the retry time has come. */
+  announced: boolean;
+}
+
+/** Backoff of retried one-off reads and of switching a dual-stack node's watches to its other IP. */
+const RETRY_BACKOFF = { initialMs: 1_000, maxMs: 60_000 };
+
+/** One node's watches and facts. Kept small: a thousand of them must stay cheap. */
+class NodeWatch {
+  ips: readonly string[];
+  ipIndex = 0;
+  /** The IP whose answers the facts came from (providerID fallback and one-off reads use it). */
+  answeredIP: string;
+  metadata: PlatformMetadata | undefined;
+  /** The PlatformMetadata watch told whether the resource exists. */
+  metadataKnown = false;
+  readonly addresses = new Map<string, TalosAddressStatus>();
+  /** The AddressStatus watch delivered its bootstrap contents. */
+  addressesKnown = false;
+  /** Undefined until read; null when the node has none. */
+  systemInformation: SystemInformation | null | undefined;
+  talosVersion: string | undefined;
+  readonly reading = new Set<ReadKind>();
+  readonly failedReads = new Map<ReadKind, FailedRead>();
+  /** Which parts are down: "metadata", "addresses", "stalled", "ended" (non-retryable). */
+  readonly down = new Set<string>();
+  lastError = "";
+  startedMs: number;
+  /** The refresh period of a down node counts from here (outage start, then each poll). */
+  polledMs = 0;
+  failovers = 0;
+  failoverTimer: ReturnType<typeof setTimeout> | undefined;
+  abort: AbortController | undefined;
+
+  constructor(
+    readonly name: string,
+    ips: readonly string[],
+    now: number,
+  ) {
+    this.ips = ips;
+    this.answeredIP = ips[0] ?? "";
+    this.startedMs = now;
+  }
+
+  get watchIP(): string {
+    return this.ips[this.ipIndex] ?? "";
+  }
+}
+
+/**
+ * Every tracked node's Talos facts, from one PlatformMetadata watch (with the singleton id, so its
+ * first event is the current state) and one AddressStatus watch (bootstrap contents, then
+ * BOOTSTRAPPED) per node, both on the Talos client's shared channel. SystemInformation and the
+ * Talos version are read once, when asked for. A dual-stack node whose watch fails moves to its
+ * other IP. Nodes whose watch is down (failing, stalled, or ended on a non-retryable error) are
+ * polled by one shared timer every `refreshMs`; healthy ones cost no periodic call.
+ */
+export class TalosFacts {
+  readonly #talos: TalosFactsClient;
+  readonly #onChange: (name: string) => void;
+  readonly #refreshMs: number;
+  readonly #stallMs: number;
+  readonly #now: () => number;
+  readonly #nodes = new Map<string, NodeWatch>();
+  readonly #timer: ReturnType<typeof setInterval>;
+  #closed = false;
+
+  constructor(opts: TalosFactsOptions) {
+    if (!(opts.refreshMs > 0)) throw new TypeError("TalosFacts: refreshMs must be positive");
+    this.#talos = opts.talos;
+    this.#onChange = opts.onChange;
+    this.#refreshMs = opts.refreshMs;
+    this.#stallMs = opts.stallMs ?? 30_000;
+    this.#now = opts.now ?? Date.now;
+    this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
+    (this.#timer as { unref?: () => void }).unref?.();
+  }
+
+  /** Starts watching node `name` on `ips` (preferred first); restarts when its IPs changed. */
+  track(name: string, ips: readonly string[]): void {
+    if (this.#closed) return;
+    const w = this.#nodes.get(name);
+    if (w && w.ips.join() === ips.join()) return;
+    if (w) this.#stop(w);
+    const next = new NodeWatch(name, ips, this.#now());
+    this.#nodes.set(name, next);
+    this.#start(next);
+  }
+
+  /** Stops watching node `name` and drops its facts. */
+  forget(name: string): void {
+    const w = this.#nodes.get(name);
+    if (!w) return;
+    this.#stop(w);
+    this.#nodes.delete(name);
+  }
+
+  /** Whether node `name` is tracked and its watch is down. */
+  isDown(name: string): boolean {
+    return (this.#nodes.get(name)?.down.size ?? 0) > 0;
+  }
+
+  /** Nodes tracked, and how many of them have a watch down. */
+  stats(): { nodes: number; down: number } {
+    let down = 0;
+    for (const w of this.#nodes.values()) if (w.down.size > 0) down++;
+    return { nodes: this.#nodes.size, down };
+  }
+
+  /**
+   * The facts of node `name`, when everything `needs` asks for is known; starts the one-off reads
+   * it lacks (their completion calls `onChange`). Last known facts stay usable while a watch is down.
+   */
+  facts(name: string, needs: FactsNeeds): FactsState {
+    const w = this.#nodes.get(name);
+    if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
+    const error = w.down.size > 0 ? w.lastError : undefined;
+    const waiting = (what: string, err = error): FactsState =>
+      err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
+    if (!w.metadataKnown || !w.addressesKnown) return waiting(`Talos on ${w.watchIP} to answer`);
+    if (!w.metadata) return waiting("Talos to publish its PlatformMetadata");
+    if (needs.systemInformation && w.systemInformation === undefined) {
+      this.#read(w, "systeminformation");
+      return waiting("its SystemInformation", w.failedReads.get("systeminformation")?.error ?? error);
+    }
+    if (needs.talosVersion && w.talosVersion === undefined) {
+      this.#read(w, "version");
+      return waiting("its Talos version", w.failedReads.get("version")?.error ?? error);
+    }
+    const facts: NodeFacts = { platformMetadata: w.metadata, addresses: [...w.addresses.values()] };
+    if (needs.systemInformation && w.systemInformation) facts.systemInformation = w.systemInformation;
+    if (needs.talosVersion && w.talosVersion !== undefined) facts.talosVersion = w.talosVersion;
+    return { ready: true, facts, nodeIP: w.answeredIP };
+  }
+
+  /**
+   * One pass of the shared timer: marks watches without any answer for too long as down, polls
+   * down nodes whose refresh period has passed, and announces one-off reads due for a retry.
+   * Called by the timer; exposed for tests.
+   */
+  tick(): void {
+    const now = this.#now();
+    for (const w of this.#nodes.values()) {
+      if (
+        (!w.metadataKnown || !w.addressesKnown) &&
+        w.down.size === 0 &&
+        now - w.startedMs >= this.#stallMs
+      ) {
+        this.#failed(
+          w,
+          "stalled",
+          `no answer from Talos on ${w.watchIP} for ${Math.round(this.#stallMs / 1000)} s`,
+        );
+      }
+      if (w.down.size > 0 && now - w.polledMs >= this.#refreshMs) {
+        w.polledMs = now;
+        void this.#poll(w);
+      }
+      for (const [kind, failed] of w.failedReads) {
+        if (failed.announced || now < failed.retryAtMs || w.reading.has(kind)) continue;
+        failed.announced = true;
+        this.#onChange(w.name);
+      }
+    }
+  }
+
+  /** Stops every watch and the timer. */
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    for (const w of this.#nodes.values()) this.#stop(w);
+    this.#nodes.clear();
+  }
+
+  #tracked(w: NodeWatch): boolean {
+    return !this.#closed && this.#nodes.get(w.name) === w;
+  }
+
+  #stop(w: NodeWatch): void {
+    w.abort?.abort();
+    clearTimeout(w.failoverTimer);
+    w.failoverTimer = undefined;
+  }
+
+  #start(w: NodeWatch): void {
+    w.abort?.abort();
+    const abort = new AbortController();
+    w.abort = abort;
+    w.down.delete("ended");
+    w.down.delete("stalled");
+    w.startedMs = this.#now();
+    void this.#watchMetadata(w, w.watchIP, abort.signal);
+    void this.#watchAddresses(w, w.watchIP, abort.signal);
+  }
+
+  async #watchMetadata(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
+    try {
+      for await (const ev of this.#talos.watch(ip, "platformmetadata", { signal })) {
+        if (signal.aborted) return;
+        if (ev.type === "errored") {
+          this.#failed(w, "metadata", ev.error);
+          continue;
+        }
+        if (ev.type === "created" || ev.type === "updated") w.metadata = ev.resource;
+        else if (ev.type === "destroyed") w.metadata = undefined;
+        else continue;
+        w.metadataKnown = true;
+        w.answeredIP = ip;
+        this.#recovered(w, "metadata");
+        this.#onChange(w.name);
+      }
+    } catch (err) {
+      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
+    }
+  }
+
+  async #watchAddresses(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
+    // While (re)delivering its contents after a (re)connect, the watch reports once, at BOOTSTRAPPED.
+    let syncing = true;
+    let changed = false;
+    try {
+      for await (const ev of this.#talos.watch(ip, "addresses", { signal })) {
+        if (signal.aborted) return;
+        switch (ev.type) {
+          case "errored":
+            syncing = true;
+            this.#failed(w, "addresses", ev.error);
+            continue;
+          case "created":
+          case "updated": {
+            const old = w.addresses.get(ev.id);
+            const a = ev.resource;
+            if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
+              changed = true;
+            }
+            w.addresses.set(ev.id, a);
+            break;
+          }
+          case "destroyed":
+            changed = w.addresses.delete(ev.id) || changed;
+            break;
+          case "bootstrapped":
+            syncing = false;
+            changed = true;
+            w.addressesKnown = true;
+            this.#recovered(w, "addresses");
+            break;
+        }
+        if (changed && !syncing) {
+          changed = false;
+          this.#onChange(w.name);
+        }
+      }
+    } catch (err) {
+      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
+    }
+  }
+
+  #failed(w: NodeWatch, part: string, error: string): void {
+    if (!this.#tracked(w)) return;
+    if (w.down.size === 0) w.polledMs = this.#now();
+    w.down.add(part);
+    w.lastError = error;
+    log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
+    this.#onChange(w.name);
+    if (w.ips.length > 1 && part !== "ended" && w.failoverTimer === undefined) {
+      // The watch keeps retrying this IP; after a backoff, try the node's other IP instead.
+      w.failoverTimer = setTimeout(
+        () => {
+          w.failoverTimer = undefined;
+          if (!this.#tracked(w) || w.down.size === 0) return;
+          w.ipIndex = (w.ipIndex + 1) % w.ips.length;
+          this.#start(w);
+        },
+        backoffDelay(w.failovers++, RETRY_BACKOFF),
+      );
+      (w.failoverTimer as { unref?: () => void }).unref?.();
+    }
+  }
+
+  #recovered(w: NodeWatch, part: string): void {
+    w.down.delete(part);
+    w.down.delete("stalled");
+    if (w.down.size === 0) {
+      w.failovers = 0;
+      clearTimeout(w.failoverTimer);
+      w.failoverTimer = undefined;
+    }
+  }
+
+  /** Reads PlatformMetadata (first IP that answers) and AddressStatuses of a node whose watch is down. */
+  async #poll(w: NodeWatch): Promise<void> {
+    try {
+      const { nodeIP, value } = await this.#talos.firstAnswer(
+        w.ips,
+        (ip, o) => this.#talos.platformMetadata(ip, o),
+        { attempts: 1 },
+      );
+      const list = await this.#talos.addresses(nodeIP, { attempts: 1 });
+      if (!this.#tracked(w)) return;
+      w.metadata = value;
+      w.metadataKnown = true;
+      w.addresses.clear();
+      for (const a of list) w.addresses.set(a.id, a);
+      w.addressesKnown = true;
+      w.answeredIP = nodeIP;
+      if (w.down.has("ended")) {
+        // The watches ended on an error that may be gone now (e.g. a fixed role): try them again.
+        w.ipIndex = Math.max(0, w.ips.indexOf(nodeIP));
+        this.#start(w);
+      }
+    } catch (err) {
+      if (!this.#tracked(w)) return;
+      w.lastError = (err as Error).message;
+      if (err instanceof TalosNotFoundError) {
+        w.metadata = undefined;
+        w.metadataKnown = true;
+      }
+    }
+    this.#onChange(w.name);
+  }
+
+  #read(w: NodeWatch, kind: ReadKind): void {
+    const failed = w.failedReads.get(kind);
+    if (w.reading.has(kind) || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading.add(kind);
+    const ip = w.answeredIP;
+    const read =
+      kind === "systeminformation"
+        ? this.#talos.systemInformation(ip).then((si) => {
+            w.systemInformation = si ?? null;
+          })
+        : this.#talos.version({ nodeIP: ip }).then((v) => {
+            w.talosVersion = v.tag;
+          });
+    read
+      .then(
+        () => w.failedReads.delete(kind),
+        (err: unknown) => {
+          if (kind === "systeminformation" && err instanceof TalosPermissionError) {
+            // Talos releases before SystemInformation existed refuse the type: the node has none.
+            w.systemInformation = null;
+            w.failedReads.delete(kind);
+            return;
+          }
+          const failures = (failed?.failures ?? 0) + 1;
+          w.failedReads.set(kind, {
+            failures,
+            retryAtMs: this.#now() + backoffDelay(failures - 1, RETRY_BACKOFF),
+            error: (err as Error).message,
+            announced: false,
+          });
+        },
+      )
+      .finally(() => {
+        w.reading.delete(kind);
+        if (this.#tracked(w)) this.#onChange(w.name);
+      });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The controller.
+
+/** Whether any rule value mentions the TalosVersion template field (it costs a Version call). */
+function rulesUseTalosVersion(config: CompiledConfig): boolean {
+  return config.transformations.some((r) =>
+    [...r.labels, ...r.annotations, ...r.taints, ...r.platformMetadata].some((e) =>
+      e.value.source.includes("TalosVersion"),
+    ),
+  );
+}
+
+/** Whether a Node update touches what this controller reads or writes (heartbeats do not). */
+function relevantChange(a: LeanNode, b: LeanNode): boolean {
+  const view = (n: LeanNode) =>
+    JSON.stringify([
+      n.metadata.labels,
+      n.metadata.annotations,
+      n.metadata.deletionTimestamp ?? "",
+      n.spec.providerID ?? "",
+      n.spec.taints,
+      n.status.addresses,
+    ]);
+  return view(a) !== view(b);
+}
+
+/** What {@link CloudNodeController} works with (the controller context's parts it uses). */
+export interface CloudNodeOptions {
+  client: Pick<KubeClient, "patch">;
+  nodes: Pick<Informer<LeanNode>, "addHandlers" | "get" | "list">;
+  events: Pick<EventRecorder, "record">;
+  registry: Registry;
+  config: { readonly current: CompiledConfig; onChange(fn: (c: CompiledConfig) => void): () => void };
+  talos: TalosFactsClient & { readonly clusterName: string };
+  /** `--concurrent-node-syncs`. */
+  workers: number;
+  /** `--node-status-update-frequency`. */
+  statusUpdateFrequencyMs: number;
+  log?: Logger;
+}
+
+function controllerMetrics(reg: Registry) {
+  return {
+    duration: reg.histogram(
+      "talosccm_node_initialization_duration_seconds",
+      "Time from a Node's creation to the removal of its uninitialized taint.",
+      [],
+      [0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600],
+    ),
+    initialized: reg.counter(
+      "talosccm_nodes_initialized_total",
+      "Nodes initialized by the cloud-node controller.",
+    ),
+    failed: reg.counter(
+      "talosccm_node_initialization_errors_total",
+      "Initialization passes that left a node tainted, by reason (talos, nodeip, kubernetes).",
+      ["reason"],
+    ),
+    watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
+      "state",
+    ]),
+  };
+}
+
+/**
+ * The cloud-node controller: informer handlers turn Node events into keys; Talos watch changes and
+ * config reloads re-queue nodes; `--concurrent-node-syncs` workers run {@link reconcile}.
+ */
+export class CloudNodeController {
+  readonly #opts: CloudNodeOptions;
+  readonly #queue: WorkQueue;
+  readonly #facts: TalosFacts;
+  readonly #m: ReturnType<typeof controllerMetrics>;
+  readonly #log: Logger;
+  /** Nodes just written, by the resourceVersion the write was based on: that version is stale now. */
+  readonly #written = new Map<string, string>();
+  #stopped = false;
+
+  constructor(opts: CloudNodeOptions) {
+    if (!(opts.workers >= 1)) throw new TypeError("CloudNodeController: workers must be at least 1");
+    this.#opts = opts;
+    this.#log = opts.log ?? log;
+    this.#queue = new WorkQueue("cloud-node", { registry: opts.registry });
+    this.#facts = new TalosFacts({
+      talos: opts.talos,
+      onChange: (name) => this.#queue.add(name),
+      refreshMs: opts.statusUpdateFrequencyMs,
+    });
+    this.#m = controllerMetrics(opts.registry);
+    opts.registry.onCollect(() => {
+      const { nodes, down } = this.#facts.stats();
+      this.#m.watches.set({ state: "healthy" }, nodes - down);
+      this.#m.watches.set({ state: "down" }, down);
+    });
+  }
+
+  /** Runs until `signal` aborts, then stops the workers and every Talos watch. */
+  async run(signal: AbortSignal): Promise<void> {
+    if (signal.aborted) return;
+    const enqueue = (n: LeanNode) => this.#queue.add(n.metadata.name);
+    // Reconcile mode applies changed rules to every node; drop-in mode adds what they produce now,
+    // as the reference would after a restart with the new file (taints only at initialization).
+    const stopConfig = this.#opts.config.onChange(() => {
+      for (const n of this.#opts.nodes.list()) enqueue(n);
+    });
+    this.#opts.nodes.addHandlers({
+      onAdd: enqueue,
+      onUpdate: (old, n) => {
+        if (relevantChange(old, n)) enqueue(n);
+      },
+      onDelete: (n) => {
+        if (this.#stopped) return;
+        this.#facts.forget(n.metadata.name);
+        this.#written.delete(n.metadata.name);
+      },
+    });
+    signal.addEventListener("abort", () => this.#queue.shutDown(), { once: true });
+    try {
+      await runWorkers(this.#queue, this.#opts.workers, (name) => this.reconcile(name), this.#log);
+    } finally {
+      this.#stopped = true;
+      stopConfig();
+      this.#facts.close();
+    }
+  }
+
+  #warn(node: LeanNode, reason: string, action: string, note: string): void {
+    const target = { kind: "Node", name: node.metadata.name, uid: node.metadata.uid };
+    void this.#opts.events.record(target, "Warning", reason, action, note);
+  }
+
+  /**
+   * Brings one Node in line with its Talos facts and the rules. Safe to run twice; returns without
+   * writing when facts are missing (their arrival re-queues the node) or nothing differs.
+   * @throws when a write fails (the queue retries with backoff).
+   */
+  async reconcile(name: string): Promise<void> {
+    const node = this.#opts.nodes.get(name);
+    if (!node || node.metadata.deletionTimestamp) {
+      this.#facts.forget(name);
+      this.#written.delete(name);
+      return;
+    }
+    // Our last write is not in the cache yet; the informer's update re-queues the node.
+    if (this.#written.get(name) === node.metadata.resourceVersion) return;
+    this.#written.delete(name);
+
+    const config = this.#opts.config.current;
+    const g = config.global;
+    const initializing = isUninitialized(node);
+    const action = initializing ? "InitializeNode" : "UpdateNode";
+    const ips = nodeIPs(
+      { annotations: node.metadata.annotations, addresses: node.status.addresses },
+      g.preferIPv6,
+    );
+    if (ips.ips.length === 0) {
+      if (initializing) {
+        this.#m.failed.inc({ reason: "nodeip" });
+        this.#warn(
+          node,
+          "NodeIPUnknown",
+          action,
+          "The node has no alpha.kubernetes.io/provided-node-ip annotation and no InternalIP address: " +
+            "run the kubelet with --cloud-provider=external and --node-ip",
+        );
+      }
+      return;
+    }
+    this.#facts.track(name, ips.ips);
+    const state = this.#facts.facts(name, {
+      systemInformation: config.transformations.length > 0,
+      talosVersion: rulesUseTalosVersion(config),
+    });
+    if (!state.ready) {
+      if (initializing && state.error !== undefined) {
+        this.#m.failed.inc({ reason: "talos" });
+        this.#warn(
+          node,
+          "TalosAPIError",
+          action,
+          `Cannot read the node's facts from Talos (${ips.ips.join(", ")}): ${state.error}; the node stays tainted until Talos answers`,
+        );
+      }
+      this.#log.v(4).info("Waiting for Talos facts", { node: name, for: state.waitingFor });
+      return;
+    }
+
+    const facts = instanceFacts(state.facts, state.nodeIP, name);
+    const result = transform(config, facts, name, { registry: this.#opts.registry });
+    if (result.errors.length > 0)
+      this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
+    const want = desiredNode(node, facts, result, {
+      preferIPv6: g.preferIPv6,
+      reconcile: g.reconcile,
+      skipForeignNode: g.skipForeignNode,
+      clusterName: g.clusterName || this.#opts.talos.clusterName,
+    });
+    const patch = nodePatch(node, want);
+    const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
+    const wrote = (res: { metadata?: { resourceVersion?: string } }) => {
+      if (res?.metadata?.resourceVersion !== node.metadata.resourceVersion) {
+        this.#written.set(name, node.metadata.resourceVersion);
+      }
+    };
+    try {
+      if (patch.addresses) {
+        wrote(
+          await this.#opts.client.patch(
+            `${path}/status`,
+            { status: { addresses: patch.addresses } },
+            PATCH.merge,
+          ),
+        );
+      }
+      if (patch.ops.length > 0) wrote(await this.#opts.client.patch(path, patch.ops, PATCH.json));
+    } catch (err) {
+      if (isNotFound(err)) return;
+      if (initializing) this.#m.failed.inc({ reason: "kubernetes" });
+      throw new Error(
+        `Cannot ${initializing ? "initialize" : "update"} node ${name}: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    if (initializing) {
+      this.#m.initialized.inc();
+      const created = Date.parse(node.metadata.creationTimestamp);
+      if (Number.isFinite(created))
+        this.#m.duration.observe(undefined, Math.max(0, Date.now() - created) / 1000);
+      const target = { kind: "Node", name, uid: node.metadata.uid };
+      void this.#opts.events.record(target, "Normal", "Synced", action, "Node synced successfully");
+      this.#log.info("Initialized node", {
+        node: name,
+        providerID: want.providerID ?? node.spec.providerID ?? "",
+        nodeIP: state.nodeIP,
+      });
+    } else if (patch.addresses || patch.ops.length > 0) {
+      this.#log.v(2).info("Updated node", {
+        node: name,
+        addresses: patch.addresses !== undefined,
+        metadataOps: patch.ops.length,
+      });
+    }
+  }
+}
+
+/**
+ * Starts the cloud-node controller and runs it until `signal` aborts.
+ * @throws {Error} when no Talos client is configured.
+ */
+export async function startCloudNode(ctx: ControllerContext, signal: AbortSignal): Promise<void> {
+  if (!ctx.talos) throw new Error("Cannot start cloud-node: the Talos API client is not configured");
+  const controller = new CloudNodeController({
+    client: ctx.client,
+    nodes: ctx.nodes,
+    events: ctx.events,
+    registry: ctx.registry,
+    config: ctx.config,
+    talos: ctx.talos,
+    workers: ctx.options.nodeController.concurrentSyncs,
+    statusUpdateFrequencyMs: ctx.options.nodeController.statusUpdateFrequencyMs,
+  });
+  await controller.run(signal);
+}

@@ -1,0 +1,1012 @@
+import { describe, expect, test } from "bun:test";
+import type { V1Taint } from "@kubernetes/client-node";
+import { PROVIDED_NODE_IP_ANNOTATION } from "../../lib/addresses.ts";
+import type { LeanNode } from "../../lib/cache.ts";
+import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
+import { Registry } from "../../lib/metrics.ts";
+import {
+  CloudNodeController,
+  type DesiredNode,
+  type DesiredOptions,
+  desiredNode,
+  instanceFacts,
+  type JsonPatchOp,
+  nodePatch,
+  TalosFacts,
+  type TalosFactsClient,
+  UNINITIALIZED_TAINT,
+} from "../../lib/node.ts";
+import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
+import { MANAGED_ANNOTATION, transform } from "../../lib/transform.ts";
+import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Builders.
+
+const UNINIT: V1Taint = { key: UNINITIALIZED_TAINT, value: "true", effect: "NoSchedule" };
+const NOT_READY: V1Taint = { key: "node.kubernetes.io/not-ready", effect: "NoSchedule" };
+
+function lean(over: {
+  name?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  taints?: V1Taint[];
+  providerID?: string;
+  addresses?: Array<{ type: string; address: string }>;
+  resourceVersion?: string;
+}): LeanNode {
+  const name = over.name ?? "node-1";
+  const node: LeanNode = {
+    metadata: {
+      name,
+      uid: `uid-${name}`,
+      resourceVersion: over.resourceVersion ?? "100",
+      creationTimestamp: "2026-01-01T00:00:00Z",
+      labels: over.labels ?? { "kubernetes.io/hostname": name },
+      annotations: over.annotations ?? { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5" },
+    },
+    spec: { taints: over.taints ?? [UNINIT, NOT_READY] },
+    status: {
+      addresses: over.addresses ?? [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "Hostname", address: name },
+      ],
+      ready: "True",
+    },
+  };
+  if (over.providerID !== undefined) node.spec.providerID = over.providerID;
+  return node;
+}
+
+function metadata(over: Partial<PlatformMetadata> = {}): PlatformMetadata {
+  return {
+    platform: "metal",
+    hostname: "node-1",
+    region: "",
+    zone: "",
+    instanceType: "",
+    instanceId: "",
+    providerId: "",
+    spot: false,
+    internalDNS: "",
+    externalDNS: "",
+    tags: {},
+    ...over,
+  };
+}
+
+function address(addr: string, linkName: string, flags = 0x80): AddressStatus {
+  return {
+    id: `${linkName}/${addr}`,
+    address: addr,
+    linkName,
+    linkIndex: 2,
+    family: addr.includes(":") ? "inet6" : "inet4",
+    scope: 0,
+    flags,
+  };
+}
+
+const SYSINFO: SystemInformation = {
+  manufacturer: 'Acme & Sons <"quoted"> +1',
+  productName: "Box",
+  version: "",
+  serialNumber: "SN1",
+  uuid: "6f1c0000-0000-4000-8000-000000000001",
+  wakeUpType: "",
+  skuNumber: "",
+};
+
+function rule(partial: Partial<CompiledRule>): CompiledRule {
+  return {
+    name: "r",
+    nodeSelector: [],
+    labels: [],
+    annotations: [],
+    taints: [],
+    platformMetadata: [],
+    features: { publicIPDiscovery: false },
+    ...partial,
+  };
+}
+const entry = (key: string, source: string) => ({ key, value: { source } });
+
+const OPTS: DesiredOptions = {
+  preferIPv6: false,
+  reconcile: false,
+  skipForeignNode: false,
+  clusterName: "prod",
+};
+
+/** instanceFacts → transform → desiredNode, as the controller chains them. */
+function desire(
+  node: LeanNode,
+  raw: NodeFacts,
+  rules: CompiledRule[] = [],
+  opts: Partial<DesiredOptions> = {},
+  nodeIP = "10.0.0.5",
+): DesiredNode {
+  const facts = instanceFacts(raw, nodeIP, node.metadata.name);
+  const result = transform({ transformations: rules }, facts, node.metadata.name, {
+    registry: new Registry(),
+  });
+  return desiredNode(node, facts, result, { ...OPTS, ...opts });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe("instanceFacts()", () => {
+  const cases: Array<{ name: string; meta: Partial<PlatformMetadata>; want: Partial<PlatformMetadata> }> = [
+    {
+      name: "defaults providerId to talos://<platform>/<node IP>",
+      meta: { platform: "nocloud" },
+      want: { providerId: "talos://nocloud/10.0.0.5" },
+    },
+    {
+      name: "keeps a providerId Talos reported",
+      meta: { platform: "aws", providerId: "aws:///us-east-1a/i-1" },
+      want: { providerId: "aws:///us-east-1a/i-1" },
+    },
+    {
+      name: "lower-cases the Azure resource group",
+      meta: {
+        platform: "azure",
+        providerId:
+          "azure:///subscriptions/S-1/resourceGroups/Talos-RG/providers/Microsoft.Compute/virtualMachines/Vm-1",
+      },
+      want: {
+        providerId:
+          "azure:///subscriptions/S-1/resourceGroups/talos-rg/providers/Microsoft.Compute/virtualMachines/Vm-1",
+      },
+    },
+    {
+      name: "keeps an Azure providerId in another format",
+      meta: { platform: "azure", providerId: "azure:///Odd/Format" },
+      want: { providerId: "azure:///Odd/Format" },
+    },
+    {
+      name: "defaults the hostname to the node name",
+      meta: { hostname: "" },
+      want: { hostname: "node-1", providerId: "talos://metal/10.0.0.5" },
+    },
+  ];
+  for (const c of cases)
+    test(`instanceFacts() ${c.name}`, () => {
+      const got = instanceFacts({ platformMetadata: metadata(c.meta), addresses: [] }, "10.0.0.5", "node-1");
+      expect(got.platformMetadata).toEqual(metadata({ ...c.meta, ...c.want }));
+    });
+});
+
+describe("desiredNode()", () => {
+  const eth0 = address("10.0.0.5/24", "eth0");
+  const cases: Array<{
+    name: string;
+    node: LeanNode;
+    facts: NodeFacts;
+    rules?: CompiledRule[];
+    opts?: Partial<DesiredOptions>;
+    want: DesiredNode;
+  }> = [
+    {
+      name: "initializes a bare-metal node without rules",
+      node: lean({}),
+      facts: {
+        platformMetadata: metadata({ hostname: "node-1.example.com", region: "eu", zone: "eu-1" }),
+        addresses: [eth0, address("203.0.113.5/24", "eth1")],
+      },
+      want: {
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "node.cloudprovider.kubernetes.io/platform": "metal",
+          "node.cloudprovider.kubernetes.io/clustername": "prod",
+          "topology.kubernetes.io/region": "eu",
+          "failure-domain.beta.kubernetes.io/region": "eu",
+          "topology.kubernetes.io/zone": "eu-1",
+          "failure-domain.beta.kubernetes.io/zone": "eu-1",
+        },
+        annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5" },
+        taints: [NOT_READY],
+        providerID: "talos://metal/10.0.0.5",
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "ExternalIP", address: "203.0.113.5" },
+          { type: "Hostname", address: "node-1" },
+          { type: "InternalDNS", address: "node-1.example.com" },
+        ],
+      },
+    },
+    {
+      name: "initializes a spot cloud node with rules: labels, annotations, rendered taints, record",
+      node: lean({}),
+      facts: {
+        platformMetadata: metadata({
+          platform: "gcp",
+          region: "us-central1",
+          zone: "us-central1-b",
+          instanceType: "e2-standard-4",
+          providerId: "gce://p/us-central1-b/node-1",
+          spot: true,
+        }),
+        addresses: [eth0, address("34.1.2.3/32", "external")],
+        systemInformation: SYSINFO,
+      },
+      rules: [
+        rule({
+          labels: [entry("example.com/tier", "web")],
+          annotations: [entry("example.com/note", "a & b <c> 'd' \"e\" +f")],
+          taints: [entry("example.com/dedicated", "web:NoSchedule")],
+        }),
+      ],
+      want: {
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "example.com/tier": "web",
+          "node.cloudprovider.kubernetes.io/platform": "gcp",
+          "node.cloudprovider.kubernetes.io/lifecycle": "spot",
+          "node.cloudprovider.kubernetes.io/clustername": "prod",
+          "topology.kubernetes.io/region": "us-central1",
+          "failure-domain.beta.kubernetes.io/region": "us-central1",
+          "topology.kubernetes.io/zone": "us-central1-b",
+          "failure-domain.beta.kubernetes.io/zone": "us-central1-b",
+          "node.kubernetes.io/instance-type": "e2-standard-4",
+          "beta.kubernetes.io/instance-type": "e2-standard-4",
+        },
+        annotations: {
+          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+          "example.com/note": "a & b <c> 'd' \"e\" +f",
+          [MANAGED_ANNOTATION]:
+            '{"v":1,"labels":["example.com/tier"],"annotations":["example.com/note"],"taints":["example.com/dedicated:NoSchedule"]}',
+        },
+        taints: [NOT_READY, { key: "example.com/dedicated", value: "web", effect: "NoSchedule" }],
+        providerID: "gce://p/us-central1-b/node-1",
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "ExternalIP", address: "34.1.2.3" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    {
+      name: "a rule's label wins over the platform label; platformMetadata overrides reach the topology labels",
+      node: lean({}),
+      facts: { platformMetadata: metadata({ region: "eu" }), addresses: [eth0] },
+      rules: [
+        rule({
+          labels: [entry("node.cloudprovider.kubernetes.io/platform", "custom")],
+          platformMetadata: [{ key: "Region", field: "region", value: { source: "eu-on-metal" } }],
+        }),
+      ],
+      opts: { clusterName: "" },
+      want: {
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "node.cloudprovider.kubernetes.io/platform": "custom",
+          "topology.kubernetes.io/region": "eu-on-metal",
+          "failure-domain.beta.kubernetes.io/region": "eu-on-metal",
+        },
+        annotations: {
+          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+          [MANAGED_ANNOTATION]: '{"v":1,"labels":["node.cloudprovider.kubernetes.io/platform"]}',
+        },
+        taints: [NOT_READY],
+        providerID: "talos://metal/10.0.0.5",
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    {
+      name: "an initialized node in drop-in mode: rule labels updated, topology only synced legacy → GA, no taints",
+      node: lean({
+        taints: [NOT_READY],
+        providerID: "talos://metal/10.0.0.5",
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "example.com/tier": "old",
+          "node.cloudprovider.kubernetes.io/platform": "metal",
+          "failure-domain.beta.kubernetes.io/zone": "z-legacy",
+          "topology.kubernetes.io/zone": "z-ga",
+        },
+      }),
+      facts: { platformMetadata: metadata({ zone: "z-new" }), addresses: [eth0] },
+      rules: [
+        rule({ labels: [entry("example.com/tier", "web")], taints: [entry("example.com/t", "NoExecute")] }),
+      ],
+      opts: { clusterName: "" },
+      want: {
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "example.com/tier": "web",
+          "node.cloudprovider.kubernetes.io/platform": "metal",
+          "failure-domain.beta.kubernetes.io/zone": "z-legacy",
+          "topology.kubernetes.io/zone": "z-legacy",
+        },
+        annotations: {
+          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+          [MANAGED_ANNOTATION]: '{"v":1,"labels":["example.com/tier"]}',
+        },
+        taints: [NOT_READY],
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    {
+      name: "reconcile mode removes what a deleted rule added, keeps other actors' keys, follows the facts",
+      node: lean({
+        taints: [
+          NOT_READY,
+          { key: "example.com/gone", value: "x", effect: "NoSchedule" },
+          { key: "user/t", effect: "NoSchedule" },
+        ],
+        providerID: "talos://metal/10.0.0.5",
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "example.com/keep": "1",
+          "example.com/gone": "1",
+          "user/label": "mine",
+          "topology.kubernetes.io/zone": "z-old",
+          "failure-domain.beta.kubernetes.io/zone": "z-old",
+        },
+        annotations: {
+          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+          "example.com/gone": "x",
+          "user/annotation": "mine",
+          [MANAGED_ANNOTATION]:
+            '{"v":1,"labels":["example.com/gone","example.com/keep"],"annotations":["example.com/gone"],"taints":["example.com/gone:NoSchedule"]}',
+        },
+      }),
+      facts: { platformMetadata: metadata({ zone: "z-new" }), addresses: [eth0] },
+      rules: [rule({ labels: [entry("example.com/keep", "1")] })],
+      opts: { reconcile: true, clusterName: "" },
+      want: {
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "example.com/keep": "1",
+          "user/label": "mine",
+          "topology.kubernetes.io/zone": "z-new",
+          "failure-domain.beta.kubernetes.io/zone": "z-new",
+          "node.cloudprovider.kubernetes.io/platform": "metal",
+        },
+        annotations: {
+          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+          "user/annotation": "mine",
+          [MANAGED_ANNOTATION]: '{"v":1,"labels":["example.com/keep"]}',
+        },
+        taints: [NOT_READY, { key: "user/t", effect: "NoSchedule" }],
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    {
+      name: "a foreign node with skipForeignNode only gets addresses (and loses the uninitialized taint)",
+      node: lean({ providerID: "aws:///us-east-1a/i-1" }),
+      facts: {
+        platformMetadata: metadata({ platform: "aws", zone: "a" }),
+        addresses: [eth0, address("54.1.2.3/32", "external")],
+      },
+      rules: [rule({ labels: [entry("example.com/tier", "web")] })],
+      opts: { skipForeignNode: true },
+      want: {
+        labels: { "kubernetes.io/hostname": "node-1" },
+        annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5" },
+        taints: [NOT_READY],
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "ExternalIP", address: "54.1.2.3" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    {
+      name: "a node without the annotation uses its InternalIP and keeps the providerID it has",
+      node: lean({
+        annotations: {},
+        providerID: "talos://metal/10.0.0.9",
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.9" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      }),
+      facts: { platformMetadata: metadata({}), addresses: [address("10.0.0.9/24", "eth0")] },
+      opts: { clusterName: "" },
+      want: {
+        labels: { "kubernetes.io/hostname": "node-1", "node.cloudprovider.kubernetes.io/platform": "metal" },
+        annotations: {},
+        taints: [NOT_READY],
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.9" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+  ];
+  for (const c of cases)
+    test(`desiredNode() ${c.name}`, () => {
+      expect(desire(c.node, c.facts, c.rules, c.opts)).toEqual(c.want);
+    });
+
+  test("desiredNode() skips a rule value Kubernetes would refuse and applies the rest", () => {
+    const node = lean({});
+    const facts = instanceFacts({ platformMetadata: metadata({}), addresses: [eth0] }, "10.0.0.5", "node-1");
+    const rules = [
+      rule({ labels: [entry("example.com/ok", "yes"), entry("example.com/bad", "not valid!")] }),
+    ];
+    const result = transform({ transformations: rules }, facts, "node-1", { registry: new Registry() });
+    expect(result.errors.map((e) => [e.field, e.key])).toEqual([["labels", "example.com/bad"]]);
+    const want = desiredNode(node, facts, result, OPTS);
+    expect(want.labels["example.com/ok"]).toBe("yes");
+    expect(want.labels["example.com/bad"]).toBeUndefined();
+    expect(want.taints).toEqual([NOT_READY]);
+  });
+});
+
+describe("nodePatch()", () => {
+  const desired = (node: LeanNode, over: Partial<DesiredNode>): DesiredNode => ({
+    labels: { ...node.metadata.labels },
+    annotations: { ...node.metadata.annotations },
+    taints: [...node.spec.taints],
+    addresses: node.status.addresses as DesiredNode["addresses"],
+    ...over,
+  });
+  const node = lean({});
+  const cases: Array<{
+    name: string;
+    node: LeanNode;
+    want: DesiredNode;
+    patch: { addresses?: unknown; ops: JsonPatchOp[] };
+  }> = [
+    { name: "writes nothing when nothing differs", node, want: desired(node, {}), patch: { ops: [] } },
+    {
+      name: "initialization: keys one by one, providerID once, taints guarded by a test",
+      node,
+      want: desired(node, {
+        labels: { "kubernetes.io/hostname": "node-1", "a/b~c": "1" },
+        annotations: { "x/y": "z" },
+        taints: [NOT_READY],
+        providerID: "talos://metal/10.0.0.5",
+      }),
+      patch: {
+        ops: [
+          { op: "add", path: "/metadata/labels/a~1b~0c", value: "1" },
+          { op: "add", path: "/metadata/annotations/x~1y", value: "z" },
+          { op: "remove", path: `/metadata/annotations/alpha.kubernetes.io~1provided-node-ip` },
+          { op: "test", path: "/spec/providerID", value: null },
+          { op: "add", path: "/spec/providerID", value: "talos://metal/10.0.0.5" },
+          { op: "test", path: "/spec/taints", value: [UNINIT, NOT_READY] },
+          { op: "add", path: "/spec/taints", value: [NOT_READY] },
+        ],
+      },
+    },
+    {
+      name: "adds an absent map whole, guarded against a concurrent writer",
+      node: lean({ annotations: {} }),
+      want: desired(lean({ annotations: {} }), { annotations: { "x/y": "z" } }),
+      patch: {
+        ops: [
+          { op: "test", path: "/metadata/annotations", value: null },
+          { op: "add", path: "/metadata/annotations", value: { "x/y": "z" } },
+        ],
+      },
+    },
+    {
+      name: "removes the taint list when it becomes empty",
+      node: lean({ taints: [UNINIT] }),
+      want: desired(lean({ taints: [UNINIT] }), { taints: [] }),
+      patch: {
+        ops: [
+          { op: "test", path: "/spec/taints", value: [UNINIT] },
+          { op: "remove", path: "/spec/taints" },
+        ],
+      },
+    },
+    {
+      name: "replaces status addresses when their order differs",
+      node,
+      want: desired(node, {
+        addresses: [
+          { type: "Hostname", address: "node-1" },
+          { type: "InternalIP", address: "10.0.0.5" },
+        ],
+      }),
+      patch: {
+        addresses: [
+          { type: "Hostname", address: "node-1" },
+          { type: "InternalIP", address: "10.0.0.5" },
+        ],
+        ops: [],
+      },
+    },
+  ];
+  for (const c of cases)
+    test(`nodePatch() ${c.name}`, () => {
+      expect(nodePatch(c.node, c.want)).toEqual(c.patch as ReturnType<typeof nodePatch>);
+    });
+});
+
+// ---------------------------------------------------------------------------------------------
+// A fake Talos client whose watches the test feeds.
+
+type AnyEvent = TalosWatchEvent<unknown>;
+
+class FakeStream {
+  /** Iterations running (a stopped watch ends its iteration). */
+  active = 0;
+  readonly #events: Array<AnyEvent | Error> = [];
+  #wake: (() => void) | undefined;
+  push(ev: AnyEvent | Error): void {
+    this.#events.push(ev);
+    this.#wake?.();
+  }
+  async *iterate(signal: AbortSignal): AsyncGenerator<AnyEvent> {
+    const onAbort = () => this.#wake?.();
+    signal.addEventListener("abort", onAbort);
+    this.active++;
+    try {
+      for (;;) {
+        if (signal.aborted) return;
+        const ev = this.#events.shift();
+        if (ev instanceof Error) throw ev;
+        if (ev) {
+          yield ev;
+          continue;
+        }
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+      }
+    } finally {
+      this.active--;
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+}
+
+class FakeTalos implements TalosFactsClient {
+  readonly clusterName = "talos-cluster";
+  readonly streams = new Map<string, FakeStream>();
+  readonly calls: string[] = [];
+  systemInfo: SystemInformation | undefined = SYSINFO;
+  getFails: Error | undefined;
+  pollMetadata = metadata({});
+  pollAddresses: AddressStatus[] = [];
+  stream(ip: string, kind: string): FakeStream {
+    const k = `${ip}|${kind}`;
+    let s = this.streams.get(k);
+    if (!s) {
+      s = new FakeStream();
+      this.streams.set(k, s);
+    }
+    return s;
+  }
+  watch = ((ip: string, kind: string, opts: { signal?: AbortSignal }) => {
+    this.calls.push(`watch ${kind} ${ip}`);
+    const stream = this.stream(ip, kind);
+    return { [Symbol.asyncIterator]: () => stream.iterate(opts.signal ?? new AbortController().signal) };
+  }) as TalosFactsClient["watch"];
+  platformMetadata = (async (ip: string) => {
+    this.calls.push(`get platformmetadata ${ip}`);
+    if (this.getFails) throw this.getFails;
+    return this.pollMetadata;
+  }) as TalosFactsClient["platformMetadata"];
+  addresses = (async (ip: string) => {
+    this.calls.push(`list addresses ${ip}`);
+    if (this.getFails) throw this.getFails;
+    return this.pollAddresses;
+  }) as TalosFactsClient["addresses"];
+  systemInformation = (async (ip: string) => {
+    this.calls.push(`get systeminformation ${ip}`);
+    return this.systemInfo;
+  }) as TalosFactsClient["systemInformation"];
+  version = (async () => {
+    this.calls.push("version");
+    return { tag: "v1.13.0", sha: "", arch: "amd64", platform: "metal" };
+  }) as TalosFactsClient["version"];
+  firstAnswer = (async (ips: readonly string[], fn: (ip: string, o: object) => Promise<unknown>) => {
+    let last: unknown;
+    for (const ip of ips) {
+      try {
+        return { nodeIP: ip, value: await fn(ip, {}) };
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }) as TalosFactsClient["firstAnswer"];
+}
+
+const settle = () => new Promise((resolve) => setTimeout(resolve, 5));
+
+describe("TalosFacts", () => {
+  const needs = { systemInformation: true, talosVersion: false };
+
+  function setup(opts: { refreshMs?: number } = {}) {
+    let now = 1_000_000;
+    const talos = new FakeTalos();
+    const changes: string[] = [];
+    const facts = new TalosFacts({
+      talos,
+      onChange: (n) => changes.push(n),
+      refreshMs: opts.refreshMs ?? 60_000,
+      tickMs: 3_600_000,
+      stallMs: 30_000,
+      now: () => now,
+    });
+    return { talos, facts, changes, advance: (ms: number) => (now += ms) };
+  }
+
+  test("TalosFacts builds the facts from the watches' bootstrap contents and one SystemInformation read", async () => {
+    const { talos, facts, changes } = setup();
+    facts.track("node-1", ["10.0.0.5"]);
+    expect(facts.facts("node-1", needs)).toEqual({ ready: false, waitingFor: "Talos on 10.0.0.5 to answer" });
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    const eth0 = address("10.0.0.5/24", "eth0");
+    talos
+      .stream("10.0.0.5", "addresses")
+      .push({ type: "created", id: eth0.id, version: "1", resource: eth0 });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual({ ready: false, waitingFor: "its SystemInformation" });
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: true,
+      nodeIP: "10.0.0.5",
+      facts: { platformMetadata: metadata({}), addresses: [eth0], systemInformation: SYSINFO },
+    });
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.5",
+      "watch addresses 10.0.0.5",
+      "get systeminformation 10.0.0.5",
+    ]);
+    expect(changes.length).toBeGreaterThanOrEqual(3);
+    facts.close();
+  });
+
+  test("TalosFacts reports address changes after bootstrap and nothing while re-syncing identical contents", async () => {
+    const { talos, facts, changes } = setup();
+    facts.track("node-1", ["10.0.0.5"]);
+    const s = talos.stream("10.0.0.5", "addresses");
+    const eth0 = address("10.0.0.5/24", "eth0");
+    s.push({ type: "created", id: eth0.id, version: "1", resource: eth0 });
+    s.push({ type: "bootstrapped" });
+    await settle();
+    changes.length = 0;
+    s.push({ type: "created", id: eth0.id, version: "1", resource: { ...eth0 } });
+    await settle();
+    expect(changes).toEqual([]);
+    const pub = address("203.0.113.5/24", "eth1");
+    s.push({ type: "created", id: pub.id, version: "1", resource: pub });
+    await settle();
+    expect(changes).toEqual(["node-1"]);
+    facts.close();
+  });
+
+  test("TalosFacts marks a failing watch down, polls it only after the refresh period, and recovers", async () => {
+    const { talos, facts, changes, advance } = setup({ refreshMs: 60_000 });
+    facts.track("node-1", ["10.0.0.5"]);
+    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "node is down" });
+    await settle();
+    expect(facts.isDown("node-1")).toBe(true);
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: false,
+      waitingFor: "Talos on 10.0.0.5 to answer",
+      error: "node is down",
+    });
+    expect(changes).toEqual(["node-1"]);
+    facts.tick();
+    expect(talos.calls.filter((c) => !c.startsWith("watch"))).toEqual([]);
+    advance(60_000);
+    talos.pollAddresses = [address("10.0.0.5/24", "eth0")];
+    facts.tick();
+    await settle();
+    expect(talos.calls.filter((c) => !c.startsWith("watch"))).toEqual([
+      "get platformmetadata 10.0.0.5",
+      "list addresses 10.0.0.5",
+    ]);
+    // Polled facts are usable while the watch is still down.
+    await settle();
+    expect(facts.facts("node-1", { systemInformation: false, talosVersion: false })).toEqual({
+      ready: true,
+      nodeIP: "10.0.0.5",
+      facts: { platformMetadata: metadata({}), addresses: [address("10.0.0.5/24", "eth0")] },
+    });
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "2", resource: metadata({}) });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.isDown("node-1")).toBe(false);
+    facts.close();
+  });
+
+  test("TalosFacts makes no Talos call on a timer while watches are healthy", async () => {
+    const { talos, facts, advance } = setup({ refreshMs: 1_000 });
+    facts.track("node-1", ["10.0.0.5"]);
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    for (let i = 0; i < 10; i++) {
+      advance(1_000);
+      facts.tick();
+    }
+    await settle();
+    expect(talos.calls).toEqual(["watch platformmetadata 10.0.0.5", "watch addresses 10.0.0.5"]);
+    facts.close();
+  });
+
+  test("TalosFacts treats a watch without any answer for the stall time as down", async () => {
+    const { facts, advance } = setup();
+    facts.track("node-1", ["10.0.0.5"]);
+    advance(29_000);
+    facts.tick();
+    expect(facts.isDown("node-1")).toBe(false);
+    advance(1_000);
+    facts.tick();
+    expect(facts.isDown("node-1")).toBe(true);
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: false,
+      waitingFor: "Talos on 10.0.0.5 to answer",
+      error: "no answer from Talos on 10.0.0.5 for 30 s",
+    });
+    facts.close();
+  });
+
+  test("TalosFacts reads a missing PlatformMetadata as 'not yet' and a node without SystemInformation as none", async () => {
+    const { talos, facts } = setup();
+    talos.systemInfo = undefined;
+    facts.track("node-1", ["10.0.0.5"]);
+    talos.stream("10.0.0.5", "platformmetadata").push({ type: "destroyed", id: "platformmetadata" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: false,
+      waitingFor: "Talos to publish its PlatformMetadata",
+    });
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    await settle();
+    facts.facts("node-1", needs);
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: true,
+      nodeIP: "10.0.0.5",
+      facts: { platformMetadata: metadata({}), addresses: [] },
+    });
+    facts.close();
+  });
+
+  test("TalosFacts restarts the watches when the node's IPs change and stops them on forget", async () => {
+    const { talos, facts } = setup();
+    facts.track("node-1", ["10.0.0.5"]);
+    facts.track("node-1", ["10.0.0.5"]);
+    facts.track("node-1", ["10.0.0.6"]);
+    facts.forget("node-1");
+    await settle();
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.5",
+      "watch addresses 10.0.0.5",
+      "watch platformmetadata 10.0.0.6",
+      "watch addresses 10.0.0.6",
+    ]);
+    expect(facts.stats()).toEqual({ nodes: 0, down: 0 });
+    facts.close();
+  });
+
+  test("TalosFacts falls back to polling when a watch ends on a non-retryable error", async () => {
+    const { talos, facts, advance } = setup({ refreshMs: 1_000 });
+    facts.track("node-1", ["10.0.0.5"]);
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push(new TalosError("unimplemented", "Cannot watch: unimplemented"));
+    await settle();
+    expect(facts.isDown("node-1")).toBe(true);
+    talos.getFails = new TalosNotFoundError("Cannot get: not found (yet)");
+    advance(1_000);
+    facts.tick();
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: false,
+      waitingFor: "Talos on 10.0.0.5 to answer",
+      error: "Cannot get: not found (yet)",
+    });
+    facts.close();
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The controller through reconcile(), against fakes; the resulting Node is compared whole.
+
+/** Applies a JSON patch the way the API server does for the ops nodePatch emits. */
+function applyJsonPatch(target: Record<string, unknown>, ops: JsonPatchOp[]): void {
+  const segments = (path: string) =>
+    path
+      .split("/")
+      .slice(1)
+      .map((s) => s.replaceAll("~1", "/").replaceAll("~0", "~"));
+  for (const op of ops) {
+    const segs = segments(op.path);
+    const last = segs.pop() as string;
+    let parent = target as Record<string, unknown>;
+    for (const s of segs) parent = parent[s] as Record<string, unknown>;
+    if (op.op === "test") {
+      const have = parent?.[last] ?? null;
+      if (JSON.stringify(have) !== JSON.stringify(op.value))
+        throw Object.assign(new Error("test failed"), { status: 422 });
+    } else if (op.op === "add") parent[last] = op.value;
+    else delete parent[last];
+  }
+}
+
+function controllerSetup(node: LeanNode, config: Partial<CompiledConfig> = {}) {
+  const talos = new FakeTalos();
+  const store = new Map([[node.metadata.name, structuredClone(node)]]);
+  const writes: string[] = [];
+  const events: string[] = [];
+  let rv = 100;
+  const compiled: CompiledConfig = {
+    global: {
+      clusterName: "",
+      preferIPv6: false,
+      reconcile: false,
+      endpoints: [],
+      approveNodeCSR: false,
+      skipForeignNode: false,
+    } satisfies GlobalConfig,
+    transformations: [],
+    warnings: [],
+    ...config,
+  };
+  const controller = new CloudNodeController({
+    client: {
+      patch: async <T>(path: string, body: unknown, type?: string): Promise<T> => {
+        writes.push(`${type} ${path}`);
+        const n = store.get(node.metadata.name) as LeanNode;
+        const raw = { metadata: n.metadata, spec: n.spec, status: n.status } as unknown as Record<
+          string,
+          unknown
+        >;
+        if (path.endsWith("/status"))
+          n.status.addresses = (
+            body as { status: { addresses: LeanNode["status"]["addresses"] } }
+          ).status.addresses;
+        else {
+          const copy = structuredClone(raw);
+          const spec = copy.spec as Record<string, unknown>;
+          if ((spec.taints as unknown[]).length === 0) delete spec.taints;
+          applyJsonPatch(copy, body as JsonPatchOp[]);
+          const c = copy as unknown as LeanNode;
+          n.metadata = {
+            ...c.metadata,
+            labels: c.metadata.labels ?? {},
+            annotations: c.metadata.annotations ?? {},
+          };
+          n.spec = { ...c.spec, taints: c.spec.taints ?? [] };
+        }
+        n.metadata.resourceVersion = String(++rv);
+        return structuredClone(n) as T;
+      },
+    },
+    nodes: {
+      addHandlers: () => {},
+      get: (name: string) => store.get(name),
+      list: () => [...store.values()],
+    },
+    events: {
+      record: async (target, type, reason) => {
+        events.push(`${type} ${reason} ${target.name}`);
+      },
+    },
+    registry: new Registry(),
+    config: { current: compiled, onChange: () => () => {} },
+    talos,
+    workers: 1,
+    statusUpdateFrequencyMs: 60_000,
+  });
+  return { talos, store, writes, events, controller };
+}
+
+describe("CloudNodeController.reconcile()", () => {
+  test("CloudNodeController.reconcile() initializes a node with two writes once its watches bootstrapped", async () => {
+    const { talos, store, writes, events, controller } = controllerSetup(lean({}));
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    talos.stream("10.0.0.5", "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: metadata({ platform: "nocloud", hostname: "node-1", zone: "pve-2" }),
+    });
+    const eth0 = address("10.0.0.5/24", "eth0");
+    const v6 = address("2001:db8::5/64", "eth0");
+    for (const a of [eth0, v6])
+      talos.stream("10.0.0.5", "addresses").push({ type: "created", id: a.id, version: "1", resource: a });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([
+      "application/merge-patch+json /api/v1/nodes/node-1/status",
+      "application/json-patch+json /api/v1/nodes/node-1",
+    ]);
+    expect(events).toEqual(["Normal Synced node-1"]);
+    expect(store.get("node-1")).toEqual({
+      ...lean({}),
+      metadata: {
+        ...lean({}).metadata,
+        resourceVersion: "102",
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "node.cloudprovider.kubernetes.io/platform": "nocloud",
+          "node.cloudprovider.kubernetes.io/clustername": "talos-cluster",
+          "topology.kubernetes.io/zone": "pve-2",
+          "failure-domain.beta.kubernetes.io/zone": "pve-2",
+        },
+      },
+      spec: { taints: [NOT_READY], providerID: "talos://nocloud/10.0.0.5" },
+      status: {
+        ready: "True",
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "ExternalIP", address: "2001:db8::5" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    });
+    // The cache has not seen our write yet: nothing is done on stale data.
+    store.set("node-1", {
+      ...(store.get("node-1") as LeanNode),
+      metadata: { ...(store.get("node-1") as LeanNode).metadata, resourceVersion: "100" },
+    });
+    await controller.reconcile("node-1");
+    expect(writes.length).toBe(2);
+    // Once up to date, a second pass writes nothing.
+    store.set("node-1", {
+      ...(store.get("node-1") as LeanNode),
+      metadata: { ...(store.get("node-1") as LeanNode).metadata, resourceVersion: "103" },
+    });
+    await controller.reconcile("node-1");
+    expect(writes.length).toBe(2);
+    expect(talos.calls).toEqual(["watch platformmetadata 10.0.0.5", "watch addresses 10.0.0.5"]);
+  });
+
+  test("CloudNodeController.reconcile() leaves a node whose Talos is down tainted, with a Warning Event", async () => {
+    const { talos, store, writes, events, controller } = controllerSetup(lean({}));
+    await controller.reconcile("node-1");
+    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "connection refused" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    expect(events).toEqual(["Warning TalosAPIError node-1"]);
+    expect(store.get("node-1")?.spec.taints).toEqual([UNINIT, NOT_READY]);
+  });
+
+  test("CloudNodeController.reconcile() records an Event for a node without any IP and writes nothing", async () => {
+    const { writes, events, controller, talos } = controllerSetup(
+      lean({ annotations: {}, addresses: [{ type: "Hostname", address: "node-1" }] }),
+    );
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    expect(events).toEqual(["Warning NodeIPUnknown node-1"]);
+    expect(talos.calls).toEqual([]);
+  });
+
+  test("CloudNodeController.reconcile() of a deleted node stops its watches", async () => {
+    const { store, controller, talos } = controllerSetup(lean({}));
+    await controller.reconcile("node-1");
+    await settle();
+    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(1);
+    store.clear();
+    await controller.reconcile("node-1");
+    await settle();
+    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
+    expect(talos.stream("10.0.0.5", "addresses").active).toBe(0);
+  });
+});
