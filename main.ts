@@ -31,6 +31,11 @@ switch (parsed.command) {
     await run(parsed.options, parsed.warnings);
     break;
   }
+  case "manifests": {
+    const { runManifests } = await import("./lib/manifests.ts");
+    process.exitCode = await runManifests(parsed.options, parsed.warnings);
+    break;
+  }
   default: {
     configureLogging(parsed.options.logging);
     logger("main").error(`The ${parsed.command} subcommand is not available in this build`);

@@ -1,0 +1,715 @@
+// Deployment manifests, the one source of truth for installing this CCM: its ServiceAccount, the
+// talos.dev/v1alpha1 ServiceAccount that makes Talos issue it a talosconfig, least-privilege RBAC sized
+// by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet;
+// the Talos machine-config patch that installs them as an inline manifest; and the `manifests`
+// subcommand that prints either. deploy/*.yaml are generated from here (`npm run manifests` runs this
+// file), and a unit test fails when they drift.
+
+import { readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { Document, isMap, isScalar, isSeq, type Node } from "yaml";
+import {
+  type ControllerName,
+  Controllers,
+  type ManifestsOptions,
+  PROGRAM_NAME,
+  parseCommandLine,
+} from "./flags.ts";
+import { configureLogging, logger } from "./log.ts";
+import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talos.ts";
+import { version as buildVersion } from "./version.ts";
+
+/** Name of the DaemonSet, its ServiceAccount, ConfigMap and Service (the reference's names). */
+export const APP_NAME = "talos-cloud-controller-manager";
+
+/** Where release images are published; the tag is `v<version>`. */
+export const IMAGE_REPOSITORY = "ghcr.io/talos-ccm/talos-cloud-controller-manager";
+
+/** HTTPS port of health and metrics: the reference manifests' 50258, so probes and scrapers keep working. */
+export const SECURE_PORT = 50258;
+
+/** The Lease the replicas elect a leader with (the reference's `--leader-elect-resource-name`). */
+export const LEASE_NAME = "cloud-controller-manager-talos";
+
+/** Name of the talos.dev ServiceAccount, and of the Secret Talos creates for it. */
+export const TALOS_SECRET_NAME = `${APP_NAME}-talos-secrets`;
+
+/** Where the Talos Secret is mounted: the directory lib/talos.ts reads the talosconfig from by default. */
+export const TALOS_SECRET_DIR = dirname(SERVICE_ACCOUNT_TALOSCONFIG);
+
+/** Path of the executable in the image (deploy/Dockerfile copies it there). */
+export const BINARY_PATH = `/${APP_NAME}`;
+
+/** uid and gid `nonroot` of the distroless base image. */
+export const NONROOT_ID = 65532;
+
+/** The namespace Kubernetes records Events about cluster-scoped objects (Nodes, CSRs) in. */
+export const EVENTS_NAMESPACE = "default";
+
+const CONFIG_DIR = "/etc/talos";
+const CONFIG_KEY = "ccm-config.yaml";
+const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
+
+/**
+ * The ccm-config.yaml of the default ConfigMap: every setting, commented out, and an example rule.
+ * Parses as the empty configuration.
+ */
+export const DEFAULT_CLOUD_CONFIG = `# talos-cloud-controller-manager configuration. Every key is optional. Check a change with
+#   ${PROGRAM_NAME} validate --cloud-config ccm-config.yaml [--metadata node.yaml]
+# The CCM reloads this file when the ConfigMap changes; a version with errors is logged and ignored.
+global:
+  # Value of the node.cloudprovider.kubernetes.io/clustername label; default: the talosconfig's cluster.
+  # clusterName: my-cluster
+  # Put a dual-stack node's IPv6 address before its IPv4 one.
+  # preferIPv6: false
+  # Also remove the labels, annotations and taints that the rules below no longer produce.
+  # reconcile: false
+# Rules applied in order to every node they select. Values are Go templates over the node's Talos
+# PlatformMetadata (.Platform .Hostname .Region .Zone .InstanceType .InstanceID .ProviderID .Spot
+# .InternalDNS .ExternalDNS .Tags) and SystemInformation (.Manufacturer .ProductName .Version
+# .SerialNumber .UUID .WakeUpType .SKUNumber).
+# transformations:
+#   - name: web
+#     nodeSelector:
+#       - matchExpressions:
+#           - key: hostname
+#             operator: Regexp
+#             values: ["^web-.+$"]
+#     labels:
+#       node-role.kubernetes.io/web: ""
+#     annotations:
+#       example.com/instance-id: "{{ .InstanceID }}"
+#     taints:
+#       example.com/dedicated: "web:NoSchedule"
+#     platformMetadata:
+#       Zone: "{{ .Region }}-a"
+#     features:
+#       publicIPDiscovery: true
+`;
+
+// ---------------------------------------------------------------------------------------------------
+// What goes into the manifests
+
+/** What the manifests are made from; {@link ManifestsOptions} with the cloud config read. */
+export interface ManifestSettings {
+  /** Release version: the default image's tag and the `app.kubernetes.io/version` label. */
+  version: string;
+  /** Container image; default {@link defaultImage}. */
+  image?: string | undefined;
+  /** `--controllers` as given; the DaemonSet passes it on unchanged. */
+  controllers: readonly string[];
+  /** The controllers `controllers` enables: they size RBAC and the Talos patch. */
+  enabledControllers: readonly ControllerName[];
+  /** Namespace of everything namespaced, and of the Lease. */
+  namespace: string;
+  /** ccm-config.yaml to embed in the ConfigMap; default {@link DEFAULT_CLOUD_CONFIG}. */
+  cloudConfig?: string | undefined;
+}
+
+/**
+ * The release image of `version`: tagged `v<version>` for a release, `edge` for a source build.
+ * @example defaultImage("0.1.0") // "ghcr.io/talos-ccm/talos-cloud-controller-manager:v0.1.0"
+ */
+export function defaultImage(version: string): string {
+  return `${IMAGE_REPOSITORY}:${/^\d+\.\d+\.\d+/.test(version) ? `v${version}` : "edge"}`;
+}
+
+/** The settings of `manifests` without flags: the reference DaemonSet's controllers in kube-system. */
+export function defaultSettings(version: string): ManifestSettings {
+  const parsed = parseCommandLine(["manifests"]);
+  if (parsed.command !== "manifests") throw new Error("Cannot resolve the manifests subcommand's defaults");
+  return { ...settingsFrom(parsed.options), version };
+}
+
+function settingsFrom(opts: ManifestsOptions, cloudConfig?: string): Omit<ManifestSettings, "version"> {
+  return {
+    image: opts.image,
+    controllers: opts.controllers,
+    enabledControllers: opts.enabledControllers,
+    namespace: opts.namespace,
+    cloudConfig,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RBAC
+
+/** Which object grants a permission: the ClusterRole, the Lease Role, or the Events Role. */
+export type GrantScope = "cluster" | "leader-election" | "events";
+
+/** One verb on one resource, who uses it and why: a row of the RBAC table. */
+export interface Grant {
+  scope: GrantScope;
+  apiGroup: string;
+  resource: string;
+  /** Limits the verb to these objects. */
+  resourceNames?: readonly string[];
+  verb: string;
+  /** The controller that uses it, or `runtime` for the manager itself (informer, election, serving). */
+  by: ControllerName | "runtime";
+  why: string;
+}
+
+const { cloudNode, cloudNodeLifecycle, nodeCsrApproval, nodeIpam } = Controllers;
+
+function allGrants(leaseName: string): Grant[] {
+  // `resource` is "<apiGroup>:<resource>"; `verbs` is comma-separated.
+  const row = (
+    scope: GrantScope,
+    resource: string,
+    verbs: string,
+    by: Grant["by"],
+    why: string,
+    resourceNames?: string[],
+  ): Grant[] => {
+    const [apiGroup, res] = resource.split(":") as [string, string];
+    return verbs.split(",").map((verb) => ({
+      scope,
+      apiGroup,
+      resource: res,
+      ...(resourceNames ? { resourceNames } : {}),
+      verb,
+      by,
+      why,
+    }));
+  };
+  return [
+    ...row("cluster", ":nodes", "list,watch", "runtime", "the Node informer every controller reads"),
+    ...row("cluster", ":nodes", "patch", cloudNode, "providerID, labels, annotations and taints"),
+    ...row("cluster", ":nodes/status", "patch", cloudNode, "status.addresses"),
+    ...row("cluster", ":nodes", "get", cloudNodeLifecycle, "re-read a node before changing it"),
+    ...row("cluster", ":nodes", "patch", cloudNodeLifecycle, "the shutdown taint"),
+    ...row("cluster", ":nodes", "delete", cloudNodeLifecycle, "remove a node whose instance is gone"),
+    ...row("cluster", ":nodes", "patch", nodeIpam, "spec.podCIDRs"),
+    ...row(
+      "cluster",
+      "certificates.k8s.io:certificatesigningrequests",
+      "list,watch",
+      nodeCsrApproval,
+      "the CSR informer",
+    ),
+    ...row(
+      "cluster",
+      "certificates.k8s.io:certificatesigningrequests/approval",
+      "update",
+      nodeCsrApproval,
+      "write the Approved or Denied condition",
+    ),
+    ...row(
+      "cluster",
+      "certificates.k8s.io:signers",
+      "approve",
+      nodeCsrApproval,
+      "the API server asks for it on every approval or denial, for this signer only",
+      [KUBELET_SERVING_SIGNER],
+    ),
+    ...row(
+      "cluster",
+      "authentication.k8s.io:tokenreviews",
+      "create",
+      "runtime",
+      "authenticate the bearer token of a /metrics request",
+    ),
+    ...row(
+      "cluster",
+      "authorization.k8s.io:subjectaccessreviews",
+      "create",
+      "runtime",
+      "ask whether that caller may get /metrics",
+    ),
+    ...row(
+      "leader-election",
+      "coordination.k8s.io:leases",
+      "create",
+      "runtime",
+      "the first replica creates the Lease (Kubernetes cannot limit create by name)",
+    ),
+    ...row(
+      "leader-election",
+      "coordination.k8s.io:leases",
+      "get,update",
+      "runtime",
+      "read, renew, take over and release the Lease",
+      [leaseName],
+    ),
+    ...row("events", "events.k8s.io:events", "create", "runtime", "Events about nodes and CSRs"),
+    ...row("events", "events.k8s.io:events", "patch", "runtime", "count a repeated Event in its series"),
+  ];
+}
+
+/**
+ * The permissions the given controllers need, and nothing else: the rows of the RBAC table.
+ * @param enabled the resolved `--controllers`
+ * @param leaseName the Lease `get` and `update` are limited to
+ * @example rbacGrants(["node-csr-approval"]).some((g) => g.verb === "delete") // false
+ */
+export function rbacGrants(enabled: readonly ControllerName[], leaseName = LEASE_NAME): Grant[] {
+  return allGrants(leaseName).filter((g) => g.by === "runtime" || enabled.includes(g.by));
+}
+
+/** An RBAC PolicyRule. */
+export interface PolicyRule {
+  apiGroups: string[];
+  resources: string[];
+  resourceNames?: string[];
+  verbs: string[];
+}
+
+/**
+ * Folds grants into one rule per resource (and resourceNames), so that no verb is granted twice and
+ * removing any verb from a rule takes it away. Each rule comes with a comment: why each verb.
+ */
+export function rulesFor(grants: readonly Grant[]): { rule: PolicyRule; why: string }[] {
+  const out = new Map<string, { rule: PolicyRule; reasons: { verbs: string[]; why: string }[] }>();
+  for (const g of grants) {
+    const key = [g.apiGroup, g.resource, ...(g.resourceNames ?? [])].join("\u0000");
+    let entry = out.get(key);
+    if (entry === undefined) {
+      const rule: PolicyRule = { apiGroups: [g.apiGroup], resources: [g.resource], verbs: [] };
+      if (g.resourceNames) rule.resourceNames = [...g.resourceNames];
+      entry = { rule, reasons: [] };
+      out.set(key, entry);
+    }
+    if (!entry.rule.verbs.includes(g.verb)) entry.rule.verbs.push(g.verb);
+    const why = `${g.why}${g.by === "runtime" ? "" : ` (${g.by})`}`;
+    const same = entry.reasons.find((r) => r.why === why);
+    if (same) same.verbs.push(g.verb);
+    else entry.reasons.push({ verbs: [g.verb], why });
+  }
+  return [...out.values()].map(({ rule, reasons }) => ({
+    rule,
+    why: reasons.map((r) => ` ${rule.resources[0]} ${r.verbs.join(", ")}: ${r.why}.`).join("\n"),
+  }));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Objects
+
+/** A Kubernetes object as plain data. */
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
+  [field: string]: unknown;
+}
+
+/** One manifest: an object and the comments printed with it. */
+export interface Manifest {
+  object: KubeObject;
+  /** Printed above the object. */
+  comment?: string;
+  /** Printed above the field at each path (map keys and list indexes). */
+  notes?: { path: readonly (string | number)[]; text: string }[];
+}
+
+function imageTag(image: string): string {
+  const slash = image.lastIndexOf("/");
+  const colon = image.lastIndexOf(":");
+  return colon > slash ? image.slice(colon + 1).replace(/@.*$/, "") : "latest";
+}
+
+/** Whether any enabled controller cannot work without the Talos API (CSR approval can). */
+function needsTalos(enabled: readonly ControllerName[]): boolean {
+  return enabled.some((c) => c !== nodeCsrApproval);
+}
+
+/** The container's arguments: the reference DaemonSet's, less what this project does not need. */
+export function daemonSetArgs(s: ManifestSettings): string[] {
+  return [
+    "--v=2",
+    "--cloud-provider=talos",
+    `--cloud-config=${CONFIG_DIR}/${CONFIG_KEY}`,
+    `--controllers=${s.controllers.join(",")}`,
+    `--leader-elect-resource-name=${LEASE_NAME}`,
+    `--leader-elect-resource-namespace=${s.namespace}`,
+    `--secure-port=${SECURE_PORT}`,
+    "--authorization-always-allow-paths=/healthz,/livez,/readyz",
+    ...(s.enabledControllers.includes(nodeIpam) ? ["--allocate-node-cidrs"] : []),
+  ];
+}
+
+/**
+ * Every object of an installation, in apply order, with comments.
+ * @example manifests(defaultSettings("0.1.0")).map((m) => m.object.kind)
+ */
+export function manifests(s: ManifestSettings): Manifest[] {
+  const ns = s.namespace;
+  const image = s.image ?? defaultImage(s.version);
+  const selector = { "app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": APP_NAME };
+  const labels = { ...selector, "app.kubernetes.io/version": imageTag(image) };
+  const meta = (name: string, namespace?: string) => ({
+    name,
+    ...(namespace === undefined ? {} : { namespace }),
+    labels,
+  });
+  const subject = [{ kind: "ServiceAccount", name: APP_NAME, namespace: ns }];
+  const grants = rbacGrants(s.enabledControllers);
+  const role = (
+    kind: "ClusterRole" | "Role",
+    name: string,
+    scope: GrantScope,
+    namespace: string | undefined,
+    comment: string,
+  ): Manifest[] => {
+    const rules = rulesFor(grants.filter((g) => g.scope === scope));
+    const binding = kind === "ClusterRole" ? "ClusterRoleBinding" : "RoleBinding";
+    return [
+      {
+        comment,
+        object: {
+          apiVersion: "rbac.authorization.k8s.io/v1",
+          kind,
+          metadata: meta(name, namespace),
+          rules: rules.map((r) => r.rule),
+        },
+        notes: rules.map((r, i) => ({ path: ["rules", i], text: r.why })),
+      },
+      {
+        object: {
+          apiVersion: "rbac.authorization.k8s.io/v1",
+          kind: binding,
+          metadata: meta(name, namespace),
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind, name },
+          subjects: subject,
+        },
+      },
+    ];
+  };
+
+  const talosRequired = needsTalos(s.enabledControllers);
+  const container = {
+    name: APP_NAME,
+    image,
+    imagePullPolicy: "IfNotPresent",
+    command: [BINARY_PATH],
+    args: daemonSetArgs(s),
+    env: [
+      { name: "TALOS_ENDPOINTS", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+      { name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG },
+      { name: "KUBERNETES_SERVICE_HOST", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+      { name: "KUBERNETES_SERVICE_PORT", value: "6443" },
+    ],
+    ports: [{ name: "metrics", containerPort: SECURE_PORT, protocol: "TCP" }],
+    livenessProbe: {
+      httpGet: { path: "/livez", port: "metrics", scheme: "HTTPS" },
+      initialDelaySeconds: 20,
+      periodSeconds: 30,
+      timeoutSeconds: 5,
+    },
+    readinessProbe: {
+      httpGet: { path: "/readyz", port: "metrics", scheme: "HTTPS" },
+      periodSeconds: 10,
+      timeoutSeconds: 5,
+    },
+    resources: { requests: { cpu: "10m", memory: "64Mi" } },
+    securityContext: {
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ["ALL"] },
+      seccompProfile: { type: "RuntimeDefault" },
+    },
+    volumeMounts: [
+      { name: "cloud-config", mountPath: CONFIG_DIR, readOnly: true },
+      { name: "talos-secrets", mountPath: TALOS_SECRET_DIR, readOnly: true },
+    ],
+  };
+  const podPath = ["spec", "template", "spec"];
+  const containerPath = [...podPath, "containers", 0];
+
+  return [
+    { object: { apiVersion: "v1", kind: "ServiceAccount", metadata: meta(APP_NAME, ns) } },
+    {
+      comment:
+        " Talos answers this (machine.features.kubernetesTalosAPIAccess, role os:reader allowed for this\n" +
+        ` namespace) with a Secret of the same name holding a talosconfig, mounted at ${TALOS_SECRET_DIR}.`,
+      object: {
+        apiVersion: "talos.dev/v1alpha1",
+        kind: "ServiceAccount",
+        metadata: meta(TALOS_SECRET_NAME, ns),
+        spec: { roles: ["os:reader"] },
+      },
+    },
+    {
+      object: {
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: meta(APP_NAME, ns),
+        data: { [CONFIG_KEY]: s.cloudConfig ?? DEFAULT_CLOUD_CONFIG },
+      },
+    },
+    ...role(
+      "ClusterRole",
+      `system:${APP_NAME}`,
+      "cluster",
+      undefined,
+      " Only what the enabled controllers use. No serviceaccounts/token: this CCM acts with its own\n" +
+        " identity and never mints tokens.",
+    ),
+    ...role(
+      "Role",
+      `${APP_NAME}:leader-election`,
+      "leader-election",
+      ns,
+      " The Lease the replicas elect a leader with.",
+    ),
+    ...role(
+      "Role",
+      `${APP_NAME}:events`,
+      "events",
+      EVENTS_NAMESPACE,
+      " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
+    ),
+    {
+      comment:
+        " For Prometheus. /metrics needs a bearer token whose identity may get the non-resource URL\n" +
+        " /metrics, e.g. a ClusterRole with rules [{nonResourceURLs: [/metrics], verbs: [get]}] bound to\n" +
+        " the scraper's ServiceAccount; the certificate is self-signed unless --tls-cert-file is given.",
+      object: {
+        apiVersion: "v1",
+        kind: "Service",
+        metadata: meta(APP_NAME, ns),
+        spec: {
+          clusterIP: "None",
+          selector,
+          ports: [{ name: "metrics", port: SECURE_PORT, targetPort: "metrics", protocol: "TCP" }],
+        },
+      },
+    },
+    {
+      comment:
+        " One replica per control-plane node on the host network, talking to the API server and apid of\n" +
+        " its own node, so it works before any CNI is up; the replicas elect a leader.",
+      object: {
+        apiVersion: "apps/v1",
+        kind: "DaemonSet",
+        metadata: meta(APP_NAME, ns),
+        spec: {
+          selector: { matchLabels: selector },
+          updateStrategy: { type: "RollingUpdate", rollingUpdate: { maxUnavailable: 1 } },
+          template: {
+            metadata: { labels },
+            spec: {
+              serviceAccountName: APP_NAME,
+              hostNetwork: true,
+              dnsPolicy: "ClusterFirstWithHostNet",
+              priorityClassName: "system-cluster-critical",
+              nodeSelector: { "node-role.kubernetes.io/control-plane": "" },
+              tolerations: [
+                { key: "node-role.kubernetes.io/control-plane", operator: "Exists", effect: "NoSchedule" },
+                {
+                  key: "node.cloudprovider.kubernetes.io/uninitialized",
+                  operator: "Exists",
+                  effect: "NoSchedule",
+                },
+                { key: "node.kubernetes.io/not-ready", operator: "Exists", effect: "NoSchedule" },
+              ],
+              securityContext: {
+                runAsNonRoot: true,
+                runAsUser: NONROOT_ID,
+                runAsGroup: NONROOT_ID,
+                fsGroup: NONROOT_ID,
+                fsGroupChangePolicy: "OnRootMismatch",
+              },
+              containers: [container],
+              volumes: [
+                { name: "cloud-config", configMap: { name: APP_NAME, defaultMode: 0o640 } },
+                {
+                  name: "talos-secrets",
+                  secret: {
+                    secretName: TALOS_SECRET_NAME,
+                    defaultMode: 0o640,
+                    ...(talosRequired ? {} : { optional: true }),
+                  },
+                },
+              ],
+            },
+          },
+        },
+      },
+      notes: [
+        {
+          path: [...containerPath, "args"],
+          text:
+            " No --use-service-account-credentials: this CCM acts with its own ServiceAccount only, so it\n" +
+            " needs no permission to mint tokens (the flag is still accepted). /metrics is not always\n" +
+            " allowed: scrapers authenticate with a token.",
+        },
+        {
+          path: [...containerPath, "env"],
+          text: " This node's apid and API server (Talos serves it on 6443 on every control-plane node).",
+        },
+        { path: [...podPath, "volumes"], text: " Mode 0640: readable through the pod's fsGroup only." },
+        ...(talosRequired
+          ? []
+          : [
+              {
+                path: [...podPath, "volumes", 1, "secret", "optional"],
+                text: " CSR approval works without Talos API access (IP SANs are checked against Node status).",
+              },
+            ]),
+      ],
+    },
+  ];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Rendering
+
+function annotate(doc: Document, path: readonly (string | number)[], text: string): void {
+  const key = path.at(-1);
+  const parent = path.length === 1 ? doc.contents : doc.getIn(path.slice(0, -1), true);
+  let target: Node | undefined;
+  if (isMap(parent)) {
+    const pair = parent.items.find((p) => isScalar(p.key) && p.key.value === key);
+    target = isScalar(pair?.key) ? pair.key : undefined;
+  } else if (isSeq(parent) && typeof key === "number") {
+    target = parent.items[key] as Node | undefined;
+  }
+  if (target === undefined) throw new Error(`Cannot annotate ${path.join(".")}: no such field`);
+  target.commentBefore = text;
+}
+
+function renderDocument(value: object, comment?: string, notes: Manifest["notes"] = []): string {
+  // Shared objects (labels) are written out in full: no YAML anchors in Kubernetes manifests.
+  const doc = new Document(value, { aliasDuplicateObjects: false });
+  const first = Object.keys(value)[0];
+  // On the first key rather than the document, which would put a blank line after it.
+  if (comment !== undefined && first !== undefined) annotate(doc, [first], comment);
+  for (const n of notes) annotate(doc, n.path, n.text);
+  return doc.toString({ lineWidth: 0 });
+}
+
+function header(s: ManifestSettings): string {
+  return [
+    `# ${PROGRAM_NAME} ${s.version}, printed by \`${PROGRAM_NAME} manifests\``,
+    `#   --controllers=${s.controllers.join(",")} --namespace=${s.namespace}`,
+    "# Needs, on control-plane nodes, Talos API access from Kubernetes (role os:reader for this",
+    "# namespace) and, on every node, kubelets run with --cloud-provider=external: `manifests --talos-patch`",
+    "# prints a Talos machine-config patch with both and these manifests.",
+  ].join("\n");
+}
+
+/**
+ * The manifests as one multi-document YAML stream for `kubectl apply -f`.
+ * @example renderManifests(defaultSettings("0.1.0")).startsWith("# talos-cloud-controller-manager") // true
+ */
+export function renderManifests(s: ManifestSettings): string {
+  const docs = manifests(s).map((m) => `---\n${renderDocument(m.object, m.comment, m.notes)}`);
+  return `${header(s)}\n${docs.join("")}`;
+}
+
+/**
+ * The Talos machine-config patch for control-plane nodes that installs this CCM: the external cloud
+ * provider, the manifests as an inline manifest, the kubelet flags and Talos API access for the
+ * talos.dev ServiceAccount. With node-ipam, kube-controller-manager's own IPAM is turned off.
+ */
+export function renderTalosPatch(s: ManifestSettings): string {
+  const csr = s.enabledControllers.includes(nodeCsrApproval);
+  const ipam = s.enabledControllers.includes(nodeIpam);
+  const patch = {
+    machine: {
+      kubelet: {
+        extraArgs: {
+          "cloud-provider": "external",
+          ...(csr ? { "rotate-server-certificates": "true" } : {}),
+        },
+      },
+      features: {
+        kubernetesTalosAPIAccess: {
+          enabled: true,
+          allowedRoles: ["os:reader"],
+          allowedKubernetesNamespaces: [s.namespace],
+        },
+      },
+    },
+    cluster: {
+      externalCloudProvider: { enabled: true },
+      ...(ipam
+        ? { controllerManager: { extraArgs: { controllers: "*,tokencleaner,-node-ipam-controller" } } }
+        : {}),
+      inlineManifests: [{ name: APP_NAME, contents: renderManifests(s) }],
+    },
+  };
+  const notes: NonNullable<Manifest["notes"]> = [
+    {
+      path: ["machine", "kubelet", "extraArgs"],
+      text: csr
+        ? " Every node: register uninitialized for the CCM; ask for a serving certificate node-csr-approval checks."
+        : " Every node: register uninitialized for the CCM.",
+    },
+    {
+      path: ["machine", "features", "kubernetesTalosAPIAccess"],
+      text: " Control-plane nodes only (Talos refuses it on workers): the CCM's talosconfig.",
+    },
+  ];
+  if (ipam) {
+    notes.push({
+      path: ["cluster", "controllerManager"],
+      text: " node-ipam allocates pod CIDRs, so kube-controller-manager must not.",
+    });
+  }
+  const worker = JSON.stringify({ machine: { kubelet: patch.machine.kubelet } });
+  const comment = [
+    ` ${PROGRAM_NAME} ${s.version}: Talos machine-config patch for control-plane nodes, e.g.`,
+    "   talosctl gen config <cluster> <endpoint> --config-patch-control-plane @talos-patch.yaml \\",
+    `     --config-patch-worker '${worker}'`,
+    " or, on a running cluster: talosctl patch machineconfig --nodes <control-plane IPs> --patch @talos-patch.yaml",
+  ].join("\n");
+  return renderDocument(patch, comment, notes);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// deploy/ and the subcommand
+
+/**
+ * The generated files of deploy/, by name: the default manifests and the default Talos patch.
+ * @param version the release version (package.json's), which tags the image
+ */
+export function deployFiles(version: string): Record<string, string> {
+  const s = defaultSettings(version);
+  return { [`${APP_NAME}.yaml`]: renderManifests(s), "talos-patch.yaml": renderTalosPatch(s) };
+}
+
+const log = logger("manifests");
+
+/**
+ * Runs `manifests`: prints the manifests, or with `--talos-patch` the Talos patch, to stdout. A
+ * `--cloud-config` file is validated first; its warnings are printed, errors refuse.
+ * @returns the exit code: 0, or 1 when the cloud config cannot be read or is invalid
+ */
+export async function runManifests(opts: ManifestsOptions, warnings: readonly string[]): Promise<number> {
+  configureLogging({ format: opts.logging.format, verbosity: opts.logging.verbosity });
+  for (const w of warnings) log.warn(w);
+  let cloudConfig: string | undefined;
+  if (opts.cloudConfig !== undefined) {
+    try {
+      cloudConfig = readFileSync(opts.cloudConfig, "utf8");
+    } catch (err) {
+      process.stderr.write(`Cannot read cloud config ${opts.cloudConfig}: ${(err as Error).message}\n`);
+      return 1;
+    }
+    const { ConfigError, formatIssue, parseConfig } = await import("./config.ts");
+    try {
+      for (const w of parseConfig(cloudConfig).warnings) {
+        log.warn("Cloud config warning", { file: opts.cloudConfig, warning: formatIssue(w) });
+      }
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      process.stderr.write(`Cannot embed cloud config ${opts.cloudConfig}: ${err.message}\n`);
+      return 1;
+    }
+  }
+  const s: ManifestSettings = { ...settingsFrom(opts, cloudConfig), version: buildVersion };
+  process.stdout.write(opts.talosPatch ? renderTalosPatch(s) : renderManifests(s));
+  return 0;
+}
+
+// `bun lib/manifests.ts` (npm run manifests) regenerates deploy/*.yaml for package.json's version.
+if (import.meta.main) {
+  const root = join(import.meta.dir, "..");
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string };
+  for (const [name, text] of Object.entries(deployFiles(pkg.version))) {
+    writeFileSync(join(root, "deploy", name), text);
+    console.log(`wrote deploy/${name}`);
+  }
+}
