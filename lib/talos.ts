@@ -10,28 +10,12 @@ import { existsSync, type FSWatcher, watch as fsWatch, readFileSync, statSync } 
 import { isIP } from "node:net";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type * as Grpc from "@grpc/grpc-js";
 import { parse as parseYaml } from "yaml";
 import { formatIP } from "./cidr.ts";
 import { logger } from "./log.ts";
 import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
-import {
-  AddressStatusSpecSchema,
-  ControllerManagerConfigSpecSchema,
-  EventType,
-  GetRequestSchema,
-  GetResponseSchema,
-  ListRequestSchema,
-  ListResponseSchema,
-  NetIPSchema,
-  PlatformMetadataSpecSchema,
-  type Resource,
-  SystemInformationSpecSchema,
-  VersionResponseSchema,
-  WatchRequestSchema,
-  WatchResponseSchema,
-} from "./talos_pb.ts";
 import type { AddressStatus, ControllerManagerConfig, PlatformMetadata, SystemInformation } from "./types.ts";
 
 const log = logger("talos");
@@ -409,7 +393,11 @@ export function loadTalosConfig(opts: LoadTalosConfigOptions = {}): TalosConfig 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decoding: wire bytes → plain data. Every decoder throws TalosDecodeError and nothing else.
+// Wire codec: the few messages the client sends and reads, field by field on protobuf-es' wire
+// reader and writer. lib/talos.proto is the schema of record; the generated lib/talos_pb.ts is
+// used by the fake apid and the tests, and the property tests check this codec against it. Its
+// reflection runtime would cost ~10 MB RSS under Bun; the wire layer costs ~1 MB.
+// Every decoder throws TalosDecodeError and nothing else.
 
 /** An AddressStatus as decoded, with the peer address of point-to-point links when Talos has one. */
 export interface TalosAddressStatus extends AddressStatus {
@@ -425,11 +413,38 @@ export interface ResourceData {
   controllermanagerconfig: ControllerManagerConfig;
 }
 
+/** COSI EventType values (cosi.resource.EventType). */
+const EVENT = { CREATED: 0, UPDATED: 1, DESTROYED: 2, BOOTSTRAPPED: 3, ERRORED: 4 } as const;
+
+type FieldReaders = Record<number, readonly [WireType, (r: BinaryReader) => void]>;
+
+/**
+ * Reads a message field by field. Unknown fields are skipped (newer Talos adds fields); a known
+ * field with another wire type is an error.
+ */
+function readFields(bytes: Uint8Array, fields: FieldReaders): void {
+  const r = new BinaryReader(bytes);
+  while (r.pos < r.len) {
+    const [no, wireType] = r.tag();
+    const field = fields[no];
+    if (!field) {
+      r.skip(wireType, no);
+      continue;
+    }
+    if (field[0] !== wireType)
+      throw new TalosDecodeError(`field ${no}: wire type ${wireType}, want ${field[0]}`);
+    field[1](r);
+  }
+}
+
+const LEN = WireType.LengthDelimited;
+const VARINT = WireType.Varint;
+
 function decodeWith<T>(what: string, fn: () => T): T {
   try {
     return fn();
   } catch (err) {
-    if (err instanceof TalosDecodeError) throw err;
+    if (err instanceof TalosDecodeError && err.message.startsWith("Cannot decode")) throw err;
     throw new TalosDecodeError(`Cannot decode ${what}: ${(err as Error)?.message ?? String(err)}`, {
       cause: err,
     });
@@ -456,6 +471,13 @@ export function formatIPBytes(bytes: Uint8Array): string {
   return `${ip}%${zone}`;
 }
 
+/** The `ip` field of a NetIP message. */
+function netIPBytes(bytes: Uint8Array): Uint8Array {
+  let ip: Uint8Array = new Uint8Array();
+  readFields(bytes, { 1: [LEN, (r) => (ip = r.bytes())] });
+  return ip;
+}
+
 /**
  * Decodes a netip.Addr field: the NetIP message, or the legacy raw 0/4/16 bytes that older Talos
  * wrote (the lengths cannot collide: a NetIP message of an address is 2 bytes longer).
@@ -464,47 +486,76 @@ export function formatIPBytes(bytes: Uint8Array): string {
  */
 export function decodeNetIP(bytes: Uint8Array): string {
   return decodeWith("NetIP", () => {
-    const ip =
-      bytes.length === 0 || bytes.length === 4 || bytes.length === 16
-        ? bytes
-        : fromBinary(NetIPSchema, bytes).ip;
+    const ip = bytes.length === 0 || bytes.length === 4 || bytes.length === 16 ? bytes : netIPBytes(bytes);
     return ip.length === 0 ? "" : formatIPBytes(ip);
   });
+}
+
+/** A map<string,string> entry. */
+function mapEntry(bytes: Uint8Array): [string, string] {
+  let key = "";
+  let value = "";
+  readFields(bytes, { 1: [LEN, (r) => (key = r.string())], 2: [LEN, (r) => (value = r.string())] });
+  return [key, value];
 }
 
 /** Decodes a `PlatformMetadatas.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodePlatformMetadata(bytes: Uint8Array): PlatformMetadata {
   return decodeWith("PlatformMetadataSpec", () => {
-    const m = fromBinary(PlatformMetadataSpecSchema, bytes, { readUnknownFields: false });
-    return {
-      platform: m.platform,
-      hostname: m.hostname,
-      region: m.region,
-      zone: m.zone,
-      instanceType: m.instanceType,
-      instanceId: m.instanceId,
-      providerId: m.providerId,
-      spot: m.spot,
-      internalDNS: m.internalDns,
-      externalDNS: m.externalDns,
-      tags: { ...m.tags },
+    const m: PlatformMetadata = {
+      platform: "",
+      hostname: "",
+      region: "",
+      zone: "",
+      instanceType: "",
+      instanceId: "",
+      providerId: "",
+      spot: false,
+      internalDNS: "",
+      externalDNS: "",
+      tags: {},
     };
+    const tags = new Map<string, string>();
+    readFields(bytes, {
+      1: [LEN, (r) => (m.platform = r.string())],
+      2: [LEN, (r) => (m.hostname = r.string())],
+      3: [LEN, (r) => (m.region = r.string())],
+      4: [LEN, (r) => (m.zone = r.string())],
+      5: [LEN, (r) => (m.instanceType = r.string())],
+      6: [LEN, (r) => (m.instanceId = r.string())],
+      7: [LEN, (r) => (m.providerId = r.string())],
+      8: [VARINT, (r) => (m.spot = r.bool())],
+      9: [LEN, (r) => (m.internalDNS = r.string())],
+      10: [LEN, (r) => (m.externalDNS = r.string())],
+      11: [LEN, (r) => tags.set(...mapEntry(r.bytes()))],
+    });
+    m.tags = Object.fromEntries(tags);
+    return m;
   });
 }
 
 /** Decodes a `SystemInformations.hardware.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
   return decodeWith("SystemInformationSpec", () => {
-    const m = fromBinary(SystemInformationSpecSchema, bytes, { readUnknownFields: false });
-    return {
-      manufacturer: m.manufacturer,
-      productName: m.productName,
-      version: m.version,
-      serialNumber: m.serialNumber,
-      uuid: m.uuid,
-      wakeUpType: m.wakeUpType,
-      skuNumber: m.skuNumber,
+    const s: SystemInformation = {
+      manufacturer: "",
+      productName: "",
+      version: "",
+      serialNumber: "",
+      uuid: "",
+      wakeUpType: "",
+      skuNumber: "",
     };
+    readFields(bytes, {
+      1: [LEN, (r) => (s.manufacturer = r.string())],
+      2: [LEN, (r) => (s.productName = r.string())],
+      3: [LEN, (r) => (s.version = r.string())],
+      4: [LEN, (r) => (s.serialNumber = r.string())],
+      5: [LEN, (r) => (s.uuid = r.string())],
+      6: [LEN, (r) => (s.wakeUpType = r.string())],
+      7: [LEN, (r) => (s.skuNumber = r.string())],
+    });
+    return s;
   });
 }
 
@@ -515,26 +566,39 @@ export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
  */
 export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddressStatus {
   return decodeWith(`AddressStatusSpec ${id}`, () => {
-    const m = fromBinary(AddressStatusSpecSchema, bytes, { readUnknownFields: false });
-    const ip = m.address?.ip ?? new Uint8Array();
-    if (ip.length !== 4 && ip.length < 16)
-      throw new TalosDecodeError(`Cannot decode AddressStatusSpec ${id}: no address`);
-    const bits = m.address?.prefixLength ?? 0;
-    const max = ip.length === 4 ? 32 : 128;
-    if (bits < 0 || bits > max) {
-      throw new TalosDecodeError(`Cannot decode AddressStatusSpec ${id}: prefix length ${bits}`);
-    }
+    let ip: Uint8Array = new Uint8Array();
+    let bits = 0;
+    let local: Uint8Array = new Uint8Array();
     const out: TalosAddressStatus = {
       id,
-      address: `${formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip)}/${bits}`,
-      linkName: m.linkName,
-      linkIndex: m.linkIndex,
-      family: ip.length === 4 ? "inet4" : "inet6",
-      scope: m.scope,
-      flags: m.flags,
+      address: "",
+      linkName: "",
+      linkIndex: 0,
+      family: "inet4",
+      scope: 0,
+      flags: 0,
     };
-    const local = decodeNetIP(m.local);
-    if (local) out.local = local;
+    readFields(bytes, {
+      1: [
+        LEN,
+        (r) =>
+          readFields(r.bytes(), {
+            1: [LEN, (p) => (ip = p.bytes())],
+            2: [VARINT, (p) => (bits = p.int32())],
+          }),
+      ],
+      2: [LEN, (r) => (local = r.bytes())],
+      6: [VARINT, (r) => (out.linkIndex = r.uint32())],
+      7: [LEN, (r) => (out.linkName = r.string())],
+      9: [VARINT, (r) => (out.scope = r.uint32())],
+      10: [VARINT, (r) => (out.flags = r.uint32())],
+    });
+    if (ip.length !== 4 && ip.length < 16) throw new TalosDecodeError("no address");
+    if (bits < 0 || bits > (ip.length === 4 ? 32 : 128)) throw new TalosDecodeError(`prefix length ${bits}`);
+    out.address = `${formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip)}/${bits}`;
+    out.family = ip.length === 4 ? "inet4" : "inet6";
+    const localIP = decodeNetIP(local);
+    if (localIP) out.local = localIP;
     return out;
   });
 }
@@ -542,8 +606,12 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
 /** Decodes the pod and service CIDRs of a `ControllerManagerConfigs.kubernetes.talos.dev` spec. */
 export function decodeControllerManagerConfig(bytes: Uint8Array): ControllerManagerConfig {
   return decodeWith("ControllerManagerConfigSpec", () => {
-    const m = fromBinary(ControllerManagerConfigSpecSchema, bytes, { readUnknownFields: false });
-    return { podCIDRs: [...m.podCidrs], serviceCIDRs: [...m.serviceCidrs] };
+    const c: ControllerManagerConfig = { podCIDRs: [], serviceCIDRs: [] };
+    readFields(bytes, {
+      4: [LEN, (r) => c.podCIDRs.push(r.string())],
+      5: [LEN, (r) => c.serviceCIDRs.push(r.string())],
+    });
+    return c;
   });
 }
 
@@ -563,30 +631,56 @@ export interface TalosResource<T> {
 }
 
 /**
- * Validates a resource envelope as the Go client does (metadata present, phase running or
- * tearingDown, version an integer or "undefined") and decodes its spec.
+ * Decodes a `cosi.resource.Resource` after validating it as the Go client does: metadata
+ * present, phase running or tearingDown, version an integer or "undefined".
  * @param allowEmpty Accept an absent or empty spec (tombstones of destroyed resources); `spec` is then undefined.
  * @throws {TalosDecodeError}
  */
 export function decodeResource<K extends ResourceKind>(
   kind: K,
-  r: Resource | undefined,
+  bytes: Uint8Array,
   allowEmpty = false,
 ): TalosResource<ResourceData[K] | undefined> {
-  const md = r?.metadata;
-  if (!r || !md) throw new TalosDecodeError(`Cannot decode ${RESOURCES[kind].type}: no metadata`);
-  if (md.phase !== "running" && md.phase !== "tearingDown") {
-    throw new TalosDecodeError(`Cannot decode ${md.type}(${md.namespace}/${md.id}): phase "${md.phase}"`);
-  }
-  if (md.version !== "undefined" && !/^\d+$/.test(md.version)) {
-    throw new TalosDecodeError(`Cannot decode ${md.type}(${md.namespace}/${md.id}): version "${md.version}"`);
-  }
-  const bytes = r.spec?.protoSpec;
-  if (!bytes || bytes.length === 0) {
-    if (allowEmpty) return { id: md.id, version: md.version, spec: undefined };
-    if (!r.spec) throw new TalosDecodeError(`Cannot decode ${md.type}(${md.namespace}/${md.id}): no spec`);
-  }
-  return { id: md.id, version: md.version, spec: SPEC_DECODERS[kind](md.id, bytes ?? new Uint8Array()) };
+  return decodeWith(RESOURCES[kind].type, () => {
+    let md: { namespace: string; type: string; id: string; version: string; phase: string } | undefined;
+    let spec: Uint8Array | undefined;
+    readFields(bytes, {
+      1: [
+        LEN,
+        (r) => {
+          const m = { namespace: "", type: "", id: "", version: "", phase: "" };
+          readFields(r.bytes(), {
+            1: [LEN, (f) => (m.namespace = f.string())],
+            2: [LEN, (f) => (m.type = f.string())],
+            3: [LEN, (f) => (m.id = f.string())],
+            4: [LEN, (f) => (m.version = f.string())],
+            6: [LEN, (f) => (m.phase = f.string())],
+          });
+          md = m;
+        },
+      ],
+      2: [
+        LEN,
+        (r) => {
+          let proto: Uint8Array = new Uint8Array();
+          readFields(r.bytes(), { 1: [LEN, (f) => (proto = f.bytes())] });
+          spec = proto;
+        },
+      ],
+    });
+    if (!md) throw new TalosDecodeError("no metadata");
+    const name = `${md.type}(${md.namespace}/${md.id})`;
+    if (md.phase !== "running" && md.phase !== "tearingDown")
+      throw new TalosDecodeError(`${name}: phase "${md.phase}"`);
+    if (md.version !== "undefined" && !/^\d+$/.test(md.version)) {
+      throw new TalosDecodeError(`${name}: version "${md.version}"`);
+    }
+    if (!spec || spec.length === 0) {
+      if (allowEmpty) return { id: md.id, version: md.version, spec: undefined };
+      if (!spec) throw new TalosDecodeError(`${name}: no spec`);
+    }
+    return { id: md.id, version: md.version, spec: SPEC_DECODERS[kind](md.id, spec) };
+  });
 }
 
 function specOf<T>(r: TalosResource<T | undefined>): TalosResource<T> {
@@ -594,16 +688,20 @@ function specOf<T>(r: TalosResource<T | undefined>): TalosResource<T> {
   return r as TalosResource<T>;
 }
 
+/** The `resource` field of a GetResponse or ListResponse. */
+function resourceField(what: string, bytes: Uint8Array): Uint8Array {
+  let resource: Uint8Array | undefined;
+  decodeWith(what, () => readFields(bytes, { 1: [LEN, (r) => (resource = r.bytes())] }));
+  if (!resource) throw new TalosDecodeError(`Cannot decode ${what}: no resource`);
+  return resource;
+}
+
 /** Decodes a GetResponse. @throws {TalosDecodeError} */
 export function decodeGetResponse<K extends ResourceKind>(
   kind: K,
   bytes: Uint8Array,
 ): TalosResource<ResourceData[K]> {
-  return specOf(
-    decodeWith("GetResponse", () =>
-      decodeResource(kind, fromBinary(GetResponseSchema, bytes, { readUnknownFields: false }).resource),
-    ),
-  );
+  return specOf(decodeResource(kind, resourceField("GetResponse", bytes)));
 }
 
 /** Decodes one ListResponse stream message. @throws {TalosDecodeError} */
@@ -611,11 +709,7 @@ export function decodeListResponse<K extends ResourceKind>(
   kind: K,
   bytes: Uint8Array,
 ): TalosResource<ResourceData[K]> {
-  return specOf(
-    decodeWith("ListResponse", () =>
-      decodeResource(kind, fromBinary(ListResponseSchema, bytes, { readUnknownFields: false }).resource),
-    ),
-  );
+  return specOf(decodeResource(kind, resourceField("ListResponse", bytes)));
 }
 
 /** A COSI watch event as the client hands it out. */
@@ -626,6 +720,52 @@ export type TalosWatchEvent<T> =
   | { type: "bootstrapped" }
   | { type: "errored"; error: string };
 
+/** One Event message. */
+function decodeEvent<K extends ResourceKind>(
+  kind: K,
+  bytes: Uint8Array,
+): TalosWatchEvent<ResourceData[K]> | undefined {
+  let type = 0;
+  let resource: Uint8Array | undefined;
+  let old: Uint8Array | undefined;
+  let error: string | undefined;
+  readFields(bytes, {
+    1: [LEN, (r) => (resource = r.bytes())],
+    2: [VARINT, (r) => (type = r.int32())],
+    3: [LEN, (r) => (old = r.bytes())],
+    4: [LEN, (r) => (error = r.string())],
+  });
+  const need = () => {
+    if (!resource) throw new TalosDecodeError("event without a resource");
+    return resource;
+  };
+  switch (type) {
+    case EVENT.CREATED: {
+      const r = specOf(decodeResource(kind, need()));
+      return { type: "created", id: r.id, version: r.version, resource: r.spec };
+    }
+    case EVENT.UPDATED: {
+      const r = specOf(decodeResource(kind, need()));
+      const prev = old ? decodeResource(kind, old, true).spec : undefined;
+      return prev === undefined
+        ? { type: "updated", id: r.id, version: r.version, resource: r.spec }
+        : { type: "updated", id: r.id, version: r.version, resource: r.spec, old: prev };
+    }
+    case EVENT.DESTROYED: {
+      const r = decodeResource(kind, need(), true);
+      return r.spec === undefined
+        ? { type: "destroyed", id: r.id }
+        : { type: "destroyed", id: r.id, resource: r.spec };
+    }
+    case EVENT.BOOTSTRAPPED:
+      return { type: "bootstrapped" };
+    case EVENT.ERRORED:
+      return { type: "errored", error: error ?? "watch errored" };
+    default:
+      return undefined; // NOOP, and event types newer than this client
+  }
+}
+
 /**
  * Decodes one WatchResponse into events (the first response of a watch has none).
  * @throws {TalosDecodeError}
@@ -635,47 +775,16 @@ export function decodeWatchResponse<K extends ResourceKind>(
   bytes: Uint8Array,
 ): Array<TalosWatchEvent<ResourceData[K]>> {
   return decodeWith("WatchResponse", () => {
-    const msg = fromBinary(WatchResponseSchema, bytes, { readUnknownFields: false });
     const out: Array<TalosWatchEvent<ResourceData[K]>> = [];
-    for (const ev of msg.event) {
-      switch (ev.eventType) {
-        case EventType.CREATED: {
-          const r = specOf(decodeResource(kind, ev.resource));
-          out.push({ type: "created", id: r.id, version: r.version, resource: r.spec });
-          break;
-        }
-        case EventType.UPDATED: {
-          const r = specOf(decodeResource(kind, ev.resource));
-          const e: TalosWatchEvent<ResourceData[K]> = {
-            type: "updated",
-            id: r.id,
-            version: r.version,
-            resource: r.spec,
-          };
-          const old = ev.old ? decodeResource(kind, ev.old, true).spec : undefined;
-          if (old !== undefined) e.old = old;
-          out.push(e);
-          break;
-        }
-        case EventType.DESTROYED: {
-          const r = decodeResource(kind, ev.resource, true);
-          out.push(
-            r.spec === undefined
-              ? { type: "destroyed", id: r.id }
-              : { type: "destroyed", id: r.id, resource: r.spec },
-          );
-          break;
-        }
-        case EventType.BOOTSTRAPPED:
-          out.push({ type: "bootstrapped" });
-          break;
-        case EventType.ERRORED:
-          out.push({ type: "errored", error: ev.error ?? "watch errored" });
-          break;
-        default:
-          break; // NOOP, and types newer than this client
-      }
-    }
+    readFields(bytes, {
+      1: [
+        LEN,
+        (r) => {
+          const ev = decodeEvent(kind, r.bytes());
+          if (ev) out.push(ev);
+        },
+      ],
+    });
     return out;
   });
 }
@@ -688,13 +797,61 @@ export interface TalosVersion {
   platform: string;
 }
 
-/** Decodes a VersionResponse (first message). @throws {TalosDecodeError} */
+/** Decodes a VersionResponse (its first message). @throws {TalosDecodeError} */
 export function decodeVersionResponse(bytes: Uint8Array): TalosVersion {
   return decodeWith("VersionResponse", () => {
-    const v = fromBinary(VersionResponseSchema, bytes, { readUnknownFields: false }).messages[0];
-    if (!v?.version) throw new TalosDecodeError("Cannot decode VersionResponse: no version");
-    return { tag: v.version.tag, sha: v.version.sha, arch: v.version.arch, platform: v.platform?.name ?? "" };
+    let first: Uint8Array | undefined;
+    readFields(bytes, { 1: [LEN, (r) => (first ??= r.bytes())] });
+    const v: TalosVersion = { tag: "", sha: "", arch: "", platform: "" };
+    let hasVersion = false;
+    readFields(first ?? new Uint8Array(), {
+      2: [
+        LEN,
+        (r) => {
+          hasVersion = true;
+          readFields(r.bytes(), {
+            1: [LEN, (f) => (v.tag = f.string())],
+            2: [LEN, (f) => (v.sha = f.string())],
+            6: [LEN, (f) => (v.arch = f.string())],
+          });
+        },
+      ],
+      3: [LEN, (r) => readFields(r.bytes(), { 1: [LEN, (f) => (v.platform = f.string())] })],
+    });
+    if (!hasVersion) throw new TalosDecodeError("no version");
+    return v;
   });
+}
+
+/** Encodes a GetRequest. */
+export function encodeGetRequest(namespace: string, type: string, id: string): Uint8Array {
+  const w = new BinaryWriter();
+  if (namespace) w.tag(1, LEN).string(namespace);
+  if (type) w.tag(2, LEN).string(type);
+  if (id) w.tag(3, LEN).string(id);
+  return w.finish();
+}
+
+/** Encodes a ListRequest without options. */
+export function encodeListRequest(namespace: string, type: string): Uint8Array {
+  const w = new BinaryWriter();
+  if (namespace) w.tag(1, LEN).string(namespace);
+  if (type) w.tag(2, LEN).string(type);
+  return w.finish();
+}
+
+/**
+ * Encodes a WatchRequest with api_version 1: of one resource when `id` is given (presence
+ * matters, even for ""), else of all with bootstrap_contents.
+ */
+export function encodeWatchRequest(namespace: string, type: string, id: string | undefined): Uint8Array {
+  const w = new BinaryWriter();
+  if (namespace) w.tag(1, LEN).string(namespace);
+  if (type) w.tag(2, LEN).string(type);
+  if (id !== undefined) w.tag(3, LEN).string(id);
+  else w.tag(4, LEN).fork().tag(1, VARINT).bool(true).join();
+  w.tag(5, VARINT).int32(1);
+  return w.finish();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1076,7 +1233,7 @@ export class TalosClient {
   /** Every `AddressStatuses.net.talos.dev` of the node. */
   async addresses(nodeIP: string, opts: CallOptions = {}): Promise<TalosAddressStatus[]> {
     const { namespace, type } = RESOURCES.addresses;
-    const req = toBinary(ListRequestSchema, create(ListRequestSchema, { namespace, type }));
+    const req = encodeListRequest(namespace, type);
     return this.#call(
       "addresses",
       `list ${type} on node ${nodeIP}`,
@@ -1386,7 +1543,7 @@ export class TalosClient {
     opts: CallOptions,
   ): Promise<TalosResource<ResourceData[K]>> {
     const { namespace, type, id } = RESOURCES[kind];
-    const req = toBinary(GetRequestSchema, create(GetRequestSchema, { namespace, type, id: id ?? "" }));
+    const req = encodeGetRequest(namespace, type, id ?? "");
     return this.#call(
       kind,
       node === undefined ? `get ${type} from the endpoint` : `get ${type} on node ${node}`,
@@ -1451,15 +1608,7 @@ export class TalosClient {
     const { namespace, type } = RESOURCES[kind];
     const id = opts.id ?? RESOURCES[kind].id;
     const what = `watch ${type} on node ${node}`;
-    const request = toBinary(
-      WatchRequestSchema,
-      create(WatchRequestSchema, {
-        namespace,
-        type,
-        ...(id === undefined ? { options: { bootstrapContents: true } } : { id }),
-        apiVersion: 1,
-      }),
-    );
+    const request = encodeWatchRequest(namespace, type, id);
     const { signal } = opts;
     const known = new Map<string, ResourceData[K]>();
     const session: WatchSession = {

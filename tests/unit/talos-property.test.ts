@@ -14,17 +14,26 @@ import {
   decodeSystemInformation,
   decodeVersionResponse,
   decodeWatchResponse,
+  encodeGetRequest,
+  encodeListRequest,
+  encodeWatchRequest,
   formatIPBytes,
   TalosDecodeError,
 } from "../../lib/talos.ts";
 import {
+  ControllerManagerConfigSpecSchema,
   EventType,
+  GetRequestSchema,
   GetResponseSchema,
+  ListRequestSchema,
   NetIPSchema,
+  type Resource,
   ResourceSchema,
+  SystemInformationSpecSchema,
+  WatchRequestSchema,
   WatchResponseSchema,
 } from "../../lib/talos_pb.ts";
-import type { PlatformMetadata } from "../../lib/types.ts";
+import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   encodeAddress,
   encodeControllerManagerConfig,
@@ -192,6 +201,136 @@ describe("round trips through the fake apid's encoders", () => {
           expect(decodeNetIP(ip)).toBe(formatIPBytes(ip));
         },
       ),
+    );
+  });
+});
+
+describe("the hand codec agrees with the generated protobuf-es code", () => {
+  const str = fc.string({ maxLength: 20 });
+
+  test("request encoders write the bytes protobuf-es writes", () => {
+    fc.assert(
+      fc.property(str, str, str, fc.option(str, { nil: undefined }), (namespace, type, id, watchId) => {
+        expect(encodeGetRequest(namespace, type, id)).toEqual(
+          toBinary(GetRequestSchema, create(GetRequestSchema, { namespace, type, id })),
+        );
+        expect(encodeListRequest(namespace, type)).toEqual(
+          toBinary(ListRequestSchema, create(ListRequestSchema, { namespace, type })),
+        );
+        const watch = create(WatchRequestSchema, {
+          namespace,
+          type,
+          apiVersion: 1,
+          ...(watchId === undefined ? { options: { bootstrapContents: true } } : { id: watchId }),
+        });
+        expect(encodeWatchRequest(namespace, type, watchId)).toEqual(toBinary(WatchRequestSchema, watch));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test("decodeSystemInformation() and decodeControllerManagerConfig() read what protobuf-es writes", () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          manufacturer: str,
+          productName: str,
+          version: str,
+          serialNumber: str,
+          uuid: str,
+          wakeUpType: str,
+          skuNumber: str,
+        }),
+        str,
+        fc.array(str, { maxLength: 4 }),
+        fc.array(str, { maxLength: 4 }),
+        (si: SystemInformation, biosVersion, podCidrs, serviceCidrs) => {
+          const bytes = toBinary(
+            SystemInformationSpecSchema,
+            create(SystemInformationSpecSchema, { ...si, biosVersion }),
+          );
+          expect(decodeSystemInformation(bytes)).toEqual(si);
+          const cmc = toBinary(
+            ControllerManagerConfigSpecSchema,
+            create(ControllerManagerConfigSpecSchema, { podCidrs, serviceCidrs }),
+          );
+          expect(decodeControllerManagerConfig(cmc)).toEqual({
+            podCIDRs: podCidrs,
+            serviceCIDRs: serviceCidrs,
+          });
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  test("decodeWatchResponse() reads event streams protobuf-es writes", () => {
+    const fixture = loadFixture("hcloud");
+    const resources = fixture.addresses.map((a, i) =>
+      create(ResourceSchema, {
+        metadata: {
+          namespace: "network",
+          type: "AddressStatuses.net.talos.dev",
+          id: a.id,
+          version: String(i + 1),
+          phase: i % 2 ? "running" : "tearingDown",
+          owner: "network.AddressStatusController",
+          labels: { k: String(i) },
+          finalizers: ["f"],
+        },
+        spec: { protoSpec: encodeAddress(a).proto, yamlSpec: encodeAddress(a).yaml },
+      }),
+    );
+    const event = fc.oneof(
+      fc.record({ eventType: fc.constant(EventType.CREATED), resource: fc.constantFrom(...resources) }),
+      fc.record({
+        eventType: fc.constant(EventType.UPDATED),
+        resource: fc.constantFrom(...resources),
+        old: fc.constantFrom(...resources),
+      }),
+      fc.record({ eventType: fc.constant(EventType.DESTROYED), resource: fc.constantFrom(...resources) }),
+      fc.record({ eventType: fc.constant(EventType.BOOTSTRAPPED) }),
+      fc.record({ eventType: fc.constant(EventType.ERRORED), error: str }),
+      fc.record({ eventType: fc.constant(EventType.NOOP) }),
+    );
+    const addressOf = (r: Resource | undefined) => {
+      const a = fixture.addresses.find((x) => x.id === r?.metadata?.id);
+      if (!a) throw new Error("fixture");
+      return decodeAddressStatus(a.id, encodeAddress(a).proto);
+    };
+    fc.assert(
+      fc.property(fc.array(event, { maxLength: 8 }), (events) => {
+        const bytes = toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: events }));
+        const want = events.flatMap((e) => {
+          const r = "resource" in e ? e.resource : undefined;
+          const id = r?.metadata?.id ?? "";
+          const version = r?.metadata?.version ?? "";
+          switch (e.eventType) {
+            case EventType.CREATED:
+              return [{ type: "created", id, version, resource: addressOf(r) }];
+            case EventType.UPDATED:
+              return [
+                {
+                  type: "updated",
+                  id,
+                  version,
+                  resource: addressOf(r),
+                  old: addressOf("old" in e ? e.old : undefined),
+                },
+              ];
+            case EventType.DESTROYED:
+              return [{ type: "destroyed", id, resource: addressOf(r) }];
+            case EventType.BOOTSTRAPPED:
+              return [{ type: "bootstrapped" }];
+            case EventType.ERRORED:
+              return [{ type: "errored", error: "error" in e ? e.error : "" }];
+            default:
+              return [];
+          }
+        });
+        expect(decodeWatchResponse("addresses", bytes)).toEqual(want as never);
+      }),
+      { numRuns: 300 },
     );
   });
 });

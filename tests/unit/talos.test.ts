@@ -35,6 +35,7 @@ import {
 import {
   EventType,
   GetResponseSchema,
+  type Resource,
   ResourceSchema,
   VersionResponseSchema,
   WatchResponseSchema,
@@ -382,6 +383,7 @@ describe("decoding hand-verified bytes", () => {
 });
 
 describe("resource envelopes", () => {
+  const bin = (r: Resource) => toBinary(ResourceSchema, r);
   const pm = loadFixture("aws").platformMetadata;
   const resource = (
     md: Record<string, unknown>,
@@ -412,19 +414,19 @@ describe("resource envelopes", () => {
     ["a phase other than running/tearingDown", { phase: "deleting" }, "phase"],
     ["a version that is not an integer", { version: "v3" }, "version"],
   ])("decodeResource() refuses %s", (_name, md, part) => {
-    expect(() => decodeResource("platformmetadata", resource(md))).toThrow(part);
+    expect(() => decodeResource("platformmetadata", bin(resource(md)))).toThrow(part);
   });
 
   test("decodeResource() refuses a missing metadata or spec, accepts tombstones when asked", () => {
-    expect(() => decodeResource("platformmetadata", create(ResourceSchema, {}))).toThrow(TalosDecodeError);
-    expect(() => decodeResource("platformmetadata", resource({}, null))).toThrow("no spec");
+    expect(() => decodeResource("platformmetadata", new Uint8Array())).toThrow(TalosDecodeError);
+    expect(() => decodeResource("platformmetadata", bin(resource({}, null)))).toThrow("no spec");
     const tomb = resource({ version: "undefined" }, new Uint8Array());
-    expect(decodeResource("platformmetadata", tomb, true)).toEqual({
+    expect(decodeResource("platformmetadata", bin(tomb), true)).toEqual({
       id: "platformmetadata",
       version: "undefined",
       spec: undefined,
     });
-    expect(decodeResource("platformmetadata", resource({ phase: "tearingDown" })).spec).toEqual(pm);
+    expect(decodeResource("platformmetadata", bin(resource({ phase: "tearingDown" }))).spec).toEqual(pm);
   });
 
   test("decodeWatchResponse() maps every event type", () => {
