@@ -1,9 +1,10 @@
-// The node-ipam controller's pure parts: when it needs Talos, how its configuration is completed
-// from Talos (with a stub client that counts calls), which addresses and IPs of a node it uses, the
-// set-once patch, and the pod capacity the Node cache keeps for it.
+// The node-ipam controller: when it needs Talos, how its configuration is completed from Talos
+// (with a stub client that counts calls), which addresses and IPs of a node it uses, the set-once
+// patch, the pod capacity the Node cache keeps for it, and startNodeIpam() against an in-memory API
+// server: occupy before allocate, concurrency, patch failures, races with other writers, exhaustion.
 
 import { describe, expect, test } from "bun:test";
-import { type LeanNode, leanNode } from "../../lib/cache.ts";
+import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
 import { CidrError, formatPrefix } from "../../lib/cidr.ts";
 import type { IpamOptions } from "../../lib/flags.ts";
 import {
@@ -12,7 +13,11 @@ import {
   nodeIpamConfig,
   nodeIpamNeedsTalos,
   podCIDRsPatch,
+  startNodeIpam,
 } from "../../lib/ipam.ts";
+import { KubeError } from "../../lib/kube.ts";
+import type { ControllerContext } from "../../lib/manager.ts";
+import { Registry } from "../../lib/metrics.ts";
 import type { TalosClient } from "../../lib/talos.ts";
 import type { AddressStatus, ControllerManagerConfig } from "../../lib/types.ts";
 
@@ -254,4 +259,237 @@ describe("leanNode()", () => {
       expect(leanNode({ metadata: { name: "n1" }, status }).status.maxPods).toBe(want);
     });
   }
+});
+
+// ---------------------------------------------------------------------------------------------
+// The controller against an in-memory API server: a Node store behind the informer interface and a
+// client whose PATCH applies the set-once JSON patch (or fails as a test asks).
+
+interface RawNode {
+  metadata: { name: string; uid: string; resourceVersion: string };
+  spec: { podCIDR?: string; podCIDRs?: string[]; taints?: Array<{ key: string; effect: string }> };
+  status: { addresses: Array<{ type: string; address: string }> };
+}
+
+type PatchHook = (name: string, attempt: number) => Promise<void> | void;
+
+/** A fake API server holding Nodes, with the informer and client views the controller uses. */
+class FakeWorld {
+  readonly raw = new Map<string, RawNode>();
+  readonly events: Array<{ name: string; type: string; reason: string; note: string }> = [];
+  readonly patches: Array<{ name: string; podCIDRs: string[] }> = [];
+  #handlers: Array<Handlers<LeanNode>> = [];
+  #rv = 1;
+  /** Runs before a PATCH is applied; throwing fails it. */
+  beforePatch: PatchHook = () => {};
+  #attempts = new Map<string, number>();
+
+  add(name: string, podCIDRs?: string[]): void {
+    const node: RawNode = {
+      metadata: { name, uid: `uid-${name}`, resourceVersion: String(this.#rv++) },
+      spec: podCIDRs ? { podCIDR: podCIDRs[0] as string, podCIDRs } : {},
+      status: { addresses: [{ type: "InternalIP", address: `192.168.0.${this.raw.size + 1}` }] },
+    };
+    this.raw.set(name, node);
+    for (const h of this.#handlers) h.onAdd?.(leanNode(node));
+  }
+
+  setPodCIDRs(name: string, podCIDRs: string[]): void {
+    const node = this.raw.get(name) as RawNode;
+    const old = leanNode(node);
+    node.spec = { ...node.spec, podCIDR: podCIDRs[0] as string, podCIDRs };
+    node.metadata.resourceVersion = String(this.#rv++);
+    for (const h of this.#handlers) h.onUpdate?.(old, leanNode(node));
+  }
+
+  remove(name: string): void {
+    const node = this.raw.get(name) as RawNode;
+    this.raw.delete(name);
+    for (const h of this.#handlers) h.onDelete?.(leanNode(node));
+  }
+
+  podCIDRs(name: string): string[] {
+    return this.raw.get(name)?.spec.podCIDRs ?? [];
+  }
+
+  readonly nodes = {
+    list: () => [...this.raw.values()].map(leanNode),
+    get: (name: string) => {
+      const n = this.raw.get(name);
+      return n ? leanNode(n) : undefined;
+    },
+    addHandlers: (h: Handlers<LeanNode>) => {
+      this.#handlers.push(h);
+      for (const n of this.raw.values()) h.onAdd?.(leanNode(n));
+    },
+  };
+
+  readonly client = {
+    patch: async (path: string, ops: Array<{ op: string; path: string; value: unknown }>) => {
+      const name = decodeURIComponent(path.split("/").pop() as string);
+      const attempt = (this.#attempts.get(name) ?? 0) + 1;
+      this.#attempts.set(name, attempt);
+      await this.beforePatch(name, attempt);
+      const node = this.raw.get(name);
+      if (!node) throw new KubeError(404, "NotFound", `nodes "${name}" not found`);
+      if (node.spec.podCIDRs || node.spec.podCIDR) {
+        throw new KubeError(
+          422,
+          "Invalid",
+          "the server rejected our request: testing value /spec/podCIDRs failed",
+        );
+      }
+      const podCIDRs = ops.find((o) => o.op === "add" && o.path === "/spec/podCIDRs")?.value as string[];
+      this.patches.push({ name, podCIDRs });
+      this.setPodCIDRs(name, podCIDRs);
+      return {};
+    },
+    get: async (path: string) => {
+      const name = decodeURIComponent(path.split("/").pop() as string);
+      const node = this.raw.get(name);
+      if (!node) throw new KubeError(404, "NotFound", `nodes "${name}" not found`);
+      return structuredClone(node);
+    },
+  };
+
+  readonly recorder = {
+    record: async (target: { name: string }, type: string, reason: string, _action: string, note: string) => {
+      this.events.push({ name: target.name, type, reason, note });
+    },
+  };
+
+  /** Starts the controller; returns its stop function (which waits for it to finish). */
+  start(over: Partial<IpamOptions>): () => Promise<void> {
+    const abort = new AbortController();
+    const ctx = {
+      options: { ipam: ipam({ clusterCidrs: ["10.244.0.0/16"], ...over }) },
+      client: this.client,
+      nodes: this.nodes,
+      events: this.recorder,
+      registry: new Registry(),
+      talos: undefined,
+    } as unknown as ControllerContext;
+    const done = startNodeIpam(ctx, abort.signal);
+    return async () => {
+      abort.abort();
+      await done;
+    };
+  }
+}
+
+async function until(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
+
+describe("startNodeIpam()", () => {
+  test("startNodeIpam() occupies what Nodes hold before the first allocation", async () => {
+    const world = new FakeWorld();
+    world.add("old", ["10.244.0.0/24"]);
+    world.add("new");
+    const stop = world.start({});
+    await until(() => world.podCIDRs("new").length > 0, "an allocation");
+    expect(world.podCIDRs("new")).toEqual(["10.244.1.0/24"]);
+    expect(world.podCIDRs("old")).toEqual(["10.244.0.0/24"]);
+    await stop();
+  });
+
+  test("startNodeIpam() never gives two nodes handled concurrently the same range", async () => {
+    const world = new FakeWorld();
+    world.beforePatch = () => Bun.sleep(Math.random() * 20);
+    for (let i = 0; i < 60; i++) world.add(`n${i}`);
+    const stop = world.start({});
+    await until(() => world.patches.length === 60, "60 patches");
+    const cidrs = world.patches.map((p) => p.podCIDRs[0]);
+    expect(new Set(cidrs).size).toBe(60);
+    await stop();
+  });
+
+  test("startNodeIpam() keeps the range across failed patches of unknown outcome and retries with it", async () => {
+    const world = new FakeWorld();
+    world.beforePatch = (name, attempt) => {
+      if (name === "slow" && attempt <= 3) throw new KubeError(500, "InternalError", "etcd timeout");
+    };
+    world.add("slow");
+    const stop = world.start({});
+    await until(() => world.podCIDRs("slow").length > 0, "the retried patch", 10_000);
+    const first = world.podCIDRs("slow")[0];
+    world.add("other");
+    await until(() => world.podCIDRs("other").length > 0, "the second node");
+    expect(first).toBe("10.244.0.0/24");
+    expect(world.podCIDRs("other")).toEqual(["10.244.1.0/24"]);
+    expect(world.events.filter((e) => e.reason === "CIDRAssignmentFailed").map((e) => e.name)).toEqual([
+      "slow",
+    ]);
+    await stop();
+  });
+
+  test("startNodeIpam() releases the range of a refused patch", async () => {
+    const world = new FakeWorld();
+    world.beforePatch = (name, attempt) => {
+      if (name === "refused" && attempt === 1) throw new KubeError(403, "Forbidden", "not allowed");
+    };
+    world.add("refused");
+    // Two ranges only: had the refused attempt leaked its range, "late" would find none.
+    const stop = world.start({ clusterCidrs: ["10.250.0.0/23"], nodeCidrMaskSize: 24 });
+    await until(() => world.podCIDRs("refused").length > 0, "the retry");
+    expect(world.podCIDRs("refused")).toEqual(["10.250.1.0/24"]);
+    expect(world.events.filter((e) => e.reason === "CIDRAssignmentFailed").map((e) => e.name)).toEqual([
+      "refused",
+    ]);
+    world.add("late");
+    await until(() => world.podCIDRs("late").length > 0, "the released range");
+    expect(world.podCIDRs("late")).toEqual(["10.250.0.0/24"]);
+    await stop();
+  });
+
+  test("startNodeIpam() takes over CIDRs another writer set first instead of overwriting them", async () => {
+    const world = new FakeWorld();
+    world.beforePatch = (name, attempt) => {
+      if (name === "raced" && attempt === 1) world.setPodCIDRs("raced", ["10.244.7.0/24"]);
+    };
+    world.add("raced");
+    const stop = world.start({});
+    await until(() => world.podCIDRs("raced").length > 0, "the raced node");
+    await Bun.sleep(50);
+    world.add("next");
+    await until(() => world.podCIDRs("next").length > 0, "the next node");
+    expect(world.podCIDRs("raced")).toEqual(["10.244.7.0/24"]);
+    expect(world.patches.map((p) => p.name)).toEqual(["next"]);
+    // The range tentatively taken for "raced" went back to the pool: it is the next one handed out.
+    expect(world.podCIDRs("next")).toEqual(["10.244.1.0/24"]);
+    await stop();
+  });
+
+  test("startNodeIpam() records CIDRNotAvailable when exhausted and serves the node once a Node is deleted", async () => {
+    const world = new FakeWorld();
+    world.add("a");
+    world.add("b");
+    const stop = world.start({ clusterCidrs: ["10.250.0.0/23"], nodeCidrMaskSize: 24 });
+    await until(() => world.patches.length === 2, "two allocations");
+    world.add("c");
+    await until(
+      () => world.events.some((e) => e.name === "c" && e.reason === "CIDRNotAvailable"),
+      "the event",
+    );
+    expect(world.events.find((e) => e.reason === "CIDRNotAvailable")?.type).toBe("Warning");
+    expect(world.podCIDRs("c")).toEqual([]);
+    const freed = world.podCIDRs("a");
+    world.remove("a");
+    await until(() => world.podCIDRs("c").length > 0, "the freed range");
+    expect(world.podCIDRs("c")).toEqual(freed);
+    await stop();
+  });
+
+  test("startNodeIpam() does nothing without --allocate-node-cidrs", async () => {
+    const world = new FakeWorld();
+    world.add("n");
+    const stop = world.start({ allocateNodeCidrs: false });
+    await Bun.sleep(50);
+    expect(world.patches).toEqual([]);
+    await stop();
+  });
 });
