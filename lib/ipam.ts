@@ -3,6 +3,7 @@
 // it Nodes and patches what it returns (startNodeIpam); nothing else touches CIDR state. The Talos
 // client is only used, and only loaded, when the configuration needs it.
 
+import { PROVIDED_NODE_IP_ANNOTATION } from "./addresses.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
@@ -506,8 +507,6 @@ export class Allocator {
 
 const log = logger("node-ipam");
 
-/** The kubelet's `--node-ip` values, comma-separated. */
-const PROVIDED_NODE_IP = "alpha.kubernetes.io/provided-node-ip";
 /** Registered by kubelets with `--cloud-provider=external`; the CloudAllocator waits for its removal. */
 const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
 /** Links that do not carry the node's own network (talos-api.md §3); `dummy*` is matched by prefix. */
@@ -599,7 +598,9 @@ export function ipamAddresses(statuses: readonly AddressStatus[]): string[] {
  */
 export function nodeIPsOf(node: LeanNode): string[] {
   const of = (type: string) => node.status.addresses.filter((a) => a.type === type).map((a) => a.address);
-  const provided = (node.metadata.annotations[PROVIDED_NODE_IP] ?? "").split(",").map((s) => s.trim());
+  const provided = (node.metadata.annotations[PROVIDED_NODE_IP_ANNOTATION] ?? "")
+    .split(",")
+    .map((s) => s.trim());
   return [...new Set([...of("InternalIP"), ...of("ExternalIP"), ...provided])].filter((s) => s !== "");
 }
 
