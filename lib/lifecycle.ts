@@ -8,14 +8,15 @@
 // re-checked against a fresh read and guarded by preconditions.
 
 import type { V1Node } from "@kubernetes/client-node";
+import { nodeIPs } from "./addresses.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
-import { formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { ControllerContext } from "./manager.ts";
 import type { Counter, Registry } from "./metrics.ts";
+import { instanceFacts, isUninitialized, LABELS, PROVIDER_NAME } from "./node.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import { transform } from "./transform.ts";
@@ -32,19 +33,11 @@ export const SHUTDOWN_TAINT: Readonly<Taint> = {
 /** Nodes with this label (any value) are left alone, as upstream. */
 export const EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-lifecycle-management";
 
-/** Written by the cloud-node controller: the node's Talos platform. */
-export const PLATFORM_LABEL = "node.cloudprovider.kubernetes.io/platform";
-
-/** Written by the cloud-node controller: `spot` on spot/preemptible instances. */
-export const LIFECYCLE_LABEL = "node.cloudprovider.kubernetes.io/lifecycle";
-
 /** Nodes younger than this always exist (the reference's `initializedNodeDelay`). */
 export const INITIALIZED_NODE_DELAY_MS = 30_000;
 
-const UNINITIALIZED_TAINT_KEY = "node.cloudprovider.kubernetes.io/uninitialized";
-const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
 /** providerIDs the CCM derives from the node IP (`talos://<platform>/<ip>`): they name no instance. */
-const DERIVED_PROVIDER_ID_PREFIX = "talos://";
+const DERIVED_PROVIDER_ID_PREFIX = `${PROVIDER_NAME}://`;
 
 /** Deadline of one Talos call of a probe; a dead node must not hold a worker for long. */
 const PROBE_TIMEOUT_MS = 5_000;
@@ -107,11 +100,12 @@ export interface LifecycleFacts {
   shutdown?: boolean;
 }
 
-const hasTaint = (node: LeanNode, key: string, effect?: string): boolean =>
-  node.spec.taints.some((t) => t.key === key && (effect === undefined || t.effect === effect));
+/** Whether `t` is the shutdown taint: key and effect, as upstream's MatchTaint. */
+const isShutdownTaint = (t: { key: string; effect: string }): boolean =>
+  t.key === SHUTDOWN_TAINT.key && t.effect === SHUTDOWN_TAINT.effect;
 
 const isGcpSpot = (node: LeanNode): boolean =>
-  node.metadata.labels[PLATFORM_LABEL] === "gcp" && node.metadata.labels[LIFECYCLE_LABEL] === "spot";
+  node.metadata.labels[LABELS.platform] === "gcp" && node.metadata.labels[LABELS.lifecycle] === "spot";
 
 /**
  * Whether a node counts as Ready: its Ready condition is True. An absent condition is Unknown, as
@@ -168,8 +162,7 @@ function existence(node: LifecycleNode, now: number, probe: InstanceProbe | unde
   const name = node.metadata.name;
   const providerID = node.spec.providerID ?? "";
   if (providerID === "") return exists("NoProviderID", `node ${name} has no providerID yet`);
-  if (hasTaint(node, UNINITIALIZED_TAINT_KEY))
-    return exists("Uninitialized", `node ${name} is not initialized yet`);
+  if (isUninitialized(node)) return exists("Uninitialized", `node ${name} is not initialized yet`);
   const ageMs = now - Date.parse(node.metadata.creationTimestamp);
   // NaN (no or bad timestamp) compares false: such a node counts as young.
   if (!(ageMs >= INITIALIZED_NODE_DELAY_MS)) {
@@ -195,12 +188,15 @@ function existence(node: LifecycleNode, now: number, probe: InstanceProbe | unde
   if (same !== undefined)
     return exists("SameInstance", `Talos on ${id.nodeIP} describes node ${name}'s own instance: ${same}`);
   if (id.rawProviderID === "" && id.providerID.startsWith(DERIVED_PROVIDER_ID_PREFIX)) {
-    return exists("NoInstanceIdentity", `Talos on ${id.nodeIP} reports no instance identity to compare with`);
+    return exists(
+      "NoInstanceIdentity",
+      `Talos on ${id.nodeIP} reports no instance identity to compare with node ${name}'s`,
+    );
   }
   return {
     exists: false,
     reason: "InstanceReplaced",
-    message: `node IP ${id.nodeIP} now belongs to instance ${id.providerID}, not to ${providerID}: the node's instance was replaced`,
+    message: `node ${name}'s IP ${id.nodeIP} now answers for instance ${id.providerID}, not ${providerID}: the node's instance was replaced`,
   };
 }
 
@@ -236,7 +232,7 @@ export function decideLifecycle(
   if (node.metadata.deletionTimestamp) {
     return { action: "none", reason: "Terminating", message: `node ${name} is being deleted` };
   }
-  const tainted = hasTaint(node, SHUTDOWN_TAINT.key, SHUTDOWN_TAINT.effect);
+  const tainted = node.spec.taints.some(isShutdownTaint);
   if (isReady(node)) {
     return tainted
       ? { action: "removeShutdownTaint", reason: "Ready", message: `node ${name} is Ready` }
@@ -260,10 +256,11 @@ export function decideLifecycle(
 
 /**
  * The identity the machine at `nodeIP` claims: its providerID as the cloud-node controller would
- * write it now (Talos' providerId, else `talos://<platform>/<nodeIP>`, then the rules' overrides),
- * next to the raw facts that do not depend on the rules.
+ * write it now ({@link instanceFacts}, then the rules' overrides), next to the raw facts that do not
+ * depend on the rules.
  * @param config the current cloud config (its rules may override ProviderID).
  * @param nodeName the Node's name (the hostname fallback rules see).
+ * @param registry where the transformer metrics go (the process registry by default).
  */
 export function instanceIdentity(
   config: Pick<CompiledConfig, "transformations">,
@@ -273,14 +270,9 @@ export function instanceIdentity(
   systemInformation: SystemInformation | undefined,
   registry?: Registry,
 ): InstanceIdentity {
-  const providerId = metadata.providerId || `${DERIVED_PROVIDER_ID_PREFIX}${metadata.platform}/${nodeIP}`;
-  const facts = { platformMetadata: { ...metadata, providerId }, addresses: [] };
-  const result = transform(
-    config,
-    systemInformation ? { ...facts, systemInformation } : facts,
-    nodeName,
-    registry ? { registry } : {},
-  );
+  const raw = { platformMetadata: metadata, addresses: [] };
+  const facts = instanceFacts(systemInformation ? { ...raw, systemInformation } : raw, nodeIP, nodeName);
+  const result = transform(config, facts, nodeName, registry ? { registry } : {});
   return {
     nodeIP,
     providerID: result.platformMetadata.providerId,
@@ -288,28 +280,6 @@ export function instanceIdentity(
     instanceID: metadata.instanceId,
     systemUUID: systemInformation?.uuid ?? "",
   };
-}
-
-/**
- * The IPs to ask Talos on: the kubelet's provided-node-ip annotation, else the InternalIP
- * addresses; at most one per family, IPv4 first unless `preferIPv6`, as the cloud-node controller
- * orders them.
- */
-export function nodeIPs(node: LeanNode, preferIPv6: boolean): string[] {
-  const annotation = node.metadata.annotations[PROVIDED_NODE_IP_ANNOTATION];
-  const candidates =
-    annotation !== undefined
-      ? annotation.split(",").map((s) => s.trim())
-      : node.status.addresses.filter((a) => a.type === "InternalIP").map((a) => a.address);
-  let v4: IPAddress | undefined;
-  let v6: IPAddress | undefined;
-  for (const c of candidates) {
-    const ip = tryParseIP(c);
-    if (ip?.family === 4) v4 ??= ip;
-    else if (ip?.family === 6) v6 ??= ip;
-  }
-  const ordered = preferIPv6 ? [v6, v4] : [v4, v6];
-  return ordered.filter((ip): ip is IPAddress => ip !== undefined).map(formatIP);
 }
 
 /**
@@ -473,7 +443,10 @@ export class LifecycleController {
     const talos = this.#opts.talos;
     if (!talos) return { ok: false, error: "no Talos API configured" };
     const config = this.#opts.config.current;
-    const ips = nodeIPs(node, config.global.preferIPv6);
+    const { ips } = nodeIPs(
+      { annotations: node.metadata.annotations, addresses: node.status.addresses },
+      config.global.preferIPv6,
+    );
     const callOpts = {
       attempts: 1,
       timeoutMs: PROBE_TIMEOUT_MS,
@@ -517,12 +490,9 @@ export class LifecycleController {
         if (isNotFound(err)) return;
         throw err;
       }
-      const taints = (fresh.spec?.taints ?? []) as Taint[];
-      const present = taints.some((t) => t.key === SHUTDOWN_TAINT.key && t.effect === SHUTDOWN_TAINT.effect);
-      if (present === add) return;
-      const next = add
-        ? [...taints, { ...SHUTDOWN_TAINT }]
-        : taints.filter((t) => !(t.key === SHUTDOWN_TAINT.key && t.effect === SHUTDOWN_TAINT.effect));
+      const taints = fresh.spec?.taints ?? [];
+      if (taints.some(isShutdownTaint) === add) return;
+      const next = add ? [...taints, { ...SHUTDOWN_TAINT }] : taints.filter((t) => !isShutdownTaint(t));
       try {
         await this.#opts.client.patch(
           path,
@@ -532,12 +502,10 @@ export class LifecycleController {
       } catch (err) {
         if (isNotFound(err)) return;
         if (isConflict(err) && attempt < TAINT_PATCH_ATTEMPTS) continue;
-        throw new Error(
-          `Cannot ${add ? "add" : "remove"} the shutdown taint on node ${name}: ${(err as Error).message}`,
-          {
-            cause: err,
-          },
-        );
+        const action = add ? "add" : "remove";
+        throw new Error(`Cannot ${action} the shutdown taint on node ${name}: ${(err as Error).message}`, {
+          cause: err,
+        });
       }
       this.#taintChanges.inc({ action: add ? "add" : "remove" });
       log.info(add ? "Added shutdown taint" : "Removed shutdown taint", {
