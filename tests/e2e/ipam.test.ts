@@ -21,7 +21,7 @@ import {
 import { podCIDRsPatch } from "../../lib/ipam.ts";
 import { KubeError, PATCH } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
-import { TestCluster, waitFor } from "../support/cluster.ts";
+import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeNodeSpec,
   generatedNodeIP,
@@ -60,14 +60,15 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Starts the binary with node-ipam only; `args` add the IPAM flags. */
-function ccm(args: string[]): CcmProcess {
+/** Starts the binary with node-ipam only; `args` add the IPAM flags; /metrics is open on `securePort`. */
+function ccm(args: string[], securePort = 0): CcmProcess {
   const p = new CcmProcess(
     [
       `--kubeconfig=${cluster.adminKubeconfig}`,
       "--controllers=nodeipam",
       "--leader-elect=false",
-      "--secure-port=0",
+      `--secure-port=${securePort}`,
+      "--authorization-always-allow-paths=/healthz,/metrics",
       "--allocate-node-cidrs",
       "--kube-api-qps=200",
       "--kube-api-burst=200",
@@ -327,9 +328,10 @@ describe("a restart in the middle of 200 allocations", () => {
 describe("IPv4-only clusters", () => {
   afterAll(deleteTestNodes);
 
-  test("exhaustion gives a CIDRNotAvailable Event, never a crash; a deleted node's range is reused; no Talos call", async () => {
+  test("exhaustion gives a CIDRNotAvailable Event and upstream's metrics, never a crash; a deleted node's range is reused; no Talos call", async () => {
     apid.resetCalls();
-    const p = ccm(["--cluster-cidr=10.250.0.0/23", "--node-cidr-mask-size=24"]);
+    const port = await freePort();
+    const p = ccm(["--cluster-cidr=10.250.0.0/23", "--node-cidr-mask-size=24"], port);
     await p.waitForLog(/Starting node IPAM/);
     const nodes = [0, 1, 2].map((i) => ({ name: `exhaust-${i}`, nodeIPs: [generatedNodeIP(900 + i)] }));
     const got: string[][] = [];
@@ -357,6 +359,14 @@ describe("IPv4-only clusters", () => {
     expect(events[0]?.note).toContain("10.250.0.0/23");
     expect(await podCIDRs("exhaust-2")).toEqual([]);
     expect(p.exitCode).toBeNull();
+    const metrics = await (
+      await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })
+    ).text();
+    expect(metrics).toContain('node_ipam_controller_cidrset_usage_cidrs{clusterCIDR="10.250.0.0/23"} 1\n');
+    expect(metrics).toContain('node_ipam_controller_cirdset_max_cidrs{clusterCIDR="10.250.0.0/23"} 2\n');
+    expect(metrics).toContain(
+      'node_ipam_controller_cidrset_cidrs_allocations_total{clusterCIDR="10.250.0.0/23"} 2\n',
+    );
 
     await cluster.adminClient.delete("/api/v1/nodes/exhaust-0");
     expect(await waitForPodCIDRs("exhaust-2")).toEqual(got[0] as string[]);
@@ -395,7 +405,7 @@ describe("start-up", () => {
     const code = await p.proc.exited;
     running.delete(p);
     apid.setControllerManagerConfig(TALOS_SUBNETS);
-    expect(code).not.toBe(0);
+    expect(code).toBe(1);
     expect(p.output).toContain(
       "Cannot configure node IPAM: --node-cidr-mask-size-ipv6 is not allowed for a single-stack IPv4 cluster",
     );
