@@ -698,16 +698,16 @@ describe("parseConfig() fuzzing", () => {
   test("parseConfig() of random config-shaped documents returns or throws ConfigError, nothing else", () => {
     fc.assert(
       fc.property(config, (doc) => onlyConfigErrors(stringify(doc))),
-      { numRuns: 500 },
+      { numRuns: 300 },
     );
   });
 
   test("parseConfig() of random JSON values and random text returns or throws ConfigError, nothing else", () => {
     fc.assert(
       fc.property(fc.jsonValue(), (doc) => onlyConfigErrors(stringify(doc))),
-      { numRuns: 300 },
+      { numRuns: 200 },
     );
-    fc.assert(fc.property(fc.string({ unit: "binary", maxLength: 200 }), onlyConfigErrors), { numRuns: 300 });
+    fc.assert(fc.property(fc.string({ unit: "binary", maxLength: 200 }), onlyConfigErrors), { numRuns: 200 });
     fc.assert(
       fc.property(
         fc.array(
@@ -732,7 +732,7 @@ describe("parseConfig() fuzzing", () => {
         ),
         (parts) => onlyConfigErrors(parts.join("")),
       ),
-      { numRuns: 300 },
+      { numRuns: 200 },
     );
   });
 });

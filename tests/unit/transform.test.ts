@@ -343,6 +343,22 @@ describe("transform() errors", () => {
     ]);
   });
 
+  test("transform() reports a field the data lacks as a template error, as the reference's struct does", () => {
+    const config = parseConfig(
+      'transformations:\n  - name: typo\n    labels: {a: "{{ .Hostnme }}", b: "{{ .Hostname }}"}\n',
+    );
+    const r = run(config, facts());
+    expect(r.labels).toEqual({ b: "web-1" });
+    expect(r.errors).toEqual([
+      {
+        rule: "typo",
+        field: "labels",
+        key: "a",
+        reason: expect.stringContaining("can't evaluate field Hostnme"),
+      },
+    ]);
+  });
+
   test("transform() keeps the annotations it produces within Kubernetes' 256 KiB budget", () => {
     const big = "x".repeat(100 * 1024);
     const config = {
@@ -430,7 +446,7 @@ describe("transform() errors", () => {
         const r = run(config, { platformMetadata: pm, addresses: [] }, node);
         expect(r.platformMetadata.hostname).toBe(pm.hostname || node);
       }),
-      { numRuns: 300 },
+      { numRuns: 200 },
     );
   });
 });
