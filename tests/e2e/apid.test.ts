@@ -22,7 +22,7 @@ import {
   WatchResponseSchema,
 } from "../../lib/talos_pb.ts";
 import { FakeApid } from "../support/apid.ts";
-import { loadFixture } from "../support/fixtures.ts";
+import { generateNodes, loadFixture } from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";
 
 const PM = RESOURCES.platformmetadata;
@@ -480,6 +480,26 @@ describe("FakeApid Watch", () => {
       apid.setDown(RPI_IP, false);
     }
     expect((await get(client, PM, RPI_IP)).metadata?.id).toBe(PM.id);
+  });
+});
+
+describe("FakeApid at benchmark scale", () => {
+  test("5,000 generated nodes, each reachable under its own IP", async () => {
+    const own = await FakeApid.start();
+    const c = clientFor(await own.talosconfig());
+    try {
+      const nodes = generateNodes(5000, { template: "gcp" });
+      own.addNodes(nodes);
+      expect(own.nodeCount).toBe(5000);
+      for (const n of [nodes[0], nodes[2500], nodes[4999]]) {
+        const r = await get(c, PM, n?.nodeIPs[0] as string);
+        const spec = fromBinary(PlatformMetadataSpecSchema, r.spec?.protoSpec ?? new Uint8Array());
+        expect(spec.hostname).toBe(n?.name as string);
+      }
+    } finally {
+      c.close();
+      await own.stop();
+    }
   });
 });
 

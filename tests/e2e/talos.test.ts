@@ -21,7 +21,7 @@ import {
   TalosPermissionError,
   type TalosWatchEvent,
 } from "../../lib/talos.ts";
-import { type ApidMethod, FakeApid } from "../support/apid.ts";
+import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
 import { type FakeAddress, fixtureNames, loadFixture, normalizeAddress } from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";
 
@@ -195,6 +195,23 @@ describe("calls", () => {
       expect(got.length).toBe(10_000);
       expect(new Set(got.map((a) => a.id)).size).toBe(10_000);
       expect(got[9_999]?.address).toBe("10.0.39.15/8");
+    } finally {
+      await own.stop();
+    }
+  });
+  test("a 5 MiB resource passes the raised receive limit (grpc-js stops at 4 MiB by default)", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
+    try {
+      const pm = loadFixture("aws").platformMetadata;
+      own.setRawResource(AWS, {
+        namespace: RESOURCES.platformmetadata.namespace,
+        type: RESOURCES.platformmetadata.type,
+        id: "platformmetadata",
+        protoSpec: encodePlatformMetadata(pm).proto,
+        yamlSpec: `note: ${"x".repeat(5 << 20)}\n`,
+      });
+      const { client } = await clientFor(own);
+      expect(await client.platformMetadata(AWS)).toEqual(pm);
     } finally {
       await own.stop();
     }
@@ -595,6 +612,36 @@ describe("watch", () => {
     } finally {
       await own.stop();
     }
+  });
+
+  test.each([
+    ["Unavailable", GrpcStatus.UNAVAILABLE],
+    ["DeadlineExceeded", GrpcStatus.DEADLINE_EXCEEDED],
+    ["Internal failed proxying", GrpcStatus.INTERNAL],
+    ["Canceled by the proxy", GrpcStatus.CANCELLED],
+  ])("a watch resubscribes after %s", async (_name, code) => {
+    const { client } = await clientFor();
+    apid.failNext(GCP, "Watch", code, 2, "failed proxying: stream reset");
+    const w = collect(client, GCP, "platformmetadata");
+    try {
+      await until(() => w.types().includes("created"), "state after the failures");
+      expect(w.types()).toEqual(["errored", "created"]);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  test.each([
+    ["Unimplemented", GrpcStatus.UNIMPLEMENTED, "unimplemented"],
+    ["InvalidArgument", GrpcStatus.INVALID_ARGUMENT, "invalid"],
+    ["NotFound", GrpcStatus.NOT_FOUND, "not-found"],
+  ])("a watch ends on %s", async (_name, code, want) => {
+    const { client } = await clientFor();
+    apid.failNext(GCP, "Watch", code, 1);
+    const w = collect(client, GCP, "platformmetadata");
+    await until(() => w.ended, "end");
+    expect((w.error as TalosError).code).toBe(want as TalosError["code"]);
+    expect(w.events).toEqual([]);
   });
 
   test("PermissionDenied ends the watch with a typed error", async () => {

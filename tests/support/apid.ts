@@ -122,6 +122,8 @@ interface Stored {
   updated: number;
   owner: string;
   data: SpecData;
+  /** encodeData(data), made on first use: nodes nobody asks about stay small. */
+  encoded?: { proto: Uint8Array; yaml: string } | undefined;
 }
 
 interface NodeState {
@@ -176,6 +178,38 @@ export function ipBytes(ip: IPAddress): Uint8Array {
   return out;
 }
 
+const PLAIN = /^[A-Za-z0-9_./][A-Za-z0-9_./:,+ -]*$/;
+const YAML_WORDS = /^(true|false|yes|no|on|off|null|~|y|n)$/i;
+
+/** A YAML scalar: plain when unambiguous, else a JSON string (valid YAML double-quoted). */
+function yamlScalar(v: string | number | boolean): string {
+  if (typeof v !== "string") return String(v);
+  const plain =
+    PLAIN.test(v) && !v.endsWith(" ") && !v.includes(": ") && !YAML_WORDS.test(v) && Number.isNaN(Number(v));
+  return plain ? v : JSON.stringify(v);
+}
+
+/**
+ * Renders a flat spec (scalars, string lists, string maps) as YAML. Much faster than a general
+ * YAML writer, which matters when a benchmark serves thousands of nodes.
+ */
+export function renderYaml(obj: Record<string, unknown>): string {
+  let out = "";
+  for (const [k, v] of Object.entries(obj)) {
+    if (Array.isArray(v)) {
+      out += v.length ? `${k}:\n${v.map((x) => `    - ${yamlScalar(String(x))}\n`).join("")}` : `${k}: []\n`;
+    } else if (typeof v === "object" && v !== null) {
+      const entries = Object.entries(v);
+      out += entries.length
+        ? `${k}:\n${entries.map(([mk, mv]) => `    ${yamlScalar(mk)}: ${yamlScalar(String(mv))}\n`).join("")}`
+        : `${k}: {}\n`;
+    } else if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") {
+      out += `${k}: ${yamlScalar(v)}\n`;
+    }
+  }
+  return out;
+}
+
 function omitEmpty(obj: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(obj)) {
@@ -192,14 +226,14 @@ export function encodePlatformMetadata(m: PlatformMetadata): { proto: Uint8Array
     PlatformMetadataSpecSchema,
     create(PlatformMetadataSpecSchema, { ...m, internalDns: m.internalDNS, externalDns: m.externalDNS }),
   );
-  return { proto, yaml: stringify(omitEmpty({ ...m })) };
+  return { proto, yaml: renderYaml(omitEmpty({ ...m })) };
 }
 
 /** proto_spec and yaml_spec of a SystemInformation. */
 export function encodeSystemInformation(s: SystemInformation): { proto: Uint8Array; yaml: string } {
   const proto = toBinary(SystemInformationSpecSchema, create(SystemInformationSpecSchema, s));
   const { serialNumber, ...rest } = s;
-  return { proto, yaml: stringify(omitEmpty({ ...rest, serialnumber: serialNumber })) };
+  return { proto, yaml: renderYaml(omitEmpty({ ...rest, serialnumber: serialNumber })) };
 }
 
 /** proto_spec and yaml_spec of an AddressStatus; NetIP fields in the current (message) form. */
@@ -222,7 +256,7 @@ export function encodeAddress(a: FakeAddress): { proto: Uint8Array; yaml: string
       priority: a.priority,
     }),
   );
-  const yaml = stringify({
+  const yaml = renderYaml({
     address: a.address,
     ...(a.local === undefined ? {} : { local: a.local }),
     linkIndex: a.linkIndex,
@@ -244,7 +278,7 @@ export function encodeControllerManagerConfig(c: ControllerManagerConfig): {
     ControllerManagerConfigSpecSchema,
     create(ControllerManagerConfigSpecSchema, { podCidrs: c.podCIDRs, serviceCidrs: c.serviceCIDRs }),
   );
-  return { proto, yaml: stringify({ enabled: true, podCIDRs: c.podCIDRs, serviceCIDRs: c.serviceCIDRs }) };
+  return { proto, yaml: renderYaml({ enabled: true, podCIDRs: c.podCIDRs, serviceCIDRs: c.serviceCIDRs }) };
 }
 
 function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
@@ -673,12 +707,10 @@ export class FakeApid {
     const now = this.#clock;
     const old = byId.get(id);
     const next: Stored = old
-      ? { ...old, version: old.version + 1, updated: now, data }
+      ? { ...old, version: old.version + 1, updated: now, data, encoded: undefined }
       : { namespace, type, id, version: 1, created: now, updated: now, owner: OWNERS[data.kind], data };
     byId.set(id, next);
-    this.#emit(
-      node,
-      next,
+    this.#emit(node, next, () =>
       old
         ? { eventType: EventType.UPDATED, resource: this.#resource(next), old: this.#resource(old) }
         : { eventType: EventType.CREATED, resource: this.#resource(next) },
@@ -691,14 +723,15 @@ export class FakeApid {
     const old = byId?.get(id);
     if (!byId || !old) return;
     byId.delete(id);
-    this.#emit(node, old, {
+    this.#emit(node, old, () => ({
       eventType: EventType.DESTROYED,
       resource: this.#resource({ ...old, version: old.version + 1 }),
-    });
+    }));
   }
 
   #resource(s: Stored): Resource {
-    const { proto, yaml } = encodeData(s.data);
+    s.encoded ??= encodeData(s.data);
+    const { proto, yaml } = s.encoded;
     return create(ResourceSchema, {
       metadata: {
         namespace: s.namespace,
@@ -723,14 +756,20 @@ export class FakeApid {
     });
   }
 
-  #emit(node: NodeState, s: Stored, event: Partial<Event>): void {
-    if (this.#subs.size === 0) return;
-    const bytes = Buffer.from(toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: [event] })));
-    for (const sub of this.#subs) {
-      if (sub.node !== node || sub.namespace !== s.namespace || sub.type !== s.type) continue;
-      if (sub.id !== undefined && sub.id !== s.id) continue;
-      sub.call.write(bytes);
-    }
+  /** Sends an event to the watches of `s`; the event is built only when someone watches. */
+  #emit(node: NodeState, s: Stored, event: () => Partial<Event>): void {
+    const subs = [...this.#subs].filter(
+      (sub) =>
+        sub.node === node &&
+        sub.namespace === s.namespace &&
+        sub.type === s.type &&
+        (sub.id === undefined || sub.id === s.id),
+    );
+    if (subs.length === 0) return;
+    const bytes = Buffer.from(
+      toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: [event()] })),
+    );
+    for (const sub of subs) sub.call.write(bytes);
   }
 
   #cut(node: NodeState, why: string): void {
