@@ -266,6 +266,18 @@ transformations:
     expect(err3.issues[3]?.message).toStartWith('invalid template "{{ .InstanceID": ');
   });
 
+  test("parseConfig() refuses a bad constant regex inside a template at load", () => {
+    const err = fails(
+      `transformations:\n  - annotations:\n      example.com/id: '{{ regexFind "([" .Hostname }}'\n`,
+    );
+    expect(err.issues.map((i) => [i.path, i.line])).toEqual([
+      ['transformations[0].annotations["example.com/id"]', 3],
+    ]);
+    expect(err.issues[0]?.message).toStartWith(
+      `invalid template ${JSON.stringify('{{ regexFind "([" .Hostname }}')}: `,
+    );
+  });
+
   test.each([
     ["global: 5", "global", 'expected a mapping, got "5"'],
     ["- a", "", "expected a mapping, got a list"],
