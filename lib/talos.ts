@@ -1,9 +1,9 @@
 // Talos machine API (apid) client: talosconfig loading (search order, endpoints, Ed25519 label
 // fix), one gRPC channel per endpoint shared by every call and watch, round-robin with failover,
 // COSI Get/List/Watch of the resources a CCM reads, retries by status code, certificate rotation,
-// decoding into the plain types of lib/types.ts, and the `talosccm_api_*` metrics.
-// grpc-js is imported on the first call only: it costs ~16 MB RSS, and config loading and
-// decoding must work without it.
+// a wire-level codec into the plain types of lib/types.ts, and the `talosccm_api_*` metrics.
+// Memory: grpc-js (~16 MB RSS) is imported on the first call only, so config loading and decoding
+// work without it; the generated lib/talos_pb.ts (~10 MB under Bun) is not imported at all.
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { existsSync, type FSWatcher, watch as fsWatch, readFileSync, statSync } from "node:fs";
@@ -1012,7 +1012,6 @@ function fileStamp(path: string): string {
 
 /** The channels built from one talosconfig; replaced as a whole when the file changes. */
 interface Generation {
-  config: TalosConfig;
   channels: Array<{ endpoint: TalosEndpoint; client: Grpc.Client }>;
   /** Unary calls and streams running on these channels. */
   inFlight: number;
@@ -1428,7 +1427,7 @@ export class TalosClient {
       if (ip) options["grpc.ssl_target_name_override"] = IP_ENDPOINT_SNI;
       return { endpoint, client: new grpc.Client(endpointTarget(endpoint), creds, options) };
     });
-    this.#generation = { config, channels, inFlight: 0, retired: false };
+    this.#generation = { channels, inFlight: 0, retired: false };
     return this.#generation;
   }
 
