@@ -249,7 +249,7 @@ export function decideLifecycle(
     ? {
         action: "removeShutdownTaint",
         reason: e.reason,
-        message: `node ${name} is not shut down; ${e.message}`,
+        message: `node ${name} is NotReady and not shut down`,
       }
     : { action: "none", reason: e.reason, message: e.message };
 }
