@@ -798,8 +798,11 @@ export class CloudNodeController {
   readonly #facts: TalosFacts;
   readonly #m: ReturnType<typeof controllerMetrics>;
   readonly #log: Logger;
-  /** Nodes just written, by the resourceVersion the write was based on: that version is stale now. */
-  readonly #written = new Map<string, string>();
+  /**
+   * Nodes just written, with the resourceVersions that do not show our writes yet (the one the
+   * writes were based on, and the one after the status write): reconciling on those would redo them.
+   */
+  readonly #stale = new Map<string, Set<string>>();
   #stopped = false;
 
   constructor(opts: CloudNodeOptions) {
@@ -837,7 +840,7 @@ export class CloudNodeController {
       onDelete: (n) => {
         if (this.#stopped) return;
         this.#facts.forget(n.metadata.name);
-        this.#written.delete(n.metadata.name);
+        this.#stale.delete(n.metadata.name);
       },
     });
     signal.addEventListener("abort", () => this.#queue.shutDown(), { once: true });
@@ -864,12 +867,12 @@ export class CloudNodeController {
     const node = this.#opts.nodes.get(name);
     if (!node || node.metadata.deletionTimestamp) {
       this.#facts.forget(name);
-      this.#written.delete(name);
+      this.#stale.delete(name);
       return;
     }
     // Our last write is not in the cache yet; the informer's update re-queues the node.
-    if (this.#written.get(name) === node.metadata.resourceVersion) return;
-    this.#written.delete(name);
+    if (this.#stale.get(name)?.has(node.metadata.resourceVersion)) return;
+    this.#stale.delete(name);
 
     const config = this.#opts.config.current;
     const g = config.global;
@@ -923,22 +926,23 @@ export class CloudNodeController {
     });
     const patch = nodePatch(node, want);
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
-    const wrote = (res: { metadata?: { resourceVersion?: string } }) => {
-      if (res?.metadata?.resourceVersion !== node.metadata.resourceVersion) {
-        this.#written.set(name, node.metadata.resourceVersion);
-      }
-    };
+    // Reconciles on these versions would redo our writes; the informer delivers the final one.
+    const stale = new Set([node.metadata.resourceVersion]);
     try {
       if (patch.addresses) {
-        wrote(
-          await this.#opts.client.patch(
-            `${path}/status`,
-            { status: { addresses: patch.addresses } },
-            PATCH.merge,
-          ),
+        const res = await this.#opts.client.patch<{ metadata?: { resourceVersion?: string } }>(
+          `${path}/status`,
+          { status: { addresses: patch.addresses } },
+          PATCH.merge,
         );
+        const rv = res?.metadata?.resourceVersion;
+        if (rv !== node.metadata.resourceVersion) this.#stale.set(name, stale);
+        if (rv !== undefined && patch.ops.length > 0) stale.add(rv);
       }
-      if (patch.ops.length > 0) wrote(await this.#opts.client.patch(path, patch.ops, PATCH.json));
+      if (patch.ops.length > 0) {
+        await this.#opts.client.patch(path, patch.ops, PATCH.json);
+        this.#stale.set(name, stale);
+      }
     } catch (err) {
       if (isNotFound(err)) return;
       if (initializing) this.#m.failed.inc({ reason: "kubernetes" });
