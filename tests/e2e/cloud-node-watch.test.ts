@@ -1,0 +1,256 @@
+// cloud-node freshness and reconcile mode, end to end: the compiled binary against a real API
+// server, simulated kubelets and the fake apid. A node whose Talos API is down stays tainted with a
+// Warning Event while others initialize, and initializes once it answers; an address change reaches
+// the Node through the COSI watch within 2 s, and healthy watches cost no periodic Talos call
+// (reference weakness 6); in reconcile mode, editing the config file while the CCM runs removes
+// and changes exactly what the deleted or changed rule put there, and nothing else (weakness 5).
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { V1Node } from "@kubernetes/client-node";
+import { PATCH } from "../../lib/kube.ts";
+import { FakeApid } from "../support/apid.ts";
+import { TestCluster, waitFor } from "../support/cluster.ts";
+import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import { CcmProcess } from "../support/process.ts";
+
+const MANAGED = "talos.dev/ccm-managed";
+
+function spec(name: string, nodeIP: string, zone: string): FakeNodeSpec {
+  return {
+    name,
+    nodeIPs: [nodeIP],
+    talosVersion: "v1.13.0",
+    platformMetadata: platformMetadata({ platform: "nocloud", hostname: name, zone }),
+    systemInformation: {
+      manufacturer: "QEMU",
+      productName: "Standard PC",
+      version: "",
+      serialNumber: "",
+      uuid: `uuid-${name}`,
+      wakeUpType: "",
+      skuNumber: "",
+    },
+    addresses: [
+      normalizeAddress(name, { address: "127.0.0.1/8", linkName: "lo", scope: "host", flags: "permanent" }),
+      normalizeAddress(name, { address: `${nodeIP}/24`, linkName: "eth0", flags: "permanent" }),
+    ],
+  };
+}
+
+const WATCHED = spec("watch-1", "10.30.0.1", "zone-a");
+const DOWN = spec("down-1", "10.30.0.2", "zone-b");
+
+const RULES_A_AND_B = `
+global:
+  reconcile: true
+transformations:
+  - name: a
+    labels: { example.com/a: "one" }
+    annotations: { example.com/a: "{{ .Zone }}" }
+    taints: { example.com/a: "NoSchedule" }
+  - name: b
+    labels: { example.com/b: "yes" }
+    annotations: { example.com/b: "id-{{ .UUID }}" }
+    taints: { example.com/b: "{{ .Zone }}:PreferNoSchedule" }
+`;
+// Rule b deleted, rule a's label value changed.
+const RULES_A_ONLY = `
+global:
+  reconcile: true
+transformations:
+  - name: a
+    labels: { example.com/a: "two" }
+    annotations: { example.com/a: "{{ .Zone }}" }
+    taints: { example.com/a: "NoSchedule" }
+`;
+
+let cluster: TestCluster;
+let apid: FakeApid;
+let dir: string;
+let cloudConfig: string;
+let ccm: CcmProcess;
+const kubelets: SimulatedKubelet[] = [];
+
+async function getNode(name: string): Promise<V1Node> {
+  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
+}
+
+const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+
+interface EventV1 {
+  reason: string;
+  type: string;
+  note: string;
+  regarding: { name: string };
+}
+
+async function eventsOf(name: string): Promise<EventV1[]> {
+  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
+    "/apis/events.k8s.io/v1/namespaces/default/events",
+  );
+  return list.items.filter((e) => e.regarding.name === name);
+}
+
+function writeConfig(text: string): void {
+  writeFileSync(`${cloudConfig}.tmp`, text);
+  renameSync(`${cloudConfig}.tmp`, cloudConfig);
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "cloud-node-watch-e2e-"));
+  [cluster, apid] = await Promise.all([TestCluster.start(), FakeApid.start({ nodes: [WATCHED, DOWN] })]);
+  apid.setDown(DOWN.nodeIPs[0] as string, true);
+  const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
+  cloudConfig = join(dir, "ccm-config.yaml");
+  writeConfig(RULES_A_AND_B);
+  ccm = new CcmProcess(
+    [
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=cloud-node",
+      `--cloud-config=${cloudConfig}`,
+      "--leader-elect=false",
+      "--secure-port=0",
+      // Short, so that a window of a few seconds would show any periodic Talos call.
+      "--node-status-update-frequency=1s",
+    ],
+    { env: { TALOSCONFIG: talosconfig } },
+  );
+  await ccm.waitForLog(/Starting controller.*cloud-node/);
+  for (const s of [DOWN, WATCHED]) {
+    kubelets.push(await SimulatedKubelet.register(cluster, { name: s.name, ips: s.nodeIPs, heartbeatMs: 0 }));
+  }
+});
+
+afterAll(async () => {
+  await ccm?.stop("SIGKILL");
+  for (const k of kubelets) k.close();
+  await apid?.stop();
+  await cluster?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("cloud-node with a Talos API down", () => {
+  test("the node whose Talos is down stays tainted with a Warning Event while the other initializes", async () => {
+    await waitFor(
+      async () => !tainted(await getNode(WATCHED.name)),
+      20_000,
+      () => ccm.output.slice(-3000),
+    );
+    let warning: EventV1 | undefined;
+    await waitFor(async () => {
+      warning = (await eventsOf(DOWN.name)).find((e) => e.reason === "TalosAPIError");
+      return warning !== undefined;
+    }, 10_000);
+    expect(warning?.type).toBe("Warning");
+    expect(warning?.note).toContain("10.30.0.2");
+    expect(tainted(await getNode(DOWN.name))).toBe(true);
+  });
+
+  test("it initializes once its Talos API answers again", async () => {
+    apid.setDown(DOWN.nodeIPs[0] as string, false);
+    await waitFor(
+      async () => !tainted(await getNode(DOWN.name)),
+      45_000,
+      () => ccm.output.slice(-3000),
+    );
+    const node = await getNode(DOWN.name);
+    expect(node.spec?.providerID).toBe("talos://nocloud/10.30.0.2");
+    expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBe("zone-b");
+    expect((await eventsOf(DOWN.name)).some((e) => e.reason === "Synced")).toBe(true);
+  });
+});
+
+describe("cloud-node keeps nodes current through COSI watches", () => {
+  test("an address change reaches the Node within 2 s, through the watch alone", async () => {
+    await waitFor(async () => !tainted(await getNode(WATCHED.name)), 20_000);
+    apid.resetCalls();
+    const ip = WATCHED.nodeIPs[0] as string;
+    const added = normalizeAddress(WATCHED.name, {
+      address: "203.0.113.77/24",
+      linkName: "eth1",
+      flags: "permanent",
+    });
+    apid.updateNode(ip, { addresses: [...WATCHED.addresses, added] });
+    await waitFor(
+      async () =>
+        (await getNode(WATCHED.name)).status?.addresses?.some((a) => a.address === "203.0.113.77") ?? false,
+      2_000,
+      () => "the new ExternalIP did not reach the Node within 2 s",
+      25,
+    );
+    expect((await getNode(WATCHED.name)).status?.addresses).toEqual([
+      { type: "InternalIP", address: ip },
+      { type: "ExternalIP", address: "203.0.113.77" },
+      { type: "Hostname", address: WATCHED.name },
+    ]);
+    expect(apid.calls({ node: ip })).toBe(0);
+  });
+
+  test("healthy watches cost no periodic Talos call (--node-status-update-frequency=1s)", async () => {
+    apid.resetCalls();
+    await Bun.sleep(4_000);
+    expect(apid.calls()).toBe(0);
+    expect(apid.watchers(WATCHED.nodeIPs[0] as string)).toBe(2);
+    expect(apid.watchers(DOWN.nodeIPs[0] as string)).toBe(2);
+  });
+});
+
+describe("cloud-node reconcile mode", () => {
+  test("editing the config removes what a deleted rule added, changes what a changed rule set, and nothing else", async () => {
+    const name = WATCHED.name;
+    const before = await getNode(name);
+    expect(before.metadata?.labels?.["example.com/b"]).toBe("yes");
+    expect(before.metadata?.annotations?.["example.com/b"]).toBe("id-uuid-watch-1");
+    expect(before.spec?.taints).toContainEqual({
+      key: "example.com/b",
+      value: "zone-a",
+      effect: "PreferNoSchedule",
+    });
+    // Another actor's label, annotation and taint, one of them on a key the rules also use.
+    await cluster.adminClient.patch(
+      `/api/v1/nodes/${name}`,
+      [
+        { op: "add", path: "/metadata/labels/user~1owned", value: "mine" },
+        { op: "add", path: "/metadata/annotations/user~1owned", value: "mine" },
+        { op: "add", path: "/spec/taints/-", value: { key: "example.com/b", effect: "NoExecute" } },
+      ],
+      PATCH.json,
+    );
+    writeConfig(RULES_A_ONLY);
+    await waitFor(
+      async () => (await getNode(name)).metadata?.labels?.["example.com/a"] === "two",
+      15_000,
+      () => ccm.output.slice(-3000),
+    );
+    const after = await getNode(name);
+    expect(after.metadata?.labels).toEqual({
+      "kubernetes.io/hostname": name,
+      "kubernetes.io/os": "linux",
+      "kubernetes.io/arch": "amd64",
+      "beta.kubernetes.io/os": "linux",
+      "beta.kubernetes.io/arch": "amd64",
+      "node.cloudprovider.kubernetes.io/platform": "nocloud",
+      "topology.kubernetes.io/zone": "zone-a",
+      "failure-domain.beta.kubernetes.io/zone": "zone-a",
+      "example.com/a": "two",
+      "user/owned": "mine",
+    });
+    expect(after.metadata?.annotations).toEqual({
+      [PROVIDED_NODE_IP]: WATCHED.nodeIPs[0] as string,
+      "example.com/a": "zone-a",
+      "user/owned": "mine",
+      [MANAGED]:
+        '{"v":1,"labels":["example.com/a"],"annotations":["example.com/a"],"taints":["example.com/a:NoSchedule"]}',
+    });
+    expect(after.spec?.taints).toEqual([
+      { key: "node.kubernetes.io/not-ready", effect: "NoSchedule" },
+      { key: "example.com/a", effect: "NoSchedule" },
+      { key: "example.com/b", effect: "NoExecute" },
+    ]);
+    expect(ccm.output).toMatch(/Reloaded cloud config/);
+  });
+});
