@@ -1,8 +1,8 @@
 // The cloud-node-lifecycle controller. Every `--node-monitor-period` it looks at each cached Node:
 // a Ready node loses a stale shutdown taint and nothing else; a NotReady node whose instance no
 // longer exists is deleted (with a log line, an Event and a metric naming the reason), otherwise its
-// shutdown taint follows InstanceShutdown. "Exists" has the reference's Talos semantics (a NotReady
-// GCP spot node older than 30 s is gone) plus one rule on positive evidence only: Talos answering on
+// shutdown taint follows InstanceShutdown. "Exists" has the reference's Talos semantics (a GCP spot
+// node reported NotReady and older than 30 s is gone) plus one rule on positive evidence only: Talos answering on
 // the node's IP for a different instance means the old one was replaced. Decisions are pure
 // (`decideLifecycle`); the controller class does the I/O: Talos probes, taint patches, deletions
 // re-checked against a fresh read and guarded by preconditions.
@@ -35,6 +35,9 @@ export const EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-lifecycle-manageme
 
 /** Nodes younger than this always exist (the reference's `initializedNodeDelay`). */
 export const INITIALIZED_NODE_DELAY_MS = 30_000;
+
+/** The taint kube-controller-manager puts on nodes whose kubelet reports NotReady (the reference's notReadyTaint). */
+const NOT_READY_TAINT = { key: "node.kubernetes.io/not-ready", effect: "NoExecute" } as const;
 
 /** providerIDs the CCM derives from the node IP (`talos://<platform>/<ip>`): they name no instance. */
 const DERIVED_PROVIDER_ID_PREFIX = `${PROVIDER_NAME}://`;
@@ -108,14 +111,27 @@ const isGcpSpot = (node: LeanNode): boolean =>
   node.metadata.labels[LABELS.platform] === "gcp" && node.metadata.labels[LABELS.lifecycle] === "spot";
 
 /**
- * Whether a node counts as Ready: its Ready condition is True. An absent condition is Unknown, as
- * upstream. The `node.kubernetes.io/not-ready` taint the reference reads is set by
- * kube-controller-manager from this very condition, so a node carrying it is NotReady here too;
- * a stale taint on a node whose condition says True never makes it NotReady (a Ready node is
- * never deleted).
+ * Whether a node counts as Ready: its Ready condition is True (an absent condition is Unknown, as
+ * upstream). Only nodes that are not Ready are ever deleted; a stale `node.kubernetes.io/not-ready`
+ * taint on a node whose condition says True never makes it NotReady.
  */
 export function isReady(node: LeanNode): boolean {
   return node.status.ready === "True";
+}
+
+/**
+ * Whether a NotReady node is known to be NotReady, the evidence the reference's GCP spot rule reads:
+ * its kubelet reports Ready=False, or it carries the `node.kubernetes.io/not-ready:NoExecute` taint
+ * that kube-controller-manager sets from that condition. A node that merely went silent (Unknown,
+ * tainted `unreachable`) may be alive behind a partition, and a kubelet whose Node was deleted does
+ * not register again until restarted (kubernetes/kubernetes#71398), so silence alone is not enough.
+ */
+export function reportsNotReady(node: LeanNode): boolean {
+  if (isReady(node)) return false;
+  return (
+    node.status.ready === "False" ||
+    node.spec.taints.some((t) => t.key === NOT_READY_TAINT.key && t.effect === NOT_READY_TAINT.effect)
+  );
 }
 
 type Existence =
@@ -168,7 +184,7 @@ function existence(node: LifecycleNode, now: number, probe: InstanceProbe | unde
   if (!(ageMs >= INITIALIZED_NODE_DELAY_MS)) {
     return exists("TooYoung", `node ${name} is younger than ${INITIALIZED_NODE_DELAY_MS / 1000} s`);
   }
-  if (isGcpSpot(node)) {
+  if (isGcpSpot(node) && reportsNotReady(node)) {
     return {
       exists: false,
       reason: "GCPSpotNotReady",

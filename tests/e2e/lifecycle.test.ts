@@ -1,14 +1,14 @@
 // The cloud-node-lifecycle controller with the compiled binary against a real API server, simulated
-// kubelets and the fake apid: GCP spot nodes deleted only once NotReady and 30 s old, Ready nodes never
-// deleted, NotReady nodes kept unless Talos positively shows their instance was replaced (never on a
-// Talos error), the shutdown taint removed, an Event and a log line per deletion, and the
-// --node-monitor-period honoured. One cluster; all nodes register together so their 30 s age gate runs
-// in parallel with the other assertions.
+// kubelets and the fake apid: GCP spot nodes deleted only once reported NotReady and 30 s old (a
+// silent one is kept), Ready nodes never deleted, NotReady nodes kept unless Talos positively shows
+// their instance was replaced (never on a Talos error), the shutdown taint removed, an Event and a log
+// line per deletion, and --node-monitor-period honoured. One cluster; all nodes register together so
+// their 30 s age gates run in parallel with the other assertions.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
-import { isNotFound } from "../../lib/kube.ts";
+import { isNotFound, PATCH } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
 import { TestCluster, waitFor } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
@@ -29,7 +29,7 @@ const NODES = {
     ips: ["10.128.0.23"],
     providerID: "gce://my-project-123/us-central1-b/talos-spot-1",
     labels: GCP_SPOT,
-    ready: false,
+    state: "notReady",
   },
   /** Ready GCP spot instance: never deleted. */
   spotReady: {
@@ -37,7 +37,15 @@ const NODES = {
     ips: ["10.128.0.24"],
     providerID: "gce://my-project-123/us-central1-b/talos-spot-2",
     labels: GCP_SPOT,
-    ready: true,
+    state: "ready",
+  },
+  /** GCP spot instance gone silent (Ready Unknown, tainted unreachable; Talos cannot reach it): kept. */
+  spotSilent: {
+    name: "talos-spot-3",
+    ips: ["10.128.0.25"],
+    providerID: "gce://my-project-123/us-central1-b/talos-spot-3",
+    labels: GCP_SPOT,
+    state: "silent",
   },
   /** NotReady Hetzner node whose IP now answers for server 51234567: replaced, deleted. */
   replaced: {
@@ -45,7 +53,7 @@ const NODES = {
     ips: ["10.0.1.2"],
     providerID: "hcloud://11111111",
     labels: { "node.cloudprovider.kubernetes.io/platform": "hcloud" },
-    ready: false,
+    state: "notReady",
   },
   /** NotReady AWS node whose IP answers for itself, with a stale shutdown taint: kept, taint removed. */
   same: {
@@ -53,7 +61,7 @@ const NODES = {
     ips: ["172.31.20.15"],
     providerID: "aws:///us-east-1a/i-0a1b2c3d4e5f67890",
     labels: { "node.cloudprovider.kubernetes.io/platform": "aws" },
-    ready: false,
+    state: "notReady",
     shutdownTaint: true,
   },
   /** NotReady OpenStack node whose Talos API is down: kept. */
@@ -62,7 +70,7 @@ const NODES = {
     ips: ["10.184.0.244"],
     providerID: "openstack:///0d4e0000-dead-4000-8000-000000000001",
     labels: { "node.cloudprovider.kubernetes.io/platform": "openstack" },
-    ready: false,
+    state: "notReady",
   },
   /** Ready node with a stale shutdown taint: taint removed. */
   readyTainted: {
@@ -70,7 +78,7 @@ const NODES = {
     ips: ["10.20.0.5"],
     providerID: "hcloud://22222222",
     labels: {},
-    ready: true,
+    state: "ready",
     shutdownTaint: true,
   },
 } as const;
@@ -125,6 +133,40 @@ async function initialize(def: NodeDef): Promise<void> {
   });
 }
 
+/**
+ * Stops the kubelet's heartbeats and marks the node as kube-controller-manager would after its
+ * grace period: Ready Unknown and the `unreachable:NoExecute` taint.
+ */
+async function goSilent(k: SimulatedKubelet): Promise<void> {
+  k.stop();
+  const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+  await cluster.adminClient.patch(
+    `${nodePath(k.name)}/status`,
+    {
+      status: {
+        conditions: [
+          {
+            type: "Ready",
+            status: "Unknown",
+            reason: "NodeStatusUnknown",
+            message: "Kubelet stopped posting node status.",
+            lastHeartbeatTime: now,
+            lastTransitionTime: now,
+          },
+        ],
+      },
+    },
+    PATCH.strategic,
+  );
+  const node = (await getNode(k.name)) as V1Node;
+  await cluster.adminClient.patch(nodePath(k.name), {
+    metadata: { resourceVersion: node.metadata?.resourceVersion },
+    spec: {
+      taints: [...(node.spec?.taints ?? []), { key: "node.kubernetes.io/unreachable", effect: "NoExecute" }],
+    },
+  });
+}
+
 /** Lines of the CCM output that record one periodic scan. */
 const scans = (p: CcmProcess) => p.output.match(/"Scanning nodes"/g)?.length ?? 0;
 
@@ -169,7 +211,8 @@ beforeAll(async () => {
     });
     kubelets.push(k);
     await initialize(def);
-    if (!def.ready) await k.goNotReady();
+    if (def.state === "notReady") await k.goNotReady();
+    if (def.state === "silent") await goSilent(k);
   }
   ccm = startCcm("1s");
   await ccm.waitForLog(/"Monitoring nodes"/);
@@ -239,16 +282,23 @@ describe("cloud-node-lifecycle", () => {
     expect(event?.note).toContain("10.0.1.2");
   });
 
-  test("never deletes a Ready spot node, a NotReady node of the same instance, nor one Talos cannot reach", async () => {
+  test("never deletes a Ready or silent spot node, a NotReady node of the same instance, nor one Talos cannot reach", async () => {
     // The deletions above prove every node is past its 30 s gate; a few more scans must change nothing.
     await waitForScans(ccm, 3);
-    for (const def of [NODES.spotReady, NODES.same, NODES.unreachable, NODES.readyTainted]) {
+    for (const def of [
+      NODES.spotReady,
+      NODES.spotSilent,
+      NODES.same,
+      NODES.unreachable,
+      NODES.readyTainted,
+    ]) {
       expect((await getNode(def.name))?.metadata?.name).toBe(def.name);
     }
     expect(ccm.output).toMatch(
       /"Checked NotReady node with Talos" node="ip-172-31-20-15.ec2.internal" result="same"/,
     );
     expect(ccm.output).toMatch(/"Checked NotReady node with Talos" node="talos-os-1" result="error"/);
+    expect(ccm.output).toMatch(/"Checked NotReady node with Talos" node="talos-spot-3" result="error"/);
     expect(ccm.output.match(/"Deleted node"/g)).toHaveLength(2);
     expect(ccm.exitCode).toBeNull();
   });

@@ -14,6 +14,7 @@ import {
   type LifecycleFacts,
   type LifecycleNode,
   probeTtlMs,
+  reportsNotReady,
   SHUTDOWN_TAINT,
   wantsProbe,
 } from "../../lib/lifecycle.ts";
@@ -31,6 +32,7 @@ const UNINITIALIZED = {
 };
 const NOT_READY_NOSCHEDULE = { key: "node.kubernetes.io/not-ready", effect: "NoSchedule" };
 const NOT_READY_NOEXECUTE = { key: "node.kubernetes.io/not-ready", effect: "NoExecute" };
+const UNREACHABLE_NOEXECUTE = { key: "node.kubernetes.io/unreachable", effect: "NoExecute" };
 const GCP_SPOT = { [LABELS.platform]: "gcp", [LABELS.lifecycle]: "spot" };
 
 interface NodeShape {
@@ -158,14 +160,32 @@ describe("decideLifecycle()", () => {
       want: ["delete", "GCPSpotNotReady"],
     },
     {
-      name: "NotReady (Unknown) GCP spot node: deleted",
-      node: { ready: "Unknown", labels: GCP_SPOT },
+      name: "silent (Unknown) GCP spot node: not evidence enough, kept",
+      node: { ready: "Unknown", labels: GCP_SPOT, taints: [UNREACHABLE_NOEXECUTE] },
+      want: ["none", "NotProbed"],
+    },
+    {
+      name: "silent GCP spot node that kube-controller-manager tainted not-ready:NoExecute: deleted",
+      node: { ready: "Unknown", labels: GCP_SPOT, taints: [NOT_READY_NOEXECUTE] },
       want: ["delete", "GCPSpotNotReady"],
     },
     {
-      name: "GCP spot node without a Ready condition: NotReady, deleted",
-      node: { labels: GCP_SPOT, taints: [NOT_READY_NOSCHEDULE] },
+      name: "GCP spot node without a Ready condition, tainted not-ready:NoExecute: deleted",
+      node: { labels: GCP_SPOT, taints: [NOT_READY_NOEXECUTE] },
       want: ["delete", "GCPSpotNotReady"],
+    },
+    {
+      name: "GCP spot node without a Ready condition, only the admission's not-ready:NoSchedule: kept",
+      node: { labels: GCP_SPOT, taints: [NOT_READY_NOSCHEDULE] },
+      want: ["none", "NotProbed"],
+    },
+    {
+      name: "silent GCP spot node whose IP answers for another instance: deleted as replaced",
+      node: { ready: "Unknown", labels: GCP_SPOT, providerID: "gce://p/z/old" },
+      facts: {
+        probe: answered({ providerID: "gce://p/z/new", rawProviderID: "gce://p/z/new", instanceID: "7" }),
+      },
+      want: ["delete", "InstanceReplaced"],
     },
     {
       name: "NotReady GCP spot node exactly 30 s old: deleted",
@@ -389,6 +409,7 @@ describe("wantsProbe()", () => {
       node: { ready: "False", labels: GCP_SPOT },
       want: false,
     },
+    { name: "silent GCP spot node", node: { ready: "Unknown", labels: GCP_SPOT }, want: true },
     {
       name: "young node",
       node: { ready: "False", created: new Date(NOW - 1_000).toISOString() },
@@ -407,6 +428,29 @@ describe("wantsProbe()", () => {
   for (const c of cases) {
     test(`wantsProbe() ${c.name}: ${c.want}`, () => {
       expect(wantsProbe(node(c.node), NOW)).toBe(c.want);
+    });
+  }
+});
+
+describe("reportsNotReady()", () => {
+  const cases: Array<{ name: string; node: NodeShape; want: boolean }> = [
+    { name: "Ready=False", node: { ready: "False" }, want: true },
+    { name: "Ready=Unknown", node: { ready: "Unknown" }, want: false },
+    {
+      name: "Ready=Unknown with not-ready:NoExecute",
+      node: { ready: "Unknown", taints: [NOT_READY_NOEXECUTE] },
+      want: true,
+    },
+    { name: "no condition with not-ready:NoSchedule", node: { taints: [NOT_READY_NOSCHEDULE] }, want: false },
+    {
+      name: "Ready=True with a stale not-ready:NoExecute",
+      node: { ready: "True", taints: [NOT_READY_NOEXECUTE] },
+      want: false,
+    },
+  ];
+  for (const c of cases) {
+    test(`reportsNotReady() ${c.name}: ${c.want}`, () => {
+      expect(reportsNotReady(node(c.node))).toBe(c.want);
     });
   }
 });
