@@ -87,6 +87,8 @@ export interface InstanceIdentity {
   instanceID: string;
   /** SystemInformation UUID; "" when the machine publishes none. */
   systemUUID: string;
+  /** PlatformMetadata.hostname; "" when unknown. */
+  hostname: string;
 }
 
 /** The result of asking Talos about a node: an identity, or why there is none (never evidence). */
@@ -150,8 +152,8 @@ function segments(providerID: string): string[] {
 
 /**
  * Why the machine Talos describes is the node's own instance, or undefined when nothing says so.
- * Any one match is enough: a false "replaced" deletes a live node, a false "same" only keeps a
- * dead Node around. Comparisons ignore case (Azure providerIDs changed case between Talos releases).
+ * Any one match of providerID, instance id, system UUID or host name is enough: a false "replaced"
+ * deletes a live node, a false "same" only keeps a dead Node around. Comparisons ignore case (Azure providerIDs changed case between Talos releases).
  */
 function sameInstance(node: LifecycleNode, id: InstanceIdentity): string | undefined {
   const own = (node.spec.providerID ?? "").toLowerCase();
@@ -167,7 +169,18 @@ function sameInstance(node: LifecycleNode, id: InstanceIdentity): string | undef
   ) {
     return "its system UUID matches";
   }
+  if (id.hostname !== "" && sameHostName(id.hostname, node.metadata.name)) {
+    // Its kubelet would register as this very Node: deleting it would gain nothing.
+    return `it is named ${id.hostname}`;
+  }
   return undefined;
+}
+
+/** Host names equal ignoring case, or one is the first DNS label of the other (registerWithFQDN). */
+function sameHostName(a: string, b: string): boolean {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  return x === y || x.split(".")[0] === y || y.split(".")[0] === x;
 }
 
 /**
@@ -295,6 +308,7 @@ export function instanceIdentity(
     rawProviderID: metadata.providerId,
     instanceID: metadata.instanceId,
     systemUUID: systemInformation?.uuid ?? "",
+    hostname: metadata.hostname,
   };
 }
 

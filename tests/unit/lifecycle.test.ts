@@ -95,18 +95,21 @@ function identity(o: Partial<InstanceIdentity> = {}): InstanceIdentity {
     rawProviderID: "hcloud://51234567",
     instanceID: "51234567",
     systemUUID: "8f3e2d1c-0b9a-4f8e-9d7c-6b5a4f3e2d1c",
+    hostname: "talos-hc-1",
     ...o,
   };
 }
 
 const answered = (o: Partial<InstanceIdentity> = {}): InstanceProbe => ({ ok: true, identity: identity(o) });
 /** A machine with another hcloud server id on the node's IP. */
-const REPLACED = answered({
+const REPLACED_ID: Partial<InstanceIdentity> = {
   providerID: "hcloud://99999999",
   rawProviderID: "hcloud://99999999",
   instanceID: "99999999",
   systemUUID: "00000000-1111-2222-3333-444444444444",
-});
+  hostname: "talos-hc-2",
+};
+const REPLACED = answered(REPLACED_ID);
 
 describe("decideLifecycle()", () => {
   const cases: Array<{
@@ -335,6 +338,24 @@ describe("decideLifecycle()", () => {
       want: ["none", "SameInstance"],
     },
     {
+      name: "the machine on the IP has the node's name: kept (it would register as this Node)",
+      node: { ready: "False", name: "n1" },
+      facts: { probe: answered({ ...REPLACED_ID, hostname: "N1" }) },
+      want: ["none", "SameInstance"],
+    },
+    {
+      name: "the machine on the IP has the node's name as its FQDN's first label: kept",
+      node: { ready: "False", name: "n1" },
+      facts: { probe: answered({ ...REPLACED_ID, hostname: "n1.example.com" }) },
+      want: ["none", "SameInstance"],
+    },
+    {
+      name: "a host name merely starting like the node's: not the same",
+      node: { ready: "False", name: "n1" },
+      facts: { probe: answered({ ...REPLACED_ID, hostname: "n1-new" }) },
+      want: ["delete", "InstanceReplaced"],
+    },
+    {
       name: "rules override the providerID and produce the node's own: kept",
       node: { ready: "False", providerID: "someprovider:///8f3e2d1c" },
       facts: {
@@ -525,6 +546,7 @@ describe("instanceIdentity()", () => {
       rawProviderID: "hcloud://51234567",
       instanceID: "51234567",
       systemUUID: SYSINFO.uuid,
+      hostname: "talos-hc-1",
     });
   });
 
@@ -538,6 +560,7 @@ describe("instanceIdentity()", () => {
       rawProviderID: "",
       instanceID: "",
       systemUUID: "",
+      hostname: "talos-hc-1",
     });
   });
 
