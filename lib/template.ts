@@ -292,6 +292,7 @@ function lex(src: string, fail: (pos: number, msg: string) => never): Token[] {
 
   // Go's scanNumber: accepts more than valid numbers; the parser rejects the rest.
   function scanNumber(p: number): number {
+    const start = p;
     const accept = (set: string) => {
       if (src[p] !== undefined && set.includes(src[p] as string)) {
         p++;
@@ -321,7 +322,7 @@ function lex(src: string, fail: (pos: number, msg: string) => never): Token[] {
     }
     if (accept("i")) fail(p - 1, "complex numbers are not supported");
     if (p < src.length && isAlphaNumeric(String.fromCodePoint(src.codePointAt(p) as number))) {
-      fail(p, `bad number syntax: ${JSON.stringify(src.slice(p - 1, p + 1))}`);
+      fail(p, `bad number syntax: ${JSON.stringify(src.slice(start, p + 1))}`);
     }
     return p;
   }
@@ -866,10 +867,14 @@ function kindOf(v: unknown): Kind {
   throw new ExecFailure(`unsupported data value of JavaScript type ${typeof v}`);
 }
 
+/** A map's entries in Go's order (sorted keys). Keys are strings, as in every map the CCM passes. */
 function mapEntries(m: unknown): [string, unknown][] {
   const entries = m instanceof Map ? [...m.entries()] : Object.entries(m as Record<string, unknown>);
   return entries
-    .map(([k, v]) => [String(k), fromData(v)] as [string, unknown])
+    .map(([k, v]): [string, unknown] => {
+      if (typeof k !== "string") throw new ExecFailure(`unsupported map key of JavaScript type ${typeof k}`);
+      return [k, fromData(v)];
+    })
     .sort((a, b) => compareStrings(a[0], b[0]));
 }
 
@@ -2309,7 +2314,7 @@ class Exec implements Context {
       case "chain":
         return this.#evalChain(dot, first, cmd.args, final);
       case "ident":
-        return this.#evalCall(dot, first, cmd.args, final);
+        return this.#evalCall(dot, first, cmd, cmd.args, final);
       case "pipe":
         this.#notAFunction(cmd.args, final);
         return this.#evalPipeline(dot, first.pipe);
@@ -2377,7 +2382,14 @@ class Exec implements Context {
     return this.#evalFieldChain(value, node.fields, args, final);
   }
 
-  #evalCall(dot: unknown, ident: Arg & { kind: "ident" }, args: readonly Arg[], final: Final): unknown {
+  /** Calls a function; `call` is the span errors from the function itself point at. */
+  #evalCall(
+    dot: unknown,
+    ident: Arg & { kind: "ident" },
+    call: Span,
+    args: readonly Arg[],
+    final: Final,
+  ): unknown {
     const name = ident.name;
     const fn = FUNCTIONS[name] as Func;
     const argNodes = args.slice(1);
@@ -2400,7 +2412,7 @@ class Exec implements Context {
     const paramAt = (i: number) => (i < fixed ? fn.params[i] : fn.variadic) as Param;
     const argv = argNodes.map((node, i) => this.#evalArg(dot, paramAt(i), node));
     if (final !== MISSING) argv.push(this.#validate(final, paramAt(argv.length)));
-    this.#at = ident;
+    this.#at = call;
     try {
       return fn.call(argv, this);
     } catch (err) {
@@ -2426,7 +2438,7 @@ class Exec implements Context {
       case "pipe":
         return this.#validate(this.#evalPipeline(dot, node.pipe), param);
       case "ident":
-        return this.#validate(this.#evalCall(dot, node, [node], MISSING), param);
+        return this.#validate(this.#evalCall(dot, node, node, [node], MISSING), param);
       case "chain":
         return this.#validate(this.#evalChain(dot, node, [], MISSING), param);
     }
