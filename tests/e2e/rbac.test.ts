@@ -26,13 +26,14 @@ import {
 } from "../../lib/manifests.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
-import { type FakeNodeSpec, generateNodes, loadFixture } from "../support/fixtures.ts";
+import { type FakeNodeSpec, generateNodes, loadFixture, normalizeAddress } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { CcmProcess, ccmBinary } from "../support/process.ts";
 
 const NAMESPACE = "kube-system";
 const SA_USER = `system:serviceaccount:${NAMESPACE}:${APP_NAME}`;
 const ALL: ControllerName[] = Object.values(Controllers);
+const NO_IP_NODE = "no-node-ip";
 const SHUTDOWN_TAINT = { key: "node.cloudprovider.kubernetes.io/shutdown", effect: "NoSchedule" };
 const pkgVersion = (
   JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "package.json"), "utf8")) as { version: string }
@@ -173,8 +174,16 @@ beforeAll(async () => {
   // Registered first: the lifecycle controller deletes only nodes older than 30 s.
   aws = await register(loadFixture("aws"));
   for (const s of spotSpecs) spots.push(await register(s));
-  // Talos never answers for this one: its initialization fails again and again, with the same Event.
-  await register({ name: "unreachable", nodeIPs: ["10.250.0.1"] });
+  // A kubelet without --node-ip: every reconcile of it records the same Warning again, which makes
+  // an Event series (see touch()).
+  const k = await SimulatedKubelet.register(cluster, {
+    name: NO_IP_NODE,
+    ips: [],
+    noAnnotation: true,
+    addresses: [{ type: "Hostname", address: NO_IP_NODE }],
+    heartbeatMs: 0,
+  });
+  kubelets.push(k);
 });
 
 afterAll(async () => {
@@ -193,8 +202,18 @@ async function register(spec: Pick<FakeNodeSpec, "name" | "nodeIPs">): Promise<S
 
 /** A node Talos knows that registers now, uninitialized: work for cloud-node, node-ipam and Events. */
 async function freshNode(): Promise<SimulatedKubelet> {
-  const [spec] = generateNodes(1, { template: "aws", prefix: "fresh", start: 1000 + freshIndex++ });
+  const i = freshIndex++;
+  const [spec] = generateNodes(1, { template: "aws", prefix: "fresh", start: 1000 + i });
   if (!spec) throw new Error("no node generated");
+  // A public address on the `external` link: the node's addresses change, so status is written too.
+  spec.addresses.push(
+    normalizeAddress(spec.name, {
+      address: `203.0.113.${i + 1}/32`,
+      linkName: "external",
+      linkIndex: 0,
+      flags: "permanent",
+    }),
+  );
   apid.addNode(spec);
   return register(spec);
 }
@@ -264,14 +283,28 @@ async function metrics(port: number): Promise<Response> {
   });
 }
 
-/** Asks /metrics with the scraper's token every 500 ms until `signal` aborts (work for TokenReview/SAR). */
-function scrape(port: number, signal: AbortSignal): void {
+/**
+ * Work that goes on while a CCM runs, until the returned controller aborts: a scraper asks /metrics
+ * with its token every 500 ms (TokenReview, SubjectAccessReview), and the node without a node IP is
+ * relabelled every second (a reconcile each time, so its Warning repeats into an Event series).
+ */
+function background(port: number): AbortController {
+  const stop = new AbortController();
   void (async () => {
-    while (!signal.aborted) {
+    while (!stop.signal.aborted) {
       await metrics(port).catch(() => undefined);
       await Bun.sleep(500);
     }
   })();
+  void (async () => {
+    for (let i = 0; !stop.signal.aborted; i++) {
+      await cluster.adminClient
+        .patch(`/api/v1/nodes/${NO_IP_NODE}`, { metadata: { labels: { "rbac-test/touch": String(i) } } })
+        .catch(() => undefined);
+      await Bun.sleep(1000);
+    }
+  })();
+  return stop;
 }
 
 async function node(name: string): Promise<V1Node | undefined> {
@@ -443,84 +476,95 @@ describe("RBAC with the deploy ServiceAccount", () => {
     const since = Date.now();
     const port = await freePort();
     const ccm = await startCcm(port);
-    await ccm.waitForLog(/Successfully acquired lease/, 30_000);
-    const lease = await cluster.adminClient.get<{ spec: { holderIdentity?: string } }>(
-      `/apis/coordination.k8s.io/v1/namespaces/${NAMESPACE}/leases/${LEASE_NAME}`,
-    );
-    expect(lease.spec.holderIdentity).toMatch(/_[0-9a-f-]{36}$/);
-
-    // cloud-node: every node Talos knows is initialized; node-ipam: each gets pod CIDRs.
-    const known = [aws, ...spots].map((k) => k.name);
-    await waitFor(
-      async () => (await Promise.all(known.map(node))).every(initialized),
-      60_000,
-      () => `nodes not initialized:\n${ccm.output.slice(-3000)}`,
-    );
-    const awsNode = await node(aws.name);
-    expect(awsNode?.spec?.providerID).toBe("aws:///us-east-1a/i-0a1b2c3d4e5f67890");
-    expect(awsNode?.status?.addresses).toContainEqual({ type: "ExternalIP", address: "54.210.33.17" });
-    await waitFor(
-      async () => (await Promise.all(known.map(node))).every((n) => (n?.spec?.podCIDRs ?? []).length > 0),
-      30_000,
-      () => `pod CIDRs missing:\n${ccm.output.slice(-3000)}`,
-    );
-
-    // node-csr-approval: the kubelet's serving CSR is approved.
-    const csr = await aws.submitServingCSR();
-    const csrName = csr.metadata?.name as string;
-    await waitFor(
-      () => csrApproved(csrName),
-      30_000,
-      () => `CSR not approved:\n${ccm.output.slice(-3000)}`,
-    );
-
-    // Delegated authentication and authorization of /metrics.
-    let res = await metrics(port);
-    expect(res.status).toBe(200);
-    expect(await res.text()).toContain("rest_client_requests_total");
-
-    // cloud-node-lifecycle: a NotReady GCP spot node older than 30 s is deleted.
-    const spot = spots[0] as SimulatedKubelet;
-    await spot.goNotReady();
-    await waitFor(
-      async () => (await node(spot.name)) === undefined,
-      60_000,
-      () => ccm.output.slice(-3000),
-    );
-
-    // Events, and a repeated Event counted in its series (written 30 s after the Event).
-    const events = await cluster.adminClient.get<{
-      items: { reason: string; reportingController: string }[];
-    }>("/apis/events.k8s.io/v1/namespaces/default/events");
-    const reasons = events.items.filter((e) => e.reportingController === APP_NAME).map((e) => e.reason);
-    expect(reasons).toContain("Synced");
-    expect(reasons).toContain("DeletingNode");
-    await waitFor(
-      () =>
-        audited(since).some(
-          (e) => e.verb === "patch" && e.objectRef?.resource === "events" && e.responseStatus?.code === 200,
-        ),
-      60_000,
-      () => `no Event series written:\n${ccm.output.slice(-3000)}`,
-    );
-
-    res = await metrics(port);
-    const text = await res.text();
-    expect(text).not.toContain('code="403"');
-    const refused = audited(since).filter((e) => e.responseStatus?.code === 403);
-    expect(refused.map(describeRequest)).toEqual([]);
-    expect(ccm.output).not.toMatch(/forbidden|\b403\b/i);
-    // Every grant was used: each rule's every verb appears among the answered requests.
-    const used = audited(since).filter((e) => (e.responseStatus?.code ?? 0) < 400);
-    for (const s of scenarios) {
-      expect({ grant: s.title, used: used.some((e) => matches(e, s.refusal)) }).toEqual({
-        grant: s.title,
-        used: true,
-      });
+    const work = background(port);
+    try {
+      await everyControllerWorks(ccm, port, since);
+    } finally {
+      work.abort();
     }
     expect(await stopCcm(ccm, "SIGTERM")).toBe(0);
   }, 240_000);
 });
+
+/** The checks of the run with every permission: each controller's results, and no refusal anywhere. */
+async function everyControllerWorks(ccm: CcmProcess, port: number, since: number): Promise<void> {
+  await ccm.waitForLog(/Successfully acquired lease/, 30_000);
+  const lease = await cluster.adminClient.get<{ spec: { holderIdentity?: string } }>(
+    `/apis/coordination.k8s.io/v1/namespaces/${NAMESPACE}/leases/${LEASE_NAME}`,
+  );
+  expect(lease.spec.holderIdentity).toMatch(/_[0-9a-f-]{36}$/);
+
+  // cloud-node: every node Talos knows is initialized; node-ipam: each gets pod CIDRs.
+  const known = [aws, ...spots].map((k) => k.name);
+  await waitFor(
+    async () => (await Promise.all(known.map(node))).every(initialized),
+    60_000,
+    () => `nodes not initialized:\n${ccm.output.slice(-3000)}`,
+  );
+  const awsNode = await node(aws.name);
+  expect(awsNode?.spec?.providerID).toBe("aws:///us-east-1a/i-0a1b2c3d4e5f67890");
+  expect(awsNode?.status?.addresses).toContainEqual({ type: "ExternalIP", address: "54.210.33.17" });
+  await waitFor(
+    async () => (await Promise.all(known.map(node))).every((n) => (n?.spec?.podCIDRs ?? []).length > 0),
+    30_000,
+    () => `pod CIDRs missing:\n${ccm.output.slice(-3000)}`,
+  );
+
+  // node-csr-approval: the kubelet's serving CSR is approved.
+  const csr = await aws.submitServingCSR();
+  const csrName = csr.metadata?.name as string;
+  await waitFor(
+    () => csrApproved(csrName),
+    30_000,
+    () => `CSR not approved:\n${ccm.output.slice(-3000)}`,
+  );
+
+  // Delegated authentication and authorization of /metrics.
+  let res = await metrics(port);
+  expect(res.status).toBe(200);
+  expect(await res.text()).toContain("rest_client_requests_total");
+
+  // cloud-node-lifecycle: a NotReady GCP spot node older than 30 s is deleted.
+  const spot = spots[0] as SimulatedKubelet;
+  await spot.goNotReady();
+  await waitFor(
+    async () => (await node(spot.name)) === undefined,
+    60_000,
+    () => ccm.output.slice(-3000),
+  );
+
+  // Events, and a repeated Event counted in its series (written 30 s after the Event).
+  const events = await cluster.adminClient.get<{
+    items: { reason: string; reportingController: string }[];
+  }>("/apis/events.k8s.io/v1/namespaces/default/events");
+  const reasons = events.items.filter((e) => e.reportingController === APP_NAME).map((e) => e.reason);
+  expect(reasons).toContain("Synced");
+  expect(reasons).toContain("DeletingNode");
+  expect(reasons).toContain("NodeIPUnknown");
+  await waitFor(
+    () =>
+      audited(since).some(
+        (e) => e.verb === "patch" && e.objectRef?.resource === "events" && e.responseStatus?.code === 200,
+      ),
+    60_000,
+    () => `no Event series written:\n${ccm.output.slice(-3000)}`,
+  );
+
+  res = await metrics(port);
+  const text = await res.text();
+  expect(text).not.toContain('code="403"');
+  const refused = audited(since).filter((e) => e.responseStatus?.code === 403);
+  expect(refused.map(describeRequest)).toEqual([]);
+  expect(ccm.output).not.toMatch(/forbidden|\b403\b/i);
+  // Every grant was used: each rule's every verb appears among the answered requests.
+  const used = audited(since).filter((e) => (e.responseStatus?.code ?? 0) < 400);
+  for (const s of scenarios) {
+    expect({ grant: s.title, used: used.some((e) => matches(e, s.refusal)) }).toEqual({
+      grant: s.title,
+      used: true,
+    });
+  }
+}
 
 describe("RBAC is exactly enough: without any one verb, the CCM is refused what it needs", () => {
   test.each(scenarios.map((s) => [s.title, s] as const))(
@@ -566,8 +610,7 @@ describe("RBAC is exactly enough: without any one verb, the CCM is refused what 
       const since = Date.now();
       const port = await freePort();
       const ccm = await startCcm(port);
-      const stopScraping = new AbortController();
-      scrape(port, stopScraping.signal);
+      const work = background(port);
       try {
         await waitFor(
           () =>
@@ -586,7 +629,7 @@ describe("RBAC is exactly enough: without any one verb, the CCM is refused what 
           250,
         );
       } finally {
-        stopScraping.abort();
+        work.abort();
         await stopCcm(ccm, "SIGKILL");
       }
     },

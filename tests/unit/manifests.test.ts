@@ -137,7 +137,7 @@ describe("renderManifests()", () => {
           expect(docs.map((d) => d.toJS())).toEqual(manifests(s).map((m) => m.object));
         },
       ),
-      { numRuns: 50 },
+      { numRuns: 15 },
     );
   });
 });
