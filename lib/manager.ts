@@ -109,8 +109,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   log.info("Starting talos-cloud-controller-manager", { version, commit, bun: Bun.version });
   for (const w of warnings) log.warn(w);
   registerProcessMetrics(registry);
-  const enabled = opts.enabledControllers;
-  log.info("Controllers enabled", { controllers: enabled.join(",") || "(none)" });
+  const enabled = [...opts.enabledControllers];
 
   // Every input is validated before the cluster is touched.
   let cloudConfig: CompiledConfig;
@@ -121,6 +120,12 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     fatal(`Cannot read cloud config ${opts.cloudConfig}`, err);
   }
   logConfigWarnings(cloudConfig, opts.cloudConfig);
+  // Older reference releases switched CSR approval on from the config file; keep such files working.
+  if (cloudConfig.global.approveNodeCSR && !enabled.includes(Controllers.nodeCsrApproval)) {
+    enabled.push(Controllers.nodeCsrApproval);
+    log.info("global.approveNodeCSR is set: enabling node-csr-approval (prefer --controllers)");
+  }
+  log.info("Controllers enabled", { controllers: enabled.join(",") || "(none)" });
   const config = new ConfigHolder(cloudConfig);
 
   let talos: TalosClient | undefined;
