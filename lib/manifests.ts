@@ -181,6 +181,7 @@ function allGrants(leaseName: string): Grant[] {
     ...row("cluster", ":nodes", "patch", cloudNodeLifecycle, "the shutdown taint"),
     ...row("cluster", ":nodes", "delete", cloudNodeLifecycle, "remove a node whose instance is gone"),
     ...row("cluster", ":nodes", "patch", nodeIpam, "spec.podCIDRs"),
+    ...row("cluster", ":nodes", "get", nodeIpam, "re-read a node whose pod-CIDR patch was refused"),
     ...row(
       "cluster",
       "certificates.k8s.io:certificatesigningrequests",

@@ -344,7 +344,7 @@ describe("rbacGrants()", () => {
         "signers:approve",
       ],
     ],
-    ["node-ipam", ["node-ipam"], [...runtime, "nodes:patch"]],
+    ["node-ipam", ["node-ipam"], [...runtime, "nodes:patch", "nodes:get"]],
   ])("rbacGrants() for %s", (_name, enabled, expected) => {
     expect(new Set(rbacGrants(enabled).map(key))).toEqual(new Set(expected));
   });
