@@ -3,7 +3,6 @@
 // disabled controller costs no memory.
 
 import { FlagError, helpText, parseCommandLine, usage } from "./lib/flags.ts";
-import { configureLogging, logger } from "./lib/log.ts";
 import { commit, version } from "./lib/version.ts";
 
 let parsed: ReturnType<typeof parseCommandLine>;
@@ -31,14 +30,14 @@ switch (parsed.command) {
     await run(parsed.options, parsed.warnings);
     break;
   }
+  case "validate": {
+    const { runValidate } = await import("./lib/validate.ts");
+    process.exitCode = runValidate(parsed.options, parsed.warnings);
+    break;
+  }
   case "manifests": {
     const { runManifests } = await import("./lib/manifests.ts");
     process.exitCode = await runManifests(parsed.options, parsed.warnings);
     break;
-  }
-  default: {
-    configureLogging(parsed.options.logging);
-    logger("main").error(`The ${parsed.command} subcommand is not available in this build`);
-    process.exit(2);
   }
 }
