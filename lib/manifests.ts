@@ -655,6 +655,7 @@ export function renderTalosPatch(s: ManifestSettings): string {
     "   talosctl gen config <cluster> <endpoint> --config-patch-control-plane @talos-patch.yaml \\",
     `     --config-patch-worker '${worker}'`,
     " or, on a running cluster: talosctl patch machineconfig --nodes <control-plane IPs> --patch @talos-patch.yaml",
+    " (Talos applies inline manifests at bootstrap; later, `talosctl upgrade-k8s` syncs them).",
   ].join("\n");
   return renderDocument(patch, comment, notes);
 }
