@@ -1158,8 +1158,6 @@ function execResult(prog: Program, s: string, caps: number[]): RegExpExecArray {
   return Object.assign(values, { index: caps[0] as number, input: s, groups }) as RegExpExecArray;
 }
 
-const programs = new WeakMap<RegExp, Program>();
-
 /**
  * A RegExp whose matching is done by the linear-time matcher with Go's semantics. Its `source` is
  * the equivalent JavaScript pattern; test(), String.prototype.match/replace/split/matchAll all go
@@ -1173,7 +1171,11 @@ class GoRegExp extends RegExp {
     if (!/^[guy]*$/.test(flags)) throw new RegexError(`Cannot copy a Go regexp with flags "${flags}"`);
     super(pattern instanceof GoRegExp ? pattern.source : pattern, flags.includes("u") ? flags : `${flags}u`);
     this.#prog = prog ?? (pattern as GoRegExp).#prog;
-    programs.set(this, this.#prog);
+  }
+
+  /** The program behind a RegExp from compileRegex, or undefined for any other RegExp. */
+  static programOf(re: RegExp): Program | undefined {
+    return #prog in re ? re.#prog : undefined;
   }
 
   override exec(input: string): RegExpExecArray | null {
@@ -1263,7 +1265,7 @@ const globalClones = new WeakMap<RegExp, RegExp>();
 
 /** Finds the leftmost match at or after `pos`. */
 function execAt(re: RegExp, src: string, pos: number): RegExpExecArray | null {
-  const prog = programs.get(re);
+  const prog = GoRegExp.programOf(re);
   if (prog !== undefined) {
     const caps = runProgram(prog, src, pos, false);
     return caps === undefined ? null : execResult(prog, src, caps);
@@ -1284,7 +1286,7 @@ function execAt(re: RegExp, src: string, pos: number): RegExpExecArray | null {
  * @throws RegexError when the input is too long for the pattern or the result exceeds 1 MiB.
  */
 export function replaceAll(re: RegExp, src: string, repl: string): string {
-  const prog = programs.get(re);
+  const prog = GoRegExp.programOf(re);
   if (prog !== undefined) checkWork(prog, src);
   let out = "";
   let lastEnd = 0;

@@ -1,3 +1,4 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${1} and ${name} are Go's expansion syntax under test
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { parseTemplate, type Template, TemplateError } from "../../lib/template.ts";
