@@ -48,6 +48,8 @@ export const RESOURCES = {
     type: "ControllerManagerConfigs.kubernetes.talos.dev",
     id: "kube-controller-manager",
   },
+  nodename: { namespace: "k8s", type: "Nodenames.kubernetes.talos.dev", id: "nodename" },
+  hostname: { namespace: "network", type: "HostnameStatuses.net.talos.dev", id: "hostname" },
 } as const;
 
 /** A resource kind of {@link RESOURCES}. */
@@ -405,12 +407,29 @@ export interface TalosAddressStatus extends AddressStatus {
   local?: string;
 }
 
+/** `Nodenames.kubernetes.talos.dev`: the Kubernetes node name Talos gives the kubelet. */
+export interface TalosNodename {
+  nodename: string;
+  /** Version of the HostnameStatus the name was derived from. */
+  hostnameVersion: string;
+  /** The kubelet does not register a Node (machine.kubelet.skipNodeRegistration). */
+  skipNodeRegistration: boolean;
+}
+
+/** `HostnameStatuses.net.talos.dev`: the node's hostname and domain. */
+export interface TalosHostname {
+  hostname: string;
+  domainname: string;
+}
+
 /** The data each resource kind decodes into. */
 export interface ResourceData {
   platformmetadata: PlatformMetadata;
   systeminformation: SystemInformation;
   addresses: TalosAddressStatus;
   controllermanagerconfig: ControllerManagerConfig;
+  nodename: TalosNodename;
+  hostname: TalosHostname;
 }
 
 /** COSI EventType values (cosi.resource.EventType). */
@@ -615,11 +634,38 @@ export function decodeControllerManagerConfig(bytes: Uint8Array): ControllerMana
   });
 }
 
+/** Decodes a `Nodenames.kubernetes.talos.dev` spec. @throws {TalosDecodeError} */
+export function decodeNodename(bytes: Uint8Array): TalosNodename {
+  return decodeWith("NodenameSpec", () => {
+    const n: TalosNodename = { nodename: "", hostnameVersion: "", skipNodeRegistration: false };
+    readFields(bytes, {
+      1: [LEN, (r) => (n.nodename = r.string())],
+      2: [LEN, (r) => (n.hostnameVersion = r.string())],
+      3: [VARINT, (r) => (n.skipNodeRegistration = r.bool())],
+    });
+    return n;
+  });
+}
+
+/** Decodes a `HostnameStatuses.net.talos.dev` spec. @throws {TalosDecodeError} */
+export function decodeHostnameStatus(bytes: Uint8Array): TalosHostname {
+  return decodeWith("HostnameStatusSpec", () => {
+    const h: TalosHostname = { hostname: "", domainname: "" };
+    readFields(bytes, {
+      1: [LEN, (r) => (h.hostname = r.string())],
+      2: [LEN, (r) => (h.domainname = r.string())],
+    });
+    return h;
+  });
+}
+
 const SPEC_DECODERS: { [K in ResourceKind]: (id: string, bytes: Uint8Array) => ResourceData[K] } = {
   platformmetadata: (_id, b) => decodePlatformMetadata(b),
   systeminformation: (_id, b) => decodeSystemInformation(b),
   addresses: decodeAddressStatus,
   controllermanagerconfig: (_id, b) => decodeControllerManagerConfig(b),
+  nodename: (_id, b) => decodeNodename(b),
+  hostname: (_id, b) => decodeHostnameStatus(b),
 };
 
 /** A decoded COSI resource: its id, version and typed spec. */
@@ -1227,6 +1273,27 @@ export class TalosClient {
       if (err instanceof TalosNotFoundError) return undefined;
       throw err;
     }
+  }
+
+  /**
+   * The Kubernetes node name Talos registers the kubelet with (Nodenames.kubernetes.talos.dev):
+   * proof of which node answers on an IP.
+   * @throws {TalosNotFoundError} when it does not exist (yet)
+   */
+  async nodename(nodeIP: string, opts: CallOptions = {}): Promise<string> {
+    return (await this.#get("nodename", nodeIP, opts)).spec.nodename;
+  }
+
+  /**
+   * The node's hostname and domain (HostnameStatuses.net.talos.dev); fqdn = hostname[.domainname].
+   * @throws {TalosNotFoundError} when it does not exist (yet)
+   */
+  async hostname(
+    nodeIP: string,
+    opts: CallOptions = {},
+  ): Promise<{ hostname: string; domainname: string; fqdn: string }> {
+    const { hostname, domainname } = (await this.#get("hostname", nodeIP, opts)).spec;
+    return { hostname, domainname, fqdn: domainname ? `${hostname}.${domainname}` : hostname };
   }
 
   /** Every `AddressStatuses.net.talos.dev` of the node. */

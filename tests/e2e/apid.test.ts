@@ -13,8 +13,10 @@ import {
   EventType,
   GetRequestSchema,
   GetResponseSchema,
+  HostnameStatusSpecSchema,
   ListRequestSchema,
   ListResponseSchema,
+  NodenameSpecSchema,
   PlatformMetadataSpecSchema,
   type Resource,
   VersionResponseSchema,
@@ -310,6 +312,31 @@ describe("FakeApid routing and errors", () => {
     expect(m?.created?.seconds).toBeGreaterThan(0n);
     expect(m?.updated?.seconds).toBeGreaterThan(0n);
     expect([m?.namespace, m?.type, m?.id]).toEqual([PM.namespace, PM.type, PM.id]);
+  });
+
+  test("Nodename (namespace k8s) and HostnameStatus (namespace network) with Talos YAML keys", async () => {
+    const n = await get(client, RESOURCES.nodename, AWS_IP);
+    expect([n.metadata?.namespace, n.metadata?.type, n.metadata?.id]).toEqual([
+      "k8s",
+      "Nodenames.kubernetes.talos.dev",
+      "nodename",
+    ]);
+    expect(fromBinary(NodenameSpecSchema, n.spec?.protoSpec ?? new Uint8Array()).nodename).toBe(
+      "ip-172-31-20-15.ec2.internal",
+    );
+    expect(parseYaml(n.spec?.yamlSpec ?? "")).toMatchObject({ nodename: "ip-172-31-20-15.ec2.internal" });
+    const h = await get(client, RESOURCES.hostname, AWS_IP);
+    expect([h.metadata?.namespace, h.metadata?.type, h.metadata?.id]).toEqual([
+      "network",
+      "HostnameStatuses.net.talos.dev",
+      "hostname",
+    ]);
+    const spec = fromBinary(HostnameStatusSpecSchema, h.spec?.protoSpec ?? new Uint8Array());
+    expect([spec.hostname, spec.domainname]).toEqual(["ip-172-31-20-15", "ec2.internal"]);
+    expect(parseYaml(h.spec?.yamlSpec ?? "")).toEqual({
+      hostname: "ip-172-31-20-15",
+      domainname: "ec2.internal",
+    });
   });
 
   test("List streams one resource per message, with Talos YAML keys", async () => {

@@ -22,7 +22,13 @@ import {
   type TalosWatchEvent,
 } from "../../lib/talos.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
-import { type FakeAddress, fixtureNames, loadFixture, normalizeAddress } from "../support/fixtures.ts";
+import {
+  type FakeAddress,
+  fixtureNames,
+  loadFixture,
+  nodeIdentity,
+  normalizeAddress,
+} from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";
 
 const CMC = { podCIDRs: ["10.244.0.0/16", "fd00:10:244::/56"], serviceCIDRs: ["10.96.0.0/12"] };
@@ -152,6 +158,64 @@ describe("calls", () => {
     },
   );
 
+  test.each(fixtureNames())("%s: nodename() and hostname() match the fixture", async (name) => {
+    const { client } = await clientFor();
+    const node = loadFixture(name);
+    const { nodename, hostname, domainname } = nodeIdentity(node);
+    for (const ip of node.nodeIPs) {
+      expect(await client.nodename(ip)).toBe(nodename);
+      expect(await client.hostname(ip)).toEqual({
+        hostname,
+        domainname,
+        fqdn: domainname ? `${hostname}.${domainname}` : hostname,
+      });
+    }
+  });
+
+  test("nodename() tells which node answers on an IP, whatever its Node object claims", async () => {
+    const own = await FakeApid.start({
+      nodes: [
+        { ...loadFixture("hcloud"), nodename: "talos-hc-2", hostname: "talos-hc-2", domainname: "" },
+        loadFixture("gcp"),
+      ],
+    });
+    try {
+      const { client } = await clientFor(own);
+      const hc = loadFixture("hcloud").nodeIPs[0] as string;
+      expect(await client.nodename(hc)).toBe("talos-hc-2");
+      expect(await client.hostname(hc)).toEqual({
+        hostname: "talos-hc-2",
+        domainname: "",
+        fqdn: "talos-hc-2",
+      });
+      own.updateNode(hc, {
+        nodename: "talos-hc-1",
+        hostname: { hostname: "talos-hc-1", domainname: "eu.lan" },
+      });
+      expect(await client.nodename(hc)).toBe("talos-hc-1");
+      expect((await client.hostname(hc)).fqdn).toBe("talos-hc-1.eu.lan");
+      expect(await client.nodename(GCP)).toBe("talos-spot-1");
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test("nodename() and hostname() of a node without them: TalosNotFoundError", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("gcp")] });
+    try {
+      const { client } = await clientFor(own);
+      own.updateNode(GCP, { nodename: null, hostname: null });
+      own.resetCalls();
+      const n = await failure(client.nodename(GCP));
+      expect(n).toBeInstanceOf(TalosNotFoundError);
+      expect(n.message).toContain("Cannot get Nodenames.kubernetes.talos.dev on node 10.128.0.23");
+      expect(await failure(client.hostname(GCP))).toBeInstanceOf(TalosNotFoundError);
+      expect(own.calls({ method: "Get", node: GCP })).toBe(2);
+    } finally {
+      await own.stop();
+    }
+  });
+
   test("controllerManagerConfig() is read without a node header", async () => {
     const { client } = await clientFor();
     apid.resetCalls();
@@ -224,6 +288,8 @@ describe("status codes", () => {
     ["platformMetadata", "Get", AWS, (c, o) => c.platformMetadata(AWS, o)],
     ["addresses", "List", AWS, (c, o) => c.addresses(AWS, o)],
     ["controllerManagerConfig", "Get", "", (c, o) => c.controllerManagerConfig(o)],
+    ["nodename", "Get", AWS, (c, o) => c.nodename(AWS, o)],
+    ["hostname", "Get", AWS, (c, o) => c.hostname(AWS, o)],
     ["version", "Version", "", (c, o) => c.version(o)],
   ];
   const RETRIED: Array<[string, number, string]> = [
@@ -487,6 +553,32 @@ describe("watch", () => {
       await w.stop();
     }
     expect(w.error).toBeUndefined();
+  });
+
+  test("a Nodename watch sees a rename with the old name and the HostnameStatus version it follows", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("oracle")] });
+    const ip = loadFixture("oracle").nodeIPs[0] as string;
+    try {
+      const { client } = await clientFor(own);
+      const w = collect(client, ip, "nodename");
+      try {
+        await until(() => w.events.length >= 1, "initial state");
+        expect(w.events[0]).toMatchObject({ type: "created", resource: { nodename: "talos-oci-1" } });
+        own.updateNode(ip, { hostname: { hostname: "oci-2", domainname: "" }, nodename: "oci-2" });
+        await until(() => w.events.length >= 2, "rename");
+        expect(w.events[1]).toMatchObject({
+          type: "updated",
+          id: "nodename",
+          resource: { nodename: "oci-2", hostnameVersion: "2", skipNodeRegistration: false },
+          old: { nodename: "talos-oci-1", hostnameVersion: "1" },
+        });
+      } finally {
+        await w.stop();
+      }
+      expect(w.error).toBeUndefined();
+    } finally {
+      await own.stop();
+    }
   });
 
   test("a watched resource that does not exist arrives as destroyed, then created when it appears", async () => {

@@ -26,9 +26,11 @@ import {
   EventType,
   GetRequestSchema,
   GetResponseSchema,
+  HostnameStatusSpecSchema,
   ListRequestSchema,
   ListResponseSchema,
   NetIPSchema,
+  NodenameSpecSchema,
   PlatformMetadataSpecSchema,
   type Resource,
   ResourceSchema,
@@ -39,7 +41,13 @@ import {
   WatchResponseSchema,
 } from "../../lib/talos_pb.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
-import { type FakeAddress, type FakeNodeSpec, formatAddressFlags, formatAddressScope } from "./fixtures.ts";
+import {
+  type FakeAddress,
+  type FakeNodeSpec,
+  formatAddressFlags,
+  formatAddressScope,
+  nodeIdentity,
+} from "./fixtures.ts";
 import { type CA, createCA, type KeyPair } from "./pki.ts";
 
 /** RPC names as counted and targeted by {@link FakeApid.failNext}. */
@@ -95,6 +103,10 @@ export interface NodeChange {
   /** The full new address list; diffed by id into created, updated and destroyed. */
   addresses?: FakeAddress[];
   talosVersion?: string;
+  /** A new Nodename; null destroys the resource. */
+  nodename?: string | null;
+  /** A new HostnameStatus; null destroys the resource. */
+  hostname?: { hostname: string; domainname: string } | null;
 }
 
 /** A resource given as raw spec bytes, to put what the encoders here would never write on the wire. */
@@ -111,7 +123,22 @@ type SpecData =
   | { kind: "systeminformation"; value: SystemInformation }
   | { kind: "address"; value: FakeAddress }
   | { kind: "cmc"; value: ControllerManagerConfig }
+  | { kind: "nodename"; value: FakeNodename }
+  | { kind: "hostname"; value: FakeHostname }
   | { kind: "raw"; proto: Uint8Array; yaml: string };
+
+/** A Nodenames.kubernetes.talos.dev spec. */
+export interface FakeNodename {
+  nodename: string;
+  hostnameVersion: string;
+  skipNodeRegistration: boolean;
+}
+
+/** A HostnameStatuses.net.talos.dev spec. */
+export interface FakeHostname {
+  hostname: string;
+  domainname: string;
+}
 
 interface Stored {
   namespace: string;
@@ -153,6 +180,8 @@ const KIND_RESOURCE = {
   systeminformation: "systeminformation",
   address: "addresses",
   cmc: "controllermanagerconfig",
+  nodename: "nodename",
+  hostname: "hostname",
 } as const;
 
 const OWNERS: Record<SpecData["kind"], string> = {
@@ -160,6 +189,8 @@ const OWNERS: Record<SpecData["kind"], string> = {
   systeminformation: "hardware.SystemInfoController",
   address: "network.AddressStatusController",
   cmc: "k8s.ControlPlaneStaticPodController",
+  nodename: "k8s.NodenameController",
+  hostname: "network.HostnameSpecController",
   raw: "test",
 };
 
@@ -281,6 +312,18 @@ export function encodeControllerManagerConfig(c: ControllerManagerConfig): {
   return { proto, yaml: renderYaml({ enabled: true, podCIDRs: c.podCIDRs, serviceCIDRs: c.serviceCIDRs }) };
 }
 
+/** proto_spec and yaml_spec of a Nodename. */
+export function encodeNodename(n: FakeNodename): { proto: Uint8Array; yaml: string } {
+  const proto = toBinary(NodenameSpecSchema, create(NodenameSpecSchema, n));
+  return { proto, yaml: renderYaml({ ...n }) };
+}
+
+/** proto_spec and yaml_spec of a HostnameStatus. */
+export function encodeHostnameStatus(h: FakeHostname): { proto: Uint8Array; yaml: string } {
+  const proto = toBinary(HostnameStatusSpecSchema, create(HostnameStatusSpecSchema, h));
+  return { proto, yaml: renderYaml({ ...h }) };
+}
+
 function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
   switch (d.kind) {
     case "platformmetadata":
@@ -291,6 +334,10 @@ function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
       return encodeAddress(d.value);
     case "cmc":
       return encodeControllerManagerConfig(d.value);
+    case "nodename":
+      return encodeNodename(d.value);
+    case "hostname":
+      return encodeHostnameStatus(d.value);
     case "raw":
       return { proto: d.proto, yaml: d.yaml };
   }
@@ -466,6 +513,9 @@ export class FakeApid {
       this.#put(node, "systeminformation", { kind: "systeminformation", value: spec.systemInformation });
     }
     for (const a of spec.addresses) this.#put(node, a.id, { kind: "address", value: a });
+    const { nodename, hostname, domainname } = nodeIdentity(spec);
+    this.#putHostname(node, { hostname, domainname });
+    this.#putNodename(node, nodename);
     if (spec.controllerManagerConfig) {
       this.#put(node, RESOURCES.controllermanagerconfig.id, {
         kind: "cmc",
@@ -529,6 +579,19 @@ export class FakeApid {
           this.#put(node, a.id, { kind: "address", value: a });
       }
       node.spec.addresses = [...change.addresses];
+    }
+    if (change.hostname === null) {
+      this.#delete(node, RESOURCES.hostname, RESOURCES.hostname.id);
+    } else if (change.hostname) {
+      node.spec.hostname = change.hostname.hostname;
+      node.spec.domainname = change.hostname.domainname;
+      this.#putHostname(node, change.hostname);
+    }
+    if (change.nodename === null) {
+      this.#delete(node, RESOURCES.nodename, RESOURCES.nodename.id);
+    } else if (change.nodename !== undefined) {
+      node.spec.nodename = change.nodename;
+      this.#putNodename(node, change.nodename);
     }
   }
 
@@ -694,6 +757,24 @@ export class FakeApid {
   #put(node: NodeState, id: string, data: Exclude<SpecData, { kind: "raw" }>): void {
     const { namespace, type } = RESOURCES[KIND_RESOURCE[data.kind]];
     this.#putTyped(node, namespace, type, id, data);
+  }
+
+  #putHostname(node: NodeState, value: FakeHostname): void {
+    this.#put(node, RESOURCES.hostname.id, { kind: "hostname", value });
+  }
+
+  /** Talos derives the Nodename from the HostnameStatus and records which version it used. */
+  #putNodename(node: NodeState, nodename: string): void {
+    const { namespace, type, id } = RESOURCES.hostname;
+    const version = node.resources.get(key(namespace, type))?.get(id)?.version;
+    this.#put(node, RESOURCES.nodename.id, {
+      kind: "nodename",
+      value: {
+        nodename,
+        hostnameVersion: version === undefined ? "" : String(version),
+        skipNodeRegistration: false,
+      },
+    });
   }
 
   #putTyped(node: NodeState, namespace: string, type: string, id: string, data: SpecData): void {

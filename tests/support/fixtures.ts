@@ -42,6 +42,22 @@ export interface FakeNodeSpec {
   addresses: FakeAddress[];
   /** Present on control-plane nodes when asked through a `node` header. */
   controllerManagerConfig?: ControllerManagerConfig;
+  /** Nodenames.kubernetes.talos.dev `nodename`; default {@link FakeNodeSpec.name}. */
+  nodename?: string;
+  /** HostnameStatuses.net.talos.dev `hostname`; default the first label of `name`. */
+  hostname?: string;
+  /** HostnameStatuses.net.talos.dev `domainname`; default the labels of `name` after the first. */
+  domainname?: string;
+}
+
+/** The node name, hostname and domain a fake node publishes, defaults filled in from its name. */
+export function nodeIdentity(spec: FakeNodeSpec): { nodename: string; hostname: string; domainname: string } {
+  const dot = spec.name.indexOf(".");
+  return {
+    nodename: spec.nodename ?? spec.name,
+    hostname: spec.hostname ?? (dot < 0 ? spec.name : spec.name.slice(0, dot)),
+    domainname: spec.domainname ?? (dot < 0 ? "" : spec.name.slice(dot + 1)),
+  };
 }
 
 /** Linux IFA_F_* flags by the names Talos prints. */
@@ -193,6 +209,9 @@ export function normalizeNode(where: string, doc: unknown): FakeNodeSpec {
     "systemInformation",
     "addresses",
     "controllerManagerConfig",
+    "nodename",
+    "hostname",
+    "domainname",
   ];
   for (const k of Object.keys(d)) if (!known.includes(k)) fail(where, `unknown key "${k}"`);
   if (typeof d.name !== "string" || !d.name) fail(where, "no name");
@@ -224,6 +243,12 @@ export function normalizeNode(where: string, doc: unknown): FakeNodeSpec {
       wakeUpType: si.wakeUpType ?? "",
       skuNumber: si.skuNumber ?? "",
     };
+  }
+  for (const k of ["nodename", "hostname", "domainname"] as const) {
+    const v = d[k];
+    if (v === undefined) continue;
+    if (typeof v !== "string") fail(where, `"${k}" is not a string`);
+    node[k] = v;
   }
   if (d.controllerManagerConfig !== undefined) {
     const c = d.controllerManagerConfig as { podCIDRs?: unknown; serviceCIDRs?: unknown };

@@ -13,6 +13,7 @@ import {
   generatedNodeIP,
   generateNodes,
   loadFixture,
+  nodeIdentity,
   normalizeNode,
 } from "../support/fixtures.ts";
 
@@ -98,6 +99,31 @@ describe("fixtures", () => {
     expect(formatAddressFlags(0x280)).toBe("permanent,noprefixroute");
     expect(formatAddressFlags(0)).toBe("");
     expect(Object.values(ADDRESS_FLAGS).reduce((a, b) => a | b, 0)).toBe(0xfff);
+  });
+
+  test.each([
+    [
+      "aws",
+      { nodename: "ip-172-31-20-15.ec2.internal", hostname: "ip-172-31-20-15", domainname: "ec2.internal" },
+    ],
+    ["gcp", { nodename: "talos-spot-1", hostname: "talos-spot-1", domainname: "" }],
+  ])("nodeIdentity() of %s defaults to the node name split at its first dot", (name, want) => {
+    expect(nodeIdentity(loadFixture(name))).toEqual(want);
+  });
+
+  test("nodename, hostname and domainname keys override the defaults, each on its own", () => {
+    const base = { name: "w1.lan", nodeIPs: ["10.0.0.1"] };
+    expect(nodeIdentity(normalizeNode("t", { ...base, nodename: "w2" }))).toEqual({
+      nodename: "w2",
+      hostname: "w1",
+      domainname: "lan",
+    });
+    expect(nodeIdentity(normalizeNode("t", { ...base, hostname: "h", domainname: "" }))).toEqual({
+      nodename: "w1.lan",
+      hostname: "h",
+      domainname: "",
+    });
+    expect(() => normalizeNode("t", { ...base, nodename: 5 })).toThrow('"nodename" is not a string');
   });
 
   test.each([

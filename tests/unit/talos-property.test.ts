@@ -8,8 +8,10 @@ import {
   decodeAddressStatus,
   decodeControllerManagerConfig,
   decodeGetResponse,
+  decodeHostnameStatus,
   decodeListResponse,
   decodeNetIP,
+  decodeNodename,
   decodePlatformMetadata,
   decodeSystemInformation,
   decodeVersionResponse,
@@ -37,6 +39,8 @@ import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   encodeAddress,
   encodeControllerManagerConfig,
+  encodeHostnameStatus,
+  encodeNodename,
   encodePlatformMetadata,
   encodeSystemInformation,
 } from "../support/apid.ts";
@@ -53,6 +57,8 @@ const DECODERS: Record<string, (b: Uint8Array) => unknown> = {
   decodeListResponse: (b) => decodeListResponse("addresses", b),
   decodeWatchResponse: (b) => decodeWatchResponse("addresses", b),
   decodeVersionResponse,
+  decodeNodename,
+  decodeHostnameStatus,
 };
 
 /** Runs `fn`; the only acceptable failure is a TalosDecodeError. */
@@ -185,6 +191,20 @@ describe("round trips through the fake apid's encoders", () => {
         },
       ),
       { numRuns: 500 },
+    );
+  });
+
+  test("decodeNodename(encode(n)) = n and decodeHostnameStatus(encode(h)) = h", () => {
+    fc.assert(
+      fc.property(
+        fc.record({ nodename: str, hostnameVersion: str, skipNodeRegistration: fc.boolean() }),
+        fc.record({ hostname: str, domainname: str }),
+        (n, h) => {
+          expect(decodeNodename(encodeNodename(n).proto)).toEqual(n);
+          expect(decodeHostnameStatus(encodeHostnameStatus(h).proto)).toEqual(h);
+        },
+      ),
+      { numRuns: 300 },
     );
   });
 

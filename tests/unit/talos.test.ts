@@ -10,7 +10,9 @@ import {
   decodeAddressStatus,
   decodeControllerManagerConfig,
   decodeGetResponse,
+  decodeHostnameStatus,
   decodeNetIP,
+  decodeNodename,
   decodePlatformMetadata,
   decodeResource,
   decodeSystemInformation,
@@ -356,6 +358,36 @@ describe("decoding hand-verified bytes", () => {
       podCIDRs: ["10.244.0.0/16"],
       serviceCIDRs: ["10.96.0.0/12"],
     });
+  });
+
+  test("decodeNodename() reads nodename, hostname_version and skip_node_registration", () => {
+    // nodename "w1" (1), hostname_version "3" (2), skip_node_registration true (3), unknown field 9 "x"
+    expect(decodeNodename(hex("0a 02 77 31 | 12 01 33 | 18 01 | 4a 01 78"))).toEqual({
+      nodename: "w1",
+      hostnameVersion: "3",
+      skipNodeRegistration: true,
+    });
+    expect(decodeNodename(new Uint8Array())).toEqual({
+      nodename: "",
+      hostnameVersion: "",
+      skipNodeRegistration: false,
+    });
+  });
+
+  test("decodeHostnameStatus() reads hostname and domainname", () => {
+    // hostname "a" (1), domainname "b.c" (2)
+    expect(decodeHostnameStatus(hex("0a 01 61 | 12 03 62 2e 63"))).toEqual({
+      hostname: "a",
+      domainname: "b.c",
+    });
+  });
+
+  test.each([
+    ["decodeNodename", () => decodeNodename(hex("0a 05 77"))],
+    ["decodeNodename", () => decodeNodename(hex("18 80"))],
+    ["decodeHostnameStatus", () => decodeHostnameStatus(hex("08 01"))],
+  ])("%s() refuses malformed bytes with TalosDecodeError", (_name, run) => {
+    expect(run).toThrow(TalosDecodeError);
   });
 
   test.each([
