@@ -683,6 +683,7 @@ export async function runManifests(opts: ManifestsOptions, warnings: readonly st
   configureLogging({ format: opts.logging.format, verbosity: opts.logging.verbosity });
   for (const w of warnings) log.warn(w);
   let cloudConfig: string | undefined;
+  const enabled = [...opts.enabledControllers];
   if (opts.cloudConfig !== undefined) {
     try {
       cloudConfig = readFileSync(opts.cloudConfig, "utf8");
@@ -692,16 +693,23 @@ export async function runManifests(opts: ManifestsOptions, warnings: readonly st
     }
     const { ConfigError, formatIssue, parseConfig } = await import("./config.ts");
     try {
-      for (const w of parseConfig(cloudConfig).warnings) {
+      const config = parseConfig(cloudConfig);
+      for (const w of config.warnings) {
         log.warn("Cloud config warning", { file: opts.cloudConfig, warning: formatIssue(w) });
       }
+      // The manager runs node-csr-approval for this older reference setting too: grant what it needs.
+      if (config.global.approveNodeCSR && !enabled.includes(nodeCsrApproval)) enabled.push(nodeCsrApproval);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       process.stderr.write(`Cannot embed cloud config ${opts.cloudConfig}: ${err.message}\n`);
       return 1;
     }
   }
-  const s: ManifestSettings = { ...settingsFrom(opts, cloudConfig), version: buildVersion };
+  const s: ManifestSettings = {
+    ...settingsFrom(opts, cloudConfig),
+    enabledControllers: enabled,
+    version: buildVersion,
+  };
   process.stdout.write(opts.talosPatch ? renderTalosPatch(s) : renderManifests(s));
   return 0;
 }

@@ -389,6 +389,19 @@ describe("manifests from the compiled binary", () => {
     const ok = spawnSync(ccmBinary(), ["manifests", `--cloud-config=${good}`], { encoding: "utf8" });
     expect(ok.status).toBe(0);
     expect(ok.stdout).toContain("ccm-config.yaml: |\n    global:\n      clusterName: rbac-test\n");
+    // Older reference configs switch CSR approval on in the file; the manager honours it, so RBAC does.
+    const legacy = join(dir, "legacy.yaml");
+    writeFileSync(legacy, "global:\n  approveNodeCSR: true\n");
+    const csr = spawnSync(
+      ccmBinary(),
+      ["manifests", "--controllers=cloud-node", `--cloud-config=${legacy}`],
+      {
+        encoding: "utf8",
+      },
+    );
+    expect(csr.status).toBe(0);
+    expect(csr.stdout).toContain("- certificatesigningrequests/approval\n");
+    expect(csr.stdout).toContain("- --controllers=cloud-node\n");
     const refused = spawnSync(ccmBinary(), ["manifests", `--cloud-config=${bad}`], { encoding: "utf8" });
     expect(refused.status).toBe(1);
     expect(refused.stdout).toBe("");
