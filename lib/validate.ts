@@ -300,7 +300,10 @@ function decodeSpec(
 }
 
 function decodeDocument(contents: unknown, r: Reader): DocResult | undefined {
-  if (contents === null || contents === undefined) return undefined;
+  // An empty document (a trailing `---`) holds nothing or a null scalar.
+  if (contents === null || contents === undefined || (isScalar(contents) && contents.value === null)) {
+    return undefined;
+  }
   if (!isMap(contents)) {
     r.error([], contents, `expected a talosctl resource or a spec mapping, got ${describeNode(contents)}`);
     return undefined;
@@ -329,11 +332,14 @@ function decodeDocument(contents: unknown, r: Reader): DocResult | undefined {
   }
   const node = scalarText(top.get("node")?.value, ["node"], r);
   let type: string | undefined;
+  let typeNode: unknown;
   const meta = top.get("metadata")?.value;
   if (isMap(meta)) {
     for (const [key, keyNode, value] of pairs(meta, ["metadata"], r)) {
-      if (key === "type") type = scalarText(value, ["metadata", "type"], r);
-      else if (!METADATA_KEYS.includes(key))
+      if (key === "type") {
+        type = scalarText(value, ["metadata", "type"], r);
+        typeNode = value;
+      } else if (!METADATA_KEYS.includes(key))
         r.warn(["metadata", key], keyNode, unknownKey(key, METADATA_KEYS));
     }
   } else if (meta !== undefined && meta !== null) {
@@ -362,7 +368,7 @@ function decodeDocument(contents: unknown, r: Reader): DocResult | undefined {
       const known = Object.keys(TYPES).join(" or ");
       r.warn(
         ["metadata", "type"],
-        meta,
+        typeNode,
         `document of type ${JSON.stringify(type)} ignored: validate reads ${known}`,
       );
       return undefined;
