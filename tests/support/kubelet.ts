@@ -4,7 +4,7 @@
 // made with a real key, so the API server stamps the true requester on them.
 
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
-import { KubeClient, PATCH } from "../../lib/kube.ts";
+import { KubeClient, type KubeConnection, PATCH } from "../../lib/kube.ts";
 import type { TestCluster } from "./cluster.ts";
 import { type CsrOptions, createCSR } from "./pki.ts";
 
@@ -24,6 +24,12 @@ export interface KubeletOptions {
   external?: boolean;
   /** Heartbeat interval; 0 disables heartbeats (default 10 s). */
   heartbeatMs?: number;
+  /**
+   * This node's identity, issued beforehand with `cluster.userConnection("system:node:<name>",
+   * ["system:nodes"])`, so a benchmark can register thousands at once without minting certificates
+   * on the clock. Default: issued at registration.
+   */
+  connection?: KubeConnection;
 }
 
 function now(): string {
@@ -51,7 +57,8 @@ export class SimulatedKubelet {
 
   /** Registers the Node (and its Lease) as the kubelet would, and starts heartbeats. */
   static async register(cluster: TestCluster, opts: KubeletOptions): Promise<SimulatedKubelet> {
-    const conn = await cluster.userConnection(`system:node:${opts.name}`, ["system:nodes"]);
+    const conn =
+      opts.connection ?? (await cluster.userConnection(`system:node:${opts.name}`, ["system:nodes"]));
     const k = new SimulatedKubelet(opts, new KubeClient(conn, { qps: 0 }));
     await k.#create();
     if ((opts.heartbeatMs ?? 10_000) > 0) {

@@ -1,0 +1,97 @@
+// Resource use of a process read from /proc for the benchmark: resident memory now (VmRSS) and at
+// its peak (VmHWM) from /proc/<pid>/status, CPU time (utime + stime) from /proc/<pid>/stat in
+// clock ticks, and a sampler that keeps the highest RSS seen while a phase runs.
+
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+
+/** One reading of a process' memory and CPU. */
+export interface ProcSample {
+  rssBytes: number;
+  /** Peak resident set size since the process started. */
+  hwmBytes: number;
+  /** User plus system CPU seconds since the process started. */
+  cpuSeconds: number;
+}
+
+/** VmRSS and VmHWM (bytes) from the text of /proc/<pid>/status. */
+export function parseStatus(text: string): { rssBytes: number; hwmBytes: number } {
+  const kb = (field: string) => Number(text.match(new RegExp(`^${field}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN);
+  return { rssBytes: kb("VmRSS") * 1024, hwmBytes: kb("VmHWM") * 1024 };
+}
+
+/**
+ * utime + stime in seconds from the text of /proc/<pid>/stat; fields are counted after the
+ * parenthesized command name, which may itself contain spaces and parentheses.
+ * @throws {Error} when the text is not a stat line.
+ */
+export function parseStatCpu(text: string, ticksPerSecond: number): number {
+  const rest = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+  const utime = Number(rest[11]);
+  const stime = Number(rest[12]);
+  if (!Number.isFinite(utime) || !Number.isFinite(stime)) {
+    throw new Error(`Cannot parse /proc stat line: ${text.slice(0, 120)}`);
+  }
+  return (utime + stime) / ticksPerSecond;
+}
+
+let ticks: number | undefined;
+
+/** The kernel's clock ticks per second (`getconf CLK_TCK`, 100 when getconf is missing). */
+export function clockTicks(): number {
+  if (ticks === undefined) {
+    const r = spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" });
+    const n = Number(r.stdout?.trim());
+    ticks = r.status === 0 && n > 0 ? n : 100;
+  }
+  return ticks;
+}
+
+/**
+ * Reads memory and CPU of a running process.
+ * @throws {Error} when the process is gone.
+ */
+export function procSample(pid: number): ProcSample {
+  const status = parseStatus(readFileSync(`/proc/${pid}/status`, "utf8"));
+  const cpuSeconds = parseStatCpu(readFileSync(`/proc/${pid}/stat`, "utf8"), clockTicks());
+  return { ...status, cpuSeconds };
+}
+
+/** Samples a process' RSS every `intervalMs` until stopped; keeps the highest and the last reading. */
+export class RssSampler {
+  #max = 0;
+  #last = 0;
+  readonly #timer: ReturnType<typeof setInterval>;
+
+  constructor(
+    readonly pid: number,
+    intervalMs = 250,
+  ) {
+    this.#timer = setInterval(() => this.sample(), intervalMs);
+    this.sample();
+  }
+
+  /** Takes one reading now (ignored once the process is gone). */
+  sample(): void {
+    try {
+      const { rssBytes } = parseStatus(readFileSync(`/proc/${this.pid}/status`, "utf8"));
+      this.#last = rssBytes;
+      if (rssBytes > this.#max) this.#max = rssBytes;
+    } catch {
+      // The process exited; the readings so far stand.
+    }
+  }
+
+  get maxBytes(): number {
+    return this.#max;
+  }
+
+  get lastBytes(): number {
+    return this.#last;
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+}
