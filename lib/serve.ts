@@ -58,7 +58,9 @@ export async function selfSignedCertificate(hosts: string[]): Promise<ServingCer
   const ext = (id: string, critical: boolean, value: object) =>
     new x.Extension({ extnID: id, critical, extnValue: new OctetString(AsnConvert.serialize(value)) });
   const serial = randomBytes(16);
-  serial[0] = (serial[0] as number) & 0x7f;
+  // Positive, and never a leading zero byte: DER wants minimal integers, and BoringSSL refuses a
+  // certificate whose serial starts 0x00 0x0…-0x7… ("INVALID_INTEGER", one start in 256).
+  serial[0] = ((serial[0] as number) & 0x7f) | 0x40;
   const now = Date.now();
   const tbs = new x.TBSCertificate({
     version: x.Version.v3,
