@@ -19,7 +19,7 @@ import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
 import type { Informer, LeanNode } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
-import { isNotFound, type KubeClient, PATCH } from "./kube.ts";
+import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import type { ControllerContext } from "./manager.ts";
 import type { Registry } from "./metrics.ts";
@@ -946,11 +946,12 @@ export class CloudNodeController {
     } catch (err) {
       if (isNotFound(err)) return;
       if (initializing) this.#m.failed.inc({ reason: "kubernetes" });
+      // A failed `test` of the guarded patch answers 422: the Node changed since it was read.
+      const hint =
+        err instanceof KubeError && err.status === 422 ? " (the Node changed since it was read?)" : "";
       throw new Error(
-        `Cannot ${initializing ? "initialize" : "update"} node ${name}: ${(err as Error).message}`,
-        {
-          cause: err,
-        },
+        `Cannot ${initializing ? "initialize" : "update"} node ${name}: ${(err as Error).message}${hint}`,
+        { cause: err },
       );
     }
     if (initializing) {
