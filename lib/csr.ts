@@ -1,11 +1,14 @@
 // Kubelet serving CSR policy: strict PKCS#10 parsing and the pure decision whether a
 // `kubernetes.io/kubelet-serving` CertificateSigningRequest may be approved for the node that asks.
-// This file is the project's security boundary: it does no I/O, never throws from `decide()`, and
-// fails closed. The controller that watches CSRs and writes /approval is built on top of `decide()`.
+// This file is the project's security boundary: it does no I/O, never throws from `decide()` or
+// `screen()`, and fails closed. What the kubelet itself writes (its Node's addresses and
+// provided-node-ip) is checked against what no kubelet controls: the other Nodes, and Talos —
+// whose answer counts only when the answering machine names itself as the requester.
+// The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
 // Loaded only when the CSR controller is enabled (it pulls in the ASN.1 libraries).
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
-import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
+import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { CertificationRequest } from "@peculiar/asn1-csr";
 import { AsnParser } from "@peculiar/asn1-schema";
 import {
@@ -15,6 +18,7 @@ import {
   type Name,
   SubjectAlternativeName,
 } from "@peculiar/asn1-x509";
+import { PROVIDED_NODE_IP_ANNOTATION } from "./addresses.ts";
 import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 
@@ -22,7 +26,7 @@ import { type Counter, type Registry, registry } from "./metrics.ts";
 export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
 
 /** Node annotation in which a kubelet run with `--cloud-provider=external` publishes `--node-ip`. */
-export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
+export { PROVIDED_NODE_IP_ANNOTATION };
 
 /**
  * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen
@@ -64,6 +68,34 @@ export interface NodeInput {
   providedNodeIP?: string;
 }
 
+/**
+ * What Talos says about the machine behind the requester's Node, all from one Talos node: the one
+ * that answered on the Node's IP. The Node's IPs are the kubelet's to write, so `nodename` is what
+ * makes the rest count: a kubelet that points its IP at another machine gets that machine's name.
+ */
+export interface TalosFacts {
+  /** The IP the facts were read on (a node IP of the Node); for messages. */
+  nodeIP: string;
+  /** The Kubernetes node name the answering Talos node registers its kubelet as (Nodename). */
+  nodename: string;
+  /** `address` of every AddressStatus it reports (`ip` or `ip/prefix`). */
+  addresses: string[];
+  /**
+   * Its own DNS names: hostname and FQDN (HostnameStatus), PlatformMetadata hostname, internalDNS
+   * and externalDNS. Empty when not read: any DNS SAN besides the node name is then denied.
+   */
+  dnsNames: string[];
+}
+
+/** What `screen()` leaves to Talos: the CSR passed every other check. */
+export interface TalosQuestion {
+  action: "confirm";
+  /** IP SANs Talos must report (canonical text). */
+  ipAddresses: string[];
+  /** DNS SANs other than the node name, which Talos must know (`TalosFacts.dnsNames`). */
+  dnsNames: string[];
+}
+
 /** Why a CSR is left alone. */
 export type IgnoreReason = "AlreadyDecided" | "OtherSigner";
 
@@ -79,8 +111,12 @@ export type DenyReason =
   | "ForbiddenSAN"
   | "NoSAN"
   | "DNSNameNotOwned"
+  | "DNSNameOfOtherNode"
   | "IPNotOwned"
-  | "IPNotReportedByTalos";
+  | "IPOfOtherNode"
+  | "TalosNodeMismatch"
+  | "IPNotReportedByTalos"
+  | "DNSNameNotReportedByTalos";
 
 /** What the controller should do with a CSR. */
 export type Decision =
@@ -649,47 +685,160 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   return parsed;
 }
 
-/** The checks against the Node and Talos. */
-function checkOwnership(parsed: ParsedCsr, node: NodeInput, talosAddresses: string[] | undefined): Decision {
-  const nodeDNS = new Set([node.name.toLowerCase()]);
-  const nodeIPs = new Set<string>();
+/** The names and IPs a Node claims: its name, DNS-type addresses, IP addresses and provided node IPs. */
+function claims(node: NodeInput): { dns: Set<string>; ips: Set<string> } {
+  const dns = new Set([node.name.toLowerCase()]);
+  const ips = new Set<string>();
   for (const a of node.addresses ?? []) {
     // As the kubelet does when it builds the request: an address that is an IP is an IP SAN,
     // whatever its type.
     const ip = canonicalIP(a.address);
-    if (ip) nodeIPs.add(ip);
-    else if (DNS_ADDRESS_TYPES.has(a.type)) nodeDNS.add(a.address.toLowerCase());
+    if (ip) ips.add(ip);
+    else if (DNS_ADDRESS_TYPES.has(a.type)) dns.add(a.address.toLowerCase());
   }
   for (const ip of defined((node.providedNodeIP ?? "").split(",").map((s) => canonicalIP(s.trim())))) {
-    nodeIPs.add(ip);
+    ips.add(ip);
   }
+  return { dns, ips };
+}
 
-  const strayDNS = parsed.dnsNames.filter((d) => !nodeDNS.has(d.toLowerCase()));
+/** `values` each with the other node that claims it, e.g. `"x" (node "b")`. */
+function claimedBy(values: string[], owners: Map<string, string>, key: (v: string) => string): string {
+  const shown = values.slice(0, 8).map((v) => `${q(v)} (node ${q(owners.get(key(v)) ?? "")})`);
+  return values.length > 8 ? `${shown.join(", ")} and ${values.length - 8} more` : shown.join(", ");
+}
+
+/** How ownership is judged: against the Node only, up to what Talos must confirm, or with Talos. */
+type Mode = { kind: "csr-only" } | { kind: "screen" } | { kind: "talos"; facts: TalosFacts };
+
+/**
+ * The checks against the Node, the other Nodes and Talos. The first three are the same in every
+ * mode and come first, so that `screen()`'s denials are exactly `decide()`'s with any Talos facts.
+ */
+function checkOwnership(
+  parsed: ParsedCsr,
+  node: NodeInput,
+  mode: Mode,
+  others: Iterable<NodeInput>,
+): Decision | TalosQuestion {
+  const own = claims(node);
+  const self = node.name.toLowerCase();
+  const strayDNS = parsed.dnsNames.filter((d) => !own.dns.has(d.toLowerCase()));
   if (strayDNS.length) {
     return deny("DNSNameNotOwned", `DNS SANs ${list(strayDNS)} are not names of node ${q(node.name)}`);
   }
-  const strayIP = parsed.ipAddresses.filter((ip) => !nodeIPs.has(ip));
+  // The kubelet writes its Node's DNS addresses itself: a name another Node has, or claims, is not
+  // this one's to take. (Its own name is proven by the requester's identity, so never refused.)
+  const dnsOwners = new Map<string, string>();
+  const ipOwners = new Map<string, string>();
+  for (const other of others) {
+    if (other.name === node.name) continue;
+    const c = claims(other);
+    for (const d of c.dns) if (!dnsOwners.has(d)) dnsOwners.set(d, other.name);
+    for (const ip of c.ips) if (!ipOwners.has(ip)) ipOwners.set(ip, other.name);
+  }
+  const taken = parsed.dnsNames.filter((d) => d.toLowerCase() !== self && dnsOwners.has(d.toLowerCase()));
+  if (taken.length) {
+    return deny(
+      "DNSNameOfOtherNode",
+      `DNS SANs name other nodes: ${claimedBy(taken, dnsOwners, (d) => d.toLowerCase())}`,
+    );
+  }
+  const strayIP = parsed.ipAddresses.filter((ip) => !own.ips.has(ip));
   if (strayIP.length) {
     return deny("IPNotOwned", `IP SANs ${list(strayIP)} are not addresses of node ${q(node.name)}`);
   }
-  if (talosAddresses) {
-    const talos = new Set(defined(talosAddresses.map(canonicalHost)));
-    const unconfirmed = parsed.ipAddresses.filter((ip) => !talos.has(ip));
-    if (unconfirmed.length) {
-      return deny(
-        "IPNotReportedByTalos",
-        `IP SANs ${list(unconfirmed)} are in node ${q(node.name)}'s status but Talos does not report them`,
-      );
-    }
+  const extraDNS = parsed.dnsNames.filter((d) => d.toLowerCase() !== self);
+  if (mode.kind === "screen") {
+    return { action: "confirm", ipAddresses: parsed.ipAddresses, dnsNames: extraDNS };
   }
   const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
+  const approved = `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}`;
+  if (mode.kind === "csr-only") {
+    // Without Talos the other Nodes are the only witnesses against an address the kubelet wrote.
+    // With Talos this check is left out: Talos confirms the addresses, and a stale Node of a
+    // replaced machine must not block the machine that now has its IP.
+    const shared = parsed.ipAddresses.filter((ip) => ipOwners.has(ip));
+    if (shared.length) {
+      return deny(
+        "IPOfOtherNode",
+        `IP SANs are also addresses of other nodes: ${claimedBy(shared, ipOwners, (ip) => ip)}`,
+      );
+    }
+    return {
+      action: "approve",
+      reason: APPROVE_REASON,
+      message: `${approved}; checked against the Node only`,
+    };
+  }
+  const talos = mode.facts;
+  if (talos.nodename !== node.name) {
+    return deny(
+      "TalosNodeMismatch",
+      `the Talos node at ${q(talos.nodeIP)}, a node IP of node ${q(node.name)}, is node ${q(talos.nodename)}: ` +
+        "the Node's IPs lead to another machine",
+    );
+  }
+  const reported = new Set(defined(talos.addresses.map(canonicalHost)));
+  const unconfirmed = parsed.ipAddresses.filter((ip) => !reported.has(ip));
+  if (unconfirmed.length) {
+    return deny(
+      "IPNotReportedByTalos",
+      `IP SANs ${list(unconfirmed)} are in node ${q(node.name)}'s status but Talos does not report them`,
+    );
+  }
+  const known = new Set(talos.dnsNames.map((d) => d.toLowerCase()));
+  const unknown = extraDNS.filter((d) => !known.has(d.toLowerCase()));
+  if (unknown.length) {
+    return deny(
+      "DNSNameNotReportedByTalos",
+      `DNS SANs ${list(unknown)} are in node ${q(node.name)}'s status but Talos does not know them` +
+        (talos.dnsNames.length ? ` (its names: ${list(talos.dnsNames)})` : ""),
+    );
+  }
   return {
     action: "approve",
     reason: APPROVE_REASON,
-    message:
-      `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}` +
-      (talosAddresses ? "; IPs confirmed by Talos" : "; IPs checked against the Node only"),
+    message: `${approved}; identity and names confirmed by Talos on ${talos.nodeIP}`,
   };
+}
+
+/** Every check up to the Node's; returns the parsed request and the Node when they all pass. */
+function precheck(
+  csr: CsrInput,
+  node: NodeInput | undefined,
+): Decision | { parsed: ParsedCsr; node: NodeInput } {
+  if ((csr.conditions ?? []).length > 0) return { action: "ignore", reason: "AlreadyDecided" };
+  if (csr.signerName !== KUBELET_SERVING_SIGNER) return { action: "ignore", reason: "OtherSigner" };
+  const nodeName = nodeNameFromUsername(csr.username);
+  if (nodeName === undefined) {
+    return deny(
+      "UsernameMismatch",
+      `requester ${q(String(csr.username))} is not a node (system:node:<name>)`,
+    );
+  }
+  if (!(csr.groups ?? []).includes(NODES_GROUP)) {
+    return deny("GroupMismatch", `requester ${q(csr.username)} is not in group ${NODES_GROUP}`);
+  }
+  const parsed = checkRequest(csr, csr.username);
+  if ("action" in parsed) return parsed;
+  if (!node || node.name !== nodeName) {
+    return { action: "wait", reason: "NodeNotFound", message: `node ${q(nodeName)} does not exist yet` };
+  }
+  return { parsed, node };
+}
+
+/** Runs `fn`, turning any exception into a denial: a bug or a malformed object never approves. */
+function failClosed<T>(fn: () => T): T | Decision {
+  try {
+    return fn();
+  } catch (err) {
+    // The reference crash-loops on one bad CSR; here it is denied and the controller goes on.
+    return deny(
+      "InvalidRequest",
+      `Cannot evaluate the request: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
 }
 
 /**
@@ -698,48 +847,58 @@ function checkOwnership(parsed: ParsedCsr, node: NodeInput, talosAddresses: stri
  * kubelet-serving (else ignore); username `system:node:<name>` and group `system:nodes`; usages;
  * one well-formed PEM request within `MAX_REQUEST_BYTES`; key (RSA 2048–8192, P-256, P-384,
  * Ed25519); proof of possession; subject CN = username and O = [system:nodes]; SANs (DNS/IP only,
- * no wildcard, no `kubernetes`/`kubernetes.*`, at least one); then, with the Node, every DNS SAN
- * is the node name or a Hostname/InternalDNS/ExternalDNS address, every IP SAN is a status address
- * or the provided node IP, and — when Talos is consulted — an address Talos reports.
+ * no wildcard, no `kubernetes`/`kubernetes.*`, at least one); the Node exists (else wait); every
+ * DNS SAN is the node name or a Hostname/InternalDNS/ExternalDNS address of it, and no other
+ * Node's name or DNS address; every IP SAN is a status address or provided node IP. Then without
+ * Talos: no IP SAN is another Node's address. With Talos: the Talos node that answered is this
+ * node, reports every IP SAN, and knows every DNS SAN other than the node name.
  * @param csr the request
  * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
  *   not exist (yet); a Node of any other name is treated as absent
- * @param talosAddresses the addresses Talos reports for that node (AddressStatus; `ip` or
- *   `ip/prefix`); undefined in CSR-only mode, when IP SANs are checked against the Node alone.
- *   An empty array means Talos reports nothing, so no IP SAN can be approved.
+ * @param talos what Talos reports for that node; undefined only in CSR-only mode (no Talos API),
+ *   when the Node and the other Nodes are all there is to check against
+ * @param others every other Node (the requester's own is skipped if present)
  * @returns ignore, wait (the Node is missing: retry later), approve or deny with a stable reason
  * @example
- * const d = decide(csr, node, talosAddrs);
+ * const d = decide(csr, node, facts, otherNodes);
  * if (d.action === "approve" || d.action === "deny") await writeApproval(csr.name, d);
  */
-export function decide(csr: CsrInput, node: NodeInput | undefined, talosAddresses?: string[]): Decision {
-  try {
-    if ((csr.conditions ?? []).length > 0) return { action: "ignore", reason: "AlreadyDecided" };
-    if (csr.signerName !== KUBELET_SERVING_SIGNER) return { action: "ignore", reason: "OtherSigner" };
-    const nodeName = nodeNameFromUsername(csr.username);
-    if (nodeName === undefined) {
-      return deny(
-        "UsernameMismatch",
-        `requester ${q(String(csr.username))} is not a node (system:node:<name>)`,
-      );
-    }
-    if (!(csr.groups ?? []).includes(NODES_GROUP)) {
-      return deny("GroupMismatch", `requester ${q(csr.username)} is not in group ${NODES_GROUP}`);
-    }
-    const parsed = checkRequest(csr, csr.username);
-    if ("action" in parsed) return parsed;
-    if (!node || node.name !== nodeName) {
-      return { action: "wait", reason: "NodeNotFound", message: `node ${q(nodeName)} does not exist yet` };
-    }
-    return checkOwnership(parsed, node, talosAddresses);
-  } catch (err) {
-    // Fail closed: a bug or a malformed input object must neither approve nor crash the controller
-    // (the reference crash-loops on one bad CSR).
-    return deny(
-      "InvalidRequest",
-      `Cannot evaluate the request: ${err instanceof Error ? err.message : String(err)}`,
-    );
-  }
+export function decide(
+  csr: CsrInput,
+  node: NodeInput | undefined,
+  talos?: TalosFacts,
+  others: Iterable<NodeInput> = [],
+): Decision {
+  return failClosed(() => {
+    const pre = precheck(csr, node);
+    if ("action" in pre) return pre;
+    const mode: Mode = talos ? { kind: "talos", facts: talos } : { kind: "csr-only" };
+    return checkOwnership(pre.parsed, pre.node, mode, others) as Decision;
+  });
+}
+
+/**
+ * Every check of `decide()` that does not need Talos, so that Talos is asked only about requests
+ * it can still approve. A decision returned here is the one `decide()` returns with any Talos
+ * facts; `confirm` says what Talos must confirm. Pure and total, like `decide()`.
+ * @param csr the request
+ * @param node the Node named by the requester, or undefined
+ * @param others every other Node
+ * @returns ignore, wait or deny — never approve — or what to ask Talos
+ * @example
+ * const s = screen(csr, node, others);
+ * const d = s.action === "confirm" ? decide(csr, node, await askTalos(s), others) : s;
+ */
+export function screen(
+  csr: CsrInput,
+  node: NodeInput | undefined,
+  others: Iterable<NodeInput> = [],
+): Decision | TalosQuestion {
+  return failClosed(() => {
+    const pre = precheck(csr, node);
+    if ("action" in pre) return pre;
+    return checkOwnership(pre.parsed, pre.node, { kind: "screen" }, others);
+  });
 }
 
 /**
@@ -758,11 +917,17 @@ export function csrInputFrom(obj: V1CertificateSigningRequest): CsrInput {
   };
 }
 
+/** The parts of a Node `nodeInputFrom` reads: a `V1Node` or the Node cache's lean copy. */
+export interface NodeLike {
+  metadata?: { name?: string; annotations?: Record<string, string> };
+  status?: { addresses?: ReadonlyArray<{ type: string; address: string }> };
+}
+
 /**
- * Maps a Node API object to `decide()`'s input.
- * @param node the Node named by the CSR's username
+ * Maps a Node to `decide()`'s input.
+ * @param node a Node API object or cached Node
  */
-export function nodeInputFrom(node: V1Node): NodeInput {
+export function nodeInputFrom(node: NodeLike): NodeInput {
   const provided = node.metadata?.annotations?.[PROVIDED_NODE_IP_ANNOTATION];
   return {
     name: node.metadata?.name ?? "",

@@ -1,5 +1,6 @@
 // Properties of the CSR policy over generated input: decide() is total (never throws), nothing
-// malformed is approved, and a request is approved exactly when every SAN it asks for is owned.
+// malformed is approved, a request is approved exactly when every SAN it asks for is owned, and
+// screen() (what the controller asks before calling Talos) never contradicts decide().
 
 import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
@@ -11,6 +12,8 @@ import {
   KUBELET_SERVING_SIGNER,
   type NodeInput,
   parseCertificateRequest,
+  screen,
+  type TalosFacts,
 } from "../../lib/csr.ts";
 import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
 
@@ -24,7 +27,12 @@ const nodeA: NodeInput = {
     { type: "InternalDNS", address: "worker-a.example.com" },
   ],
 };
-const talosA = ["10.0.0.1/24", "2001:db8::a/64"];
+const talosA: TalosFacts = {
+  nodeIP: "10.0.0.1",
+  nodename: "worker-a",
+  addresses: ["10.0.0.1/24", "2001:db8::a/64"],
+  dnsNames: ["worker-a.example.com"],
+};
 
 /** Every SAN the generator may ask for, with whether node A owns it (by Node status / by Talos). */
 const DNS_POOL: Array<[string, boolean]> = [
@@ -68,10 +76,15 @@ function input(request: string, over: Partial<CsrInput> = {}): CsrInput {
 const b64 = (text: string | Uint8Array) => Buffer.from(text).toString("base64");
 
 /** Runs decide() and fails the property if it throws. */
-function total(csr: CsrInput, node: NodeInput | undefined, talos?: string[]): Decision {
+function total(
+  csr: CsrInput,
+  node: NodeInput | undefined,
+  talos?: TalosFacts,
+  others: NodeInput[] = [],
+): Decision {
   let d: Decision | undefined;
   expect(() => {
-    d = decide(csr, node, talos);
+    d = decide(csr, node, talos, others);
   }).not.toThrow();
   return d as Decision;
 }
@@ -197,6 +210,79 @@ describe("decide() over generated input", () => {
         expect(total(input(b64(csr)), nodeOther, talosA).action).toBe("deny");
       }),
       { numRuns: 10 },
+    );
+  });
+});
+
+describe("screen() and decide() with other Nodes and Talos facts over generated input", () => {
+  const NAMES = ["worker-a", "worker-a.example.com", "worker-b", "worker-b.example.com", "api.example.com"];
+  const IPS = ["10.0.0.1", "10.0.0.2", "10.0.0.99", "2001:db8::a"];
+  const otherNode = fc.record({
+    name: fc.constantFrom("worker-b", "worker-c"),
+    dns: fc.subarray(NAMES),
+    ips: fc.subarray(IPS),
+  });
+  const talosFacts = fc.record({
+    nodename: fc.constantFrom("worker-a", "worker-b"),
+    addresses: fc.subarray(IPS.map((ip) => `${ip}/${ip.includes(":") ? 64 : 24}`)),
+    dnsNames: fc.subarray(NAMES),
+  });
+
+  test("screen()'s answer is decide()'s with any Talos facts, and decide() approves only what every witness confirms", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.subarray(NAMES),
+        fc.subarray(IPS),
+        fc.subarray(NAMES),
+        fc.subarray(IPS),
+        fc.array(otherNode, { maxLength: 2 }),
+        talosFacts,
+        async (dns, ips, statusDNS, statusIPs, otherSpecs, t) => {
+          const { csr } = await createCSR({ cn: USER_A, o: ["system:nodes"], dns, ips });
+          const node: NodeInput = {
+            name: "worker-a",
+            addresses: [
+              ...statusDNS.map((address) => ({ type: "InternalDNS", address })),
+              ...statusIPs.map((address) => ({ type: "InternalIP", address })),
+            ],
+          };
+          const others: NodeInput[] = otherSpecs.map((o) => ({
+            name: o.name,
+            addresses: [
+              ...o.dns.map((address) => ({ type: "Hostname", address })),
+              ...o.ips.map((address) => ({ type: "ExternalIP", address })),
+            ],
+          }));
+          const facts: TalosFacts = { nodeIP: "10.0.0.1", ...t };
+          const csrIn = input(b64(csr));
+          const s = screen(csrIn, node, others);
+          const withTalos = total(csrIn, node, facts, others);
+          const csrOnly = total(csrIn, node, undefined, others);
+          const extra = dns.filter((d) => d !== "worker-a");
+          const otherDNS = new Set(others.flatMap((o) => [o.name, ...o.addresses.map((a) => a.address)]));
+          const otherIPs = new Set(others.flatMap((o) => o.addresses.map((a) => a.address)));
+          const ownedByNode =
+            dns.length + ips.length > 0 &&
+            extra.every((d) => statusDNS.includes(d) && !otherDNS.has(d)) &&
+            ips.every((ip) => statusIPs.includes(ip));
+          if (s.action === "confirm") {
+            expect(ownedByNode).toBe(true);
+            expect(s.dnsNames).toEqual(extra);
+            expect(s.ipAddresses).toEqual(ips);
+            const confirmed =
+              t.nodename === "worker-a" &&
+              ips.every((ip) => t.addresses.some((a) => a.startsWith(`${ip}/`))) &&
+              extra.every((d) => t.dnsNames.includes(d));
+            expect(withTalos.action).toBe(confirmed ? "approve" : "deny");
+            expect(csrOnly.action).toBe(ips.some((ip) => otherIPs.has(ip)) ? "deny" : "approve");
+          } else {
+            expect(ownedByNode).toBe(false);
+            expect(withTalos).toEqual(s);
+            expect(csrOnly).toEqual(s);
+          }
+        },
+      ),
+      { numRuns: 200 },
     );
   });
 });

@@ -4,6 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { GeneralName, OtherName } from "@peculiar/asn1-x509";
+import { leanNode } from "../../lib/cache.ts";
 import {
   APPROVE_REASON,
   type CsrInput,
@@ -19,6 +20,8 @@ import {
   nodeInputFrom,
   nodeNameFromUsername,
   parseCertificateRequest,
+  screen,
+  type TalosFacts,
 } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
 import {
@@ -45,7 +48,11 @@ const nodeA: NodeInput = {
     { type: "InternalDNS", address: "worker-a.example.com" },
   ],
 };
-const talosA = ["10.0.0.1/24", "2001:db8::a/64", "fe80::1/64"];
+/** What Talos reports for node A unless overridden: its addresses, name and DNS names. */
+function facts(addresses: string[], over: Partial<TalosFacts> = {}): TalosFacts {
+  return { nodeIP: "10.0.0.1", nodename: "worker-a", addresses, dnsNames: ["worker-a.example.com"], ...over };
+}
+const talosA = facts(["10.0.0.1/24", "2001:db8::a/64", "fe80::1/64"]);
 
 /** A CSR object as the controller would build it, asking as node A unless overridden. */
 function input(pem: string, over: Partial<CsrInput> = {}): CsrInput {
@@ -91,7 +98,7 @@ describe("decide() approves honest requests", () => {
     pem: () => Promise<string>;
     usages?: string[];
     node?: NodeInput;
-    talos?: string[] | "none";
+    talos?: TalosFacts | "none";
   }> = [
     { name: "ECDSA P-256 with DNS and IP", pem: () => csrA() },
     { name: "ECDSA P-384", pem: () => csrA({ curve: "P-384", hash: "SHA-384" }) },
@@ -125,7 +132,7 @@ describe("decide() approves honest requests", () => {
     {
       name: "Talos addresses without prefix lengths",
       pem: () => csrA({ ips: ["10.0.0.1", "2001:db8::a"] }),
-      talos: ["10.0.0.1", "2001:db8:0::a"],
+      talos: facts(["10.0.0.1", "2001:db8:0::a"]),
     },
   ];
   for (const c of cases) {
@@ -145,7 +152,7 @@ describe("decide() denies the attack matrix", () => {
     pem: () => Promise<string> | string;
     over?: Partial<CsrInput>;
     node?: NodeInput;
-    talos?: string[] | "none";
+    talos?: TalosFacts | "none";
     reason: DenyReason;
     says?: string;
   }> = [
@@ -212,7 +219,7 @@ describe("decide() denies the attack matrix", () => {
     {
       name: "any IP when Talos reports nothing",
       pem: () => csrA(),
-      talos: [],
+      talos: facts([]),
       reason: "IPNotReportedByTalos",
     },
     // Subject
@@ -520,6 +527,195 @@ describe("decide() ignores and waits", () => {
   });
 });
 
+describe("decide() against the other Nodes and Talos' identity and names", () => {
+  const nodeB: NodeInput = {
+    name: "worker-b",
+    addresses: [
+      { type: "InternalIP", address: "10.0.0.2" },
+      { type: "Hostname", address: "worker-b" },
+      { type: "InternalDNS", address: "worker-b.example.com" },
+    ],
+    providedNodeIP: "10.0.0.2",
+  };
+  /** Node A with extra status addresses its kubelet wrote. */
+  const nodeAWith = (...extra: Array<{ type: string; address: string }>): NodeInput => ({
+    ...nodeA,
+    addresses: [...nodeA.addresses, ...extra],
+  });
+  const cases: Array<{
+    name: string;
+    pem: () => Promise<string>;
+    node?: NodeInput;
+    talos?: TalosFacts | "none";
+    others?: NodeInput[];
+    want: { action: "approve" } | { action: "deny"; reason: DenyReason; says?: string };
+  }> = [
+    {
+      name: "approves its own name even when another Node claims it",
+      pem: () => csrA(),
+      others: [{ ...nodeB, addresses: [...nodeB.addresses, { type: "InternalDNS", address: "worker-a" }] }],
+      want: { action: "approve" },
+    },
+    {
+      name: "approves when the other Nodes claim none of its SANs, in CSR-only mode",
+      pem: () => csrA({ dns: ["worker-a", "worker-a.example.com"] }),
+      talos: "none",
+      others: [nodeB, nodeA],
+      want: { action: "approve" },
+    },
+    {
+      name: "approves a DNS name Talos knows in other letter case",
+      pem: () => csrA({ dns: ["Worker-A.Example.com"] }),
+      talos: facts(["10.0.0.1/24"], { dnsNames: ["WORKER-A.example.COM"] }),
+      want: { action: "approve" },
+    },
+    {
+      name: "denies another Node's name its kubelet put into its own status",
+      pem: () => csrA({ dns: ["worker-a", "worker-b"] }),
+      node: nodeAWith({ type: "InternalDNS", address: "worker-b" }),
+      others: [nodeB],
+      want: { action: "deny", reason: "DNSNameOfOtherNode", says: '"worker-b" (node "worker-b")' },
+    },
+    {
+      name: "denies another Node's DNS address, in CSR-only mode too",
+      pem: () => csrA({ dns: ["worker-a", "WORKER-B.example.com"] }),
+      node: nodeAWith({ type: "ExternalDNS", address: "worker-b.example.com" }),
+      talos: "none",
+      others: [nodeB],
+      want: {
+        action: "deny",
+        reason: "DNSNameOfOtherNode",
+        says: '"WORKER-B.example.com" (node "worker-b")',
+      },
+    },
+    {
+      name: "denies another Node's IP in CSR-only mode",
+      pem: () => csrA({ ips: ["10.0.0.1", "10.0.0.2"] }),
+      node: nodeAWith({ type: "InternalIP", address: "10.0.0.2" }),
+      talos: "none",
+      others: [nodeB],
+      want: { action: "deny", reason: "IPOfOtherNode", says: '"10.0.0.2" (node "worker-b")' },
+    },
+    {
+      name: "denies another Node's provided node IP in CSR-only mode",
+      pem: () => csrA({ ips: ["10.0.0.2"] }),
+      node: { ...nodeA, providedNodeIP: "10.0.0.2" },
+      talos: "none",
+      others: [{ ...nodeB, addresses: [] }],
+      want: { action: "deny", reason: "IPOfOtherNode" },
+    },
+    {
+      name: "leaves a shared IP to Talos when Talos is there",
+      pem: () => csrA({ ips: ["10.0.0.2"] }),
+      node: nodeAWith({ type: "InternalIP", address: "10.0.0.2" }),
+      others: [nodeB],
+      want: { action: "deny", reason: "IPNotReportedByTalos" },
+    },
+    {
+      name: "denies when the Talos node on the Node's IP is another node (forged endpoint)",
+      pem: () => csrA({ ips: ["10.0.0.2"] }),
+      node: {
+        ...nodeA,
+        providedNodeIP: "10.0.0.2",
+        addresses: [{ type: "InternalIP", address: "10.0.0.2" }],
+      },
+      talos: facts(["10.0.0.2/24"], { nodeIP: "10.0.0.2", nodename: "worker-b" }),
+      want: {
+        action: "deny",
+        reason: "TalosNodeMismatch",
+        says: '"10.0.0.2", a node IP of node "worker-a", is node "worker-b"',
+      },
+    },
+    {
+      name: "denies a Talos nodename that differs only in letter case",
+      pem: () => csrA(),
+      talos: facts(["10.0.0.1/24"], { nodename: "Worker-A" }),
+      want: { action: "deny", reason: "TalosNodeMismatch" },
+    },
+    {
+      name: "checks Talos' identity before its addresses",
+      pem: () => csrA({ ips: ["10.0.0.99"] }),
+      talos: facts([], { nodename: "worker-b" }),
+      want: { action: "deny", reason: "TalosNodeMismatch" },
+    },
+    {
+      name: "denies a DNS name in the Node's status that Talos does not know",
+      pem: () => csrA({ dns: ["worker-a", "evil.example.org"] }),
+      node: nodeAWith({ type: "ExternalDNS", address: "evil.example.org" }),
+      want: { action: "deny", reason: "DNSNameNotReportedByTalos", says: "evil.example.org" },
+    },
+    {
+      name: "denies every extra DNS name when Talos' names were not read",
+      pem: () => csrA({ dns: ["worker-a.example.com"] }),
+      talos: facts(["10.0.0.1/24"], { dnsNames: [] }),
+      want: { action: "deny", reason: "DNSNameNotReportedByTalos" },
+    },
+  ];
+  for (const c of cases) {
+    test(`decide() ${c.name}`, async () => {
+      const talos = c.talos === "none" ? undefined : (c.talos ?? talosA);
+      const d = decide(input(await c.pem()), c.node ?? nodeA, talos, c.others ?? []);
+      expect(d).toMatchObject(
+        c.want.action === "approve" ? { action: "approve" } : { action: "deny", reason: c.want.reason },
+      );
+      if (c.want.action === "deny" && c.want.says && d.action === "deny")
+        expect(d.message).toContain(c.want.says);
+    });
+  }
+
+  test("decide() names how it checked in the approval message", async () => {
+    const pem = await csrA();
+    expect(decide(input(pem), nodeA, talosA)).toMatchObject({
+      message: expect.stringContaining("confirmed by Talos on 10.0.0.1"),
+    });
+    expect(decide(input(pem), nodeA)).toMatchObject({
+      message: expect.stringContaining("checked against the Node only"),
+    });
+  });
+});
+
+describe("screen()", () => {
+  test("screen() asks Talos to confirm the IP SANs and the DNS SANs besides the node name", async () => {
+    const pem = await csrA({ dns: ["worker-a", "Worker-A.example.com"], ips: ["10.0.0.1", "2001:db8::a"] });
+    expect(screen(input(pem), nodeA)).toEqual({
+      action: "confirm",
+      ipAddresses: ["10.0.0.1", "2001:db8::a"],
+      dnsNames: ["Worker-A.example.com"],
+    });
+    expect(screen(input(await csrA({ ips: [] })), nodeA)).toEqual({
+      action: "confirm",
+      ipAddresses: [],
+      dnsNames: [],
+    });
+  });
+
+  test("screen() returns decide()'s denial, wait and ignore without Talos facts", async () => {
+    const withB = { ...nodeA, addresses: [...nodeA.addresses, { type: "InternalIP", address: "10.0.0.2" }] };
+    const nodeB: NodeInput = { name: "worker-b", addresses: [{ type: "InternalIP", address: "10.0.0.2" }] };
+    const rows: Array<[CsrInput, NodeInput | undefined, string]> = [
+      [input(await csrA({ ips: ["10.0.0.7"] })), nodeA, "IPNotOwned"],
+      [input(await csrA({ dns: ["*.x"] })), nodeA, "ForbiddenSAN"],
+      [input("garbage"), nodeA, "InvalidRequest"],
+      [input(await csrA()), undefined, "NodeNotFound"],
+      [input(await csrA(), { conditions: [{ type: "Approved" }] }), nodeA, "AlreadyDecided"],
+    ];
+    for (const [csr, node, reason] of rows) {
+      const s = screen(csr, node, [nodeB]);
+      expect(s).toMatchObject({ reason });
+      expect(s).toEqual(decide(csr, node, talosA, [nodeB]));
+    }
+    // Another Node's IP is for Talos to judge, not a denial before asking it.
+    expect(screen(input(await csrA({ ips: ["10.0.0.2"] })), withB, [nodeB])).toMatchObject({
+      action: "confirm",
+    });
+  });
+
+  test("screen() fails closed on malformed input objects", () => {
+    const broken = { ...input("x"), usages: null, request: 42 } as unknown as CsrInput;
+    expect(screen(broken, nodeA)).toMatchObject({ action: "deny" });
+  });
+});
+
 describe("parseCertificateRequest()", () => {
   test("parseCertificateRequest() returns the names, key and proof of possession", async () => {
     const { csr } = await createCSR({
@@ -683,6 +879,8 @@ describe("API object mapping", () => {
       providedNodeIP: "10.0.0.1,fd00::1",
     });
     expect(nodeInputFrom({ metadata: { name: "b" } } as V1Node)).toEqual({ name: "b", addresses: [] });
+    const lean = leanNode({ ...node, metadata: { ...node.metadata, creationTimestamp: new Date(0) } });
+    expect(nodeInputFrom(lean)).toEqual(nodeInputFrom(node));
   });
 });
 
