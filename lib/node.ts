@@ -25,6 +25,7 @@ import type { ControllerContext } from "./manager.ts";
 import type { Registry } from "./metrics.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import {
+  type Backoff,
   backoffDelay,
   type TalosAddressStatus,
   type TalosClient,
@@ -353,6 +354,8 @@ export interface TalosFactsOptions {
   tickMs?: number;
   /** A watch without any answer for this long counts as down (default 30 s). */
   stallMs?: number;
+  /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
+  retryBackoff?: Backoff;
   now?: () => number;
 }
 
@@ -366,9 +369,6 @@ interface FailedRead {
   /** The controller was told that the retry time has come. */
   announced: boolean;
 }
-
-/** Backoff of retried one-off reads and of switching a dual-stack node's watches to its other IP. */
-const RETRY_BACKOFF = { initialMs: 1_000, maxMs: 60_000 };
 
 /** One node's watches and facts. Kept small: a thousand of them must stay cheap. */
 class NodeWatch {
@@ -425,6 +425,7 @@ export class TalosFacts {
   readonly #onChange: (name: string) => void;
   readonly #refreshMs: number;
   readonly #stallMs: number;
+  readonly #retryBackoff: Backoff;
   readonly #now: () => number;
   readonly #nodes = new Map<string, NodeWatch>();
   readonly #timer: ReturnType<typeof setInterval>;
@@ -436,6 +437,7 @@ export class TalosFacts {
     this.#onChange = opts.onChange;
     this.#refreshMs = opts.refreshMs;
     this.#stallMs = opts.stallMs ?? 30_000;
+    this.#retryBackoff = opts.retryBackoff ?? { initialMs: 1_000, maxMs: 60_000 };
     this.#now = opts.now ?? Date.now;
     this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
     (this.#timer as { unref?: () => void }).unref?.();
@@ -637,7 +639,7 @@ export class TalosFacts {
           w.ipIndex = (w.ipIndex + 1) % w.ips.length;
           this.#start(w);
         },
-        backoffDelay(w.failovers++, RETRY_BACKOFF),
+        backoffDelay(w.failovers++, this.#retryBackoff),
       );
       (w.failoverTimer as { unref?: () => void }).unref?.();
     }
@@ -711,7 +713,7 @@ export class TalosFacts {
           const failures = (failed?.failures ?? 0) + 1;
           w.failedReads.set(kind, {
             failures,
-            retryAtMs: this.#now() + backoffDelay(failures - 1, RETRY_BACKOFF),
+            retryAtMs: this.#now() + backoffDelay(failures - 1, this.#retryBackoff),
             error: (err as Error).message,
             announced: false,
           });

@@ -634,6 +634,7 @@ describe("TalosFacts", () => {
       refreshMs: opts.refreshMs ?? 60_000,
       tickMs: 3_600_000,
       stallMs: 30_000,
+      retryBackoff: { initialMs: 1, maxMs: 1 },
       now: () => now,
     });
     return { talos, facts, changes, advance: (ms: number) => (now += ms) };
@@ -798,6 +799,69 @@ describe("TalosFacts", () => {
       "watch addresses 10.0.0.6",
     ]);
     expect(facts.stats()).toEqual({ nodes: 0, down: 0 });
+    facts.close();
+  });
+
+  test("TalosFacts moves a dual-stack node's watches to its other IP when the first one fails", async () => {
+    const { talos, facts } = setup();
+    facts.track("node-1", ["10.0.0.5", "fd00::5"]);
+    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
+    await settle();
+    await settle();
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.5",
+      "watch addresses 10.0.0.5",
+      "watch platformmetadata fd00::5",
+      "watch addresses fd00::5",
+    ]);
+    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
+    talos
+      .stream("fd00::5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    talos.stream("fd00::5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.isDown("node-1")).toBe(false);
+    expect(facts.facts("node-1", { systemInformation: false, talosVersion: false })).toEqual({
+      ready: true,
+      nodeIP: "fd00::5",
+      facts: { platformMetadata: metadata({}), addresses: [] },
+    });
+    facts.close();
+  });
+
+  test("TalosFacts retries a failed SystemInformation read after its backoff, announced by the timer", async () => {
+    const { talos, facts, changes, advance } = setup();
+    let fail = true;
+    talos.systemInformation = (async (ip: string) => {
+      talos.calls.push(`get systeminformation ${ip}`);
+      if (fail)
+        throw new TalosError("unavailable", "Cannot get SystemInformation: unavailable", { retryable: true });
+      return SYSINFO;
+    }) as TalosFactsClient["systemInformation"];
+    facts.track("node-1", ["10.0.0.5"]);
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    facts.facts("node-1", needs);
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual({
+      ready: false,
+      waitingFor: "its SystemInformation",
+      error: "Cannot get SystemInformation: unavailable",
+    });
+    // Asking again before the retry time makes no call.
+    expect(talos.calls.filter((c) => c.startsWith("get")).length).toBe(1);
+    changes.length = 0;
+    fail = false;
+    advance(10);
+    facts.tick();
+    expect(changes).toEqual(["node-1"]);
+    facts.facts("node-1", needs);
+    await settle();
+    expect(facts.facts("node-1", needs)).toMatchObject({ ready: true });
+    expect(talos.calls.filter((c) => c.startsWith("get")).length).toBe(2);
     facts.close();
   });
 
