@@ -9,7 +9,8 @@
 // stdout carries the human summary and preview, or with `-o json|yaml` only the preview object.
 // Exit 1 when the config or the metadata cannot be read or is invalid; 0 otherwise, including when
 // a rule value fails on the sample node (a warning: the controller skips that value and still
-// initializes the node, so the file is usable). Exit 2 (flag errors) is main.ts' business.
+// initializes the node, so the file is usable). Exit 2 is for command-line errors (main.ts reports
+// the flag parser's; here only stdin given for both files).
 
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
@@ -533,7 +534,8 @@ export function previewNode(
 ): PreviewResult {
   const hostname = sample.platformMetadata.hostname;
   // Talos registers the kubelet under the short hostname unless registerWithFQDN is set.
-  const nodeName = hostname === "" ? "node" : (hostname.split(".")[0] as string);
+  const short = hostname.split(".")[0] ?? "";
+  const nodeName = short === "" ? "node" : short;
   const nodeIP = sample.node !== undefined && isIP(sample.node) !== 0 ? sample.node : NODE_IP_PLACEHOLDER;
   const node: LeanNode = {
     metadata: {
@@ -720,11 +722,17 @@ function readInput(path: string): string {
 
 /**
  * Runs `validate`: reads the files, prints the outcome of {@link validate}.
- * @returns the exit code: 0, or 1 when a file cannot be read or is invalid.
+ * @returns the exit code: 0, 1 when a file cannot be read or is invalid, 2 when both would be stdin.
  */
 export function runValidate(opts: ValidateOptions, warnings: readonly string[]): number {
   configureLogging({ format: opts.logging.format, verbosity: opts.logging.verbosity });
   for (const w of warnings) log.warn(w);
+  if (opts.cloudConfig === "-" && opts.metadata === "-") {
+    process.stderr.write(
+      "Cannot read both the cloud config and the node metadata from stdin: give one a file\n",
+    );
+    return 2;
+  }
   const texts: { configText?: string; metadataText?: string } = {};
   for (const [key, path, what] of [
     ["configText", opts.cloudConfig, "cloud config"],

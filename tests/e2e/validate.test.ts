@@ -191,6 +191,15 @@ describe("validate exit codes", () => {
     expect(r.stderr).toContain(message);
   });
 
+  test("validate exits 2 when both files would come from stdin", () => {
+    const r = validate(["--cloud-config", "-", "--metadata", "-"], "platform: metal\n");
+    expect(r).toEqual({
+      status: 2,
+      stdout: "",
+      stderr: "Cannot read both the cloud config and the node metadata from stdin: give one a file\n",
+    });
+  });
+
   test("validate exits 0 with a warning when a rule value fails on the node", () => {
     const config = file(
       "transformations:\n  - name: r\n    labels:\n      example.com/h: '{{ .Hostname }}!'\n",
