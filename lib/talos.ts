@@ -1,21 +1,42 @@
 // Talos machine API (apid) client: talosconfig loading (search order, endpoints, Ed25519 label
 // fix), one gRPC channel per endpoint shared by every call and watch, round-robin with failover,
 // COSI Get/List/Watch of the resources a CCM reads, retries by status code, certificate rotation,
-// a wire-level codec into the plain types of lib/types.ts, and the `talosccm_api_*` metrics.
+// decoding through the codecs generated from lib/talos.proto into the plain types of lib/types.ts,
+// and the `talosccm_api_*` metrics.
 // Memory: grpc-js (~16 MB RSS) is imported on the first call only, so config loading and decoding
-// work without it; the generated lib/talos_pb.ts (~10 MB under Bun) is not imported at all.
+// work without it; lib/talos_pb.ts is ts-proto output (plain functions on protobuf-es' wire
+// reader and writer), not protoc-gen-es' reflection runtime, which would cost ~10 MB under Bun.
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { existsSync, type FSWatcher, watch as fsWatch, readFileSync, statSync } from "node:fs";
 import { isIP } from "node:net";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import { BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type * as Grpc from "@grpc/grpc-js";
 import { parse as parseYaml } from "yaml";
 import { formatIP } from "./cidr.ts";
 import { logger } from "./log.ts";
 import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
+import {
+  AddressStatusSpec,
+  ControllerManagerConfigSpec,
+  type Event as CosiEvent,
+  type WatchOptions as CosiWatchOptions,
+  EventType,
+  GetRequest,
+  GetResponse,
+  HostnameStatusSpec,
+  ListRequest,
+  ListResponse,
+  NetIP,
+  NodenameSpec,
+  PlatformMetadataSpec,
+  type Resource,
+  SystemInformationSpec,
+  VersionResponse,
+  WatchRequest,
+  WatchResponse,
+} from "./talos_pb.ts";
 import type { AddressStatus, ControllerManagerConfig, PlatformMetadata, SystemInformation } from "./types.ts";
 
 const log = logger("talos");
@@ -395,11 +416,10 @@ export function loadTalosConfig(opts: LoadTalosConfigOptions = {}): TalosConfig 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Wire codec: the few messages the client sends and reads, field by field on protobuf-es' wire
-// reader and writer. lib/talos.proto is the schema of record; the generated lib/talos_pb.ts is
-// used by the fake apid and the tests, and the property tests check this codec against it. Its
-// reflection runtime would cost ~10 MB RSS under Bun; the wire layer costs ~1 MB.
-// Every decoder throws TalosDecodeError and nothing else.
+// Decoding: apid's messages through the codecs ts-proto generates from lib/talos.proto
+// (lib/talos_pb.ts: plain functions over protobuf-es' wire reader, no reflection runtime), then
+// checked and mapped into the plain types of lib/types.ts. Every decoder throws TalosDecodeError
+// and nothing else: the generated code throws RangeError and friends on malformed bytes.
 
 /** An AddressStatus as decoded, with the peer address of point-to-point links when Talos has one. */
 export interface TalosAddressStatus extends AddressStatus {
@@ -432,33 +452,7 @@ export interface ResourceData {
   hostname: TalosHostname;
 }
 
-/** COSI EventType values (cosi.resource.EventType). */
-const EVENT = { CREATED: 0, UPDATED: 1, DESTROYED: 2, BOOTSTRAPPED: 3, ERRORED: 4 } as const;
-
-type FieldReaders = Record<number, readonly [WireType, (r: BinaryReader) => void]>;
-
-/**
- * Reads a message field by field. Unknown fields are skipped (newer Talos adds fields); a known
- * field with another wire type is an error.
- */
-function readFields(bytes: Uint8Array, fields: FieldReaders): void {
-  const r = new BinaryReader(bytes);
-  while (r.pos < r.len) {
-    const [no, wireType] = r.tag();
-    const field = fields[no];
-    if (!field) {
-      r.skip(wireType, no);
-      continue;
-    }
-    if (field[0] !== wireType)
-      throw new TalosDecodeError(`field ${no}: wire type ${wireType}, want ${field[0]}`);
-    field[1](r);
-  }
-}
-
-const LEN = WireType.LengthDelimited;
-const VARINT = WireType.Varint;
-
+/** Runs a decoder, turning whatever it throws into one TalosDecodeError naming `what`. */
 function decodeWith<T>(what: string, fn: () => T): T {
   try {
     return fn();
@@ -490,91 +484,56 @@ export function formatIPBytes(bytes: Uint8Array): string {
   return `${ip}%${zone}`;
 }
 
-/** The `ip` field of a NetIP message. */
-function netIPBytes(bytes: Uint8Array): Uint8Array {
-  let ip: Uint8Array = new Uint8Array();
-  readFields(bytes, { 1: [LEN, (r) => (ip = r.bytes())] });
-  return ip;
-}
-
 /**
  * Decodes a netip.Addr field: the NetIP message, or the legacy raw 0/4/16 bytes that older Talos
- * wrote (the lengths cannot collide: a NetIP message of an address is 2 bytes longer).
+ * wrote (the lengths cannot collide: a NetIP message of an address is 2 bytes longer). The schema
+ * types these fields `bytes` so that both forms reach this function.
  * @returns "" for the zero address.
  * @throws {TalosDecodeError}
  */
 export function decodeNetIP(bytes: Uint8Array): string {
   return decodeWith("NetIP", () => {
-    const ip = bytes.length === 0 || bytes.length === 4 || bytes.length === 16 ? bytes : netIPBytes(bytes);
-    return ip.length === 0 ? "" : formatIPBytes(ip);
+    if (bytes.length === 0) return "";
+    const ip = bytes.length === 4 || bytes.length === 16 ? bytes : NetIP.decode(bytes).ip;
+    // The zero address is sent as no bytes at all: a message without one is not a NetIP.
+    if (ip.length === 0) throw new TalosDecodeError("no address");
+    return formatIPBytes(ip);
   });
-}
-
-/** A map<string,string> entry. */
-function mapEntry(bytes: Uint8Array): [string, string] {
-  let key = "";
-  let value = "";
-  readFields(bytes, { 1: [LEN, (r) => (key = r.string())], 2: [LEN, (r) => (value = r.string())] });
-  return [key, value];
 }
 
 /** Decodes a `PlatformMetadatas.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodePlatformMetadata(bytes: Uint8Array): PlatformMetadata {
   return decodeWith("PlatformMetadataSpec", () => {
-    const m: PlatformMetadata = {
-      platform: "",
-      hostname: "",
-      region: "",
-      zone: "",
-      instanceType: "",
-      instanceId: "",
-      providerId: "",
-      spot: false,
-      internalDNS: "",
-      externalDNS: "",
-      tags: {},
+    const m = PlatformMetadataSpec.decode(bytes);
+    return {
+      platform: m.platform,
+      hostname: m.hostname,
+      region: m.region,
+      zone: m.zone,
+      instanceType: m.instanceType,
+      instanceId: m.instanceId,
+      providerId: m.providerId,
+      spot: m.spot,
+      internalDNS: m.internalDns,
+      externalDNS: m.externalDns,
+      tags: m.tags,
     };
-    const tags = new Map<string, string>();
-    readFields(bytes, {
-      1: [LEN, (r) => (m.platform = r.string())],
-      2: [LEN, (r) => (m.hostname = r.string())],
-      3: [LEN, (r) => (m.region = r.string())],
-      4: [LEN, (r) => (m.zone = r.string())],
-      5: [LEN, (r) => (m.instanceType = r.string())],
-      6: [LEN, (r) => (m.instanceId = r.string())],
-      7: [LEN, (r) => (m.providerId = r.string())],
-      8: [VARINT, (r) => (m.spot = r.bool())],
-      9: [LEN, (r) => (m.internalDNS = r.string())],
-      10: [LEN, (r) => (m.externalDNS = r.string())],
-      11: [LEN, (r) => tags.set(...mapEntry(r.bytes()))],
-    });
-    m.tags = Object.fromEntries(tags);
-    return m;
   });
 }
 
-/** Decodes a `SystemInformations.hardware.talos.dev` spec. @throws {TalosDecodeError} */
+/** Decodes a `SystemInformations.hardware.talos.dev` spec (without bios_version). @throws {TalosDecodeError} */
 export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
   return decodeWith("SystemInformationSpec", () => {
-    const s: SystemInformation = {
-      manufacturer: "",
-      productName: "",
-      version: "",
-      serialNumber: "",
-      uuid: "",
-      wakeUpType: "",
-      skuNumber: "",
+    const s = SystemInformationSpec.decode(bytes);
+    return {
+      manufacturer: s.manufacturer,
+      productName: s.productName,
+      version: s.version,
+      serialNumber: s.serialNumber,
+      uuid: s.uuid,
+      wakeUpType: s.wakeUpType,
+      skuNumber: s.skuNumber,
     };
-    readFields(bytes, {
-      1: [LEN, (r) => (s.manufacturer = r.string())],
-      2: [LEN, (r) => (s.productName = r.string())],
-      3: [LEN, (r) => (s.version = r.string())],
-      4: [LEN, (r) => (s.serialNumber = r.string())],
-      5: [LEN, (r) => (s.uuid = r.string())],
-      6: [LEN, (r) => (s.wakeUpType = r.string())],
-      7: [LEN, (r) => (s.skuNumber = r.string())],
-    });
-    return s;
   });
 }
 
@@ -585,39 +544,22 @@ export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
  */
 export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddressStatus {
   return decodeWith(`AddressStatusSpec ${id}`, () => {
-    let ip: Uint8Array = new Uint8Array();
-    let bits = 0;
-    let local: Uint8Array = new Uint8Array();
-    const out: TalosAddressStatus = {
-      id,
-      address: "",
-      linkName: "",
-      linkIndex: 0,
-      family: "inet4",
-      scope: 0,
-      flags: 0,
-    };
-    readFields(bytes, {
-      1: [
-        LEN,
-        (r) =>
-          readFields(r.bytes(), {
-            1: [LEN, (p) => (ip = p.bytes())],
-            2: [VARINT, (p) => (bits = p.int32())],
-          }),
-      ],
-      2: [LEN, (r) => (local = r.bytes())],
-      6: [VARINT, (r) => (out.linkIndex = r.uint32())],
-      7: [LEN, (r) => (out.linkName = r.string())],
-      9: [VARINT, (r) => (out.scope = r.uint32())],
-      10: [VARINT, (r) => (out.flags = r.uint32())],
-    });
+    const a = AddressStatusSpec.decode(bytes);
+    const ip = a.address?.ip ?? new Uint8Array();
+    const bits = a.address?.prefixLength ?? 0;
     if (ip.length !== 4 && ip.length < 16) throw new TalosDecodeError("no address");
     if (bits < 0 || bits > (ip.length === 4 ? 32 : 128)) throw new TalosDecodeError(`prefix length ${bits}`);
-    out.address = `${formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip)}/${bits}`;
-    out.family = ip.length === 4 ? "inet4" : "inet6";
-    const localIP = decodeNetIP(local);
-    if (localIP) out.local = localIP;
+    const out: TalosAddressStatus = {
+      id,
+      address: `${formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip)}/${bits}`,
+      linkName: a.linkName,
+      linkIndex: a.linkIndex,
+      family: ip.length === 4 ? "inet4" : "inet6",
+      scope: a.scope,
+      flags: a.flags,
+    };
+    const local = decodeNetIP(a.local);
+    if (local) out.local = local;
     return out;
   });
 }
@@ -625,38 +567,19 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
 /** Decodes the pod and service CIDRs of a `ControllerManagerConfigs.kubernetes.talos.dev` spec. */
 export function decodeControllerManagerConfig(bytes: Uint8Array): ControllerManagerConfig {
   return decodeWith("ControllerManagerConfigSpec", () => {
-    const c: ControllerManagerConfig = { podCIDRs: [], serviceCIDRs: [] };
-    readFields(bytes, {
-      4: [LEN, (r) => c.podCIDRs.push(r.string())],
-      5: [LEN, (r) => c.serviceCIDRs.push(r.string())],
-    });
-    return c;
+    const c = ControllerManagerConfigSpec.decode(bytes);
+    return { podCIDRs: c.podCidrs, serviceCIDRs: c.serviceCidrs };
   });
 }
 
 /** Decodes a `Nodenames.kubernetes.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodeNodename(bytes: Uint8Array): TalosNodename {
-  return decodeWith("NodenameSpec", () => {
-    const n: TalosNodename = { nodename: "", hostnameVersion: "", skipNodeRegistration: false };
-    readFields(bytes, {
-      1: [LEN, (r) => (n.nodename = r.string())],
-      2: [LEN, (r) => (n.hostnameVersion = r.string())],
-      3: [VARINT, (r) => (n.skipNodeRegistration = r.bool())],
-    });
-    return n;
-  });
+  return decodeWith("NodenameSpec", () => NodenameSpec.decode(bytes));
 }
 
 /** Decodes a `HostnameStatuses.net.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodeHostnameStatus(bytes: Uint8Array): TalosHostname {
-  return decodeWith("HostnameStatusSpec", () => {
-    const h: TalosHostname = { hostname: "", domainname: "" };
-    readFields(bytes, {
-      1: [LEN, (r) => (h.hostname = r.string())],
-      2: [LEN, (r) => (h.domainname = r.string())],
-    });
-    return h;
-  });
+  return decodeWith("HostnameStatusSpec", () => HostnameStatusSpec.decode(bytes));
 }
 
 const SPEC_DECODERS: { [K in ResourceKind]: (id: string, bytes: Uint8Array) => ResourceData[K] } = {
@@ -677,56 +600,29 @@ export interface TalosResource<T> {
 }
 
 /**
- * Decodes a `cosi.resource.Resource` after validating it as the Go client does: metadata
- * present, phase running or tearingDown, version an integer or "undefined".
+ * Checks a `cosi.resource.Resource` as the Go client does (metadata present, phase running or
+ * tearingDown, version an integer or "undefined") and decodes its spec.
  * @param allowEmpty Accept an absent or empty spec (tombstones of destroyed resources); `spec` is then undefined.
- * @throws {TalosDecodeError}
  */
-export function decodeResource<K extends ResourceKind>(
+function resourceOf<K extends ResourceKind>(
   kind: K,
-  bytes: Uint8Array,
+  r: Resource | undefined,
   allowEmpty = false,
 ): TalosResource<ResourceData[K] | undefined> {
-  return decodeWith(RESOURCES[kind].type, () => {
-    let md: { namespace: string; type: string; id: string; version: string; phase: string } | undefined;
-    let spec: Uint8Array | undefined;
-    readFields(bytes, {
-      1: [
-        LEN,
-        (r) => {
-          const m = { namespace: "", type: "", id: "", version: "", phase: "" };
-          readFields(r.bytes(), {
-            1: [LEN, (f) => (m.namespace = f.string())],
-            2: [LEN, (f) => (m.type = f.string())],
-            3: [LEN, (f) => (m.id = f.string())],
-            4: [LEN, (f) => (m.version = f.string())],
-            6: [LEN, (f) => (m.phase = f.string())],
-          });
-          md = m;
-        },
-      ],
-      2: [
-        LEN,
-        (r) => {
-          let proto: Uint8Array = new Uint8Array();
-          readFields(r.bytes(), { 1: [LEN, (f) => (proto = f.bytes())] });
-          spec = proto;
-        },
-      ],
-    });
-    if (!md) throw new TalosDecodeError("no metadata");
-    const name = `${md.type}(${md.namespace}/${md.id})`;
-    if (md.phase !== "running" && md.phase !== "tearingDown")
-      throw new TalosDecodeError(`${name}: phase "${md.phase}"`);
-    if (md.version !== "undefined" && !/^\d+$/.test(md.version)) {
-      throw new TalosDecodeError(`${name}: version "${md.version}"`);
-    }
-    if (!spec || spec.length === 0) {
-      if (allowEmpty) return { id: md.id, version: md.version, spec: undefined };
-      if (!spec) throw new TalosDecodeError(`${name}: no spec`);
-    }
-    return { id: md.id, version: md.version, spec: SPEC_DECODERS[kind](md.id, spec) };
-  });
+  const md = r?.metadata;
+  if (!md) throw new TalosDecodeError(r ? "no metadata" : "no resource");
+  const name = `${md.type}(${md.namespace}/${md.id})`;
+  if (md.phase !== "running" && md.phase !== "tearingDown")
+    throw new TalosDecodeError(`${name}: phase "${md.phase}"`);
+  if (md.version !== "undefined" && !/^\d+$/.test(md.version)) {
+    throw new TalosDecodeError(`${name}: version "${md.version}"`);
+  }
+  const spec = r.spec?.protoSpec;
+  if (!spec || spec.length === 0) {
+    if (allowEmpty) return { id: md.id, version: md.version, spec: undefined };
+    if (!spec) throw new TalosDecodeError(`${name}: no spec`);
+  }
+  return { id: md.id, version: md.version, spec: SPEC_DECODERS[kind](md.id, spec) };
 }
 
 function specOf<T>(r: TalosResource<T | undefined>): TalosResource<T> {
@@ -734,20 +630,14 @@ function specOf<T>(r: TalosResource<T | undefined>): TalosResource<T> {
   return r as TalosResource<T>;
 }
 
-/** The `resource` field of a GetResponse or ListResponse. */
-function resourceField(what: string, bytes: Uint8Array): Uint8Array {
-  let resource: Uint8Array | undefined;
-  decodeWith(what, () => readFields(bytes, { 1: [LEN, (r) => (resource = r.bytes())] }));
-  if (!resource) throw new TalosDecodeError(`Cannot decode ${what}: no resource`);
-  return resource;
-}
-
 /** Decodes a GetResponse. @throws {TalosDecodeError} */
 export function decodeGetResponse<K extends ResourceKind>(
   kind: K,
   bytes: Uint8Array,
 ): TalosResource<ResourceData[K]> {
-  return specOf(decodeResource(kind, resourceField("GetResponse", bytes)));
+  return decodeWith(`GetResponse of ${RESOURCES[kind].type}`, () =>
+    specOf(resourceOf(kind, GetResponse.decode(bytes).resource)),
+  );
 }
 
 /** Decodes one ListResponse stream message. @throws {TalosDecodeError} */
@@ -755,7 +645,9 @@ export function decodeListResponse<K extends ResourceKind>(
   kind: K,
   bytes: Uint8Array,
 ): TalosResource<ResourceData[K]> {
-  return specOf(decodeResource(kind, resourceField("ListResponse", bytes)));
+  return decodeWith(`ListResponse of ${RESOURCES[kind].type}`, () =>
+    specOf(resourceOf(kind, ListResponse.decode(bytes).resource)),
+  );
 }
 
 /** A COSI watch event as the client hands it out. */
@@ -766,49 +658,35 @@ export type TalosWatchEvent<T> =
   | { type: "bootstrapped" }
   | { type: "errored"; error: string };
 
-/** One Event message. */
-function decodeEvent<K extends ResourceKind>(
+/** One Event; undefined for NOOP and event types newer than this client. */
+function eventOf<K extends ResourceKind>(
   kind: K,
-  bytes: Uint8Array,
+  e: CosiEvent,
 ): TalosWatchEvent<ResourceData[K]> | undefined {
-  let type = 0;
-  let resource: Uint8Array | undefined;
-  let old: Uint8Array | undefined;
-  let error: string | undefined;
-  readFields(bytes, {
-    1: [LEN, (r) => (resource = r.bytes())],
-    2: [VARINT, (r) => (type = r.int32())],
-    3: [LEN, (r) => (old = r.bytes())],
-    4: [LEN, (r) => (error = r.string())],
-  });
-  const need = () => {
-    if (!resource) throw new TalosDecodeError("event without a resource");
-    return resource;
-  };
-  switch (type) {
-    case EVENT.CREATED: {
-      const r = specOf(decodeResource(kind, need()));
+  switch (e.eventType) {
+    case EventType.CREATED: {
+      const r = specOf(resourceOf(kind, e.resource));
       return { type: "created", id: r.id, version: r.version, resource: r.spec };
     }
-    case EVENT.UPDATED: {
-      const r = specOf(decodeResource(kind, need()));
-      const prev = old ? decodeResource(kind, old, true).spec : undefined;
+    case EventType.UPDATED: {
+      const r = specOf(resourceOf(kind, e.resource));
+      const prev = e.old ? resourceOf(kind, e.old, true).spec : undefined;
       return prev === undefined
         ? { type: "updated", id: r.id, version: r.version, resource: r.spec }
         : { type: "updated", id: r.id, version: r.version, resource: r.spec, old: prev };
     }
-    case EVENT.DESTROYED: {
-      const r = decodeResource(kind, need(), true);
+    case EventType.DESTROYED: {
+      const r = resourceOf(kind, e.resource, true);
       return r.spec === undefined
         ? { type: "destroyed", id: r.id }
         : { type: "destroyed", id: r.id, resource: r.spec };
     }
-    case EVENT.BOOTSTRAPPED:
+    case EventType.BOOTSTRAPPED:
       return { type: "bootstrapped" };
-    case EVENT.ERRORED:
-      return { type: "errored", error: error ?? "watch errored" };
+    case EventType.ERRORED:
+      return { type: "errored", error: e.error ?? "watch errored" };
     default:
-      return undefined; // NOOP, and event types newer than this client
+      return undefined;
   }
 }
 
@@ -820,19 +698,9 @@ export function decodeWatchResponse<K extends ResourceKind>(
   kind: K,
   bytes: Uint8Array,
 ): Array<TalosWatchEvent<ResourceData[K]>> {
-  return decodeWith("WatchResponse", () => {
-    const out: Array<TalosWatchEvent<ResourceData[K]>> = [];
-    readFields(bytes, {
-      1: [
-        LEN,
-        (r) => {
-          const ev = decodeEvent(kind, r.bytes());
-          if (ev) out.push(ev);
-        },
-      ],
-    });
-    return out;
-  });
+  return decodeWith(`WatchResponse of ${RESOURCES[kind].type}`, () =>
+    WatchResponse.decode(bytes).event.flatMap((e) => eventOf(kind, e) ?? []),
+  );
 }
 
 /** What `Version` reports about the endpoint node. */
@@ -846,44 +714,11 @@ export interface TalosVersion {
 /** Decodes a VersionResponse (its first message). @throws {TalosDecodeError} */
 export function decodeVersionResponse(bytes: Uint8Array): TalosVersion {
   return decodeWith("VersionResponse", () => {
-    let first: Uint8Array | undefined;
-    readFields(bytes, { 1: [LEN, (r) => (first ??= r.bytes())] });
-    const v: TalosVersion = { tag: "", sha: "", arch: "", platform: "" };
-    let hasVersion = false;
-    readFields(first ?? new Uint8Array(), {
-      2: [
-        LEN,
-        (r) => {
-          hasVersion = true;
-          readFields(r.bytes(), {
-            1: [LEN, (f) => (v.tag = f.string())],
-            2: [LEN, (f) => (v.sha = f.string())],
-            6: [LEN, (f) => (v.arch = f.string())],
-          });
-        },
-      ],
-      3: [LEN, (r) => readFields(r.bytes(), { 1: [LEN, (f) => (v.platform = f.string())] })],
-    });
-    if (!hasVersion) throw new TalosDecodeError("no version");
-    return v;
+    const first = VersionResponse.decode(bytes).messages[0];
+    if (!first?.version) throw new TalosDecodeError("no version");
+    const { tag, sha, arch } = first.version;
+    return { tag, sha, arch, platform: first.platform?.name ?? "" };
   });
-}
-
-/** Encodes a GetRequest. */
-export function encodeGetRequest(namespace: string, type: string, id: string): Uint8Array {
-  const w = new BinaryWriter();
-  if (namespace) w.tag(1, LEN).string(namespace);
-  if (type) w.tag(2, LEN).string(type);
-  if (id) w.tag(3, LEN).string(id);
-  return w.finish();
-}
-
-/** Encodes a ListRequest without options. */
-export function encodeListRequest(namespace: string, type: string): Uint8Array {
-  const w = new BinaryWriter();
-  if (namespace) w.tag(1, LEN).string(namespace);
-  if (type) w.tag(2, LEN).string(type);
-  return w.finish();
 }
 
 /**
@@ -891,13 +726,18 @@ export function encodeListRequest(namespace: string, type: string): Uint8Array {
  * matters, even for ""), else of all with bootstrap_contents.
  */
 export function encodeWatchRequest(namespace: string, type: string, id: string | undefined): Uint8Array {
-  const w = new BinaryWriter();
-  if (namespace) w.tag(1, LEN).string(namespace);
-  if (type) w.tag(2, LEN).string(type);
-  if (id !== undefined) w.tag(3, LEN).string(id);
-  else w.tag(4, LEN).fork().tag(1, VARINT).bool(true).join();
-  w.tag(5, VARINT).int32(1);
-  return w.finish();
+  const all: CosiWatchOptions = {
+    bootstrapContents: true,
+    tailEvents: 0,
+    labelQuery: [],
+    aggregated: false,
+    bootstrapBookmark: false,
+  };
+  return WatchRequest.encode(
+    id === undefined
+      ? { namespace, type, options: all, apiVersion: 1 }
+      : { namespace, type, id, apiVersion: 1 },
+  ).finish();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1299,7 +1139,7 @@ export class TalosClient {
   /** Every `AddressStatuses.net.talos.dev` of the node. */
   async addresses(nodeIP: string, opts: CallOptions = {}): Promise<TalosAddressStatus[]> {
     const { namespace, type } = RESOURCES.addresses;
-    const req = encodeListRequest(namespace, type);
+    const req = ListRequest.encode({ namespace, type }).finish();
     return this.#call(
       "addresses",
       `list ${type} on node ${nodeIP}`,
@@ -1609,7 +1449,7 @@ export class TalosClient {
     opts: CallOptions,
   ): Promise<TalosResource<ResourceData[K]>> {
     const { namespace, type, id } = RESOURCES[kind];
-    const req = encodeGetRequest(namespace, type, id ?? "");
+    const req = GetRequest.encode({ namespace, type, id: id ?? "" }).finish();
     return this.#call(
       kind,
       node === undefined ? `get ${type} from the endpoint` : `get ${type} on node ${node}`,

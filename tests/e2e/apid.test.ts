@@ -5,23 +5,22 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { X509Certificate } from "node:crypto";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { parse as parseYaml } from "yaml";
 import { GrpcStatus, PATHS, RESOURCES } from "../../lib/talos.ts";
 import {
   EventType,
-  GetRequestSchema,
-  GetResponseSchema,
-  HostnameStatusSpecSchema,
-  ListRequestSchema,
-  ListResponseSchema,
-  NodenameSpecSchema,
-  PlatformMetadataSpecSchema,
+  GetRequest,
+  GetResponse,
+  HostnameStatusSpec,
+  ListRequest,
+  ListResponse,
+  NodenameSpec,
+  PlatformMetadataSpec,
   type Resource,
-  VersionResponseSchema,
-  WatchRequestSchema,
-  WatchResponseSchema,
+  VersionResponse,
+  WatchRequest,
+  WatchResponse,
 } from "../../lib/talos_pb.ts";
 import { FakeApid } from "../support/apid.ts";
 import { generateNodes, loadFixture } from "../support/fixtures.ts";
@@ -113,40 +112,62 @@ async function status(p: Promise<unknown>): Promise<Status> {
 }
 
 function getReq(r: { namespace: string; type: string; id?: string | undefined }) {
-  return toBinary(
-    GetRequestSchema,
-    create(GetRequestSchema, { namespace: r.namespace, type: r.type, id: r.id ?? "" }),
-  );
+  return GetRequest.encode({ namespace: r.namespace, type: r.type, id: r.id ?? "" }).finish();
 }
 
 async function get(c: grpc.Client, r: { namespace: string; type: string; id?: string }, node?: string) {
   const bytes = await unary(c, PATHS.get, getReq(r), node === undefined ? {} : { node });
-  return fromBinary(GetResponseSchema, bytes).resource as Resource;
+  return GetResponse.decode(bytes).resource as Resource;
 }
 
 function list(c: grpc.Client, r: { namespace: string; type: string }, headers: Record<string, string>) {
   return new Promise<Resource[]>((resolve, reject) => {
-    const req = toBinary(ListRequestSchema, create(ListRequestSchema, r));
+    const req = ListRequest.encode(r).finish();
     const call = c.makeServerStreamRequest(PATHS.list, id, id, Buffer.from(req), md(headers));
     const out: Resource[] = [];
-    call.on("data", (b: Buffer) => out.push(fromBinary(ListResponseSchema, b).resource as Resource));
+    call.on("data", (b: Buffer) => out.push(ListResponse.decode(b).resource as Resource));
     call.on("error", reject);
     call.on("end", () => resolve(out));
   });
 }
 
 /** A Watch stream collecting decoded responses; `until(n)` waits for n responses. */
-function watch(c: grpc.Client, req: Parameters<typeof create<typeof WatchRequestSchema>>[1], node: string) {
-  const bytes = toBinary(WatchRequestSchema, create(WatchRequestSchema, req));
+/** What a test watches: one resource with `id`, all of a type without; `bootstrap` sets bootstrap_contents. */
+interface WatchArgs {
+  namespace: string;
+  type: string;
+  id?: string;
+  bootstrap?: boolean;
+  apiVersion?: number;
+}
+
+function watch(c: grpc.Client, a: WatchArgs, node: string) {
+  const bytes = WatchRequest.encode({
+    namespace: a.namespace,
+    type: a.type,
+    ...(a.id === undefined ? {} : { id: a.id }),
+    ...(a.bootstrap
+      ? {
+          options: {
+            bootstrapContents: true,
+            tailEvents: 0,
+            labelQuery: [],
+            aggregated: false,
+            bootstrapBookmark: false,
+          },
+        }
+      : {}),
+    apiVersion: a.apiVersion ?? 0,
+  }).finish();
   const call = c.makeServerStreamRequest(PATHS.watch, id, id, Buffer.from(bytes), md({ node }));
-  const responses: Array<ReturnType<typeof fromBinary<typeof WatchResponseSchema>>> = [];
+  const responses: WatchResponse[] = [];
   let error: Status | undefined;
   const waiters: Array<() => void> = [];
   const wake = () => {
     for (const w of waiters.splice(0)) w();
   };
   call.on("data", (b: Buffer) => {
-    responses.push(fromBinary(WatchResponseSchema, b));
+    responses.push(WatchResponse.decode(b));
     wake();
   });
   call.on("error", (e: { code: number; details: string }) => {
@@ -207,11 +228,11 @@ describe("foundation", () => {
 
   test("Get PlatformMetadata over mutual TLS, routed by the node header", async () => {
     const r = await get(client, PM, AWS_IP);
-    const spec = fromBinary(PlatformMetadataSpecSchema, r.spec?.protoSpec ?? new Uint8Array());
+    const spec = PlatformMetadataSpec.decode(r.spec?.protoSpec ?? new Uint8Array());
     expect(spec.providerId).toBe("aws:///us-east-1a/i-0a1b2c3d4e5f67890");
     expect(spec.platform).toBe("aws");
     const gcp = await get(client, PM, GCP_IP);
-    expect(fromBinary(PlatformMetadataSpecSchema, gcp.spec?.protoSpec ?? new Uint8Array()).spot).toBe(true);
+    expect(PlatformMetadataSpec.decode(gcp.spec?.protoSpec ?? new Uint8Array()).spot).toBe(true);
   });
 
   test("an unknown node gives Unavailable", async () => {
@@ -321,7 +342,7 @@ describe("FakeApid routing and errors", () => {
       "Nodenames.kubernetes.talos.dev",
       "nodename",
     ]);
-    expect(fromBinary(NodenameSpecSchema, n.spec?.protoSpec ?? new Uint8Array()).nodename).toBe(
+    expect(NodenameSpec.decode(n.spec?.protoSpec ?? new Uint8Array()).nodename).toBe(
       "ip-172-31-20-15.ec2.internal",
     );
     expect(parseYaml(n.spec?.yamlSpec ?? "")).toMatchObject({ nodename: "ip-172-31-20-15.ec2.internal" });
@@ -331,7 +352,7 @@ describe("FakeApid routing and errors", () => {
       "HostnameStatuses.net.talos.dev",
       "hostname",
     ]);
-    const spec = fromBinary(HostnameStatusSpecSchema, h.spec?.protoSpec ?? new Uint8Array());
+    const spec = HostnameStatusSpec.decode(h.spec?.protoSpec ?? new Uint8Array());
     expect([spec.hostname, spec.domainname]).toEqual(["ip-172-31-20-15", "ec2.internal"]);
     expect(parseYaml(h.spec?.yamlSpec ?? "")).toEqual({
       hostname: "ip-172-31-20-15",
@@ -356,14 +377,12 @@ describe("FakeApid routing and errors", () => {
     const exo = loadFixture("exoscale");
     for (const ip of exo.nodeIPs) {
       const r = await get(client, PM, ip);
-      expect(fromBinary(PlatformMetadataSpecSchema, r.spec?.protoSpec ?? new Uint8Array()).hostname).toBe(
-        "talos-exo-1",
-      );
+      expect(PlatformMetadataSpec.decode(r.spec?.protoSpec ?? new Uint8Array()).hostname).toBe("talos-exo-1");
     }
   });
 
   test("Version answers for the endpoint, a node, and one-to-many nodes", async () => {
-    const v = (b: Buffer) => fromBinary(VersionResponseSchema, b).messages;
+    const v = (b: Buffer) => VersionResponse.decode(b).messages;
     expect(v(await unary(client, PATHS.version, new Uint8Array()))[0]?.version?.tag).toBe("v1.13.0");
     expect(v(await unary(client, PATHS.version, new Uint8Array(), { node: GCP_IP }))[0]?.platform?.name).toBe(
       "gcp",
@@ -412,7 +431,7 @@ describe("FakeApid Watch", () => {
       expect(ev?.eventType).toBe(EventType.UPDATED);
       expect(ev?.old?.metadata?.version).toBe(before);
       expect(Number(ev?.resource?.metadata?.version)).toBe(Number(before) + 1);
-      const spec = fromBinary(PlatformMetadataSpecSchema, ev?.resource?.spec?.protoSpec ?? new Uint8Array());
+      const spec = PlatformMetadataSpec.decode(ev?.resource?.spec?.protoSpec ?? new Uint8Array());
       expect(spec.zone).toBe("us-central1-c");
     } finally {
       w.cancel();
@@ -436,11 +455,7 @@ describe("FakeApid Watch", () => {
 
   test("without id and with bootstrap: CREATED per item, BOOTSTRAPPED, then diffs", async () => {
     const a = RESOURCES.addresses;
-    const w = watch(
-      client,
-      { namespace: a.namespace, type: a.type, options: { bootstrapContents: true }, apiVersion: 1 },
-      AWS_IP,
-    );
+    const w = watch(client, { namespace: a.namespace, type: a.type, bootstrap: true, apiVersion: 1 }, AWS_IP);
     try {
       const n = loadFixture("aws").addresses.length;
       await w.until(() => w.responses.length >= n + 2, "bootstrap");
@@ -462,11 +477,7 @@ describe("FakeApid Watch", () => {
 
   test("api_version 0 suppresses BOOTSTRAPPED", async () => {
     const a = RESOURCES.addresses;
-    const w = watch(
-      client,
-      { namespace: a.namespace, type: a.type, options: { bootstrapContents: true } },
-      RPI_IP,
-    );
+    const w = watch(client, { namespace: a.namespace, type: a.type, bootstrap: true }, RPI_IP);
     try {
       const n = loadFixture("metal-56").addresses.length;
       await w.until(() => w.responses.length >= n + 1, "bootstrap");
@@ -485,7 +496,7 @@ describe("FakeApid Watch", () => {
         namespace: PM.namespace,
         type: PM.type,
         id: PM.id,
-        options: { bootstrapContents: true },
+        bootstrap: true,
         apiVersion: 1,
       },
       AWS_IP,
@@ -520,7 +531,7 @@ describe("FakeApid at benchmark scale", () => {
       expect(own.nodeCount).toBe(5000);
       for (const n of [nodes[0], nodes[2500], nodes[4999]]) {
         const r = await get(c, PM, n?.nodeIPs[0] as string);
-        const spec = fromBinary(PlatformMetadataSpecSchema, r.spec?.protoSpec ?? new Uint8Array());
+        const spec = PlatformMetadataSpec.decode(r.spec?.protoSpec ?? new Uint8Array());
         expect(spec.hostname).toBe(n?.name as string);
       }
     } finally {

@@ -13,32 +13,31 @@
 
 import { renameSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
 import { stringify } from "yaml";
 import { type IPAddress, parseCidr, parseIP } from "../../lib/cidr.ts";
 import { GrpcStatus, PATHS, RESOURCES } from "../../lib/talos.ts";
 import {
-  AddressStatusSpecSchema,
-  ControllerManagerConfigSpecSchema,
+  AddressStatusSpec,
+  ControllerManagerConfigSpec,
   type Event,
   EventType,
-  GetRequestSchema,
-  GetResponseSchema,
-  HostnameStatusSpecSchema,
-  ListRequestSchema,
-  ListResponseSchema,
-  NetIPSchema,
-  NodenameSpecSchema,
-  PlatformMetadataSpecSchema,
+  GetRequest,
+  GetResponse,
+  HostnameStatusSpec,
+  ListRequest,
+  ListResponse,
+  type Metadata,
+  NetIP,
+  NodenameSpec,
+  PlatformMetadataSpec,
   type Resource,
-  ResourceSchema,
-  SystemInformationSpecSchema,
-  VersionResponseSchema,
-  type WatchRequest,
-  WatchRequestSchema,
-  WatchResponseSchema,
+  SystemInformationSpec,
+  type Timestamp,
+  type Version,
+  VersionResponse,
+  WatchRequest,
+  WatchResponse,
 } from "../../lib/talos_pb.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
@@ -253,16 +252,18 @@ function omitEmpty(obj: Record<string, unknown>): Record<string, unknown> {
 
 /** proto_spec and yaml_spec of a PlatformMetadata, as Talos writes them. */
 export function encodePlatformMetadata(m: PlatformMetadata): { proto: Uint8Array; yaml: string } {
-  const proto = toBinary(
-    PlatformMetadataSpecSchema,
-    create(PlatformMetadataSpecSchema, { ...m, internalDns: m.internalDNS, externalDns: m.externalDNS }),
-  );
+  const { internalDNS, externalDNS, ...rest } = m;
+  const proto = PlatformMetadataSpec.encode({
+    ...rest,
+    internalDns: internalDNS,
+    externalDns: externalDNS,
+  }).finish();
   return { proto, yaml: renderYaml(omitEmpty({ ...m })) };
 }
 
 /** proto_spec and yaml_spec of a SystemInformation. */
 export function encodeSystemInformation(s: SystemInformation): { proto: Uint8Array; yaml: string } {
-  const proto = toBinary(SystemInformationSpecSchema, create(SystemInformationSpecSchema, s));
+  const proto = SystemInformationSpec.encode({ ...s, biosVersion: "" }).finish();
   const { serialNumber, ...rest } = s;
   return { proto, yaml: renderYaml(omitEmpty({ ...rest, serialnumber: serialNumber })) };
 }
@@ -271,22 +272,21 @@ export function encodeSystemInformation(s: SystemInformation): { proto: Uint8Arr
 export function encodeAddress(a: FakeAddress): { proto: Uint8Array; yaml: string } {
   const cidr = parseCidr(a.address);
   const local =
-    a.local === undefined
-      ? new Uint8Array()
-      : toBinary(NetIPSchema, create(NetIPSchema, { ip: ipBytes(parseIP(a.local)) }));
-  const proto = toBinary(
-    AddressStatusSpecSchema,
-    create(AddressStatusSpecSchema, {
-      address: { ip: ipBytes(cidr.ip), prefixLength: cidr.prefix.bits },
-      local,
-      linkIndex: a.linkIndex,
-      linkName: a.linkName,
-      family: cidr.ip.family === 4 ? 2 : 10,
-      scope: a.scope,
-      flags: a.flags,
-      priority: a.priority,
-    }),
-  );
+    a.local === undefined ? new Uint8Array() : NetIP.encode({ ip: ipBytes(parseIP(a.local)) }).finish();
+  const empty = new Uint8Array();
+  const proto = AddressStatusSpec.encode({
+    address: { ip: ipBytes(cidr.ip), prefixLength: cidr.prefix.bits },
+    local,
+    broadcast: empty,
+    anycast: empty,
+    multicast: empty,
+    linkIndex: a.linkIndex,
+    linkName: a.linkName,
+    family: cidr.ip.family === 4 ? 2 : 10,
+    scope: a.scope,
+    flags: a.flags,
+    priority: a.priority,
+  }).finish();
   const yaml = renderYaml({
     address: a.address,
     ...(a.local === undefined ? {} : { local: a.local }),
@@ -305,23 +305,53 @@ export function encodeControllerManagerConfig(c: ControllerManagerConfig): {
   proto: Uint8Array;
   yaml: string;
 } {
-  const proto = toBinary(
-    ControllerManagerConfigSpecSchema,
-    create(ControllerManagerConfigSpecSchema, { podCidrs: c.podCIDRs, serviceCidrs: c.serviceCIDRs }),
-  );
+  const proto = ControllerManagerConfigSpec.encode({
+    podCidrs: c.podCIDRs,
+    serviceCidrs: c.serviceCIDRs,
+  }).finish();
   return { proto, yaml: renderYaml({ enabled: true, podCIDRs: c.podCIDRs, serviceCIDRs: c.serviceCIDRs }) };
 }
 
 /** proto_spec and yaml_spec of a Nodename. */
 export function encodeNodename(n: FakeNodename): { proto: Uint8Array; yaml: string } {
-  const proto = toBinary(NodenameSpecSchema, create(NodenameSpecSchema, n));
+  const proto = NodenameSpec.encode(n).finish();
   return { proto, yaml: renderYaml({ ...n }) };
 }
 
 /** proto_spec and yaml_spec of a HostnameStatus. */
 export function encodeHostnameStatus(h: FakeHostname): { proto: Uint8Array; yaml: string } {
-  const proto = toBinary(HostnameStatusSpecSchema, create(HostnameStatusSpecSchema, h));
+  const proto = HostnameStatusSpec.encode(h).finish();
   return { proto, yaml: renderYaml({ ...h }) };
+}
+
+/** A protobuf Timestamp of epoch milliseconds. */
+export function timestamp(ms: number): Timestamp {
+  return { seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1e6 };
+}
+
+/**
+ * A `cosi.resource.Resource` message: metadata fields not given are empty; without `spec` the
+ * Spec field is left out altogether.
+ */
+export function resourceMessage(
+  md: Partial<Metadata>,
+  spec?: { protoSpec: Uint8Array; yamlSpec?: string },
+): Resource {
+  const metadata: Metadata = {
+    namespace: "",
+    type: "",
+    id: "",
+    version: "",
+    owner: "",
+    phase: "",
+    finalizers: [],
+    labels: {},
+    annotations: {},
+    ...md,
+  };
+  return spec === undefined
+    ? { metadata }
+    : { metadata, spec: { protoSpec: spec.protoSpec, yamlSpec: spec.yamlSpec ?? "" } };
 }
 
 function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
@@ -813,32 +843,32 @@ export class FakeApid {
   #resource(s: Stored): Resource {
     s.encoded ??= encodeData(s.data);
     const { proto, yaml } = s.encoded;
-    return create(ResourceSchema, {
-      metadata: {
+    return resourceMessage(
+      {
         namespace: s.namespace,
         type: s.type,
         id: s.id,
         version: String(s.version),
         owner: s.owner,
         phase: "running",
-        created: timestampFromMs(s.created),
-        updated: timestampFromMs(s.updated),
+        created: timestamp(s.created),
+        updated: timestamp(s.updated),
       },
-      spec: { protoSpec: proto, yamlSpec: yaml },
-    });
+      { protoSpec: proto, yamlSpec: yaml },
+    );
   }
 
   /** What Talos sends for a watched id that does not exist: metadata only, version "undefined". */
   #tombstone(namespace: string, type: string, id: string): Resource {
-    const now = timestampFromMs(this.#clock);
-    return create(ResourceSchema, {
-      metadata: { namespace, type, id, version: "undefined", phase: "running", created: now, updated: now },
-      spec: {},
-    });
+    const now = timestamp(this.#clock);
+    return resourceMessage(
+      { namespace, type, id, version: "undefined", phase: "running", created: now, updated: now },
+      { protoSpec: new Uint8Array() },
+    );
   }
 
   /** Sends an event to the watches of `s`; the event is built only when someone watches. */
-  #emit(node: NodeState, s: Stored, event: () => Partial<Event>): void {
+  #emit(node: NodeState, s: Stored, event: () => Event): void {
     const subs = [...this.#subs].filter(
       (sub) =>
         sub.node === node &&
@@ -847,9 +877,7 @@ export class FakeApid {
         (sub.id === undefined || sub.id === s.id),
     );
     if (subs.length === 0) return;
-    const bytes = Buffer.from(
-      toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: [event()] })),
-    );
+    const bytes = Buffer.from(WatchResponse.encode({ event: [event()] }).finish());
     for (const sub of subs) sub.call.write(bytes);
   }
 
@@ -957,7 +985,7 @@ export class FakeApid {
   ): void {
     const leave = this.#enter();
     call.on("cancelled", leave); // a call the client gave up on is no longer in flight
-    const type = m === "Get" ? this.#peekType(GetRequestSchema, call.request) : "";
+    const type = m === "Get" ? this.#peekType(GetRequest, call.request) : "";
     this.#route(m, call, type)
       .then((target) => serve(target, call.request))
       .then(
@@ -967,12 +995,9 @@ export class FakeApid {
       .finally(leave);
   }
 
-  #peekType(
-    schema: typeof GetRequestSchema | typeof ListRequestSchema | typeof WatchRequestSchema,
-    b: Buffer,
-  ): string {
+  #peekType(message: { decode(b: Uint8Array): { type: string } }, b: Buffer): string {
     try {
-      return fromBinary(schema, b).type;
+      return message.decode(b).type;
     } catch {
       return "";
     }
@@ -995,7 +1020,7 @@ export class FakeApid {
   }
 
   #get(target: NodeState, raw: Buffer): Uint8Array {
-    const req = this.#decode(() => fromBinary(GetRequestSchema, raw));
+    const req = this.#decode(() => GetRequest.decode(raw));
     this.#checkType(req.namespace, req.type);
     const s = target.resources.get(key(req.namespace, req.type))?.get(req.id);
     if (!s) {
@@ -1004,7 +1029,7 @@ export class FakeApid {
         `resource ${req.type}(${req.namespace}/${req.id}@undefined) doesn't exist`,
       );
     }
-    return toBinary(GetResponseSchema, create(GetResponseSchema, { resource: this.#resource(s) }));
+    return GetResponse.encode({ resource: this.#resource(s) }).finish();
   }
 
   #version(target: NodeState, md: grpc.Metadata): Uint8Array {
@@ -1012,8 +1037,8 @@ export class FakeApid {
       .get("nodes")
       .map(String)
       .flatMap((v) => v.split(","));
-    const one = (n: NodeState, hostname?: string) => ({
-      ...(hostname === undefined ? {} : { metadata: { hostname } }),
+    const one = (n: NodeState, hostname?: string): Version => ({
+      ...(hostname === undefined ? {} : { metadata: { hostname, error: "" } }),
       version: {
         tag: n.spec.talosVersion,
         sha: "0123abcd",
@@ -1025,31 +1050,26 @@ export class FakeApid {
       platform: { name: n === this.#self ? this.#platform : n.spec.platformMetadata.platform, mode: "cloud" },
       features: { rbac: true },
     });
-    if (nodes.length === 0)
-      return toBinary(VersionResponseSchema, create(VersionResponseSchema, { messages: [one(target)] }));
-    const messages = nodes.map((ip) => {
+    if (nodes.length === 0) return VersionResponse.encode({ messages: [one(target)] }).finish();
+    const messages = nodes.map((ip): Version => {
       const n = this.#byIP.get(ip);
       if (!n || n.down) return { metadata: { hostname: ip, error: "connection refused" } };
       return one(n, ip);
     });
-    return toBinary(VersionResponseSchema, create(VersionResponseSchema, { messages }));
+    return VersionResponse.encode({ messages }).finish();
   }
 
   async #list(call: grpc.ServerWritableStream<Buffer, Buffer>): Promise<void> {
     const leave = this.#enter();
     call.on("cancelled", leave); // a call the client gave up on is no longer in flight
     try {
-      const req = this.#decode(() => fromBinary(ListRequestSchema, call.request));
+      const req = this.#decode(() => ListRequest.decode(call.request));
       const target = await this.#route("List", call, req.type);
       this.#checkType(req.namespace, req.type);
       const byId = target.resources.get(key(req.namespace, req.type));
       for (const s of byId?.values() ?? []) {
         if (call.cancelled) return;
-        call.write(
-          Buffer.from(
-            toBinary(ListResponseSchema, create(ListResponseSchema, { resource: this.#resource(s) })),
-          ),
-        );
+        call.write(Buffer.from(ListResponse.encode({ resource: this.#resource(s) }).finish()));
       }
       call.end();
     } catch (err) {
@@ -1063,7 +1083,7 @@ export class FakeApid {
     const leave = this.#enter();
     call.on("cancelled", leave); // a call the client gave up on is no longer in flight
     try {
-      const req: WatchRequest = this.#decode(() => fromBinary(WatchRequestSchema, call.request));
+      const req = this.#decode(() => WatchRequest.decode(call.request));
       const target = await this.#route("Watch", call, req.type);
       this.#checkType(req.namespace, req.type);
       const opts = req.options;
@@ -1074,10 +1094,8 @@ export class FakeApid {
         );
       }
       if (call.cancelled || !this.#server) return;
-      const write = (events: Array<Partial<Event>>) =>
-        call.write(
-          Buffer.from(toBinary(WatchResponseSchema, create(WatchResponseSchema, { event: events }))),
-        );
+      const write = (events: Event[]) =>
+        call.write(Buffer.from(WatchResponse.encode({ event: events }).finish()));
       write([]);
       const byId = target.resources.get(key(req.namespace, req.type));
       if (req.id !== undefined) {

@@ -2,7 +2,6 @@
 // against hand-verified bytes, retry classification and backoff.
 
 import { beforeAll, describe, expect, test } from "bun:test";
-import { create, toBinary } from "@bufbuild/protobuf";
 import { stringify } from "yaml";
 import {
   backoffDelay,
@@ -14,7 +13,6 @@ import {
   decodeNetIP,
   decodeNodename,
   decodePlatformMetadata,
-  decodeResource,
   decodeSystemInformation,
   decodeVersionResponse,
   decodeWatchResponse,
@@ -34,16 +32,9 @@ import {
   TalosPermissionError,
   talosConfigCandidates,
 } from "../../lib/talos.ts";
-import {
-  EventType,
-  GetResponseSchema,
-  type Resource,
-  ResourceSchema,
-  VersionResponseSchema,
-  WatchResponseSchema,
-} from "../../lib/talos_pb.ts";
-import { encodeAddress, encodePlatformMetadata } from "../support/apid.ts";
-import { loadFixture, normalizeAddress } from "../support/fixtures.ts";
+import { EventType, GetResponse, type Resource, VersionResponse, WatchResponse } from "../../lib/talos_pb.ts";
+import { encodeAddress, encodePlatformMetadata, resourceMessage } from "../support/apid.ts";
+import { loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { createCA, type KeyPair } from "../support/pki.ts";
 
 const hex = (s: string) =>
@@ -385,7 +376,7 @@ describe("decoding hand-verified bytes", () => {
   test.each([
     ["decodeNodename", () => decodeNodename(hex("0a 05 77"))],
     ["decodeNodename", () => decodeNodename(hex("18 80"))],
-    ["decodeHostnameStatus", () => decodeHostnameStatus(hex("08 01"))],
+    ["decodeHostnameStatus", () => decodeHostnameStatus(hex("12 03 62"))],
   ])("%s() refuses malformed bytes with TalosDecodeError", (_name, run) => {
     expect(run).toThrow(TalosDecodeError);
   });
@@ -398,6 +389,19 @@ describe("decoding hand-verified bytes", () => {
     ["0a 12 fe 80 00 00 00 00 00 00 00 00 00 00 00 00 00 01 65 30", "fe80::1%e0"],
   ])("decodeNetIP(%s) = %p", (h, want) => {
     expect(decodeNetIP(hex(h))).toBe(want);
+  });
+
+  test.each([
+    ["a NetIP message without an address", "0a 00"],
+    ["5 raw bytes", "0a 00 00 05 01"],
+    ["a truncated NetIP message", "0a 04 0a 00 00 05 0a"],
+  ])("decodeNetIP() refuses %s", (_name, h) => {
+    expect(() => decodeNetIP(hex(h))).toThrow(TalosDecodeError);
+  });
+
+  test("a known field with another wire type is skipped like an unknown one, as protobuf-go does", () => {
+    // platform (1) as a varint, then as a string
+    expect(decodePlatformMetadata(hex("08 01 | 0a 03 61 77 73")).platform).toBe("aws");
   });
 
   test.each([
@@ -415,14 +419,13 @@ describe("decoding hand-verified bytes", () => {
 });
 
 describe("resource envelopes", () => {
-  const bin = (r: Resource) => toBinary(ResourceSchema, r);
   const pm = loadFixture("aws").platformMetadata;
   const resource = (
-    md: Record<string, unknown>,
+    md: Partial<Resource["metadata"]>,
     spec: Uint8Array | null = encodePlatformMetadata(pm).proto,
   ) =>
-    create(ResourceSchema, {
-      metadata: {
+    resourceMessage(
+      {
         namespace: "runtime",
         type: "PlatformMetadatas.talos.dev",
         id: "platformmetadata",
@@ -430,78 +433,75 @@ describe("resource envelopes", () => {
         phase: "running",
         ...md,
       },
-      ...(spec === null ? {} : { spec: { protoSpec: spec, yamlSpec: "x: 1" } }),
-    });
+      spec === null ? undefined : { protoSpec: spec, yamlSpec: "x: 1" },
+    );
+  const get = (r: Resource | undefined) =>
+    decodeGetResponse("platformmetadata", GetResponse.encode(r ? { resource: r } : {}).finish());
+  const watch = (...event: Parameters<typeof WatchResponse.encode>[0]["event"]) =>
+    decodeWatchResponse("platformmetadata", WatchResponse.encode({ event }).finish());
 
   test("decodeGetResponse() returns id, version and the decoded spec", () => {
-    const bytes = toBinary(GetResponseSchema, create(GetResponseSchema, { resource: resource({}) }));
-    expect(decodeGetResponse("platformmetadata", bytes)).toEqual({
-      id: "platformmetadata",
-      version: "3",
-      spec: pm,
-    });
+    expect(get(resource({}))).toEqual({ id: "platformmetadata", version: "3", spec: pm });
+    expect(get(resource({ phase: "tearingDown" })).spec).toEqual(pm);
   });
 
   test.each([
-    ["a phase other than running/tearingDown", { phase: "deleting" }, "phase"],
-    ["a version that is not an integer", { version: "v3" }, "version"],
-  ])("decodeResource() refuses %s", (_name, md, part) => {
-    expect(() => decodeResource("platformmetadata", bin(resource(md)))).toThrow(part);
+    ["a phase other than running/tearingDown", { phase: "deleting" }, 'phase "deleting"'],
+    ["a version that is not an integer", { version: "v3" }, 'version "v3"'],
+  ])("decodeGetResponse() refuses %s", (_name, md, part) => {
+    expect(() => get(resource(md))).toThrow(part);
+    expect(() => get(resource(md))).toThrow(TalosDecodeError);
   });
 
-  test("decodeResource() refuses a missing metadata or spec, accepts tombstones when asked", () => {
-    expect(() => decodeResource("platformmetadata", new Uint8Array())).toThrow(TalosDecodeError);
-    expect(() => decodeResource("platformmetadata", bin(resource({}, null)))).toThrow("no spec");
-    const tomb = resource({ version: "undefined" }, new Uint8Array());
-    expect(decodeResource("platformmetadata", bin(tomb), true)).toEqual({
-      id: "platformmetadata",
-      version: "undefined",
-      spec: undefined,
-    });
-    expect(decodeResource("platformmetadata", bin(resource({ phase: "tearingDown" }))).spec).toEqual(pm);
+  test("decodeGetResponse() refuses a missing resource, metadata or spec; an empty spec is all defaults", () => {
+    expect(() => get(undefined)).toThrow("no resource");
+    expect(() => get({})).toThrow("no metadata");
+    expect(() => get(resource({}, null))).toThrow("no spec");
+    expect(get(resource({}, new Uint8Array())).spec).toEqual(platformMetadata({}));
   });
 
-  test("decodeWatchResponse() maps every event type", () => {
+  test("decodeWatchResponse() maps every event type; tombstones have no resource", () => {
     const next = { ...pm, zone: "us-east-1b" };
-    const bytes = toBinary(
-      WatchResponseSchema,
-      create(WatchResponseSchema, {
-        event: [
-          { eventType: EventType.CREATED, resource: resource({}) },
-          {
-            eventType: EventType.UPDATED,
-            resource: resource({ version: "4" }, encodePlatformMetadata(next).proto),
-            old: resource({}),
-          },
-          { eventType: EventType.DESTROYED, resource: resource({ version: "undefined" }, new Uint8Array()) },
-          { eventType: EventType.BOOTSTRAPPED },
-          { eventType: EventType.ERRORED, error: "buffer overrun" },
-          { eventType: EventType.NOOP },
-        ],
-      }),
-    );
-    expect(decodeWatchResponse("platformmetadata", bytes)).toEqual([
+    expect(
+      watch(
+        { eventType: EventType.CREATED, resource: resource({}) },
+        {
+          eventType: EventType.UPDATED,
+          resource: resource({ version: "4" }, encodePlatformMetadata(next).proto),
+          old: resource({}),
+        },
+        { eventType: EventType.DESTROYED, resource: resource({ version: "undefined" }, new Uint8Array()) },
+        { eventType: EventType.DESTROYED, resource: resource({ version: "5" }) },
+        { eventType: EventType.BOOTSTRAPPED },
+        { eventType: EventType.ERRORED, error: "buffer overrun" },
+        { eventType: EventType.NOOP },
+        { eventType: 42 as EventType },
+      ),
+    ).toEqual([
       { type: "created", id: "platformmetadata", version: "3", resource: pm },
       { type: "updated", id: "platformmetadata", version: "4", resource: next, old: pm },
       { type: "destroyed", id: "platformmetadata" },
+      { type: "destroyed", id: "platformmetadata", resource: pm },
       { type: "bootstrapped" },
       { type: "errored", error: "buffer overrun" },
     ]);
     expect(decodeWatchResponse("platformmetadata", new Uint8Array())).toEqual([]);
   });
 
+  test("decodeWatchResponse() refuses a created event without a resource", () => {
+    expect(() => watch({ eventType: EventType.CREATED })).toThrow(TalosDecodeError);
+  });
+
   test("decodeVersionResponse() reads the first message", () => {
-    const bytes = toBinary(
-      VersionResponseSchema,
-      create(VersionResponseSchema, {
-        messages: [
-          {
-            version: { tag: "v1.13.2", sha: "abc", arch: "arm64" },
-            platform: { name: "hcloud", mode: "cloud" },
-          },
-        ],
-      }),
-    );
+    const bytes = VersionResponse.encode({
+      messages: [
+        {
+          version: { tag: "v1.13.2", sha: "abc", built: "", goVersion: "", os: "", arch: "arm64" },
+          platform: { name: "hcloud", mode: "cloud" },
+        },
+        { version: { tag: "v0", sha: "", built: "", goVersion: "", os: "", arch: "" } },
+      ],
+    }).finish();
     expect(decodeVersionResponse(bytes)).toEqual({
       tag: "v1.13.2",
       sha: "abc",
