@@ -122,6 +122,7 @@ const METADATA_KEYS = [
   "finalizers",
 ];
 
+// YAML 1.2 core booleans: talosctl prints `true`; hand-written files may capitalize.
 const TRUE = new Set(["true", "True", "TRUE"]);
 const FALSE = new Set(["false", "False", "FALSE"]);
 
@@ -194,6 +195,7 @@ function splitConcatenated(text: string): { text: string; firstLine: number }[] 
 function describeNode(node: unknown): string {
   if (isMap(node)) return "a mapping";
   if (isSeq(node)) return "a list";
+  if (isScalar(node) && node.value !== null) return JSON.stringify(String(node.source ?? node.value));
   return "nothing";
 }
 

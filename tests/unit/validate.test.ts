@@ -261,6 +261,12 @@ describe("parseMetadata() errors", () => {
       [["spec", 2]],
       "expected a mapping, got a list",
     ],
+    [
+      "a resource whose spec is a word",
+      "node: a\nspec: none\n",
+      [["spec", 2]],
+      'expected a mapping, got "none"',
+    ],
     ["an alias", "platform: &p metal\nregion: *p\n", [["", 1]], "aliases are not supported"],
   ])("parseMetadata() refuses %s", (_name, text, where, message) => {
     const err = metadataFails(text);
