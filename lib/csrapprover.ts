@@ -1,8 +1,528 @@
-// The node-csr-approval controller. PLACEHOLDER: being written now; refuses to start until it lands.
+// The node-csr-approval controller: approves or denies kubelet serving CertificateSigningRequests
+// through the /approval subresource, on the pure policy of lib/csr.ts. Its own informer watches
+// pending `kubernetes.io/kubelet-serving` CSRs (every event, re-listing as the shared informer
+// does); a Node that appears or changes re-queues its pending CSRs, so a CSR that came first is
+// decided as soon as its Node exists. A missing Node is waited for with backoff for a bounded time,
+// then the CSR is left Pending with a Warning Event. With a Talos API, the machine behind the Node's
+// IP must name itself as the requester before its addresses (and names) count; Talos being
+// unreachable is retried, never skipped. Only this file imports lib/csr.ts and its ASN.1 libraries.
 
+import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
+import { nodeIPs } from "./addresses.ts";
+import { type Handlers, Informer, type LeanNode } from "./cache.ts";
+import {
+  type CsrInput,
+  type CsrMetrics,
+  csrInputFrom,
+  csrMetrics,
+  type Decision,
+  decide,
+  KUBELET_SERVING_SIGNER,
+  type NodeInput,
+  nodeInputFrom,
+  nodeNameFromUsername,
+  screen,
+  type TalosFacts,
+} from "./csr.ts";
+import type { EventRecorder, EventTarget } from "./events.ts";
+import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
+import { logger } from "./log.ts";
 import type { ControllerContext } from "./manager.ts";
+import type { Registry } from "./metrics.ts";
+import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
+import type { CallOptions, TalosClient } from "./talos.ts";
+import type { PlatformMetadata } from "./types.ts";
 
-/** Starts the node-csr-approval controller. */
-export async function startCsrApprover(_ctx: ControllerContext, _signal: AbortSignal): Promise<void> {
-  throw new Error("Cannot start node-csr-approval: not implemented in this build yet");
+const log = logger("csr-approver");
+
+/** The CSR collection. */
+export const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+/**
+ * How long a CSR waits for its Node, from the CSR's creation: the time client-go's certificate
+ * manager (the kubelet's) waits for a certificate before it gives up on a CSR and files a new one.
+ */
+export const NODE_WAIT_MS = 15 * 60_000;
+
+/** Reconciles in parallel: each is short, but a Talos call may take seconds. */
+export const CSR_WORKERS = 4;
+
+/** How long Talos facts of a node are reused: long enough for a retry, short enough to follow changes. */
+export const TALOS_FACTS_TTL_MS = 10_000;
+
+/** Longest pause between two looks for a missing Node (its appearance re-queues the CSR anyway). */
+const NODE_POLL_MAX_MS = 30_000;
+/** Deadline of one Talos call; failures are retried by the queue with backoff. */
+const TALOS_CALL_TIMEOUT_MS = 5_000;
+/** Consecutive Talos failures after which the CSR gets a Warning Event. */
+const TALOS_EVENT_AFTER_FAILURES = 3;
+/** After a 409 the watch brings the newer version; look again after this if it has not yet. */
+const CONFLICT_RETRY_MS = 1_000;
+const EVENT_ACTION = "DecideCSR";
+
+// ---------------------------------------------------------------------------------------------
+// Pure parts
+
+/** What the CSR informer keeps of a CSR: what `decide()` reads and what the /approval write needs. */
+export interface LeanCsr {
+  metadata: { name: string; uid: string; resourceVersion: string; creationTimestamp: string };
+  /** `decide()`'s input; `request` is "" once the CSR is decided (it is never read again). */
+  csr: CsrInput;
+}
+
+/**
+ * Reduces a CertificateSigningRequest to a {@link LeanCsr}. Total: a malformed object becomes one
+ * that `decide()` denies, never an exception that would stop the informer.
+ * @param raw the object as the API returns it
+ */
+export function leanCsr(raw: unknown): LeanCsr {
+  const obj = (raw ?? {}) as Partial<V1CertificateSigningRequest>;
+  const md = obj.metadata ?? {};
+  const csr = csrInputFrom({ ...obj, spec: obj.spec ?? { request: "", signerName: "" } });
+  if (csr.conditions.length > 0) csr.request = "";
+  return {
+    metadata: {
+      name: md.name ?? "",
+      uid: md.uid ?? "",
+      resourceVersion: md.resourceVersion ?? "",
+      creationTimestamp: String(md.creationTimestamp ?? ""),
+    },
+    csr,
+  };
+}
+
+/** Whether a cached CSR still waits for a decision. */
+export function isPending(c: LeanCsr): boolean {
+  return c.csr.conditions.length === 0 && c.csr.signerName === KUBELET_SERVING_SIGNER;
+}
+
+/** An approval or denial. */
+export type Verdict = Extract<Decision, { action: "approve" | "deny" }>;
+
+/**
+ * The body of the PUT to `/approval`: the decision as an Approved or Denied condition, status
+ * True, with the CSR's uid and resourceVersion so that the API server refuses it (409) if anyone
+ * changed or decided the CSR meanwhile. The API server keeps its stored spec on /approval, so the
+ * spec here only makes a valid object (without the request bytes); it stamps the condition's
+ * lastUpdateTime and lastTransitionTime itself.
+ */
+export function approvalBody(c: LeanCsr, d: Verdict): V1CertificateSigningRequest {
+  return {
+    apiVersion: "certificates.k8s.io/v1",
+    kind: "CertificateSigningRequest",
+    metadata: { name: c.metadata.name, uid: c.metadata.uid, resourceVersion: c.metadata.resourceVersion },
+    spec: { signerName: c.csr.signerName, usages: c.csr.usages, request: "" },
+    status: {
+      conditions: [
+        {
+          type: d.action === "approve" ? "Approved" : "Denied",
+          status: "True",
+          reason: d.reason,
+          message: d.message,
+        },
+      ],
+    },
+  };
+}
+
+/**
+ * The DNS names a Talos node has for itself: HostnameStatus hostname and FQDN, PlatformMetadata
+ * hostname, internalDNS and externalDNS; empty ones left out, duplicates once.
+ */
+export function talosDnsNames(
+  host: { hostname: string; fqdn: string },
+  metadata: Pick<PlatformMetadata, "hostname" | "internalDNS" | "externalDNS">,
+): string[] {
+  const names = [host.hostname, host.fqdn, metadata.hostname, metadata.internalDNS, metadata.externalDNS];
+  return [...new Set(names.filter((n) => n !== ""))];
+}
+
+/**
+ * How long to wait before looking for a missing Node again: doubling from 1 s, at most 30 s, and
+ * never past the end of the wait.
+ * @param looks how many times the Node was looked for already
+ * @param leftMs time left until the CSR is given up
+ */
+export function nodePollDelayMs(looks: number, leftMs: number): number {
+  return Math.max(1, Math.min(NODE_POLL_MAX_MS, 1000 * 2 ** Math.min(looks, 15), leftMs));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Talos facts
+
+/** The Talos calls the controller makes. */
+export type TalosFactsClient = Pick<
+  TalosClient,
+  "firstAnswer" | "nodename" | "addresses" | "hostname" | "platformMetadata"
+>;
+
+interface FactsEntry {
+  at: number;
+  /** The node IPs the facts were read for. */
+  ips: string;
+  facts: Omit<TalosFacts, "dnsNames">;
+  dnsNames?: string[];
+}
+
+/**
+ * Reads and briefly caches what Talos says about the machine behind a Node: which node it is
+ * (Nodename), its addresses and, when asked, its DNS names — all from the one Talos node that
+ * answered on the Node's IPs. Errors propagate: an unreachable Talos is never read as "no Talos".
+ */
+export class TalosFactsReader {
+  readonly #talos: TalosFactsClient;
+  readonly #ttlMs: number;
+  readonly #now: () => number;
+  readonly #cache = new Map<string, FactsEntry>();
+
+  constructor(talos: TalosFactsClient, opts: { ttlMs?: number; now?: () => number } = {}) {
+    this.#talos = talos;
+    this.#ttlMs = opts.ttlMs ?? TALOS_FACTS_TTL_MS;
+    this.#now = opts.now ?? Date.now;
+  }
+
+  /**
+   * The Talos facts of `node`.
+   * @param withDNS also read the DNS names (hostname and platform metadata)
+   * @throws {TalosError} when Talos does not answer; {Error} when the Node has no IP to ask on
+   */
+  async read(
+    node: LeanNode,
+    preferIPv6: boolean,
+    withDNS: boolean,
+    signal?: AbortSignal,
+  ): Promise<TalosFacts> {
+    const name = node.metadata.name;
+    const { ips } = nodeIPs(
+      { annotations: node.metadata.annotations, addresses: node.status.addresses },
+      preferIPv6,
+    );
+    if (ips.length === 0) throw new Error(`Cannot ask Talos about node ${name}: the Node has no IP yet`);
+    const now = this.#now();
+    const opts: CallOptions = {
+      attempts: 1,
+      timeoutMs: TALOS_CALL_TIMEOUT_MS,
+      ...(signal ? { signal } : {}),
+    };
+    let entry = this.#cache.get(name);
+    if (!entry || entry.ips !== ips.join(",") || now - entry.at >= this.#ttlMs) {
+      // Identity first: the answering machine's own name decides whether the rest means anything.
+      const { nodeIP, value: nodename } = await this.#talos.firstAnswer(
+        ips,
+        (ip, o) => this.#talos.nodename(ip, o),
+        opts,
+      );
+      const addresses = (await this.#talos.addresses(nodeIP, opts)).map((a) => a.address);
+      entry = { at: now, ips: ips.join(","), facts: { nodeIP, nodename, addresses } };
+      this.#prune(now);
+      this.#cache.set(name, entry);
+    }
+    if (withDNS && !entry.dnsNames) {
+      const [host, metadata] = await Promise.all([
+        this.#talos.hostname(entry.facts.nodeIP, opts),
+        this.#talos.platformMetadata(entry.facts.nodeIP, opts),
+      ]);
+      entry.dnsNames = talosDnsNames(host, metadata);
+    }
+    return { ...entry.facts, dnsNames: withDNS ? (entry.dnsNames ?? []) : [] };
+  }
+
+  /** Forgets what is known about `name` (its Node changed or went away). */
+  forget(name: string): void {
+    this.#cache.delete(name);
+  }
+
+  #prune(now: number): void {
+    for (const [k, e] of this.#cache) if (now - e.at >= this.#ttlMs) this.#cache.delete(k);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controller
+
+/** What the controller works with; tests pass fakes. */
+export interface CsrApproverOptions {
+  client: Pick<KubeClient, "update">;
+  /** The CSR cache (its handlers are added by `run`). */
+  csrs: Pick<Informer<LeanCsr>, "get">;
+  nodes: Pick<Informer<LeanNode>, "get" | "list" | "addHandlers">;
+  events: Pick<EventRecorder, "record">;
+  /** Undefined in CSR-only mode (no Talos API): IPs are checked against the Nodes only. */
+  talos: TalosFactsClient | undefined;
+  config: { readonly current: { global: { preferIPv6: boolean } } };
+  registry: Registry;
+  /** How long a CSR waits for its Node (default {@link NODE_WAIT_MS}). */
+  nodeWaitMs?: number;
+  workers?: number;
+  /** Clock (ms since the epoch); tests inject one. */
+  now?: () => number;
+}
+
+/** The node-csr-approval controller: CSR and Node events feeding a work queue of CSR names. */
+export class CsrApprover {
+  readonly #opts: CsrApproverOptions;
+  readonly #now: () => number;
+  readonly #nodeWaitMs: number;
+  readonly #metrics: CsrMetrics;
+  readonly #facts: TalosFactsReader | undefined;
+  readonly queue: WorkQueue;
+  /** Pending CSR names by the node they speak for. */
+  readonly #pendingByNode = new Map<string, Set<string>>();
+  /** Looks for a missing Node per CSR name. */
+  readonly #looks = new Map<string, number>();
+  /** resourceVersion each CSR was decided at by this process (until the watch shows it). */
+  readonly #decidedAt = new Map<string, string>();
+  /** Warning Event reasons each CSR (by uid) got already: one of each is enough. */
+  readonly #warned = new Map<string, Set<string>>();
+  #signal: AbortSignal | undefined;
+
+  constructor(opts: CsrApproverOptions) {
+    this.#opts = opts;
+    this.#now = opts.now ?? Date.now;
+    this.#nodeWaitMs = opts.nodeWaitMs ?? NODE_WAIT_MS;
+    this.#metrics = csrMetrics(opts.registry);
+    this.#facts = opts.talos && new TalosFactsReader(opts.talos, { now: this.#now });
+    this.queue = new WorkQueue("csr-approver", {
+      baseDelayMs: 500,
+      maxDelayMs: 60_000,
+      registry: opts.registry,
+    });
+  }
+
+  /** The handlers for the CSR cache: every add and update of a pending CSR queues it. */
+  get csrHandlers(): Handlers<LeanCsr> {
+    return {
+      onAdd: (c) => this.#observe(c),
+      onUpdate: (_old, c) => this.#observe(c),
+      onDelete: (c) => this.#forget(c),
+    };
+  }
+
+  /** The handlers for the Node cache: a Node that appears or changes re-queues its pending CSRs. */
+  get nodeHandlers(): Handlers<LeanNode> {
+    const requeue = (n: LeanNode) => {
+      for (const name of this.#pendingByNode.get(n.metadata.name) ?? []) this.queue.add(name);
+    };
+    return {
+      onAdd: requeue,
+      onUpdate: (_old, n) => requeue(n),
+      onDelete: (n) => this.#facts?.forget(n.metadata.name),
+    };
+  }
+
+  /**
+   * Processes CSRs until `signal` aborts, then waits for the reconciles in flight. Call it once
+   * the CSR cache has synced; the Node handlers are added here.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    this.#signal = signal;
+    const stop = () => this.queue.shutDown();
+    if (signal.aborted) stop();
+    else signal.addEventListener("abort", stop, { once: true });
+    this.#opts.nodes.addHandlers(this.nodeHandlers);
+    await runWorkers(this.queue, this.#opts.workers ?? CSR_WORKERS, (name) => this.reconcile(name), log);
+  }
+
+  #observe(c: LeanCsr): void {
+    if (this.queue.isShutDown) return;
+    const name = c.metadata.name;
+    const node = nodeNameFromUsername(c.csr.username);
+    if (!isPending(c)) {
+      this.#forget(c);
+      return;
+    }
+    if (node !== undefined) {
+      const set = this.#pendingByNode.get(node) ?? new Set();
+      this.#pendingByNode.set(node, set.add(name));
+    }
+    this.queue.add(name);
+  }
+
+  #forget(c: LeanCsr): void {
+    const name = c.metadata.name;
+    const node = nodeNameFromUsername(c.csr.username);
+    const set = node === undefined ? undefined : this.#pendingByNode.get(node);
+    set?.delete(name);
+    if (node !== undefined && set?.size === 0) this.#pendingByNode.delete(node);
+    this.#looks.delete(name);
+    this.#decidedAt.delete(name);
+    this.#warned.delete(c.metadata.uid);
+  }
+
+  /**
+   * Converges one CSR from the caches: decides it and writes the decision, waits for its Node, or
+   * leaves it. Safe to run twice: a CSR with a condition is never touched, and the write carries
+   * the resourceVersion it was decided on.
+   * @throws when Talos does not answer or the write fails (the queue retries with backoff)
+   */
+  async reconcile(name: string): Promise<ReconcileResult | undefined> {
+    const c = this.#opts.csrs.get(name);
+    if (!c || !isPending(c) || this.#decidedAt.get(name) === c.metadata.resourceVersion) return undefined;
+    const nodeName = nodeNameFromUsername(c.csr.username);
+    const lean = nodeName === undefined ? undefined : this.#opts.nodes.get(nodeName);
+    const node = lean && nodeInputFrom(lean);
+    const others = () => otherNodes(this.#opts.nodes.list(), nodeName);
+    let d: Decision;
+    if (!this.#facts) {
+      d = decide(c.csr, node, undefined, others());
+    } else {
+      const s = screen(c.csr, node, others());
+      if (s.action !== "confirm") d = s;
+      else {
+        const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+        if (!facts) return undefined;
+        d = decide(c.csr, node, facts, others());
+      }
+    }
+    switch (d.action) {
+      case "ignore":
+        return undefined;
+      case "wait":
+        return this.#waitForNode(c, d.message);
+      default:
+        return this.#write(c, d);
+    }
+  }
+
+  /** Talos' facts for the CSR's node; on failure retries (throws) until the CSR is given up. */
+  async #askTalos(c: LeanCsr, node: LeanNode, withDNS: boolean): Promise<TalosFacts | undefined> {
+    const reader = this.#facts as TalosFactsReader;
+    try {
+      const facts = await reader.read(
+        node,
+        this.#opts.config.current.global.preferIPv6,
+        withDNS,
+        this.#signal,
+      );
+      return facts;
+    } catch (err) {
+      const name = c.metadata.name;
+      const why = `Cannot confirm CSR ${name} of node ${node.metadata.name} with Talos: ${(err as Error).message}`;
+      if (this.#ageMs(c) >= this.#nodeWaitMs) {
+        this.#warnOnce(c, "TalosUnavailable", `${why}; left Pending, retried when the Node changes`);
+        return undefined;
+      }
+      if (this.queue.failures(name) + 1 === TALOS_EVENT_AFTER_FAILURES) {
+        this.#warnOnce(c, "TalosUnavailable", `${why}; retrying`);
+      }
+      throw new Error(why, { cause: err });
+    }
+  }
+
+  #ageMs(c: LeanCsr): number {
+    const created = Date.parse(c.metadata.creationTimestamp);
+    return Number.isNaN(created) ? 0 : this.#now() - created;
+  }
+
+  #waitForNode(c: LeanCsr, message: string): ReconcileResult | undefined {
+    const name = c.metadata.name;
+    const left = this.#nodeWaitMs - this.#ageMs(c);
+    if (left > 0) {
+      const looks = this.#looks.get(name) ?? 0;
+      this.#looks.set(name, looks + 1);
+      const delay = nodePollDelayMs(looks, left);
+      log.v(2).info("CSR waits for its Node", { csr: name, reason: message, retryInMs: delay });
+      return { requeueAfterMs: delay };
+    }
+    this.#looks.delete(name);
+    const minutes = Math.round(this.#nodeWaitMs / 60_000);
+    this.#warnOnce(
+      c,
+      "NodeNotFound",
+      `${message} after ${minutes} min: left Pending; it is decided if the Node appears`,
+    );
+    return undefined;
+  }
+
+  #warnOnce(c: LeanCsr, reason: string, note: string): void {
+    const warned = this.#warned.get(c.metadata.uid) ?? new Set();
+    if (warned.has(reason)) return;
+    this.#warned.set(c.metadata.uid, warned.add(reason));
+    log.info("CSR left Pending", { csr: c.metadata.name, reason, detail: note });
+    void this.#opts.events.record(csrTarget(c), "Warning", reason, EVENT_ACTION, note);
+  }
+
+  async #write(c: LeanCsr, d: Verdict): Promise<ReconcileResult | undefined> {
+    const name = c.metadata.name;
+    try {
+      await this.#opts.client.update(`${CSR_PATH}/${encodeURIComponent(name)}/approval`, approvalBody(c, d));
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      if (isConflict(err)) {
+        // Changed or decided by someone else: decide again on the version the watch brings.
+        log.v(2).info("CSR changed before its decision was written; deciding again", { csr: name });
+        return { requeueAfterMs: CONFLICT_RETRY_MS };
+      }
+      throw new Error(`Cannot ${d.action} CSR ${name}: ${(err as Error).message}`, { cause: err });
+    }
+    this.#decidedAt.set(name, c.metadata.resourceVersion);
+    this.#looks.delete(name);
+    this.#metrics.record(d);
+    const fields = { csr: name, user: c.csr.username, reason: d.reason, detail: d.message };
+    if (d.action === "approve") {
+      log.info("Approved CSR", fields);
+    } else {
+      log.info("Denied CSR", fields);
+      void this.#opts.events.record(csrTarget(c), "Warning", d.reason, EVENT_ACTION, d.message);
+    }
+    return undefined;
+  }
+}
+
+/** The CSR as an Event's subject; Events about cluster-scoped objects go to namespace default. */
+function csrTarget(c: LeanCsr): EventTarget {
+  return {
+    kind: "CertificateSigningRequest",
+    apiVersion: "certificates.k8s.io/v1",
+    name: c.metadata.name,
+    uid: c.metadata.uid,
+  };
+}
+
+/** Every Node but `self`, as policy input. */
+function* otherNodes(nodes: readonly LeanNode[], self: string | undefined): Generator<NodeInput> {
+  for (const n of nodes) if (n.metadata.name !== self) yield nodeInputFrom(n);
+}
+
+/** Resolves when `signal` aborts. */
+function aborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener("abort", () => resolve(), { once: true });
+  });
+}
+
+/**
+ * Starts the node-csr-approval controller; resolves once `signal` aborts and the reconciles in
+ * flight finished. Without `ctx.talos` (no talosconfig) it runs in CSR-only mode.
+ */
+export async function startCsrApprover(ctx: ControllerContext, signal: AbortSignal): Promise<void> {
+  const csrs = new Informer<LeanCsr>(ctx.client, {
+    path: CSR_PATH,
+    fieldSelector: `spec.signerName=${KUBELET_SERVING_SIGNER}`,
+    transform: leanCsr,
+    log: logger("csr-informer"),
+  });
+  const approver = new CsrApprover({
+    client: ctx.client,
+    csrs,
+    nodes: ctx.nodes,
+    events: ctx.events,
+    talos: ctx.talos,
+    config: ctx.config,
+    registry: ctx.registry,
+  });
+  csrs.addHandlers(approver.csrHandlers);
+  csrs.start();
+  await Promise.race([csrs.waitForSync(), aborted(signal)]);
+  log.info("Approving kubelet serving CSRs", {
+    checks: ctx.talos ? "Node, other Nodes and Talos" : "Node and other Nodes (CSR-only mode: no Talos API)",
+    pending: csrs.list().filter(isPending).length,
+    nodeWait: `${NODE_WAIT_MS / 60_000}m`,
+  });
+  try {
+    await approver.run(signal);
+  } finally {
+    await csrs.stop();
+  }
 }

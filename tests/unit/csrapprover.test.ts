@@ -1,0 +1,602 @@
+// The node-csr-approval controller against in-memory caches, API and Talos: input assembly from
+// the caches, Talos identity confirmation (the answering machine names itself before its addresses
+// count), the /approval write and its conflicts, waiting for a Node within the bound, Talos outages
+// retried and never skipped, Events and metrics.
+
+import { describe, expect, test } from "bun:test";
+import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
+import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
+import { APPROVE_REASON, KUBELET_SERVING_SIGNER } from "../../lib/csr.ts";
+import {
+  approvalBody,
+  CsrApprover,
+  isPending,
+  type LeanCsr,
+  leanCsr,
+  NODE_WAIT_MS,
+  nodePollDelayMs,
+  type TalosFactsClient,
+  TalosFactsReader,
+  talosDnsNames,
+} from "../../lib/csrapprover.ts";
+import { KubeError } from "../../lib/kube.ts";
+import { Registry } from "../../lib/metrics.ts";
+import { TalosError } from "../../lib/talos.ts";
+import type { PlatformMetadata } from "../../lib/types.ts";
+import { createCSR } from "../support/pki.ts";
+
+const T0 = Date.parse("2026-01-01T00:00:00Z");
+
+function rawCsr(name: string, pem: string, over: Partial<V1CertificateSigningRequest["spec"]> = {}) {
+  return {
+    metadata: { name, uid: `uid-${name}`, resourceVersion: "10", creationTimestamp: "2026-01-01T00:00:00Z" },
+    spec: {
+      signerName: KUBELET_SERVING_SIGNER,
+      username: "system:node:worker-a",
+      groups: ["system:nodes", "system:authenticated"],
+      usages: ["digital signature", "server auth"],
+      request: Buffer.from(pem).toString("base64"),
+      ...over,
+    },
+  };
+}
+
+function node(
+  name: string,
+  ips: string[],
+  extra: Array<{ type: string; address: string }> = [],
+  annotation = ips.join(","),
+): LeanNode {
+  return leanNode({
+    metadata: {
+      name,
+      uid: `uid-${name}`,
+      annotations: annotation ? { "alpha.kubernetes.io/provided-node-ip": annotation } : {},
+    },
+    status: {
+      addresses: [
+        ...ips.map((address) => ({ type: "InternalIP", address })),
+        { type: "Hostname", address: name },
+        ...extra,
+      ],
+    },
+  });
+}
+
+async function pemA(over: { dns?: string[]; ips?: string[] } = {}): Promise<string> {
+  return (
+    await createCSR({
+      cn: "system:node:worker-a",
+      o: ["system:nodes"],
+      dns: over.dns ?? ["worker-a"],
+      ips: over.ips ?? ["10.0.0.1"],
+    })
+  ).csr;
+}
+
+/** An in-memory cache with handlers, as the informers provide. */
+class FakeCache<T extends { metadata: { name: string } }> {
+  readonly items = new Map<string, T>();
+  readonly handlers: Handlers<T>[] = [];
+  get(name: string): T | undefined {
+    return this.items.get(name);
+  }
+  list(): T[] {
+    return [...this.items.values()];
+  }
+  addHandlers(h: Handlers<T>): void {
+    this.handlers.push(h);
+    for (const o of this.items.values()) h.onAdd?.(o);
+  }
+  put(obj: T): void {
+    const old = this.items.get(obj.metadata.name);
+    this.items.set(obj.metadata.name, obj);
+    for (const h of this.handlers) {
+      if (old) h.onUpdate?.(old, obj);
+      else h.onAdd?.(obj);
+    }
+  }
+}
+
+interface Machine {
+  nodename: string;
+  addresses: string[];
+  hostname?: { hostname: string; domainname: string };
+  metadata?: Partial<PlatformMetadata>;
+}
+
+/** Talos: machines by IP; calls are counted; an IP in `down` is unreachable. */
+class FakeTalos implements TalosFactsClient {
+  readonly machines = new Map<string, Machine>();
+  readonly down = new Set<string>();
+  readonly calls: string[] = [];
+  #machine(ip: string, what: string): Machine {
+    this.calls.push(`${what} ${ip}`);
+    if (this.down.has(ip))
+      throw new TalosError("unavailable", `Cannot ${what} on node ${ip}: unreachable`, { retryable: true });
+    const m = this.machines.get(ip);
+    if (!m)
+      throw new TalosError("unavailable", `Cannot ${what} on node ${ip}: no route`, { retryable: true });
+    return m;
+  }
+  async firstAnswer<T>(ips: readonly string[], fn: (ip: string, o: object) => Promise<T>) {
+    let last: unknown;
+    for (const nodeIP of ips) {
+      try {
+        return { nodeIP, value: await fn(nodeIP, {}) };
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }
+  async nodename(ip: string) {
+    return this.#machine(ip, "nodename").nodename;
+  }
+  async addresses(ip: string) {
+    return this.#machine(ip, "addresses").addresses.map((address) => ({
+      id: `eth0/${address}`,
+      address,
+      linkName: "eth0",
+      linkIndex: 2,
+      family: address.includes(":") ? ("inet6" as const) : ("inet4" as const),
+      scope: 0,
+      flags: 0x80,
+    }));
+  }
+  async hostname(ip: string) {
+    const h = this.#machine(ip, "hostname").hostname ?? { hostname: "", domainname: "" };
+    return { ...h, fqdn: h.domainname ? `${h.hostname}.${h.domainname}` : h.hostname };
+  }
+  async platformMetadata(ip: string) {
+    const m = this.#machine(ip, "platformMetadata").metadata ?? {};
+    return { hostname: "", internalDNS: "", externalDNS: "", ...m } as PlatformMetadata;
+  }
+}
+
+interface Write {
+  path: string;
+  body: V1CertificateSigningRequest;
+}
+
+/** The controller wired to fakes, with node A (10.0.0.1) and node B (10.0.0.2) on Talos. */
+function setup(opts: { talos?: boolean; update?: (w: Write) => void } = {}) {
+  const csrs = new FakeCache<LeanCsr>();
+  const nodes = new FakeCache<LeanNode>();
+  const writes: Write[] = [];
+  const events: Array<{ name: string; type: string; reason: string; note: string }> = [];
+  const talos = new FakeTalos();
+  talos.machines.set("10.0.0.1", {
+    nodename: "worker-a",
+    addresses: ["10.0.0.1/24", "127.0.0.1/8"],
+    hostname: { hostname: "worker-a", domainname: "lan" },
+  });
+  talos.machines.set("10.0.0.2", { nodename: "worker-b", addresses: ["10.0.0.2/24"] });
+  const registry = new Registry();
+  let now = T0 + 1000;
+  const approver = new CsrApprover({
+    client: {
+      async update<T>(path: string, body: unknown): Promise<T> {
+        const w = { path, body: body as V1CertificateSigningRequest };
+        opts.update?.(w);
+        writes.push(w);
+        return body as T;
+      },
+    },
+    csrs,
+    nodes,
+    events: {
+      async record(target, type, reason, _action, note) {
+        events.push({ name: target.name, type, reason, note });
+      },
+    },
+    talos: opts.talos === false ? undefined : talos,
+    config: { current: { global: { preferIPv6: false } } },
+    registry,
+    now: () => now,
+  });
+  csrs.addHandlers(approver.csrHandlers);
+  nodes.addHandlers(approver.nodeHandlers);
+  return {
+    csrs,
+    nodes,
+    writes,
+    events,
+    talos,
+    registry,
+    approver,
+    setNow: (t: number) => {
+      now = t;
+    },
+    /** Reconciles everything queued, as the workers would. */
+    async drain(): Promise<Array<{ name: string; result: unknown }>> {
+      const out: Array<{ name: string; result: unknown }> = [];
+      while (approver.queue.length > 0) {
+        const name = (await approver.queue.get()) as string;
+        try {
+          out.push({ name, result: await approver.reconcile(name) });
+        } finally {
+          approver.queue.done(name);
+        }
+      }
+      return out;
+    },
+  };
+}
+
+describe("leanCsr()", () => {
+  test("leanCsr() keeps what decide() and the /approval write need", () => {
+    const lean = leanCsr({ ...rawCsr("csr-1", "PEM"), status: { certificate: "Q0VSVA==" } });
+    expect(lean).toEqual({
+      metadata: {
+        name: "csr-1",
+        uid: "uid-csr-1",
+        resourceVersion: "10",
+        creationTimestamp: "2026-01-01T00:00:00Z",
+      },
+      csr: {
+        name: "csr-1",
+        signerName: KUBELET_SERVING_SIGNER,
+        username: "system:node:worker-a",
+        groups: ["system:nodes", "system:authenticated"],
+        usages: ["digital signature", "server auth"],
+        request: Buffer.from("PEM").toString("base64"),
+        conditions: [],
+      },
+    });
+    expect(isPending(lean)).toBe(true);
+  });
+
+  test("leanCsr() drops the request of a decided CSR", () => {
+    const lean = leanCsr({
+      ...rawCsr("csr-1", "PEM"),
+      status: { conditions: [{ type: "Denied", status: "True" }] },
+    });
+    expect(lean.csr.request).toBe("");
+    expect(lean.csr.conditions).toEqual([{ type: "Denied" }]);
+    expect(isPending(lean)).toBe(false);
+  });
+
+  test("leanCsr() is total on malformed objects", () => {
+    for (const raw of [null, undefined, {}, { metadata: { name: "x" } }, { spec: null }]) {
+      const lean = leanCsr(raw);
+      expect(lean.csr.request).toBe("");
+      expect(isPending(lean)).toBe(false);
+    }
+  });
+});
+
+describe("approvalBody()", () => {
+  test("approvalBody() writes one True condition with the decision's reason and message, guarded by uid and resourceVersion", () => {
+    const c = leanCsr(rawCsr("csr-1", "PEM"));
+    const body = approvalBody(c, { action: "deny", reason: "IPNotOwned", message: "IP SANs ..." });
+    expect(body.metadata).toEqual({ name: "csr-1", uid: "uid-csr-1", resourceVersion: "10" });
+    expect(body.status?.conditions).toEqual([
+      { type: "Denied", status: "True", reason: "IPNotOwned", message: "IP SANs ..." },
+    ]);
+    expect(body.spec.request).toBe("");
+    const ok = approvalBody(c, { action: "approve", reason: APPROVE_REASON, message: "ok" });
+    expect(ok.status?.conditions?.[0]?.type).toBe("Approved");
+  });
+});
+
+describe("talosDnsNames()", () => {
+  test("talosDnsNames() lists hostname, FQDN and the metadata names once, without empty ones", () => {
+    expect(
+      talosDnsNames(
+        { hostname: "web-1", fqdn: "web-1.lan" },
+        { hostname: "web-1.lan", internalDNS: "web-1.internal", externalDNS: "" },
+      ),
+    ).toEqual(["web-1", "web-1.lan", "web-1.internal"]);
+  });
+});
+
+describe("nodePollDelayMs()", () => {
+  const rows: Array<[number, number, number]> = [
+    [0, NODE_WAIT_MS, 1000],
+    [1, NODE_WAIT_MS, 2000],
+    [4, NODE_WAIT_MS, 16_000],
+    [5, NODE_WAIT_MS, 30_000],
+    [60, NODE_WAIT_MS, 30_000],
+    [5, 700, 700],
+    [0, 0, 1],
+  ];
+  for (const [looks, left, want] of rows) {
+    test(`nodePollDelayMs() waits ${want} ms after ${looks} looks with ${left} ms left`, () => {
+      expect(nodePollDelayMs(looks, left)).toBe(want);
+    });
+  }
+});
+
+describe("TalosFactsReader", () => {
+  test("TalosFactsReader.read() takes the addresses from the machine that named itself, on the IP it answered", async () => {
+    const talos = new FakeTalos();
+    talos.machines.set("fd00::1", { nodename: "worker-a", addresses: ["fd00::1/64"] });
+    const reader = new TalosFactsReader(talos);
+    // IPv4 first (no Talos there), then the IPv6 node IP answers.
+    const facts = await reader.read(node("worker-a", ["10.9.9.9", "fd00::1"]), false, false);
+    expect(facts).toEqual({
+      nodeIP: "fd00::1",
+      nodename: "worker-a",
+      addresses: ["fd00::1/64"],
+      dnsNames: [],
+    });
+    expect(talos.calls).toEqual(["nodename 10.9.9.9", "nodename fd00::1", "addresses fd00::1"]);
+  });
+
+  test("TalosFactsReader.read() reports the name of whatever machine the Node's IP leads to", async () => {
+    const talos = new FakeTalos();
+    talos.machines.set("10.0.0.2", { nodename: "worker-b", addresses: ["10.0.0.2/24"] });
+    const facts = await new TalosFactsReader(talos).read(node("worker-a", ["10.0.0.2"]), false, false);
+    expect(facts.nodename).toBe("worker-b");
+  });
+
+  test("TalosFactsReader.read() reads DNS names only when asked, and once", async () => {
+    const talos = new FakeTalos();
+    talos.machines.set("10.0.0.1", {
+      nodename: "worker-a",
+      addresses: ["10.0.0.1/24"],
+      hostname: { hostname: "worker-a", domainname: "lan" },
+      metadata: { internalDNS: "worker-a.internal" },
+    });
+    const reader = new TalosFactsReader(talos, { now: () => T0 });
+    const n = node("worker-a", ["10.0.0.1"]);
+    expect((await reader.read(n, false, false)).dnsNames).toEqual([]);
+    expect((await reader.read(n, false, true)).dnsNames).toEqual([
+      "worker-a",
+      "worker-a.lan",
+      "worker-a.internal",
+    ]);
+    expect((await reader.read(n, false, true)).dnsNames).toHaveLength(3);
+    expect(talos.calls).toEqual([
+      "nodename 10.0.0.1",
+      "addresses 10.0.0.1",
+      "hostname 10.0.0.1",
+      "platformMetadata 10.0.0.1",
+    ]);
+  });
+
+  test("TalosFactsReader.read() reuses facts briefly, and reads again when the Node's IPs change or time passes", async () => {
+    const talos = new FakeTalos();
+    talos.machines.set("10.0.0.1", { nodename: "worker-a", addresses: ["10.0.0.1/24"] });
+    talos.machines.set("10.0.0.2", { nodename: "worker-b", addresses: ["10.0.0.2/24"] });
+    let now = T0;
+    const reader = new TalosFactsReader(talos, { ttlMs: 10_000, now: () => now });
+    await reader.read(node("worker-a", ["10.0.0.1"]), false, false);
+    await reader.read(node("worker-a", ["10.0.0.1"]), false, false);
+    expect(talos.calls).toHaveLength(2);
+    expect((await reader.read(node("worker-a", ["10.0.0.2"]), false, false)).nodename).toBe("worker-b");
+    expect(talos.calls).toHaveLength(4);
+    now += 10_000;
+    await reader.read(node("worker-a", ["10.0.0.2"]), false, false);
+    expect(talos.calls).toHaveLength(6);
+  });
+
+  test("TalosFactsReader.read() throws when Talos does not answer or the Node has no IP", async () => {
+    const talos = new FakeTalos();
+    talos.machines.set("10.0.0.1", { nodename: "worker-a", addresses: ["10.0.0.1/24"] });
+    talos.down.add("10.0.0.1");
+    const reader = new TalosFactsReader(talos);
+    await expect(reader.read(node("worker-a", ["10.0.0.1"]), false, false)).rejects.toThrow(/unreachable/);
+    await expect(reader.read(node("worker-a", [], [], ""), false, false)).rejects.toThrow(/has no IP/);
+  });
+});
+
+describe("CsrApprover", () => {
+  test("CsrApprover approves an honest CSR through /approval, counts it, and writes no Event", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    await f.drain();
+    expect(f.writes).toHaveLength(1);
+    const w = f.writes[0] as Write;
+    expect(w.path).toBe("/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval");
+    expect(w.body.metadata?.resourceVersion).toBe("10");
+    expect(w.body.status?.conditions?.[0]).toMatchObject({
+      type: "Approved",
+      status: "True",
+      reason: APPROVE_REASON,
+    });
+    expect(w.body.status?.conditions?.[0]?.message).toContain("confirmed by Talos on 10.0.0.1");
+    expect(f.events).toEqual([]);
+    expect(f.registry.expose()).toContain('talosccm_csr_approval_count{status="approve"} 1');
+  });
+
+  test("CsrApprover denies with the failed check as reason, a Warning Event and the denial counter", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.2"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({ type: "Denied", reason: "IPNotOwned" });
+    expect(f.events).toEqual([
+      { name: "csr-1", type: "Warning", reason: "IPNotOwned", note: expect.stringContaining("10.0.0.2") },
+    ]);
+    const text = f.registry.expose();
+    expect(text).toContain('talosccm_csr_approval_count{status="deny"} 1');
+    expect(text).toContain('talosccm_csr_denied_total{reason="IPNotOwned"} 1');
+  });
+
+  test("CsrApprover denies a Node whose IP leads to another node's Talos (forged endpoint)", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-b", ["10.0.0.2"]));
+    f.nodes.put(node("worker-a", ["10.0.0.2"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.2"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+      type: "Denied",
+      reason: "TalosNodeMismatch",
+    });
+    expect(f.talos.calls).toEqual(["nodename 10.0.0.2", "addresses 10.0.0.2"]);
+  });
+
+  test("CsrApprover asks Talos for DNS names only when the request has names besides the node name", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalDNS", address: "worker-a.lan" }]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ dns: ["worker-a", "worker-a.lan"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+    expect(f.talos.calls).toContain("hostname 10.0.0.1");
+  });
+
+  test("CsrApprover denies what needs no Talos without calling it", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ dns: ["*.example.com"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]?.reason).toBe("ForbiddenSAN");
+    expect(f.talos.calls).toEqual([]);
+  });
+
+  test("CsrApprover never touches a CSR that has a condition, nor a CSR of another signer", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    const pem = await pemA();
+    f.csrs.put(
+      leanCsr({ ...rawCsr("csr-1", pem), status: { conditions: [{ type: "Approved", status: "True" }] } }),
+    );
+    f.csrs.put(leanCsr(rawCsr("csr-2", pem, { signerName: "example.com/other" })));
+    await f.drain();
+    expect(await f.approver.reconcile("csr-1")).toBeUndefined();
+    expect(await f.approver.reconcile("csr-2")).toBeUndefined();
+    expect(f.writes).toEqual([]);
+  });
+
+  test("CsrApprover waits for a missing Node with backoff and decides when the Node appears", async () => {
+    const f = setup();
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    const first = await f.drain();
+    expect(first).toEqual([{ name: "csr-1", result: { requeueAfterMs: 1000 } }]);
+    f.approver.queue.add("csr-1");
+    expect(await f.drain()).toEqual([{ name: "csr-1", result: { requeueAfterMs: 2000 } }]);
+    expect(f.writes).toEqual([]);
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    expect(f.approver.queue.length).toBe(1);
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+    expect(f.events).toEqual([]);
+  });
+
+  test("CsrApprover leaves a CSR Pending with one NodeNotFound Event once the wait is over", async () => {
+    const f = setup();
+    f.setNow(T0 + NODE_WAIT_MS);
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    expect(await f.drain()).toEqual([{ name: "csr-1", result: undefined }]);
+    f.approver.queue.add("csr-1");
+    await f.drain();
+    expect(f.writes).toEqual([]);
+    expect(f.events).toEqual([
+      {
+        name: "csr-1",
+        type: "Warning",
+        reason: "NodeNotFound",
+        note: expect.stringContaining("left Pending"),
+      },
+    ]);
+    // A late Node still gets its CSR decided.
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+  });
+
+  test("CsrApprover retries while Talos is unreachable, warns on the third failure, and never decides without it", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.talos.down.add("10.0.0.1");
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    for (let i = 0; i < 3; i++) {
+      await expect(f.approver.reconcile("csr-1")).rejects.toThrow(
+        /Cannot confirm CSR csr-1 of node worker-a with Talos/,
+      );
+      f.approver.queue.addRateLimited("csr-1");
+    }
+    expect(f.writes).toEqual([]);
+    expect(f.events.map((e) => e.reason)).toEqual(["TalosUnavailable"]);
+    f.talos.down.delete("10.0.0.1");
+    await f.approver.reconcile("csr-1");
+    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+  });
+
+  test("CsrApprover stops retrying an unreachable Talos once the wait is over", async () => {
+    const f = setup();
+    f.setNow(T0 + NODE_WAIT_MS + 1);
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.talos.down.add("10.0.0.1");
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    expect(await f.approver.reconcile("csr-1")).toBeUndefined();
+    expect(f.writes).toEqual([]);
+    expect(f.events[0]).toMatchObject({
+      reason: "TalosUnavailable",
+      note: expect.stringContaining("left Pending"),
+    });
+  });
+
+  test("CsrApprover decides again on a 409 and never decides a version twice", async () => {
+    let conflict = true;
+    const f = setup({
+      update: () => {
+        if (conflict) throw new KubeError(409, "Conflict", "the object has been modified");
+      },
+    });
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    const pem = await pemA();
+    f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
+    expect(await f.drain()).toEqual([{ name: "csr-1", result: { requeueAfterMs: 1000 } }]);
+    expect(f.registry.expose()).not.toContain("talosccm_csr_approval_count{");
+    // Someone else decided it meanwhile: the watch brings the condition, nothing more is written.
+    conflict = false;
+    f.csrs.put(
+      leanCsr({ ...rawCsr("csr-1", pem), status: { conditions: [{ type: "Denied", status: "True" }] } }),
+    );
+    await f.drain();
+    expect(await f.approver.reconcile("csr-1")).toBeUndefined();
+    expect(f.writes).toEqual([]);
+    // A new CSR written once is not written again for the same resourceVersion.
+    f.csrs.put(leanCsr(rawCsr("csr-2", pem)));
+    await f.drain();
+    await f.approver.reconcile("csr-2");
+    expect(f.writes).toHaveLength(1);
+  });
+
+  test("CsrApprover in CSR-only mode checks IPs against the Nodes only", async () => {
+    const f = setup({ talos: false });
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "ExternalIP", address: "10.0.0.2" }]));
+    f.nodes.put(node("worker-b", ["10.0.0.2"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    f.csrs.put(leanCsr(rawCsr("csr-2", await pemA({ ips: ["10.0.0.1", "10.0.0.2"] }))));
+    await f.drain();
+    const byName = Object.fromEntries(
+      f.writes.map((w) => [w.body.metadata?.name, w.body.status?.conditions?.[0]]),
+    );
+    expect(byName["csr-1"]).toMatchObject({
+      type: "Approved",
+      message: expect.stringContaining("Node only"),
+    });
+    expect(byName["csr-2"]).toMatchObject({ type: "Denied", reason: "IPOfOtherNode" });
+    expect(f.talos.calls).toEqual([]);
+  });
+
+  test("CsrApprover refuses a DNS SAN that is another Node's name", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-b", ["10.0.0.2"]));
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalDNS", address: "worker-b" }]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ dns: ["worker-a", "worker-b"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+      type: "Denied",
+      reason: "DNSNameOfOtherNode",
+    });
+  });
+
+  test("CsrApprover.run() works the queue until its signal aborts", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    const stop = new AbortController();
+    const running = f.approver.run(stop.signal);
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    for (let i = 0; i < 100 && f.writes.length === 0; i++) await Bun.sleep(10);
+    expect(f.writes).toHaveLength(1);
+    stop.abort();
+    await running;
+    expect(f.approver.queue.isShutDown).toBe(true);
+  });
+});
