@@ -18,6 +18,7 @@ import { configureLogging, logger } from "./log.ts";
 import { type Registry, registerProcessMetrics, registry } from "./metrics.ts";
 import { type SecureServer, startSecureServer } from "./serve.ts";
 import type { TalosClient } from "./talos.ts";
+import { loadTalosConfig } from "./talosconfig.ts";
 import { commit, version } from "./version.ts";
 
 const log = logger("manager");
@@ -143,8 +144,8 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
       },
     };
     try {
-      const talosConfig = t.loadTalosConfig(loadOpts);
-      talos = new t.TalosClient({ config: talosConfig, load: () => t.loadTalosConfig(loadOpts) });
+      const talosConfig = loadTalosConfig(loadOpts);
+      talos = new t.TalosClient({ config: talosConfig, load: () => loadTalosConfig(loadOpts) });
       talos.watchConfigFile();
       log.info("Talos API configured", {
         file: talosConfig.path,

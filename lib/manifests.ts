@@ -16,7 +16,7 @@ import {
   parseCommandLine,
 } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";
-import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talos.ts";
+import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talosconfig.ts";
 import { version as buildVersion } from "./version.ts";
 
 /** Name of the DaemonSet, its ServiceAccount, ConfigMap and Service (the reference's names). */

@@ -16,7 +16,7 @@ export const protobufFileName = "talos.proto";
  * service (cosi-project/runtime api/v1alpha1, gRPC package `cosi.resource`), the resource specs it
  * reads (siderolabs/talos api/resource/definitions) and MachineService.Version (siderolabs/talos
  * api/machine, gRPC package `machine`). Only field numbers and types reach the wire, so the
- * messages live in one file and one package; the gRPC paths are constants in lib/talos.ts.
+ * messages live in one file and one package; the gRPC paths are constants in lib/taloswire.ts.
  * Generated code: lib/talos_pb.ts (`npm run gen:proto`). Unknown fields are skipped by design:
  * newer Talos adds fields.
  */
@@ -243,7 +243,7 @@ export interface NetIPPrefix {
 /**
  * AddressStatuses.net.talos.dev, namespace network, id "<link>/<prefix>".
  * Fields 2-5 hold a NetIP message, or in older Talos the raw 0/4/16 address bytes; they are typed
- * bytes so that lib/talos.ts can accept both forms, as Talos' own decoder does.
+ * bytes so that lib/taloswire.ts can accept both forms, as Talos' own decoder does.
  */
 export interface AddressStatusSpec {
   address?: NetIPPrefix | undefined;

@@ -40,7 +40,7 @@ import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { describeTransformErrors, desiredNode, instanceFacts, UNINITIALIZED_TAINT } from "./node.ts";
 import { matchSelector, selectorFields } from "./selector.ts";
-import { RESOURCES } from "./talos.ts";
+import { RESOURCES } from "./taloswire.ts";
 import { type TransformError, transform } from "./transform.ts";
 import type { Features, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
 

@@ -7,7 +7,6 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { X509Certificate } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
 import { parse as parseYaml } from "yaml";
-import { GrpcStatus, PATHS, RESOURCES } from "../../lib/talos.ts";
 import {
   EventType,
   GetRequest,
@@ -22,6 +21,8 @@ import {
   WatchRequest,
   WatchResponse,
 } from "../../lib/talos_pb.ts";
+import { GrpcStatus } from "../../lib/talosconfig.ts";
+import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { FakeApid } from "../support/apid.ts";
 import { generateNodes, loadFixture } from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";

@@ -9,9 +9,6 @@ import { join, resolve } from "node:path";
 import { Registry } from "../../lib/metrics.ts";
 import {
   type CallOptions,
-  GrpcStatus,
-  loadTalosConfig,
-  RESOURCES,
   type ResourceData,
   type ResourceKind,
   TalosClient,
@@ -21,6 +18,8 @@ import {
   TalosPermissionError,
   type TalosWatchEvent,
 } from "../../lib/talos.ts";
+import { GrpcStatus, loadTalosConfig } from "../../lib/talosconfig.ts";
+import { RESOURCES } from "../../lib/taloswire.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
 import {
   type FakeAddress,
@@ -862,17 +861,20 @@ describe("metrics and loading", () => {
     expect(text).toContain('talosccm_api_request_errors_total{request="addresses"} 1');
   });
 
-  test("grpc-js is loaded on the first call, not by config loading", async () => {
+  test("config loading needs neither grpc-js nor the protobuf code; grpc-js comes with the first call", async () => {
     const path = join(dir, "talosconfig-lazy");
     await apid.writeTalosconfig(path);
+    const lib = (f: string) => JSON.stringify(resolve(import.meta.dir, "../../lib", f));
     const script = `
-      const { loadTalosConfig, TalosClient } = await import(${JSON.stringify(resolve(import.meta.dir, "../../lib/talos.ts"))});
-      const loaded = () => Object.keys(require.cache).some((k) => k.includes("@grpc/grpc-js"));
+      const loaded = (part) => Object.keys(require.cache).some((k) => k.includes(part));
+      const { loadTalosConfig } = await import(${lib("talosconfig.ts")});
       const config = loadTalosConfig({ path: ${JSON.stringify(path)}, env: {} });
+      const atConfig = { grpc: loaded("@grpc/grpc-js"), protobuf: loaded("talos_pb.ts") };
+      const { TalosClient } = await import(${lib("talos.ts")});
       const client = new TalosClient({ config });
-      const before = loaded();
+      const before = loaded("@grpc/grpc-js");
       await client.version();
-      console.log(JSON.stringify({ before, after: loaded() }));
+      console.log(JSON.stringify({ atConfig, before, after: loaded("@grpc/grpc-js") }));
       client.close();
     `;
     // Asynchronous spawn: the fake apid answering the child lives in this process.
@@ -887,6 +889,10 @@ describe("metrics and loading", () => {
     ]);
     await child.exited;
     expect(stderr).toBe("");
-    expect(JSON.parse(stdout.trim())).toEqual({ before: false, after: true });
+    expect(JSON.parse(stdout.trim())).toEqual({
+      atConfig: { grpc: false, protobuf: false },
+      before: false,
+      after: true,
+    });
   });
 });

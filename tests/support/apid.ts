@@ -16,7 +16,6 @@ import { isIP } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { stringify } from "yaml";
 import { type IPAddress, parseCidr, parseIP } from "../../lib/cidr.ts";
-import { GrpcStatus, PATHS, RESOURCES } from "../../lib/talos.ts";
 import {
   AddressStatusSpec,
   ControllerManagerConfigSpec,
@@ -39,6 +38,8 @@ import {
   WatchRequest,
   WatchResponse,
 } from "../../lib/talos_pb.ts";
+import { GrpcStatus } from "../../lib/talosconfig.ts";
+import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   type FakeAddress,

@@ -26,7 +26,7 @@ import {
   TALOS_SECRET_DIR,
   TALOS_SECRET_NAME,
 } from "../../lib/manifests.ts";
-import { SERVICE_ACCOUNT_TALOSCONFIG } from "../../lib/talos.ts";
+import { SERVICE_ACCOUNT_TALOSCONFIG } from "../../lib/talosconfig.ts";
 
 const root = join(import.meta.dir, "..", "..");
 const pkgVersion = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string })

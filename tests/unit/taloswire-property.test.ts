@@ -1,8 +1,20 @@
-// Property tests of lib/talos.ts decoding: random and truncated bytes never crash a decoder (only
+// Property tests of lib/taloswire.ts decoding: random and truncated bytes never crash a decoder (only
 // TalosDecodeError may escape), and what the fake apid encodes decodes back to the same data.
 
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
+import {
+  ControllerManagerConfigSpec,
+  type Event,
+  EventType,
+  GetResponse,
+  NetIP,
+  type Resource,
+  SystemInformationSpec,
+  WatchRequest,
+  WatchResponse,
+} from "../../lib/talos_pb.ts";
+import { TalosDecodeError } from "../../lib/talosconfig.ts";
 import {
   decodeAddressStatus,
   decodeControllerManagerConfig,
@@ -17,19 +29,7 @@ import {
   decodeWatchResponse,
   encodeWatchRequest,
   formatIPBytes,
-  TalosDecodeError,
-} from "../../lib/talos.ts";
-import {
-  ControllerManagerConfigSpec,
-  type Event,
-  EventType,
-  GetResponse,
-  NetIP,
-  type Resource,
-  SystemInformationSpec,
-  WatchRequest,
-  WatchResponse,
-} from "../../lib/talos_pb.ts";
+} from "../../lib/taloswire.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   encodeAddress,
