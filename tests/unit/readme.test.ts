@@ -1,0 +1,42 @@
+// Every configuration example in the README (a ```yaml block starting with `# ccm-config.yaml`) must
+// load without errors or warnings, so the documentation cannot drift from what the binary accepts.
+
+import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { formatIssue, parseConfig } from "../../lib/config.ts";
+import { Registry } from "../../lib/metrics.ts";
+import { transform } from "../../lib/transform.ts";
+import { fixtureNames, loadFixture } from "../support/fixtures.ts";
+
+const readme = readFileSync(join(import.meta.dir, "..", "..", "README.md"), "utf8");
+const examples = [...readme.matchAll(/```yaml\n(# ccm-config\.yaml\n[\s\S]*?)```/g)].map(
+  (m) => m[1] as string,
+);
+
+describe("README configuration examples", () => {
+  test("there are examples to check", () => {
+    expect(examples.length).toBeGreaterThanOrEqual(3);
+  });
+
+  for (const [i, text] of examples.entries()) {
+    test(`example ${i + 1} loads without errors or warnings`, () => {
+      const config = parseConfig(text);
+      expect(config.warnings.map(formatIssue)).toEqual([]);
+    });
+
+    test(`example ${i + 1} renders on every fixture node without skipped values`, () => {
+      const config = parseConfig(text);
+      for (const name of fixtureNames()) {
+        const node = loadFixture(name);
+        const facts = {
+          platformMetadata: node.platformMetadata,
+          addresses: [],
+          ...(node.systemInformation ? { systemInformation: node.systemInformation } : {}),
+        };
+        const result = transform(config, facts, node.name, { registry: new Registry() });
+        expect({ node: name, errors: result.errors }).toEqual({ node: name, errors: [] });
+      }
+    });
+  }
+});
