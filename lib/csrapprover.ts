@@ -438,7 +438,7 @@ export class CsrApprover {
     const warned = this.#warned.get(c.metadata.uid) ?? new Set();
     if (warned.has(reason)) return;
     this.#warned.set(c.metadata.uid, warned.add(reason));
-    log.info("CSR left Pending", { csr: c.metadata.name, reason, detail: note });
+    log.info("CSR not decided", { csr: c.metadata.name, reason, detail: note });
     void this.#opts.events.record(csrTarget(c), "Warning", reason, EVENT_ACTION, note);
   }
 

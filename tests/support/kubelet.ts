@@ -57,17 +57,31 @@ export class SimulatedKubelet {
 
   /** Registers the Node (and its Lease) as the kubelet would, and starts heartbeats. */
   static async register(cluster: TestCluster, opts: KubeletOptions): Promise<SimulatedKubelet> {
-    const conn =
-      opts.connection ?? (await cluster.userConnection(`system:node:${opts.name}`, ["system:nodes"]));
-    const k = new SimulatedKubelet(opts, new KubeClient(conn, { qps: 0 }));
-    await k.#create();
-    if ((opts.heartbeatMs ?? 10_000) > 0) {
-      k.#timer = setInterval(() => void k.heartbeat().catch(() => {}), opts.heartbeatMs ?? 10_000);
-    }
+    const k = await SimulatedKubelet.connect(cluster, opts);
+    await k.registerNode();
     return k;
   }
 
-  async #create(): Promise<void> {
+  /**
+   * The kubelet's identity without its Node: it can submit CSRs before {@link registerNode}, as a
+   * kubelet whose registration is slow or failing does.
+   */
+  static async connect(cluster: TestCluster, opts: KubeletOptions): Promise<SimulatedKubelet> {
+    const conn =
+      opts.connection ?? (await cluster.userConnection(`system:node:${opts.name}`, ["system:nodes"]));
+    return new SimulatedKubelet(opts, new KubeClient(conn, { qps: 0 }));
+  }
+
+  /** Registers the Node (and its Lease) and starts heartbeats; returns the Node as created. */
+  async registerNode(): Promise<V1Node> {
+    const created = await this.#create();
+    if ((this.opts.heartbeatMs ?? 10_000) > 0) {
+      this.#timer = setInterval(() => void this.heartbeat().catch(() => {}), this.opts.heartbeatMs ?? 10_000);
+    }
+    return created;
+  }
+
+  async #create(): Promise<V1Node> {
     const annotations: Record<string, string> = {};
     if (!this.opts.noAnnotation) annotations[PROVIDED_NODE_IP] = this.opts.ips.join(",");
     const node = {
@@ -90,8 +104,9 @@ export class SimulatedKubelet {
           ? {}
           : { taints: [{ key: UNINITIALIZED_TAINT, value: "true", effect: "NoSchedule" }] },
     };
-    await this.client.create("/api/v1/nodes", node);
+    const created = await this.client.create<V1Node>("/api/v1/nodes", node);
     await this.heartbeat();
+    return created;
   }
 
   /** The status addresses this kubelet reports. */
@@ -158,9 +173,12 @@ export class SimulatedKubelet {
   /**
    * Submits a kubernetes.io/kubelet-serving CSR as this node. Defaults match a kubelet with
    * rotate-server-certificates: CN system:node:<name>, O system:nodes, DNS = hostname, IPs = node IPs.
+   * `request` replaces the generated PEM; `signerName` the signer.
    */
-  async submitServingCSR(overrides: Partial<CsrOptions> & { usages?: string[]; request?: string } = {}) {
-    const { usages, request, ...csrOpts } = overrides;
+  async submitServingCSR(
+    overrides: Partial<CsrOptions> & { usages?: string[]; request?: string; signerName?: string } = {},
+  ) {
+    const { usages, request, signerName, ...csrOpts } = overrides;
     const made = request
       ? { csr: request }
       : await createCSR({
@@ -176,7 +194,7 @@ export class SimulatedKubelet {
       metadata: { generateName: "csr-" },
       spec: {
         request: Buffer.from(made.csr).toString("base64"),
-        signerName: "kubernetes.io/kubelet-serving",
+        signerName: signerName ?? "kubernetes.io/kubelet-serving",
         usages: usages ?? ["digital signature", "server auth"],
       },
     };
