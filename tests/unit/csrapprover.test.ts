@@ -587,6 +587,30 @@ describe("CsrApprover", () => {
     });
   });
 
+  test("CsrApprover queues a pending CSR on add and on every update, and drops it once decided or deleted", async () => {
+    const f = setup();
+    const pem = await pemA();
+    const pending = leanCsr(rawCsr("csr-1", pem));
+    f.csrs.put(pending);
+    expect(f.approver.queue.length).toBe(1);
+    await f.drain();
+    f.csrs.put({ ...pending, metadata: { ...pending.metadata, resourceVersion: "11" } });
+    expect(f.approver.queue.length).toBe(1);
+    await f.drain();
+    f.csrs.put(
+      leanCsr({ ...rawCsr("csr-1", pem), status: { conditions: [{ type: "Approved", status: "True" }] } }),
+    );
+    expect(f.approver.queue.length).toBe(0);
+    // Decided: the Node's arrival no longer queues it.
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    expect(f.approver.queue.length).toBe(0);
+    f.csrs.put(leanCsr(rawCsr("csr-2", pem)));
+    await f.drain();
+    for (const h of f.csrs.handlers) h.onDelete?.(f.csrs.items.get("csr-2") as LeanCsr);
+    f.nodes.put(node("worker-a", ["10.0.0.1", "fd00::1"]));
+    expect(f.approver.queue.length).toBe(0);
+  });
+
   test("CsrApprover.run() works the queue until its signal aborts", async () => {
     const f = setup();
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
