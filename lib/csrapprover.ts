@@ -227,7 +227,7 @@ export class TalosFactsReader {
     return { ...entry.facts, dnsNames: withDNS ? (entry.dnsNames ?? []) : [] };
   }
 
-  /** Forgets what is known about `name` (its Node changed or went away). */
+  /** Forgets what is known about node `name` (its Node went away). */
   forget(name: string): void {
     this.#cache.delete(name);
   }
@@ -243,7 +243,7 @@ export class TalosFactsReader {
 /** What the controller works with; tests pass fakes. */
 export interface CsrApproverOptions {
   client: Pick<KubeClient, "update">;
-  /** The CSR cache (its handlers are added by `run`). */
+  /** The CSR cache; whoever starts its informer adds `csrHandlers` to it. */
   csrs: Pick<Informer<LeanCsr>, "get">;
   nodes: Pick<Informer<LeanNode>, "get" | "list" | "addHandlers">;
   events: Pick<EventRecorder, "record">;
@@ -388,13 +388,7 @@ export class CsrApprover {
   async #askTalos(c: LeanCsr, node: LeanNode, withDNS: boolean): Promise<TalosFacts | undefined> {
     const reader = this.#facts as TalosFactsReader;
     try {
-      const facts = await reader.read(
-        node,
-        this.#opts.config.current.global.preferIPv6,
-        withDNS,
-        this.#signal,
-      );
-      return facts;
+      return await reader.read(node, this.#opts.config.current.global.preferIPv6, withDNS, this.#signal);
     } catch (err) {
       const name = c.metadata.name;
       const why = `Cannot confirm CSR ${name} of node ${node.metadata.name} with Talos: ${(err as Error).message}`;
