@@ -175,7 +175,7 @@ beforeAll(async () => {
   aws = await register(loadFixture("aws"));
   for (const s of spotSpecs) spots.push(await register(s));
   // A kubelet without --node-ip: every reconcile of it records the same Warning again, which makes
-  // an Event series (see touch()).
+  // an Event series (see background()).
   const k = await SimulatedKubelet.register(cluster, {
     name: NO_IP_NODE,
     ips: [],
