@@ -311,12 +311,10 @@ function watchCloudConfig(path: string | undefined, holder: ConfigHolder, period
     try {
       text = readFileSync(path, "utf8");
     } catch (err) {
-      log
-        .v(2)
-        .info("Cannot read cloud config, keeping the current one", {
-          file: path,
-          err: (err as Error).message,
-        });
+      log.v(2).info("Cannot read cloud config, keeping the current one", {
+        file: path,
+        err: (err as Error).message,
+      });
       return;
     }
     const d = digest(text);

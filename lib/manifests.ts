@@ -34,7 +34,7 @@ export const LEASE_NAME = "cloud-controller-manager-talos";
 /** Name of the talos.dev ServiceAccount, and of the Secret Talos creates for it. */
 export const TALOS_SECRET_NAME = `${APP_NAME}-talos-secrets`;
 
-/** Where the Talos Secret is mounted: the directory lib/talos.ts reads the talosconfig from by default. */
+/** Where the Talos Secret is mounted: the directory lib/talosconfig.ts reads the talosconfig from by default. */
 export const TALOS_SECRET_DIR = dirname(SERVICE_ACCOUNT_TALOSCONFIG);
 
 /** Path of the executable in the image (deploy/Dockerfile copies it there). */
