@@ -6,9 +6,7 @@
 
 import { formatIP, isPublicUnicast, tryParseCidr, tryParseIP } from "./cidr.ts";
 import type { AddressStatus, NodeAddress } from "./types.ts";
-
-/** The annotation a kubelet run with `--cloud-provider=external` writes its `--node-ip` into. */
-export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
+import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /**
  * Platforms whose Talos metadata does not carry the public addresses, so that they are discovered

@@ -18,15 +18,12 @@ import {
   type Name,
   SubjectAlternativeName,
 } from "@peculiar/asn1-x509";
-import { PROVIDED_NODE_IP_ANNOTATION } from "./addresses.ts";
 import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
+import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /** The only signer this policy handles; CSRs for any other signer are never touched. */
 export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
-
-/** Node annotation in which a kubelet run with `--cloud-provider=external` publishes `--node-ip`. */
-export { PROVIDED_NODE_IP_ANNOTATION };
 
 /**
  * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen

@@ -3,7 +3,6 @@
 // it Nodes and patches what it returns (startNodeIpam); nothing else touches CIDR state. The Talos
 // client is only used, and only loaded, when the configuration needs it.
 
-import { PROVIDED_NODE_IP_ANNOTATION } from "./addresses.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
@@ -35,6 +34,7 @@ import { registry as defaultRegistry, type Registry } from "./metrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import type { AddressStatus } from "./types.ts";
+import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 /** What the allocator may know about a node's own network. */
 export interface NodeNetwork {
@@ -507,8 +507,6 @@ export class Allocator {
 
 const log = logger("node-ipam");
 
-/** Registered by kubelets with `--cloud-provider=external`; the CloudAllocator waits for its removal. */
-const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
 /** Links that do not carry the node's own network (talos-api.md §3); `dummy*` is matched by prefix. */
 const FOREIGN_LINKS: ReadonlySet<string> = new Set(["kubespan", "siderolink", "lo", "cilium_host"]);
 const IFA_F_PERMANENT = 0x80;

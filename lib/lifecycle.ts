@@ -21,14 +21,12 @@ import { runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import { transform } from "./transform.ts";
 import type { PlatformMetadata, SystemInformation, Taint } from "./types.ts";
+import { NOT_READY_TAINT_KEY, SHUTDOWN_TAINT_KEY } from "./wellknown.ts";
 
 const log = logger("cloud-node-lifecycle");
 
 /** The taint a NotReady node gets while its instance is shut down (cloud-provider's ShutdownTaint). */
-export const SHUTDOWN_TAINT: Readonly<Taint> = {
-  key: "node.cloudprovider.kubernetes.io/shutdown",
-  effect: "NoSchedule",
-};
+export const SHUTDOWN_TAINT: Readonly<Taint> = { key: SHUTDOWN_TAINT_KEY, effect: "NoSchedule" };
 
 /** Nodes with this label (any value) are left alone, as upstream. */
 export const EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-lifecycle-management";
@@ -37,7 +35,7 @@ export const EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-lifecycle-manageme
 export const INITIALIZED_NODE_DELAY_MS = 30_000;
 
 /** The taint kube-controller-manager puts on nodes whose kubelet reports NotReady (the reference's notReadyTaint). */
-const NOT_READY_TAINT = { key: "node.kubernetes.io/not-ready", effect: "NoExecute" } as const;
+const NOT_READY_TAINT = { key: NOT_READY_TAINT_KEY, effect: "NoExecute" } as const;
 
 /** providerIDs the CCM derives from the node IP (`talos://<platform>/<ip>`): they name no instance. */
 const DERIVED_PROVIDER_ID_PREFIX = `${PROVIDER_NAME}://`;

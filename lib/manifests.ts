@@ -18,6 +18,7 @@ import {
 import { configureLogging, logger } from "./log.ts";
 import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talosconfig.ts";
 import { version as buildVersion } from "./version.ts";
+import { NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 /** Name of the DaemonSet, its ServiceAccount, ConfigMap and Service (the reference's names). */
 export const APP_NAME = "talos-cloud-controller-manager";
@@ -497,12 +498,8 @@ export function manifests(s: ManifestSettings): Manifest[] {
               nodeSelector: { "node-role.kubernetes.io/control-plane": "" },
               tolerations: [
                 { key: "node-role.kubernetes.io/control-plane", operator: "Exists", effect: "NoSchedule" },
-                {
-                  key: "node.cloudprovider.kubernetes.io/uninitialized",
-                  operator: "Exists",
-                  effect: "NoSchedule",
-                },
-                { key: "node.kubernetes.io/not-ready", operator: "Exists", effect: "NoSchedule" },
+                { key: UNINITIALIZED_TAINT, operator: "Exists", effect: "NoSchedule" },
+                { key: NOT_READY_TAINT_KEY, operator: "Exists", effect: "NoSchedule" },
               ],
               securityContext: {
                 runAsNonRoot: true,

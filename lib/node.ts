@@ -41,11 +41,9 @@ import {
   transform,
 } from "./transform.ts";
 import type { NodeAddress, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
+import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 const log = logger("cloud-node");
-
-/** The taint a kubelet with `--cloud-provider=external` registers its Node with. */
-export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /** Labels this controller writes besides the rules' own. */
 export const LABELS = {
@@ -891,7 +889,7 @@ export class CloudNodeController {
           node,
           "NodeIPUnknown",
           action,
-          "The node has no alpha.kubernetes.io/provided-node-ip annotation and no InternalIP address: " +
+          `The node has no ${PROVIDED_NODE_IP_ANNOTATION} annotation and no InternalIP address: ` +
             "run the kubelet with --cloud-provider=external and --node-ip",
         );
       }

@@ -24,7 +24,6 @@ import {
   stringify as stringifyYaml,
   type YAMLMap,
 } from "yaml";
-import { PROVIDED_NODE_IP_ANNOTATION } from "./addresses.ts";
 import type { LeanNode } from "./cache.ts";
 import {
   type CompiledConfig,
@@ -38,11 +37,12 @@ import {
 import type { ValidateOptions } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { describeTransformErrors, desiredNode, instanceFacts, UNINITIALIZED_TAINT } from "./node.ts";
+import { describeTransformErrors, desiredNode, instanceFacts } from "./node.ts";
 import { matchSelector, selectorFields } from "./selector.ts";
 import { RESOURCES } from "./taloswire.ts";
 import { type TransformError, transform } from "./transform.ts";
 import type { Features, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
+import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Metadata input.

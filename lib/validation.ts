@@ -5,6 +5,7 @@
 // Each check returns a list of reasons (empty when valid), like its Go counterpart.
 
 import type { Taint, TaintEffect } from "./types.ts";
+import { NOT_READY_TAINT_KEY, SHUTDOWN_TAINT_KEY, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 const DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_SUBDOMAIN = new RegExp(`^${DNS1123_LABEL}(\\.${DNS1123_LABEL})*$`);
@@ -29,7 +30,7 @@ export const TAINT_EFFECTS: readonly TaintEffect[] = ["NoSchedule", "PreferNoSch
  * the case of `uninitialized` keep every node out of service.
  */
 export const RESERVED_TAINT_KEYS: ReadonlySet<string> = new Set([
-  "node.kubernetes.io/not-ready",
+  NOT_READY_TAINT_KEY,
   "node.kubernetes.io/unreachable",
   "node.kubernetes.io/unschedulable",
   "node.kubernetes.io/memory-pressure",
@@ -37,8 +38,8 @@ export const RESERVED_TAINT_KEYS: ReadonlySet<string> = new Set([
   "node.kubernetes.io/network-unavailable",
   "node.kubernetes.io/pid-pressure",
   "node.kubernetes.io/out-of-service",
-  "node.cloudprovider.kubernetes.io/uninitialized",
-  "node.cloudprovider.kubernetes.io/shutdown",
+  UNINITIALIZED_TAINT,
+  SHUTDOWN_TAINT_KEY,
 ]);
 
 /**

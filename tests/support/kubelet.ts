@@ -5,11 +5,12 @@
 
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { KubeClient, type KubeConnection, PATCH } from "../../lib/kube.ts";
+import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
 import type { TestCluster } from "./cluster.ts";
 import { type CsrOptions, createCSR } from "./pki.ts";
 
-export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
-export const PROVIDED_NODE_IP = "alpha.kubernetes.io/provided-node-ip";
+/** The names a kubelet writes, under the names the e2e tests know them by. */
+export { PROVIDED_NODE_IP_ANNOTATION as PROVIDED_NODE_IP, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
 
 export interface KubeletOptions {
   name: string;
@@ -83,7 +84,7 @@ export class SimulatedKubelet {
 
   async #create(): Promise<V1Node> {
     const annotations: Record<string, string> = {};
-    if (!this.opts.noAnnotation) annotations[PROVIDED_NODE_IP] = this.opts.ips.join(",");
+    if (!this.opts.noAnnotation) annotations[PROVIDED_NODE_IP_ANNOTATION] = this.opts.ips.join(",");
     const node = {
       apiVersion: "v1",
       kind: "Node",

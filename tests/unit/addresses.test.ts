@@ -8,10 +8,10 @@ import {
   nodeAddresses,
   nodeIPs,
   orderByNodeIPs,
-  PROVIDED_NODE_IP_ANNOTATION,
   preferredDualStack,
 } from "../../lib/addresses.ts";
 import type { AddressStatus, NodeAddress } from "../../lib/types.ts";
+import { PROVIDED_NODE_IP_ANNOTATION } from "../../lib/wellknown.ts";
 
 const PERMANENT = 0x80;
 const TEMPORARY = 0x1;

@@ -1,6 +1,5 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
-import { PROVIDED_NODE_IP_ANNOTATION } from "../../lib/addresses.ts";
 import type { LeanNode } from "../../lib/cache.ts";
 import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
 import { Registry } from "../../lib/metrics.ts";
@@ -14,11 +13,11 @@ import {
   nodePatch,
   TalosFacts,
   type TalosFactsClient,
-  UNINITIALIZED_TAINT,
 } from "../../lib/node.ts";
 import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
 import { MANAGED_ANNOTATION, transform } from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Builders.

@@ -1,0 +1,15 @@
+// Well-known Kubernetes names of Node taints and annotations that several parts of this CCM read or
+// write (controllers, config validation, generated manifests, test bed): kept in one place so that
+// they cannot drift apart. Only names; what they mean for a controller lives with that controller.
+
+/** The taint a kubelet run with `--cloud-provider=external` registers its Node with; the CCM removes it. */
+export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/** The taint key of a NotReady node whose instance is shut down (cloud-provider's ShutdownTaint). */
+export const SHUTDOWN_TAINT_KEY = "node.cloudprovider.kubernetes.io/shutdown";
+
+/** The taint key Kubernetes' node lifecycle sets from a NotReady condition (and admission at registration). */
+export const NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready";
+
+/** The annotation a kubelet run with `--cloud-provider=external` writes its `--node-ip` into. */
+export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
