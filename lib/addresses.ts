@@ -17,11 +17,19 @@ export const DISCOVERY_PLATFORMS: ReadonlySet<string> = new Set(["nocloud", "met
 /** The link on which Talos puts a cloud's public addresses (from its metadata service). */
 export const EXTERNAL_LINK = "external";
 
-/** Links whose addresses are never public addresses of the node: overlays, management, loopback. */
-const SKIPPED_LINKS: ReadonlySet<string> = new Set(["kubespan", "siderolink", "lo", "cilium_host"]);
+/** Links that do not carry the node's own network: overlays, management, loopback (talos-api.md §3). */
+const FOREIGN_LINKS: ReadonlySet<string> = new Set(["kubespan", "siderolink", "lo", "cilium_host"]);
+
+/**
+ * Whether a link's addresses are not the node's own network: KubeSpan, SideroLink, loopback,
+ * Cilium's host address and `dummy*` links. Neither public-IP discovery nor node IPAM uses them.
+ */
+export function isForeignLink(linkName: string): boolean {
+  return FOREIGN_LINKS.has(linkName) || linkName.startsWith("dummy");
+}
 
 /** IFA_F_PERMANENT: a static (not SLAAC-temporary or DHCP-leased) address. */
-const ADDRESS_PERMANENT = 0x80;
+export const ADDRESS_PERMANENT = 0x80;
 
 /**
  * Normalizes an IP address the way Go's netip prints it.
@@ -119,7 +127,7 @@ export function discoverPublicIPs(
 ): PublicIPs {
   const out: PublicIPs = { ipv4: [], ipv6: [] };
   for (const a of byId(addresses)) {
-    if (SKIPPED_LINKS.has(a.linkName) || a.linkName.startsWith("dummy")) continue;
+    if (isForeignLink(a.linkName)) continue;
     const cidr = tryParseCidr(a.address);
     if (!cidr || !isPublicUnicast(cidr.ip)) continue;
     const ip = formatIP(cidr.ip);

@@ -3,6 +3,7 @@
 // it Nodes and patches what it returns (startNodeIpam); nothing else touches CIDR state. The Talos
 // client is only used, and only loaded, when the configuration needs it.
 
+import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
@@ -507,9 +508,6 @@ export class Allocator {
 
 const log = logger("node-ipam");
 
-/** Links that do not carry the node's own network (talos-api.md §3); `dummy*` is matched by prefix. */
-const FOREIGN_LINKS: ReadonlySet<string> = new Set(["kubespan", "siderolink", "lo", "cilium_host"]);
-const IFA_F_PERMANENT = 0x80;
 /** Attempts of the podCIDRs patch within one reconcile (Kubernetes' cidrUpdateRetries). */
 const PATCH_ATTEMPTS = 3;
 const PATCH_RETRY_DELAY_MS = 250;
@@ -584,8 +582,8 @@ export async function nodeIpamConfig(
  * @returns `address/length` strings, as {@link NodeNetwork.addresses} takes them.
  */
 export function ipamAddresses(statuses: readonly AddressStatus[]): string[] {
-  const own = statuses.filter((a) => !FOREIGN_LINKS.has(a.linkName) && !a.linkName.startsWith("dummy"));
-  const first = (a: AddressStatus) => a.family === "inet6" && (a.flags & IFA_F_PERMANENT) !== 0;
+  const own = statuses.filter((a) => !isForeignLink(a.linkName));
+  const first = (a: AddressStatus) => a.family === "inet6" && (a.flags & ADDRESS_PERMANENT) !== 0;
   return [...own.filter(first), ...own.filter((a) => !first(a))].map((a) => a.address);
 }
 
