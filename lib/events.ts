@@ -3,7 +3,7 @@
 // updates are rate-limited per event, and a failure to record never reaches the caller.
 
 import type { KubeClient } from "./kube.ts";
-import { PATCH } from "./kube.ts";
+import { microTime, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
 
 const log = logger("events");
@@ -41,10 +41,6 @@ interface Entry {
   lastMs: number;
   lastWriteMs: number;
   pending?: ReturnType<typeof setTimeout>;
-}
-
-function microTime(ms: number): string {
-  return new Date(ms).toISOString().replace(/Z$/, "000Z");
 }
 
 function truncate(s: string, n: number): string {

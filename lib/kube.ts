@@ -201,6 +201,14 @@ export class KubeError extends Error {
   }
 }
 
+/**
+ * A Kubernetes MicroTime (Events, Leases): RFC 3339 in UTC with six fractional digits.
+ * @example microTime(0) // "1970-01-01T00:00:00.000000Z"
+ */
+export function microTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/Z$/, "000Z");
+}
+
 /** True for a 404 answer. */
 export const isNotFound = (e: unknown): boolean => e instanceof KubeError && e.status === 404;
 /** True for a 409 answer (conflict or already exists). */

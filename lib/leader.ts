@@ -3,7 +3,7 @@
 // every write is an optimistic update guarded by resourceVersion, a leader that cannot renew within
 // the renew deadline has lost, and a clean shutdown releases the lease so a standby takes over at once.
 
-import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
+import { isConflict, isNotFound, type KubeClient, microTime } from "./kube.ts";
 import { logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
 
@@ -39,10 +39,6 @@ export interface LeaderCallbacks {
   onStoppedLeading(reason: "lost" | "released"): void;
   /** Called when another replica is seen holding the lease. */
   onNewLeader?(identity: string): void;
-}
-
-function microTime(ms: number): string {
-  return new Date(ms).toISOString().replace(/Z$/, "000Z");
 }
 
 const jitter = (ms: number) => ms * (1 + Math.random() * 0.2);

@@ -4,7 +4,7 @@
 // made with a real key, so the API server stamps the true requester on them.
 
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
-import { KubeClient, type KubeConnection, PATCH } from "../../lib/kube.ts";
+import { KubeClient, type KubeConnection, microTime, PATCH } from "../../lib/kube.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
 import type { TestCluster } from "./cluster.ts";
 import { type CsrOptions, createCSR } from "./pki.ts";
@@ -35,11 +35,6 @@ export interface KubeletOptions {
 
 function now(): string {
   return new Date().toISOString().replace(/\.\d+Z$/, "Z");
-}
-
-/** A MicroTime, as Leases require: RFC 3339 with six fractional digits. */
-function microNow(): string {
-  return new Date().toISOString().replace(/Z$/, "000Z");
 }
 
 /** One simulated kubelet. */
@@ -148,12 +143,12 @@ export class SimulatedKubelet {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
       metadata: { name: this.name, namespace: "kube-node-lease" },
-      spec: { holderIdentity: this.name, leaseDurationSeconds: 40, renewTime: microNow() },
+      spec: { holderIdentity: this.name, leaseDurationSeconds: 40, renewTime: microTime(Date.now()) },
     };
     const path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
     await this.client.create(path, lease).catch(async (e) => {
       if ((e as { status?: number }).status !== 409) throw e;
-      await this.client.patch(`${path}/${this.name}`, { spec: { renewTime: microNow() } });
+      await this.client.patch(`${path}/${this.name}`, { spec: { renewTime: microTime(Date.now()) } });
     });
   }
 
