@@ -23,6 +23,7 @@ import {
   parseAllDocuments,
 } from "yaml";
 import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
+import { unknownKeyMessage } from "./suggest.ts";
 import { parseTemplate, type Template } from "./template.ts";
 import { MANAGED_ANNOTATION } from "./transform.ts";
 import type { Features, PlatformMetadata } from "./types.ts";
@@ -358,43 +359,6 @@ type RawRule = RawConfig["transformations"][number];
 
 // ---------------------------------------------------------------------------------------------
 // Unknown keys.
-
-/** Levenshtein distance, for "did you mean" hints. */
-function distance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++) {
-      const sub = (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1);
-      cur.push(Math.min(sub, (prev[j] as number) + 1, (cur[j - 1] as number) + 1));
-    }
-    prev = cur;
-  }
-  return prev[b.length] as number;
-}
-
-/**
- * The candidate nearest to `word`, ignoring case (first one on a tie).
- * @example closestKey("PreferIPv6", ["clusterName", "preferIPv6"]) // "preferIPv6"
- */
-export function closestKey(word: string, candidates: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestDistance = Number.POSITIVE_INFINITY;
-  for (const c of candidates) {
-    const d = distance(word.toLowerCase(), c.toLowerCase());
-    if (d < bestDistance) [best, bestDistance] = [c, d];
-  }
-  return best;
-}
-
-function unknownKeyMessage(what: string, key: string, known: readonly string[], consequence: string): string {
-  const near = closestKey(key, known);
-  if (near === undefined) return `unknown ${what} ${JSON.stringify(key)}: ${consequence}`;
-  if (near.toLowerCase() === key.toLowerCase()) {
-    return `unknown ${what} ${JSON.stringify(key)}: ${consequence}; keys are case-sensitive, did you mean ${JSON.stringify(near)}?`;
-  }
-  return `unknown ${what} ${JSON.stringify(key)}: ${consequence} (closest known key: ${JSON.stringify(near)})`;
-}
 
 /** The shape of the valibot schemas the unknown-key walk needs. */
 interface SchemaShape {

@@ -9,6 +9,7 @@ import { isIPv4, isIPv6 } from "node:net";
 import { type NodeIpamFlags, resolveNodeIpamConfig } from "./cidr.ts";
 import type { AllocatorType } from "./ipam.ts";
 import type { LogFormat } from "./log.ts";
+import { editDistance } from "./suggest.ts";
 
 /** Name the help text and error messages use for this program. */
 export const PROGRAM_NAME = "talos-cloud-controller-manager";
@@ -741,19 +742,6 @@ function convert(spec: FlagSpec, raw: string, previous: Value | undefined): Valu
       return out;
     }
   }
-}
-
-function editDistance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j++) {
-      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      row.push(Math.min((prev[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + cost));
-    }
-    prev = row;
-  }
-  return prev[b.length] ?? 0;
 }
 
 /** The closest known flag name, if one is close enough to be a typo. */

@@ -29,7 +29,6 @@ import {
   type CompiledConfig,
   ConfigError,
   type ConfigIssue,
-  closestKey,
   formatIssue,
   formatPath,
   parseConfig,
@@ -39,6 +38,7 @@ import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { describeTransformErrors, desiredNode, instanceFacts } from "./node.ts";
 import { matchSelector, selectorFields } from "./selector.ts";
+import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
 import { type TransformError, transform } from "./transform.ts";
 import type { Features, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
@@ -221,11 +221,7 @@ function pairs(map: YAMLMap, path: (string | number)[], r: Reader): [string, unk
 }
 
 function unknownKey(key: string, known: readonly string[]): string {
-  const near = closestKey(key, known);
-  if (near?.toLowerCase() === key.toLowerCase()) {
-    return `unknown key ${JSON.stringify(key)}: ignored; keys are case-sensitive, did you mean ${JSON.stringify(near)}?`;
-  }
-  return `unknown key ${JSON.stringify(key)}: ignored (closest known key: ${JSON.stringify(near)})`;
+  return unknownKeyMessage("key", key, known, "ignored");
 }
 
 function decodePlatformMetadata(map: YAMLMap, base: (string | number)[], r: Reader): PlatformMetadata {

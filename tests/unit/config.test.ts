@@ -8,7 +8,6 @@ import {
   type CompiledConfig,
   ConfigError,
   type ConfigIssue,
-  closestKey,
   formatPath,
   loadConfig,
   parseConfig,
@@ -610,14 +609,6 @@ describe("helpers", () => {
     [[], ""],
   ])("formatPath(%j) = %p", (path, text) => {
     expect(formatPath(path)).toBe(text);
-  });
-
-  test.each([
-    ["PreferIPv6", ["clusterName", "preferIPv6", "reconcile"], "preferIPv6"],
-    ["nodeSelectors", ["name", "nodeSelector", "labels"], "nodeSelector"],
-    ["x", [], undefined],
-  ])("closestKey(%p) = %p", (word, candidates, near) => {
-    expect(closestKey(word, candidates)).toBe(near);
   });
 });
 
