@@ -20,6 +20,7 @@ import {
 } from "@peculiar/asn1-x509";
 import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
+import { isDNS1123Subdomain } from "./validation.ts";
 import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /** The only signer this policy handles; CSRs for any other signer are never touched. */
@@ -551,8 +552,6 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
 // ---------------------------------------------------------------------------------------------
 // Policy
 
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-
 /**
  * The node a CSR speaks for, from the requester's authenticated username — never from the
  * request's own contents, which the requester chooses.
@@ -563,7 +562,7 @@ const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 export function nodeNameFromUsername(username: string): string | undefined {
   if (typeof username !== "string" || !username.startsWith(USERNAME_PREFIX)) return undefined;
   const name = username.slice(USERNAME_PREFIX.length);
-  return name.length <= 253 && DNS1123_SUBDOMAIN.test(name) ? name : undefined;
+  return isDNS1123Subdomain(name).length === 0 ? name : undefined;
 }
 
 const ALLOWED_USAGES = new Set(["digital signature", "key encipherment", "server auth"]);
