@@ -37,7 +37,7 @@ import type { ValidateOptions } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { describeTransformErrors, desiredNode, instanceFacts } from "./node.ts";
-import { matchSelector, selectorFields } from "./selector.ts";
+import { matchSelector, SELECTOR_KEYS, selectorFields } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
 import { type TransformError, transform } from "./transform.ts";
@@ -74,19 +74,7 @@ export class MetadataError extends Error {
 type Kind = "platformMetadata" | "systemInformation";
 
 /** PlatformMetadata YAML keys: Talos spells them as this project's field names. */
-const PLATFORM_KEYS = [
-  "platform",
-  "hostname",
-  "region",
-  "zone",
-  "instanceType",
-  "instanceId",
-  "providerId",
-  "spot",
-  "internalDNS",
-  "externalDNS",
-  "tags",
-] as const satisfies readonly (keyof PlatformMetadata)[];
+const PLATFORM_KEYS = [...SELECTOR_KEYS, "tags"] as const satisfies readonly (keyof PlatformMetadata)[];
 
 /** SystemInformation YAML keys (Talos' yaml tags) → fields; `biosVersion` (Talos 1.14+) is not used by rules. */
 const SYSTEM_KEYS: ReadonlyMap<string, keyof SystemInformation | undefined> = new Map([

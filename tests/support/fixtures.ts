@@ -6,6 +6,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { formatIP, parseCidr, parseIP } from "../../lib/cidr.ts";
+import { SELECTOR_KEYS } from "../../lib/selector.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 
 /** One AddressStatus of a node, normalized. */
@@ -162,19 +163,7 @@ export function normalizeAddress(where: string, raw: unknown): FakeAddress {
   return out;
 }
 
-const PM_KEYS = [
-  "platform",
-  "hostname",
-  "region",
-  "zone",
-  "instanceType",
-  "instanceId",
-  "providerId",
-  "spot",
-  "internalDNS",
-  "externalDNS",
-  "tags",
-] as const;
+const PM_KEYS = [...SELECTOR_KEYS, "tags"] as const;
 const SI_KEYS = ["manufacturer", "productName", "version", "serialnumber", "uuid", "wakeUpType", "skuNumber"];
 
 /** A complete PlatformMetadata from a partial one (absent strings are ""). */
