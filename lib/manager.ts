@@ -8,7 +8,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { type Informer, type LeanNode, nodeInformer } from "./cache.ts";
-import { type CompiledConfig, ConfigError, formatIssue, parseConfig } from "./config.ts";
+import { type CompiledConfig, ConfigError, formatIssue, loadConfig, parseConfig } from "./config.ts";
 import { EventRecorder } from "./events.ts";
 import { type ControllerName, Controllers, type RunOptions } from "./flags.ts";
 import { nodeIpamNeedsTalos } from "./ipam.ts";
@@ -87,18 +87,13 @@ async function loadController(name: ControllerName): Promise<StartController> {
   }
 }
 
-/** Reads and validates the cloud config; an absent path gives the empty config. */
-export function readCloudConfig(path: string | undefined): CompiledConfig {
-  return parseConfig(path ? readFileSync(path, "utf8") : "");
-}
-
 function logConfigWarnings(config: CompiledConfig, path: string | undefined): void {
   for (const w of config.warnings) log.warn("Cloud config warning", { file: path, warning: formatIssue(w) });
 }
 
 /** Fails start-up: prints `message` and exits 1 without touching the cluster any further. */
-function fatal(message: string, err?: unknown): never {
-  log.error(message, err);
+function fatal(message: string, err?: unknown, fields?: Record<string, unknown>): never {
+  log.error(message, err, fields);
   process.exit(1);
 }
 
@@ -115,10 +110,11 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   // Every input is validated before the cluster is touched.
   let cloudConfig: CompiledConfig;
   try {
-    cloudConfig = readCloudConfig(opts.cloudConfig);
+    cloudConfig = opts.cloudConfig ? loadConfig(opts.cloudConfig) : parseConfig("");
   } catch (err) {
-    if (err instanceof ConfigError) fatal(`Cannot load cloud config ${opts.cloudConfig}:\n${err.message}`);
-    fatal(`Cannot read cloud config ${opts.cloudConfig}`, err);
+    // A ConfigError's message lists every problem with its path and line.
+    if (err instanceof ConfigError) fatal(err.message, undefined, { file: opts.cloudConfig });
+    fatal("Cannot load cloud config", err, { file: opts.cloudConfig });
   }
   logConfigWarnings(cloudConfig, opts.cloudConfig);
   // Older reference releases switched CSR approval on from the config file; keep such files working.
