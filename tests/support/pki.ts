@@ -82,9 +82,7 @@ export async function generateKeys(type: KeyType): Promise<CryptoKeyPair> {
 
 /** PKCS#8 PEM of a private key, with an optional custom label. */
 export async function privateKeyPem(key: CryptoKey, label = "PRIVATE KEY"): Promise<string> {
-  const der = Buffer.from(await crypto.subtle.exportKey("pkcs8", key)).toString("base64");
-  const lines = der.match(/.{1,64}/g) ?? [];
-  return `-----BEGIN ${label}-----\n${lines.join("\n")}\n-----END ${label}-----\n`;
+  return derToPem(new Uint8Array(await crypto.subtle.exportKey("pkcs8", key)), label);
 }
 
 /** Signing algorithm matching a key pair of `type`. */
