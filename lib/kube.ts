@@ -73,11 +73,18 @@ function fromFileOrData(base: string, file: unknown, data: unknown, what: string
  * @throws KubeConfigError naming the file and what is wrong with it.
  */
 export function kubeconfigFromFile(path: string, context?: string): KubeConnection {
+  let text = "";
   let doc: Dict;
   try {
-    doc = (parseYaml(readFileSync(path, "utf8")) ?? {}) as Dict;
+    text = readFileSync(path, "utf8");
+    // Not yaml's pretty errors: their code frame quotes the file, which holds keys and tokens.
+    doc = (parseYaml(text, { prettyErrors: false }) ?? {}) as Dict;
   } catch (cause) {
-    throw new KubeConfigError(`Cannot load kubeconfig ${path}: ${(cause as Error).message}`, { cause });
+    const pos = (cause as { pos?: [number, number] }).pos;
+    const line = pos ? ` (line ${text.slice(0, pos[0]).split("\n").length})` : "";
+    throw new KubeConfigError(`Cannot load kubeconfig ${path}${line}: ${(cause as Error).message}`, {
+      cause,
+    });
   }
   const find = <T>(list: unknown, key: "cluster" | "user" | "context", name: string): T | undefined => {
     if (!Array.isArray(list)) return undefined;
@@ -410,7 +417,9 @@ export class KubeClient {
       if (!retryable || attempt >= this.#maxRetries || opts.signal?.aborted) throw err;
       const delaySeconds = Math.min(err.retryAfterSeconds ?? 1, 30);
       log.v(4).info("Retrying after server asked to", { method, path, status: res.status, delaySeconds });
-      await Bun.sleep(delaySeconds * 1000 * (0.8 + Math.random() * 0.4));
+      // The caller's deadline (e.g. a lease renewal's) wins over the server's Retry-After.
+      await pause(delaySeconds * 1000 * (0.8 + Math.random() * 0.4), opts.signal);
+      if (opts.signal?.aborted) throw err;
     }
   }
 
@@ -486,6 +495,20 @@ export class KubeClient {
   close(): void {
     this.#session.close();
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts first. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (!signal) return Bun.sleep(ms);
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }
 
 function toKubeError(res: Response, text: string): KubeError {
