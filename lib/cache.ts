@@ -6,6 +6,7 @@
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
 import { isGone, type KubeClient } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
+import { type Backoff, backoffDelay, wait } from "./queue.ts";
 
 /** The fields every cached object has. */
 export interface CachedMeta {
@@ -32,6 +33,9 @@ export interface InformerOptions<T> {
   watchTimeoutSeconds?: number;
   log?: Logger;
 }
+
+/** Reconnect backoff after a failed list or watch. */
+const WATCH_BACKOFF: Backoff = { initialMs: 250, maxMs: 30_000 };
 
 interface ListResponse {
   metadata: { resourceVersion: string; continue?: string };
@@ -190,13 +194,13 @@ export class Informer<T extends CachedMeta> {
           continue;
         }
         failures++;
-        const delay = Math.min(30_000, 250 * 2 ** Math.min(failures, 7)) * (0.5 + Math.random() / 2);
+        const delay = backoffDelay(failures, WATCH_BACKOFF);
         this.#log.v(failures > 3 ? 0 : 2).info("Watch failed, retrying", {
           err: (err as Error).message,
           delayMs: Math.round(delay),
         });
         if (failures > 3) needList = true;
-        await Bun.sleep(delay);
+        await wait(delay, this.#abort.signal);
       }
     }
   }

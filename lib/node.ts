@@ -23,10 +23,8 @@ import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import type { ControllerContext } from "./manager.ts";
 import type { Registry } from "./metrics.ts";
-import { runWorkers, WorkQueue } from "./queue.ts";
+import { type Backoff, backoffDelay, runWorkers, WorkQueue } from "./queue.ts";
 import {
-  type Backoff,
-  backoffDelay,
   type TalosAddressStatus,
   type TalosClient,
   TalosNotFoundError,

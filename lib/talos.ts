@@ -13,6 +13,7 @@ import { basename, dirname } from "node:path";
 import type * as Grpc from "@grpc/grpc-js";
 import { logger } from "./log.ts";
 import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
+import { type Backoff, backoffDelay, wait } from "./queue.ts";
 import { GetRequest, ListRequest } from "./talos_pb.ts";
 import {
   endpointTarget,
@@ -75,21 +76,6 @@ const IP_ENDPOINT_SNI = "talos";
 // ---------------------------------------------------------------------------------------------
 // Retry policy
 
-/** Exponential backoff bounds in milliseconds. */
-export interface Backoff {
-  initialMs: number;
-  maxMs: number;
-}
-
-/**
- * The delay before retry number `attempt` (0-based): exponential from `initialMs`, capped at
- * `maxMs`, with "equal jitter" (between half and all of it) so that clients do not retry in step.
- */
-export function backoffDelay(attempt: number, b: Backoff, random: () => number = Math.random): number {
-  const full = Math.min(b.maxMs, b.initialMs * 2 ** Math.min(attempt, 30));
-  return full / 2 + (random() * full) / 2;
-}
-
 interface GrpcLikeError {
   code?: unknown;
   details?: unknown;
@@ -140,19 +126,10 @@ function abortError(what: string): TalosError {
   return new TalosError("canceled", `Cannot ${what}: canceled`);
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortError("wait"));
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(abortError("wait"));
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
+/** Waits `ms`; rejects with a "canceled" TalosError as soon as `signal` aborts. */
+async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  await wait(ms, signal);
+  if (signal?.aborted) throw abortError("wait");
 }
 
 /** A FIFO counting semaphore bounding calls in flight. */

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Registry } from "../../lib/metrics.ts";
-import { runWorkers, WorkQueue } from "../../lib/queue.ts";
+import { backoffDelay, runWorkers, WorkQueue, wait } from "../../lib/queue.ts";
 
 const q = (opts: ConstructorParameters<typeof WorkQueue>[1] = {}) =>
   new WorkQueue("test", { registry: new Registry(), ...opts });
@@ -112,5 +112,42 @@ describe("runWorkers()", () => {
     queue.add("k");
     await done;
     expect(attempts).toBe(4);
+  });
+});
+
+describe("backoffDelay()", () => {
+  const b = { initialMs: 500, maxMs: 15_000 };
+  test.each([
+    [0, 0, 250],
+    [0, 1, 500],
+    [3, 0, 2000],
+    [3, 1, 4000],
+    [10, 1, 15_000],
+    [10, 0, 7_500],
+    [1000, 1, 15_000],
+  ])("attempt %d, random %d → %d ms", (attempt, r, want) => {
+    expect(backoffDelay(attempt, b, () => r)).toBe(want);
+  });
+});
+
+describe("wait()", () => {
+  test("wait() resolves after the delay", async () => {
+    const started = performance.now();
+    await wait(20);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(15);
+  });
+
+  test("wait() resolves at once when the signal aborts, and at once when it already has", async () => {
+    const abort = new AbortController();
+    let done = false;
+    const waiting = wait(3_600_000, abort.signal).then(() => {
+      done = true;
+    });
+    await Bun.sleep(5);
+    expect(done).toBe(false);
+    abort.abort();
+    await waiting;
+    expect(done).toBe(true);
+    await wait(3_600_000, abort.signal);
   });
 });

@@ -1,8 +1,7 @@
-// lib/talos.ts pure parts: the mapping of gRPC statuses to typed, retryable or final errors, and
-// the jittered backoff.
+// lib/talos.ts pure parts: the mapping of gRPC statuses to typed, retryable or final errors.
 
 import { describe, expect, test } from "bun:test";
-import { backoffDelay, statusError } from "../../lib/talos.ts";
+import { statusError } from "../../lib/talos.ts";
 import { GrpcStatus, TalosError, TalosNotFoundError, TalosPermissionError } from "../../lib/talosconfig.ts";
 
 describe("statusError()", () => {
@@ -37,20 +36,5 @@ describe("statusError()", () => {
   test("a TalosError passes through unchanged", () => {
     const e = new TalosNotFoundError("x");
     expect(statusError("y", e)).toBe(e);
-  });
-});
-
-describe("backoffDelay()", () => {
-  const b = { initialMs: 500, maxMs: 15_000 };
-  test.each([
-    [0, 0, 250],
-    [0, 1, 500],
-    [3, 0, 2000],
-    [3, 1, 4000],
-    [10, 1, 15_000],
-    [10, 0, 7_500],
-    [1000, 1, 15_000],
-  ])("attempt %d, random %d → %d ms", (attempt, r, want) => {
-    expect(backoffDelay(attempt, b, () => r)).toBe(want);
   });
 });
