@@ -248,6 +248,14 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     }
   };
 
+  // Loading a controller module can fail too (a broken build): that is fatal like a failing controller.
+  const launch = (signal: AbortSignal) => {
+    startControllers(signal).catch((err) => {
+      log.error("Cannot start the controllers", err);
+      void shutdown(1, `cannot start the controllers: ${(err as Error).message}`);
+    });
+  };
+
   let shuttingDown = false;
   const shutdown = async (code: number, why: string) => {
     if (shuttingDown) return;
@@ -271,8 +279,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   if (elector) {
     elector.run({
       onStartedLeading: (signal) => {
-        const both = AbortSignal.any([signal, controllers.signal]);
-        void startControllers(both);
+        launch(AbortSignal.any([signal, controllers.signal]));
       },
       onStoppedLeading: (reason) => {
         if (reason === "lost") void shutdown(1, "leader election lost");
@@ -280,7 +287,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
       onNewLeader: (who) => log.info("New leader elected", { identity: who }),
     });
   } else {
-    void startControllers(controllers.signal);
+    launch(controllers.signal);
   }
 }
 
