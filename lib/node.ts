@@ -916,6 +916,16 @@ export class CloudNodeController {
     const result = transform(config, facts, name, { registry: this.#opts.registry });
     if (result.errors.length > 0)
       this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
+    const record = node.metadata.annotations[MANAGED_ANNOTATION];
+    if (record !== undefined && !parseManagedRecord(record).valid) {
+      this.#warn(
+        node,
+        "InvalidManagedRecord",
+        action,
+        `The ${MANAGED_ANNOTATION} annotation is not a record this CCM wrote: its unusable entries are ignored ` +
+          "(nothing they name is removed) and the record is rewritten",
+      );
+    }
     const want = desiredNode(node, facts, result, {
       preferIPv6: g.preferIPv6,
       reconcile: g.reconcile,

@@ -1040,6 +1040,24 @@ describe("CloudNodeController.reconcile()", () => {
     expect(talos.calls).toEqual(["watch platformmetadata 10.0.0.5", "watch addresses 10.0.0.5"]);
   });
 
+  test("CloudNodeController.reconcile() warns once about a garbled managed record and rewrites it", async () => {
+    const node = lean({});
+    node.metadata.annotations[MANAGED_ANNOTATION] = '{"v":1,"labels":["not a key!"]}';
+    const { talos, store, events, controller } = controllerSetup(node);
+    await controller.reconcile("node-1");
+    talos.stream("10.0.0.5", "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: metadata({ platform: "metal", hostname: "node-1" }),
+    });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Warning InvalidManagedRecord node-1", "Normal Synced node-1"]);
+    expect(store.get("node-1")?.metadata.annotations[MANAGED_ANNOTATION]).toBeUndefined();
+  });
+
   test("CloudNodeController.reconcile() leaves a node whose Talos is down tainted, with a Warning Event", async () => {
     const { talos, store, writes, events, controller } = controllerSetup(lean({}));
     await controller.reconcile("node-1");
