@@ -44,7 +44,7 @@ export interface LeaderCallbacks {
 const jitter = (ms: number) => ms * (1 + Math.random() * 0.2);
 
 /** Checks leader-election timings the way client-go's NewLeaderElector does. */
-export function validateTimings(
+function validateTimings(
   o: Pick<LeaderElectionOptions, "leaseDurationMs" | "renewDeadlineMs" | "retryPeriodMs">,
 ) {
   if (o.leaseDurationMs <= o.renewDeadlineMs) {
@@ -90,10 +90,6 @@ export class LeaderElector {
     this.#status.set({ name: opts.name }, 0);
   }
 
-  get isLeader(): boolean {
-    return this.#leading;
-  }
-
   get #path(): string {
     return `/apis/coordination.k8s.io/v1/namespaces/${this.#o.namespace}/leases`;
   }
@@ -117,8 +113,10 @@ export class LeaderElector {
 
   async #run(cb: LeaderCallbacks): Promise<void> {
     let lastHolder = "";
+    let acquired = 0;
     while (!this.#stopped) {
-      const ok = await this.#tryAcquireOrRenew().catch((err) => {
+      acquired = this.#now();
+      const ok = await this.#tryAcquireOrRenew(this.#o.renewDeadlineMs).catch((err) => {
         log.v(2).info("Cannot acquire the lease yet", { err: (err as Error).message });
         return false;
       });
@@ -137,16 +135,23 @@ export class LeaderElector {
     });
     this.#leadership = new AbortController();
     cb.onStartedLeading(this.#leadership.signal);
-    let lastRenew = this.#now();
+    let lastRenew = acquired;
     while (!this.#stopped) {
       await this.#sleep(this.#o.retryPeriodMs);
       if (this.#stopped) break;
-      const ok = await this.#tryAcquireOrRenew().catch((err) => {
-        log.v(2).info("Cannot renew the lease", { err: (err as Error).message });
-        return false;
-      });
+      // As client-go: a renewal must succeed within the renew deadline, so an attempt that hangs
+      // (a dead connection, a stalled API server) is abandoned in time to stop leading before a
+      // standby may take over.
+      const started = this.#now();
+      const ok = await this.#tryAcquireOrRenew(this.#o.renewDeadlineMs - (started - lastRenew)).catch(
+        (err) => {
+          log.v(2).info("Cannot renew the lease", { err: (err as Error).message });
+          return false;
+        },
+      );
       if (ok) {
-        lastRenew = this.#now();
+        // The renewal holds from when it was sent (its renewTime), not from when it was answered.
+        lastRenew = started;
         continue;
       }
       if (
@@ -163,7 +168,9 @@ export class LeaderElector {
     }
   }
 
-  async #tryAcquireOrRenew(): Promise<boolean> {
+  /** One acquire or renew attempt, abandoned (as a failure) after `timeoutMs`. */
+  async #tryAcquireOrRenew(timeoutMs: number): Promise<boolean> {
+    const signal = AbortSignal.timeout(Math.max(1, timeoutMs));
     const now = this.#now();
     const spec = {
       holderIdentity: this.#o.identity,
@@ -172,16 +179,20 @@ export class LeaderElector {
     };
     let lease: Lease;
     try {
-      lease = await this.#client.get<Lease>(`${this.#path}/${this.#o.name}`);
+      lease = await this.#client.get<Lease>(`${this.#path}/${this.#o.name}`, { signal });
     } catch (err) {
       if (!isNotFound(err)) throw err;
       try {
-        this.#lease = await this.#client.create<Lease>(this.#path, {
-          apiVersion: "coordination.k8s.io/v1",
-          kind: "Lease",
-          metadata: { name: this.#o.name, namespace: this.#o.namespace },
-          spec: { ...spec, acquireTime: microTime(now), leaseTransitions: 0 },
-        });
+        this.#lease = await this.#client.create<Lease>(
+          this.#path,
+          {
+            apiVersion: "coordination.k8s.io/v1",
+            kind: "Lease",
+            metadata: { name: this.#o.name, namespace: this.#o.namespace },
+            spec: { ...spec, acquireTime: microTime(now), leaseTransitions: 0 },
+          },
+          { signal },
+        );
       } catch (e) {
         if (isConflict(e)) return false;
         throw e;
@@ -203,7 +214,7 @@ export class LeaderElector {
       },
     };
     try {
-      this.#lease = await this.#client.update<Lease>(`${this.#path}/${this.#o.name}`, next);
+      this.#lease = await this.#client.update<Lease>(`${this.#path}/${this.#o.name}`, next, { signal });
     } catch (err) {
       if (isConflict(err)) return false;
       throw err;
