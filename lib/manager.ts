@@ -24,7 +24,7 @@ import { commit, version } from "./version.ts";
 const log = logger("manager");
 
 /** The reportingController of this project's Events. */
-export const EVENT_SOURCE = "talos-cloud-controller-manager";
+const EVENT_SOURCE = "talos-cloud-controller-manager";
 
 /** The current cloud config, replaced when the file changes. */
 export class ConfigHolder {
@@ -106,8 +106,18 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   for (const w of warnings) log.warn(w);
   registerProcessMetrics(registry);
   const enabled = [...opts.enabledControllers];
+  // Until there is something to clean up, a SIGTERM simply ends start-up, with 0 as after a clean stop
+  // (without a handler the runtime would die of the signal: exit 143).
+  let onSignal: (why: string) => void = (why) => {
+    log.info("Shutting down", { reason: why });
+    process.exit(0);
+  };
+  process.once("SIGTERM", () => onSignal("SIGTERM"));
+  process.once("SIGINT", () => onSignal("SIGINT"));
 
-  // Every input is validated before the cluster is touched.
+  // Every input is validated before the cluster is touched. The file's digest is taken before it is
+  // read for use: a change in between is then seen by the reload poller instead of being lost.
+  const configDigest = opts.cloudConfig ? fileDigest(opts.cloudConfig) : "";
   let cloudConfig: CompiledConfig;
   try {
     cloudConfig = opts.cloudConfig ? loadConfig(opts.cloudConfig) : parseConfig("");
@@ -219,7 +229,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     });
   nodes.start();
 
-  const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config);
+  const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config, configDigest);
   const controllers = new AbortController();
   const running: Promise<void>[] = [];
   const startControllers = async (signal: AbortSignal) => {
@@ -273,8 +283,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     clearTimeout(hardStop);
     process.exit(code);
   };
-  process.once("SIGTERM", () => void shutdown(0, "SIGTERM"));
-  process.once("SIGINT", () => void shutdown(0, "SIGINT"));
+  onSignal = (why) => void shutdown(0, why);
 
   if (elector) {
     elector.run({
@@ -291,24 +300,37 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   }
 }
 
+function digest(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+/** The digest of a file's content, "" when it cannot be read (the error surfaces when it is loaded). */
+function fileDigest(path: string): string {
+  try {
+    return digest(readFileSync(path, "utf8"));
+  } catch {
+    return "";
+  }
+}
+
 /**
  * Polls the cloud-config file and applies a valid new version without a restart; an invalid one is
  * logged, counted and ignored. Polling (not fs.watch) because ConfigMap volumes swap a symlink.
+ * @param loadedDigest digest of the file taken before the running config was read from it
  */
-function watchCloudConfig(path: string | undefined, holder: ConfigHolder, periodMs = 2000): () => void {
+function watchCloudConfig(
+  path: string | undefined,
+  holder: ConfigHolder,
+  loadedDigest: string,
+  periodMs = 2000,
+): () => void {
   if (!path) return () => {};
   const reloads = registry.counter(
     "talosccm_cloud_config_reloads_total",
     "Cloud config reloads by result (success, error).",
     ["result"],
   );
-  const digest = (text: string) => createHash("sha256").update(text).digest("hex");
-  let last = "";
-  try {
-    last = digest(readFileSync(path, "utf8"));
-  } catch {
-    // Read errors surface at the next poll.
-  }
+  let last = loadedDigest;
   const timer = setInterval(() => {
     let text: string;
     try {
