@@ -381,6 +381,65 @@ describe("two replicas, the leader SIGKILLed in the middle of its work", () => {
   }, 90_000);
 });
 
+describe("the leader's Lease requests fall into a black hole while its other requests work", () => {
+  test("it stops leading within the renew deadline and exits 1; the standby takes over; no Node is written by both", async () => {
+    const proxy = await ApiProxy.start(cluster, "ccm-hung");
+    try {
+      const kcB = await kubeconfigFor("ccm-standby");
+      const args = [
+        ...WORKING,
+        "--leader-elect-resource-name=faults-hung",
+        "--leader-elect-lease-duration=6s",
+        "--leader-elect-renew-deadline=4s",
+        "--leader-elect-retry-period=1s",
+        "--secure-port=0",
+        "--kube-api-qps=10",
+        "--kube-api-burst=10",
+      ];
+      const a = ccm(proxy.writeKubeconfig(join(dir, "hung.kubeconfig")), args);
+      await a.waitForLog(/Successfully acquired lease/);
+      const b = ccm(kcB, args);
+      await b.waitForLog(/New leader elected/);
+      const specs = nodesFor("hung", 30, 350);
+      const names = new Set(specs.map((s) => s.name));
+      await register("hung", specs.slice(0, 15));
+      await waitFor(
+        async () => (await nodesOf("hung")).some(initialized),
+        20_000,
+        () => a.output.slice(-3000),
+      );
+      // Only the Lease: Node writes keep flowing, as with one dead pooled connection.
+      const held = Date.now();
+      proxy.inject({ path: /\/leases\/faults-hung$/, hang: true, status: 503 });
+      await register("hung", specs.slice(15));
+      // client-go's rule: a leader that cannot renew within the renew deadline stops leading.
+      const exit = await Promise.race([
+        a.proc.exited,
+        Bun.sleep(4000 + 1000 + 2500).then(() => "still running"),
+      ]);
+      const stopped = Date.now();
+      expect({ exit, lost: a.output.includes("Leader election lost") }).toEqual({ exit: 1, lost: true });
+      procs.delete(a);
+      await b.waitForLog(/Successfully acquired lease/, 20_000);
+      const nodes = await waitAllDone("hung", 30, b, 60_000);
+      expectUniquePodCIDRs(nodes);
+      const writes = nodeWrites(names);
+      expect(writes.filter((w) => w.user === "ccm-hung" && w.at > stopped)).toEqual([]);
+      expect(writes.filter((w) => w.user === "ccm-standby" && w.at < held)).toEqual([]);
+      for (const [node, rec] of writesPerNode(writes))
+        expect({ node, init: rec.init.length, podCIDRs: rec.podCIDRs.length }).toEqual({
+          node,
+          init: 1,
+          podCIDRs: 1,
+        });
+      expectAlive(b);
+      expect(await stop(b)).toBe(0);
+    } finally {
+      await proxy.stop();
+    }
+  }, 90_000);
+});
+
 // How the binary's Kubernetes client and queues pace retries, for the bounds below:
 // - KubeClient retries a 429 (and a 5xx carrying Retry-After) in place, up to 5 attempts, sleeping
 //   Retry-After × [0.8, 1.2] in between; then the error reaches the reconcile.

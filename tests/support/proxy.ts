@@ -50,11 +50,19 @@ export interface Fault extends Pick<RequestFilter, "method" | "path" | "watch"> 
   times?: number;
   /** Disarm this long after {@link ApiProxy.inject} (default: until removed). */
   forMs?: number;
+  /**
+   * A black hole: hold matching requests unanswered while armed (they never reach the API server),
+   * then answer them with `status` when the fault is disarmed.
+   */
+  hang?: boolean;
 }
 
 interface ArmedFault extends Fault {
   left: number;
   untilMs: number;
+  /** Resolves when the fault is disarmed (held requests are answered then). */
+  disarmed: Promise<void>;
+  disarm: () => void;
 }
 
 const REASONS: Record<number, string> = {
@@ -132,16 +140,22 @@ export class ApiProxy {
 
   /** Arms a fault; returns its removal. */
   inject(fault: Fault): () => void {
+    const { promise, resolve } = Promise.withResolvers<void>();
     const armed: ArmedFault = {
       ...fault,
       left: fault.times ?? Number.POSITIVE_INFINITY,
       untilMs: fault.forMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + fault.forMs,
+      disarmed: promise,
+      disarm: () => {
+        clearTimeout(timer);
+        const i = this.#faults.indexOf(armed);
+        if (i >= 0) this.#faults.splice(i, 1);
+        resolve();
+      },
     };
+    const timer = fault.forMs === undefined ? undefined : setTimeout(armed.disarm, fault.forMs);
     this.#faults.push(armed);
-    return () => {
-      const i = this.#faults.indexOf(armed);
-      if (i >= 0) this.#faults.splice(i, 1);
-    };
+    return armed.disarm;
   }
 
   /** Requests seen so far, filtered. */
@@ -156,8 +170,9 @@ export class ApiProxy {
     return n;
   }
 
-  /** Stops listening and cuts open streams. */
+  /** Stops listening, answers held requests and cuts open streams. */
   async stop(): Promise<void> {
+    for (const f of [...this.#faults]) f.disarm();
     this.cutStreams();
     await this.#server.stop(true);
     this.#upstream.close();
@@ -167,7 +182,7 @@ export class ApiProxy {
     const now = Date.now();
     for (let i = this.#faults.length - 1; i >= 0; i--) {
       const f = this.#faults[i] as ArmedFault;
-      if (f.left <= 0 || now >= f.untilMs) this.#faults.splice(i, 1);
+      if (f.left <= 0 || now >= f.untilMs) f.disarm();
     }
     const f = this.#faults.find((x) => matches(r, x));
     if (f) f.left--;
@@ -190,6 +205,7 @@ export class ApiProxy {
     if (fault) {
       entry.status = fault.status;
       entry.injected = true;
+      if (fault.hang) await fault.disarmed;
       const headers: Record<string, string> = { "content-type": "application/json" };
       if (fault.retryAfterSeconds !== undefined) headers["retry-after"] = String(fault.retryAfterSeconds);
       const status = {
