@@ -12,10 +12,10 @@ import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
  * Platforms whose Talos metadata does not carry the public addresses, so that they are discovered
  * among the node's own addresses (the reference's list).
  */
-export const DISCOVERY_PLATFORMS: ReadonlySet<string> = new Set(["nocloud", "metal", "openstack", "oracle"]);
+const DISCOVERY_PLATFORMS: ReadonlySet<string> = new Set(["nocloud", "metal", "openstack", "oracle"]);
 
 /** The link on which Talos puts a cloud's public addresses (from its metadata service). */
-export const EXTERNAL_LINK = "external";
+const EXTERNAL_LINK = "external";
 
 /** Links that do not carry the node's own network: overlays, management, loopback (talos-api.md §3). */
 const FOREIGN_LINKS: ReadonlySet<string> = new Set(["kubespan", "siderolink", "lo", "cilium_host"]);

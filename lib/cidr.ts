@@ -51,7 +51,7 @@ export class CidrError extends Error {
 }
 
 /** Address width in bits for a family. */
-export function familyBits(family: IPFamily): 32 | 128 {
+function familyBits(family: IPFamily): 32 | 128 {
   return family === 4 ? 32 : 128;
 }
 
@@ -431,7 +431,7 @@ export function isPublicUnicast(ip: IPAddress): boolean {
 // an IPv4 /8 of /24s or an IPv6 /64 of /80s is one 8 KiB chunk and even 0.0.0.0/0 of /32s is cheap.
 
 /** Kubernetes caps an IPv6 node mask at 16 bits longer than the cluster mask (uncompressed bitmap). */
-export const MAX_IPV6_MASK_DIFF = 16;
+const MAX_IPV6_MASK_DIFF = 16;
 
 const CHUNK_BITS = 65536;
 const EMPTY = 0;
@@ -836,9 +836,9 @@ export function cloudSubnet(cidr: Cidr, maxPods = DEFAULT_MAX_PODS): CloudSubnet
 // Node-IPAM flags.
 
 /** Default `--node-cidr-mask-size-ipv4`. */
-export const DEFAULT_NODE_MASK_IPV4 = 24;
+const DEFAULT_NODE_MASK_IPV4 = 24;
 /** Default `--node-cidr-mask-size-ipv6`: 80 in the Talos CCM (Kubernetes' own default is 64). */
-export const DEFAULT_NODE_MASK_IPV6 = 80;
+const DEFAULT_NODE_MASK_IPV6 = 80;
 
 /**
  * The node-IPAM flags as given (the shape of flags.ts' IpamOptions). Entries may themselves be

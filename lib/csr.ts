@@ -936,9 +936,9 @@ export function nodeInputFrom(node: NodeLike): NodeInput {
 // Metrics
 
 /** Counter of approvals and denials, label `status` (approve|deny), named as in the reference. */
-export const CSR_APPROVAL_METRIC = "talosccm_csr_approval_count";
+const CSR_APPROVAL_METRIC = "talosccm_csr_approval_count";
 /** Counter of denials, label `reason` (a `DenyReason`). */
-export const CSR_DENIED_METRIC = "talosccm_csr_denied_total";
+const CSR_DENIED_METRIC = "talosccm_csr_denied_total";
 
 /** The CSR counters, registered on a registry. */
 export interface CsrMetrics {

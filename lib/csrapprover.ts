@@ -45,10 +45,10 @@ export const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests
 export const NODE_WAIT_MS = 15 * 60_000;
 
 /** Reconciles in parallel: each is short, but a Talos call may take seconds. */
-export const CSR_WORKERS = 4;
+const CSR_WORKERS = 4;
 
 /** How long Talos facts of a node are reused: long enough for a retry, short enough to follow changes. */
-export const TALOS_FACTS_TTL_MS = 10_000;
+const TALOS_FACTS_TTL_MS = 10_000;
 
 /** Longest pause between two looks for a missing Node (its appearance re-queues the CSR anyway). */
 const NODE_POLL_MAX_MS = 30_000;

@@ -14,7 +14,7 @@ import { registry as defaultRegistry, type Registry } from "./metrics.ts";
 const log = logger("kube");
 
 /** In-cluster service-account files, as mounted by the kubelet. */
-export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /** How requests authenticate. */
 export type KubeAuth =

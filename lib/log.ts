@@ -41,16 +41,11 @@ export function configureLogging(opts: Partial<Settings>): void {
   Object.assign(settings, opts);
 }
 
-/** The current `--v` level. */
-export function verbosity(): number {
-  return settings.verbosity;
-}
-
 const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
 const BEARER = /\bBearer\s+\S+/gi;
 
 /** Replaces secrets in a string value: PEM blocks vanish whole, bearer tokens lose their token. */
-export function redact(value: string): string {
+function redact(value: string): string {
   if (PEM.test(value)) return "[redacted PEM]";
   return value.replace(BEARER, "Bearer [redacted]");
 }

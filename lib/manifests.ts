@@ -24,7 +24,7 @@ import { NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT } from "./wellknown.ts";
 export const APP_NAME = "talos-cloud-controller-manager";
 
 /** Where release images are published; the tag is `v<version>`. */
-export const IMAGE_REPOSITORY = "ghcr.io/talos-ccm/talos-cloud-controller-manager";
+const IMAGE_REPOSITORY = "ghcr.io/talos-ccm/talos-cloud-controller-manager";
 
 /** HTTPS port of health and metrics: the reference manifests' 50258, so probes and scrapers keep working. */
 export const SECURE_PORT = 50258;

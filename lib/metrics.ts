@@ -91,7 +91,7 @@ interface HistogramSeries {
 }
 
 /** Prometheus' default buckets, in seconds. */
-export const DEFAULT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const DEFAULT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 /** A distribution of observations per label set. */
 export class Histogram implements Family {

@@ -11,7 +11,7 @@ import { compileRegex } from "./regex.ts";
 import type { PlatformMetadata } from "./types.ts";
 
 /** The operators a requirement may use. */
-export const SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Regexp"] as const;
+const SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Regexp"] as const;
 
 /** One of {@link SELECTOR_OPERATORS}. */
 export type SelectorOperator = (typeof SELECTOR_OPERATORS)[number];

@@ -40,7 +40,7 @@ export interface ServingCert {
 /**
  * Makes a self-signed ECDSA P-256 serving certificate for `hosts` (DNS names and IPs), valid one year.
  */
-export async function selfSignedCertificate(hosts: string[]): Promise<ServingCert> {
+async function selfSignedCertificate(hosts: string[]): Promise<ServingCert> {
   const { AsnConvert, OctetString } = await import("@peculiar/asn1-schema");
   const x = await import("@peculiar/asn1-x509");
   const { publicKey, privateKey } = generateKeyPairSync("ec", { namedCurve: "prime256v1" });

@@ -13,16 +13,16 @@ const QUALIFIED_NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 
 /** Longest DNS-1123 subdomain, also the longest qualified-name prefix. */
-export const DNS1123_SUBDOMAIN_MAX_LENGTH = 253;
+const DNS1123_SUBDOMAIN_MAX_LENGTH = 253;
 /** Longest name part of a qualified name, and longest label value. */
-export const QUALIFIED_NAME_MAX_LENGTH = 63;
+const QUALIFIED_NAME_MAX_LENGTH = 63;
 /** Longest label value. */
-export const LABEL_VALUE_MAX_LENGTH = 63;
+const LABEL_VALUE_MAX_LENGTH = 63;
 /** Upper bound of the summed byte length of all keys and values of an object's annotations. */
 export const ANNOTATIONS_MAX_BYTES = 256 * 1024;
 
 /** The effects the API server accepts on a Node taint. */
-export const TAINT_EFFECTS: readonly TaintEffect[] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+const TAINT_EFFECTS: readonly TaintEffect[] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 /**
  * Taint keys that Kubernetes (node lifecycle, kubelet, cordon, out-of-service handling) or the cloud

@@ -198,7 +198,7 @@ const OWNERS: Record<SpecData["kind"], string> = {
 // Spec encoders (Talos' protoenc writes fields in order and leaves zero values out, as protobuf-es does)
 
 /** IP bytes (4 or 16) of an address. */
-export function ipBytes(ip: IPAddress): Uint8Array {
+function ipBytes(ip: IPAddress): Uint8Array {
   const width = ip.family === 4 ? 4 : 16;
   const out = new Uint8Array(width);
   let v = ip.value;

@@ -13,7 +13,7 @@ import { KubeClient, type KubeConnection } from "../../lib/kube.ts";
 import { type CA, createCA } from "./pki.ts";
 
 /** Paths of the kube-apiserver and etcd binaries, or an error saying how to get them. */
-export function testbedBinaries(): { apiserver: string; etcd: string } {
+function testbedBinaries(): { apiserver: string; etcd: string } {
   const assets = process.env.KUBEBUILDER_ASSETS;
   const apiserver = process.env.KUBE_APISERVER ?? (assets ? join(assets, "kube-apiserver") : "");
   const etcd = process.env.ETCD ?? (assets ? join(assets, "etcd") : "");

@@ -78,7 +78,7 @@ export const ADDRESS_FLAGS: Readonly<Record<string, number>> = {
 };
 
 /** Address scopes by the names Talos prints. */
-export const ADDRESS_SCOPES: Readonly<Record<string, number>> = {
+const ADDRESS_SCOPES: Readonly<Record<string, number>> = {
   global: 0,
   site: 200,
   link: 253,

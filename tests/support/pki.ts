@@ -73,7 +73,7 @@ function dn(cn: string, o: string[] = []): string {
 }
 
 /** Generates a key pair of `type` usable for signing. */
-export async function generateKeys(type: KeyType): Promise<CryptoKeyPair> {
+async function generateKeys(type: KeyType): Promise<CryptoKeyPair> {
   return (await crypto.subtle.generateKey(ALGS[type].gen as GenAlg, true, [
     "sign",
     "verify",
@@ -81,12 +81,12 @@ export async function generateKeys(type: KeyType): Promise<CryptoKeyPair> {
 }
 
 /** PKCS#8 PEM of a private key, with an optional custom label. */
-export async function privateKeyPem(key: CryptoKey, label = "PRIVATE KEY"): Promise<string> {
+async function privateKeyPem(key: CryptoKey, label = "PRIVATE KEY"): Promise<string> {
   return derToPem(new Uint8Array(await crypto.subtle.exportKey("pkcs8", key)), label);
 }
 
 /** Signing algorithm matching a key pair of `type`. */
-export function signingAlgorithm(type: KeyType): SignAlg {
+function signingAlgorithm(type: KeyType): SignAlg {
   return ALGS[type].sign as SignAlg;
 }
 
