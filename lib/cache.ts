@@ -20,6 +20,7 @@ export interface Handlers<T> {
   onDelete?(obj: T): void;
 }
 
+/** What an {@link Informer} lists and watches, and how it reduces each object. */
 export interface InformerOptions<T> {
   /** Collection path, e.g. `/api/v1/nodes`. */
   path: string;
@@ -77,10 +78,12 @@ export class Informer<T extends CachedMeta> {
     return [...this.#store.values()];
   }
 
+  /** Number of cached objects. */
   get size(): number {
     return this.#store.size;
   }
 
+  /** Whether the first list has been stored and delivered. */
   get hasSynced(): boolean {
     return this.#synced;
   }

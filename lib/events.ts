@@ -17,8 +17,10 @@ export interface EventTarget {
   apiVersion?: string;
 }
 
+/** The two Event types Kubernetes knows. */
 export type EventType = "Normal" | "Warning";
 
+/** Options of {@link EventRecorder}. */
 export interface EventRecorderOptions {
   /** `reportingController`, e.g. "talos-cloud-controller-manager". */
   controller: string;

@@ -223,12 +223,14 @@ export const isConflict = (e: unknown): boolean => e instanceof KubeError && e.s
 /** True for a 410 answer: the watch's resourceVersion is too old. */
 export const isGone = (e: unknown): boolean => e instanceof KubeError && e.status === 410;
 
+/** Content types of the three patch kinds the API server accepts. */
 export const PATCH = {
   merge: "application/merge-patch+json",
   strategic: "application/strategic-merge-patch+json",
   json: "application/json-patch+json",
 } as const;
 
+/** Per-request options of {@link KubeClient}. */
 export interface RequestOptions {
   body?: unknown;
   contentType?: string;
@@ -272,6 +274,7 @@ class RateLimiter {
   }
 }
 
+/** Options of {@link KubeClient}. */
 export interface KubeClientOptions {
   qps?: number;
   burst?: number;
@@ -423,12 +426,15 @@ export class KubeClient {
     }
   }
 
+  /** GET `path`. @throws KubeError */
   get<T>(path: string, opts?: RequestOptions): Promise<T> {
     return this.request<T>("GET", path, opts);
   }
+  /** POST `body` to the collection `path`. @throws KubeError */
   create<T>(path: string, body: unknown, opts: RequestOptions = {}): Promise<T> {
     return this.request<T>("POST", path, { ...opts, body });
   }
+  /** PUT `body` to `path` (guarded by its resourceVersion, when it has one). @throws KubeError */
   update<T>(path: string, body: unknown, opts: RequestOptions = {}): Promise<T> {
     return this.request<T>("PUT", path, { ...opts, body });
   }
@@ -436,6 +442,7 @@ export class KubeClient {
   patch<T>(path: string, body: unknown, type: string = PATCH.merge, opts: RequestOptions = {}): Promise<T> {
     return this.request<T>("PATCH", path, { ...opts, body, contentType: type });
   }
+  /** DELETE `path`; `opts.body` may carry DeleteOptions (preconditions). @throws KubeError */
   delete<T>(path: string, opts: RequestOptions = {}): Promise<T> {
     return this.request<T>("DELETE", path, opts);
   }

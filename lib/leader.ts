@@ -21,6 +21,7 @@ interface Lease {
   };
 }
 
+/** Options of {@link LeaderElector}: the Lease, this replica's identity and client-go's timings. */
 export interface LeaderElectionOptions {
   namespace: string;
   name: string;
@@ -32,6 +33,7 @@ export interface LeaderElectionOptions {
   now?: () => number;
 }
 
+/** What {@link LeaderElector.run} tells its caller. */
 export interface LeaderCallbacks {
   /** Called once leadership is acquired; `signal` aborts when it is lost or released. */
   onStartedLeading(signal: AbortSignal): void;

@@ -19,6 +19,7 @@ export interface Logger {
   with(fields: Fields): Logger;
 }
 
+/** `--logging-format`: klog text or JSON lines. */
 export type LogFormat = "text" | "json";
 
 interface Settings {

@@ -33,6 +33,7 @@ export class ConfigHolder {
   constructor(config: CompiledConfig) {
     this.#config = config;
   }
+  /** The config in effect now. */
   get current(): CompiledConfig {
     return this.#config;
   }

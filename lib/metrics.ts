@@ -34,10 +34,10 @@ function sample(out: string[], name: string, key: string, value: number): void {
   out.push(key ? `${name}{${key}} ${formatValue(value)}` : `${name} ${formatValue(value)}`);
 }
 
-/** A monotonically increasing value per label set. */
-export class Counter implements Family {
-  readonly type = "counter";
-  readonly #values = new Map<string, number>();
+/** One number per label set: what counters and gauges share. */
+abstract class ScalarFamily implements Family {
+  abstract readonly type: "counter" | "gauge";
+  protected readonly values = new Map<string, number>();
   constructor(
     readonly name: string,
     readonly help: string,
@@ -46,41 +46,32 @@ export class Counter implements Family {
   /** Adds `n` (default 1) to the series for `labels`. */
   inc(labels?: Labels, n = 1): void {
     const k = labelKey(this.labelNames, labels);
-    this.#values.set(k, (this.#values.get(k) ?? 0) + n);
+    this.values.set(k, (this.values.get(k) ?? 0) + n);
   }
-  /** The current value for `labels` (0 when never incremented). */
+  /** The current value for `labels` (0 when never set). */
   get(labels?: Labels): number {
-    return this.#values.get(labelKey(this.labelNames, labels)) ?? 0;
+    return this.values.get(labelKey(this.labelNames, labels)) ?? 0;
   }
   render(out: string[]): void {
-    for (const [k, v] of this.#values) sample(out, this.name, k, v);
+    for (const [k, v] of this.values) sample(out, this.name, k, v);
   }
 }
 
+/** A monotonically increasing value per label set. */
+export class Counter extends ScalarFamily {
+  readonly type = "counter";
+}
+
 /** A value that goes up and down per label set. */
-export class Gauge implements Family {
+export class Gauge extends ScalarFamily {
   readonly type = "gauge";
-  readonly #values = new Map<string, number>();
-  constructor(
-    readonly name: string,
-    readonly help: string,
-    readonly labelNames: readonly string[] = [],
-  ) {}
+  /** Sets the series for `labels` to `v`. */
   set(labels: Labels | undefined, v: number): void {
-    this.#values.set(labelKey(this.labelNames, labels), v);
+    this.values.set(labelKey(this.labelNames, labels), v);
   }
-  inc(labels?: Labels, n = 1): void {
-    const k = labelKey(this.labelNames, labels);
-    this.#values.set(k, (this.#values.get(k) ?? 0) + n);
-  }
+  /** Subtracts `n` (default 1) from the series for `labels`. */
   dec(labels?: Labels, n = 1): void {
     this.inc(labels, -n);
-  }
-  get(labels?: Labels): number {
-    return this.#values.get(labelKey(this.labelNames, labels)) ?? 0;
-  }
-  render(out: string[]): void {
-    for (const [k, v] of this.#values) sample(out, this.name, k, v);
   }
 }
 
@@ -103,6 +94,7 @@ export class Histogram implements Family {
     readonly labelNames: readonly string[] = [],
     readonly buckets: readonly number[] = DEFAULT_BUCKETS,
   ) {}
+  /** Records one observation of `value` in the series for `labels`. */
   observe(labels: Labels | undefined, value: number): void {
     const k = labelKey(this.labelNames, labels);
     let s = this.#series.get(k);

@@ -43,9 +43,11 @@ export interface ReconcileResult {
   requeueAfterMs?: number;
 }
 
+/** Converges the object named by `key`; throws to be retried with backoff. */
 // biome-ignore lint/suspicious/noConfusingVoidType: reconciles that need no result simply return.
 export type Reconcile = (key: string) => Promise<ReconcileResult | undefined | void>;
 
+/** Options of {@link WorkQueue}. */
 export interface QueueOptions {
   /** First retry delay after a failure (default 5 ms, as client-go). */
   baseDelayMs?: number;
@@ -234,6 +236,7 @@ export class WorkQueue {
     for (const w of this.#waiters.splice(0)) w(undefined);
   }
 
+  /** Whether {@link shutDown} was called. */
   get isShutDown(): boolean {
     return this.#shutdown;
   }

@@ -16,6 +16,7 @@ const log = logger("serve");
 /** A named health check: returns undefined when healthy, else the reason. */
 export type Check = { name: string; check: () => string | undefined };
 
+/** Options of {@link startSecureServer}, from the secure-serving flags. */
 export interface ServeOptions {
   bindAddress: string;
   port: number;

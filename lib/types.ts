@@ -61,6 +61,7 @@ export interface NodeFacts {
   talosVersion?: string;
 }
 
+/** The effects a Node taint can have. */
 export type TaintEffect = "NoSchedule" | "PreferNoSchedule" | "NoExecute";
 
 /** A Kubernetes taint. */
@@ -70,6 +71,7 @@ export interface Taint {
   effect: TaintEffect;
 }
 
+/** The types of a Node's status addresses. */
 export type NodeAddressType = "Hostname" | "InternalIP" | "ExternalIP" | "InternalDNS" | "ExternalDNS";
 
 /** A Kubernetes `NodeAddress`. */

@@ -1,0 +1,60 @@
+import { describe, expect, test } from "bun:test";
+import { Registry } from "../../lib/metrics.ts";
+
+describe("Registry", () => {
+  test("expose() renders counters, gauges and histograms in the text format", () => {
+    const reg = new Registry();
+    const c = reg.counter("c_total", "A counter.", ["code"]);
+    const g = reg.gauge("g", "A gauge.");
+    const h = reg.histogram("h_seconds", "A histogram.", [], [0.1, 1]);
+    c.inc({ code: "200" });
+    c.inc({ code: "200" }, 2);
+    c.inc({ code: 'a"b' });
+    g.set(undefined, 5);
+    g.inc();
+    g.dec(undefined, 3);
+    h.observe(undefined, 0.5);
+    h.observe(undefined, 2);
+    expect(c.get({ code: "200" })).toBe(3);
+    expect(g.get()).toBe(3);
+    expect(h.count()).toBe(2);
+    expect(reg.expose()).toBe(
+      [
+        "# HELP c_total A counter.",
+        "# TYPE c_total counter",
+        'c_total{code="200"} 3',
+        'c_total{code="a\\"b"} 1',
+        "# HELP g A gauge.",
+        "# TYPE g gauge",
+        "g 3",
+        "# HELP h_seconds A histogram.",
+        "# TYPE h_seconds histogram",
+        'h_seconds_bucket{le="0.1"} 0',
+        'h_seconds_bucket{le="1"} 1',
+        'h_seconds_bucket{le="+Inf"} 2',
+        "h_seconds_sum 2.5",
+        "h_seconds_count 2",
+        "",
+      ].join("\n"),
+    );
+  });
+
+  test("counter() and gauge() return the registered family, and refuse another type under the same name", () => {
+    const reg = new Registry();
+    const c = reg.counter("x_total", "X.");
+    expect(reg.counter("x_total", "X.")).toBe(c);
+    expect(() => reg.gauge("x_total", "X.")).toThrow(
+      "Cannot register metric x_total: already registered as counter",
+    );
+  });
+
+  test("expose() runs collectors first and survives a failing one", () => {
+    const reg = new Registry();
+    const g = reg.gauge("up", "Up.");
+    reg.onCollect(() => {
+      throw new Error("broken");
+    });
+    reg.onCollect(() => g.set(undefined, 1));
+    expect(reg.expose()).toContain("\nup 1\n");
+  });
+});
