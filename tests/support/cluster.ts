@@ -75,6 +75,7 @@ export function writeKubeconfig(path: string, conn: KubeConnection): string {
   return path;
 }
 
+/** Options of {@link TestCluster.start}. */
 export interface ClusterOptions {
   /** Extra kube-apiserver flags, e.g. `--max-requests-inflight=10`. */
   apiserverArgs?: string[];

@@ -12,6 +12,7 @@ import { type CsrOptions, createCSR } from "./pki.ts";
 /** The names a kubelet writes, under the names the e2e tests know them by. */
 export { PROVIDED_NODE_IP_ANNOTATION as PROVIDED_NODE_IP, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
 
+/** Who the simulated kubelet is and how it registers its Node. */
 export interface KubeletOptions {
   name: string;
   /** Node IPs (`--node-ip`), written to the provided-node-ip annotation ("v4" or "v4,v6"). */

@@ -22,6 +22,7 @@ import {
 } from "@peculiar/asn1-x509";
 import * as x509 from "@peculiar/x509";
 
+/** Key algorithms of the test PKI: ECDSA P-256, Ed25519, RSA. */
 export type KeyType = "ecdsa" | "ed25519" | "rsa";
 
 type GenAlg = Parameters<typeof crypto.subtle.generateKey>[0];
@@ -52,6 +53,7 @@ export interface CA extends KeyPair {
   issue(opts: LeafOptions): Promise<KeyPair>;
 }
 
+/** Subject, SANs and usage of a leaf certificate. */
 export interface LeafOptions {
   cn: string;
   o?: string[];
@@ -153,6 +155,7 @@ export async function createCA(cn: string, keyType: KeyType = "ecdsa"): Promise<
   };
 }
 
+/** Subject, SANs and key of a certificate signing request. */
 export interface CsrOptions {
   cn: string;
   o?: string[];
@@ -242,6 +245,7 @@ export function sanExtension(names: GeneralName[]): Extension {
   });
 }
 
+/** A hand-built PKCS#10 request, for requests the x509 library would refuse to make. */
 export interface RawCsrOptions {
   /** Subject RDNs in order, each a list of [attribute OID, value], values as UTF8String. */
   subject: Array<Array<[string, string]>>;

@@ -25,6 +25,7 @@ process.once("exit", () => {
   for (const p of live) p.kill("SIGKILL");
 });
 
+/** How {@link CcmProcess} runs the binary. */
 export interface CcmOptions {
   env?: Record<string, string | undefined>;
   cwd?: string;
