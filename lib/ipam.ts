@@ -32,7 +32,7 @@ import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { ControllerContext } from "./manager.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
-import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
+import { type ReconcileResult, runWorkers, WorkQueue, wait } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import type { AddressStatus } from "./types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
@@ -774,7 +774,7 @@ class NodeIpamController {
       } catch (err) {
         last = err;
         if (signal.aborted || isRefusal(err)) break;
-        if (attempt < PATCH_ATTEMPTS) await Bun.sleep(PATCH_RETRY_DELAY_MS * attempt);
+        if (attempt < PATCH_ATTEMPTS) await wait(PATCH_RETRY_DELAY_MS * attempt, signal);
       }
     }
     if (signal.aborted) throw last;

@@ -10,6 +10,7 @@ import { dirname, isAbsolute, join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+import { wait } from "./queue.ts";
 
 const log = logger("kube");
 
@@ -421,7 +422,7 @@ export class KubeClient {
       const delaySeconds = Math.min(err.retryAfterSeconds ?? 1, 30);
       log.v(4).info("Retrying after server asked to", { method, path, status: res.status, delaySeconds });
       // The caller's deadline (e.g. a lease renewal's) wins over the server's Retry-After.
-      await pause(delaySeconds * 1000 * (0.8 + Math.random() * 0.4), opts.signal);
+      await wait(delaySeconds * 1000 * (0.8 + Math.random() * 0.4), opts.signal);
       if (opts.signal?.aborted) throw err;
     }
   }
@@ -502,20 +503,6 @@ export class KubeClient {
   close(): void {
     this.#session.close();
   }
-}
-
-/** Waits `ms`, or less when `signal` aborts first. */
-function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  if (!signal) return Bun.sleep(ms);
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
 }
 
 function toKubeError(res: Response, text: string): KubeError {
