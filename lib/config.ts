@@ -617,12 +617,12 @@ export function parseConfig(text: string): CompiledConfig {
   return { global: raw.global, transformations, warnings: byLine(warnings) };
 }
 
-/** Orders issues as they appear in the file; document-wide ones (no line) first. */
-function byLine(issues: ConfigIssue[]): ConfigIssue[] {
-  return issues
-    .map((issue, i) => ({ issue, i }))
-    .sort((a, b) => (a.issue.line ?? 0) - (b.issue.line ?? 0) || a.i - b.i)
-    .map(({ issue }) => issue);
+/**
+ * Orders issues as they appear in the file; document-wide ones (no line) first, ties in the order
+ * they were found.
+ */
+export function byLine(issues: readonly ConfigIssue[]): ConfigIssue[] {
+  return [...issues].sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
 }
 
 /**

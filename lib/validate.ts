@@ -26,6 +26,7 @@ import {
 } from "yaml";
 import type { LeanNode } from "./cache.ts";
 import {
+  byLine,
   type CompiledConfig,
   ConfigError,
   type ConfigIssue,
@@ -437,7 +438,6 @@ export function parseMetadata(text: string): { node: SampleNode; warnings: Confi
       issue([], si.line, `SystemInformation is from node ${si.node}, PlatformMetadata from node ${pm.node}`),
     );
   }
-  const byLine = (list: ConfigIssue[]) => [...list].sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
   if (errors.length > 0 || pm?.platformMetadata === undefined) {
     throw new MetadataError(byLine(errors), byLine(warnings));
   }

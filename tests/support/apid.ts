@@ -378,10 +378,6 @@ function key(namespace: string, type: string): string {
   return `${namespace}|${type}`;
 }
 
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
 const passThrough = (b: Buffer) => b;
 
 function method(path: string, responseStream: boolean): grpc.MethodDefinition<Buffer, Buffer> {
@@ -954,7 +950,7 @@ export class FakeApid {
       throw new StatusError(first.code, first.details);
     }
     const ms = this.#delays.get(m) ?? this.#delays.get("*") ?? 0;
-    if (ms > 0) await delay(ms);
+    if (ms > 0) await Bun.sleep(ms);
     if (target === undefined) return this.#self;
     const node = this.#byIP.get(target);
     if (!node || node.down) {
