@@ -21,10 +21,7 @@ import {
 import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
-import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
-
-/** The only signer this policy handles; CSRs for any other signer are never touched. */
-export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
+import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /**
  * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen

@@ -17,7 +17,6 @@ import {
   csrMetrics,
   type Decision,
   decide,
-  KUBELET_SERVING_SIGNER,
   type NodeInput,
   nodeInputFrom,
   nodeNameFromUsername,
@@ -32,6 +31,7 @@ import type { Registry } from "./metrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";
 import type { PlatformMetadata } from "./types.ts";
+import { KUBELET_SERVING_SIGNER } from "./wellknown.ts";
 
 const log = logger("csr-approver");
 

@@ -5,6 +5,7 @@
 import type { KubeClient } from "./kube.ts";
 import { microTime, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
+import { EVENTS_NAMESPACE } from "./wellknown.ts";
 
 const log = logger("events");
 
@@ -81,7 +82,7 @@ export class EventRecorder {
     note: string,
   ): Promise<void> {
     const now = this.#now();
-    const namespace = target.namespace ?? "default";
+    const namespace = target.namespace ?? EVENTS_NAMESPACE;
     const key = [target.kind, namespace, target.name, target.uid ?? "", type, reason, action, note].join(
       "\u0000",
     );

@@ -18,7 +18,12 @@ import {
 import { configureLogging, logger } from "./log.ts";
 import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talosconfig.ts";
 import { version as buildVersion } from "./version.ts";
-import { NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT } from "./wellknown.ts";
+import {
+  EVENTS_NAMESPACE,
+  KUBELET_SERVING_SIGNER,
+  NOT_READY_TAINT_KEY,
+  UNINITIALIZED_TAINT,
+} from "./wellknown.ts";
 
 /** Name of the DaemonSet, its ServiceAccount, ConfigMap and Service (the reference's names). */
 export const APP_NAME = "talos-cloud-controller-manager";
@@ -44,12 +49,8 @@ export const BINARY_PATH = `/${APP_NAME}`;
 /** uid and gid `nonroot` of the distroless base image. */
 export const NONROOT_ID = 65532;
 
-/** The namespace Kubernetes records Events about cluster-scoped objects (Nodes, CSRs) in. */
-export const EVENTS_NAMESPACE = "default";
-
 const CONFIG_DIR = "/etc/talos";
 const CONFIG_KEY = "ccm-config.yaml";
-const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
 
 /**
  * The ccm-config.yaml of the default ConfigMap: every setting, commented out, and an example rule.

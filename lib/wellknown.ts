@@ -1,6 +1,7 @@
-// Well-known Kubernetes names of Node taints and annotations that several parts of this CCM read or
-// write (controllers, config validation, generated manifests, test bed): kept in one place so that
-// they cannot drift apart. Only names; what they mean for a controller lives with that controller.
+// Well-known Kubernetes names that several parts of this CCM read or write (controllers, config
+// validation, generated manifests and their RBAC, test bed): Node taints and annotations, the kubelet
+// serving signer, the Events namespace. Kept in one place so that they cannot drift apart. Only
+// names; what they mean for a controller lives with that controller.
 
 /** The taint a kubelet run with `--cloud-provider=external` registers its Node with; the CCM removes it. */
 export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -13,3 +14,9 @@ export const NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready";
 
 /** The annotation a kubelet run with `--cloud-provider=external` writes its `--node-ip` into. */
 export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
+
+/** The signer of kubelet serving certificates: the only CSRs node-csr-approval ever decides. */
+export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
+
+/** The namespace Kubernetes records Events about cluster-scoped objects (Nodes, CSRs) in. */
+export const EVENTS_NAMESPACE = "default";

@@ -5,7 +5,11 @@
 
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { KubeClient, type KubeConnection, microTime, PATCH } from "../../lib/kube.ts";
-import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
+import {
+  KUBELET_SERVING_SIGNER,
+  PROVIDED_NODE_IP_ANNOTATION,
+  UNINITIALIZED_TAINT,
+} from "../../lib/wellknown.ts";
 import type { TestCluster } from "./cluster.ts";
 import { type CsrOptions, createCSR } from "./pki.ts";
 
@@ -191,7 +195,7 @@ export class SimulatedKubelet {
       metadata: { generateName: "csr-" },
       spec: {
         request: Buffer.from(made.csr).toString("base64"),
-        signerName: signerName ?? "kubernetes.io/kubelet-serving",
+        signerName: signerName ?? KUBELET_SERVING_SIGNER,
         usages: usages ?? ["digital signature", "server auth"],
       },
     };

@@ -9,12 +9,12 @@ import {
   CsrParseError,
   type Decision,
   decide,
-  KUBELET_SERVING_SIGNER,
   type NodeInput,
   parseCertificateRequest,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
+import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
 
 const USER_A = "system:node:worker-a";

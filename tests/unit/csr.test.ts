@@ -14,7 +14,6 @@ import {
   csrMetrics,
   type DenyReason,
   decide,
-  KUBELET_SERVING_SIGNER,
   MAX_REQUEST_BYTES,
   type NodeInput,
   nodeInputFrom,
@@ -24,6 +23,7 @@ import {
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import {
   type CsrOptions,
   createCSR,

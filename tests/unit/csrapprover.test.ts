@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
-import { APPROVE_REASON, KUBELET_SERVING_SIGNER } from "../../lib/csr.ts";
+import { APPROVE_REASON } from "../../lib/csr.ts";
 import {
   approvalBody,
   CsrApprover,
@@ -23,6 +23,7 @@ import { KubeError } from "../../lib/kube.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata } from "../../lib/types.ts";
+import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import { createCSR } from "../support/pki.ts";
 
 const T0 = Date.parse("2026-01-01T00:00:00Z");

@@ -12,7 +12,6 @@ import {
   defaultImage,
   defaultSettings,
   deployFiles,
-  EVENTS_NAMESPACE,
   type KubeObject,
   LEASE_NAME,
   type ManifestSettings,
@@ -27,6 +26,7 @@ import {
   TALOS_SECRET_NAME,
 } from "../../lib/manifests.ts";
 import { SERVICE_ACCOUNT_TALOSCONFIG } from "../../lib/talosconfig.ts";
+import { EVENTS_NAMESPACE } from "../../lib/wellknown.ts";
 
 const root = join(import.meta.dir, "..", "..");
 const pkgVersion = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string })
