@@ -168,11 +168,17 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   }
 
   let client: KubeClient;
+  let leaseClient: KubeClient;
   try {
-    client = new KubeClient(loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master }), {
-      qps: opts.kubeApiQps,
-      burst: opts.kubeApiBurst,
-      userAgent: `talos-cloud-controller-manager/${version}`,
+    const conn = loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master });
+    const limits = { qps: opts.kubeApiQps, burst: opts.kubeApiBurst };
+    client = new KubeClient(conn, { ...limits, userAgent: `talos-cloud-controller-manager/${version}` });
+    // Lease renewals get a client (rate limiter and connections) of their own, as upstream's
+    // "leader-election" client: queued behind a burst of controller writes and Events, a renewal
+    // would miss its deadline and a busy leader would lose its lease.
+    leaseClient = new KubeClient(conn, {
+      ...limits,
+      userAgent: `talos-cloud-controller-manager/${version} leader-election`,
     });
   } catch (err) {
     fatal((err as Error).message);
@@ -184,7 +190,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   let elector: LeaderElector | undefined;
   if (opts.leaderElection.enabled) {
     try {
-      elector = new LeaderElector(client, {
+      elector = new LeaderElector(leaseClient, {
         namespace: opts.leaderElection.resourceNamespace,
         name: opts.leaderElection.resourceName,
         identity,
