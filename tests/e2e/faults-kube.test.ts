@@ -324,7 +324,8 @@ describe("one process through an API server restart and an etcd pause", () => {
 describe("two replicas, the leader SIGKILLed in the middle of its work", () => {
   test("the standby takes over within the lease duration and finishes; every node is initialized and given pod CIDRs by one replica, once", async () => {
     const [kcA, kcB] = await Promise.all([kubeconfigFor("ccm-a"), kubeconfigFor("ccm-b")]);
-    // A modest request rate keeps the leader busy for seconds, so the SIGKILL lands mid-way.
+    // A low request rate keeps each leader busy for seconds: the SIGKILL lands mid-way, and the
+    // new leader's writes and Events queue up for longer than its renew deadline.
     const args = [
       ...WORKING,
       "--leader-elect-resource-name=faults-leader",
@@ -332,16 +333,16 @@ describe("two replicas, the leader SIGKILLed in the middle of its work", () => {
       "--leader-elect-renew-deadline=4s",
       "--leader-elect-retry-period=1s",
       "--secure-port=0",
-      "--kube-api-qps=10",
-      "--kube-api-burst=10",
+      "--kube-api-qps=5",
+      "--kube-api-burst=5",
     ];
     const a = ccm(kcA, args);
     await a.waitForLog(/Successfully acquired lease/);
     const b = ccm(kcB, args);
     await b.waitForLog(/New leader elected/);
-    const specs = nodesFor("leader", 40, 300);
+    const specs = nodesFor("leader", 24, 300);
     const names = new Set(specs.map((s) => s.name));
-    await register("leader", specs.slice(0, 20));
+    await register("leader", specs.slice(0, 12));
     await waitFor(
       async () => (await nodesOf("leader")).some(initialized),
       20_000,
@@ -350,12 +351,14 @@ describe("two replicas, the leader SIGKILLed in the middle of its work", () => {
     const killed = Date.now();
     expect(await stop(a, "SIGKILL")).not.toBe(0);
     const atKill = (await nodesOf("leader")).filter((n) => done(n, true)).length;
-    await register("leader", specs.slice(20));
+    await register("leader", specs.slice(12));
     await b.waitForLog(/Successfully acquired lease/, 20_000);
     const takeoverMs = Date.now() - killed;
-    const nodes = await waitAllDone("leader", 40, b, 60_000);
+    const nodes = await waitAllDone("leader", 24, b, 60_000);
 
-    expect(atKill).toBeLessThan(20);
+    expect(atKill).toBeLessThan(12);
+    // Lease renewals do not wait behind the backlog (their client is their own).
+    expect(b.output).not.toContain("Leader election lost");
     // Expiry is judged on the standby's clock from its last observation of a renewal (at most one
     // retry period old), then it polls once per retry period (+20 % jitter each).
     expect(takeoverMs).toBeLessThanOrEqual(6000 + 2 * 1200 + 1000);
@@ -365,7 +368,7 @@ describe("two replicas, the leader SIGKILLed in the middle of its work", () => {
     expect(writes.filter((w) => w.user === "ccm-b" && w.at < killed)).toEqual([]);
     expect(writes.filter((w) => w.user === "ccm-a" && w.at > killed + 1000)).toEqual([]);
     const per = writesPerNode(writes);
-    expect(per.size).toBe(40);
+    expect(per.size).toBe(24);
     for (const [node, rec] of per)
       expect({ node, init: rec.init.length, podCIDRs: rec.podCIDRs.length }).toEqual({
         node,
@@ -375,7 +378,7 @@ describe("two replicas, the leader SIGKILLed in the middle of its work", () => {
     // Both replicas did part of the work.
     const initBy = (user: string) => [...per.values()].filter((r) => r.init[0] === user).length;
     expect(initBy("ccm-a")).toBeGreaterThan(0);
-    expect(initBy("ccm-b")).toBeGreaterThanOrEqual(20);
+    expect(initBy("ccm-b")).toBeGreaterThanOrEqual(12);
     expectAlive(b);
     expect(await stop(b)).toBe(0);
   }, 90_000);
