@@ -1,9 +1,11 @@
 // Fault injection on the Kubernetes side, end to end: the compiled binary (cloud-node and node-ipam)
 // against a real API server whose audit log records every Node write with its body. One cluster,
-// one bad day in four acts: kube-apiserver SIGKILLed and restarted while 200 nodes initialize,
-// etcd frozen for 10 s, two replicas whose leader is SIGKILLed mid-work, and bursts of 429 and 500
-// answers (and broken watches) from a proxy in front of the API server. Every act ends with every
-// node initialized, unique pod CIDRs, no Node written twice, and the process alive.
+// one bad day in five acts: kube-apiserver SIGKILLed and restarted while 200 nodes initialize,
+// etcd frozen for 10 s, two replicas whose leader is SIGKILLed mid-work (the new leader then
+// working through a backlog longer than its renew deadline), a leader whose Lease requests fall
+// into a black hole while its Node writes flow, and bursts of 429 and 500 answers (and an ended
+// watch) from a proxy in front of the API server. Every act ends with every node initialized,
+// unique pod CIDRs, no Node written twice, and the process alive.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";

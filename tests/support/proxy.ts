@@ -2,7 +2,7 @@
 // TLS with a certificate from the cluster CA, forwards every request (watch streams included) with
 // client credentials of its own user, records what passed (method, path, watch or not, answer,
 // time), and answers matching requests itself with 429 (and Retry-After) or 5xx while a fault is
-// armed. Tests point the binary at it with {@link ApiProxy.writeKubeconfig}; the audit log shows
+// armed, or holds them unanswered (a black hole) until it is disarmed. Tests point the binary at it with {@link ApiProxy.writeKubeconfig}; the audit log shows
 // the proxy's user as the author of whatever the binary wrote through it.
 //
 // @example
