@@ -315,7 +315,13 @@ export class KubeClient {
     if (conn.ca) tls.ca = conn.ca;
     if (conn.cert) tls.cert = conn.cert;
     if (conn.key) tls.key = conn.key;
-    if (conn.insecureSkipVerify) tls.rejectUnauthorized = false;
+    if (conn.insecureSkipVerify) {
+      // Honoured as kubectl does, but never silently: the API server's identity goes unchecked.
+      log.warn("TLS verification of the API server is off (insecure-skip-tls-verify)", {
+        server: conn.server,
+      });
+      tls.rejectUnauthorized = false;
+    }
     if (conn.serverName) tls.serverName = conn.serverName;
     this.#session = new Bun.FetchSession({ tls, keepAlive: { idleTimeout: 90 } });
     this.#limiter = new RateLimiter(opts.qps ?? 20, Math.max(1, opts.burst ?? 30));

@@ -2,7 +2,9 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KubeConfigError, kubeconfigFromFile, microTime } from "../../lib/kube.ts";
+import { KubeClient, KubeConfigError, kubeconfigFromFile, microTime } from "../../lib/kube.ts";
+import { configureLogging } from "../../lib/log.ts";
+import { Registry } from "../../lib/metrics.ts";
 
 const KEY_DATA = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2c2VjcmV0";
 
@@ -64,5 +66,29 @@ describe("kubeconfigFromFile()", () => {
     expect(message).toStartWith(`Cannot load kubeconfig ${path} (line 6): `);
     expect(message).not.toContain(KEY_DATA);
     expect(((caught as Error).cause as Error).message).not.toContain(KEY_DATA);
+  });
+});
+
+describe("KubeClient", () => {
+  test("new KubeClient() warns when the kubeconfig turns TLS verification off, and only then", () => {
+    const lines: string[] = [];
+    configureLogging({ write: (line) => lines.push(line) });
+    try {
+      for (const insecureSkipVerify of [false, true]) {
+        const client = new KubeClient(
+          { server: "https://10.0.0.1:6443", auth: { kind: "none" }, insecureSkipVerify },
+          { registry: new Registry() },
+        );
+        client.close();
+      }
+    } finally {
+      // Back to what tests/support/preload.ts set up.
+      configureLogging({
+        write: process.env.TEST_LOG === "1" ? (line) => process.stderr.write(line) : () => {},
+      });
+    }
+    expect(lines.filter((l) => l.includes("TLS verification"))).toEqual([
+      expect.stringContaining('"TLS verification of the API server is off (insecure-skip-tls-verify)"'),
+    ]);
   });
 });
