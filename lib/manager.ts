@@ -10,7 +10,7 @@ import { hostname } from "node:os";
 import { type Informer, type LeanNode, nodeInformer } from "./cache.ts";
 import { type CompiledConfig, ConfigError, formatIssue, loadConfig, parseConfig } from "./config.ts";
 import { EventRecorder } from "./events.ts";
-import { type ControllerName, Controllers, type RunOptions } from "./flags.ts";
+import { type ControllerName, Controllers, PROGRAM_NAME, type RunOptions } from "./flags.ts";
 import { nodeIpamNeedsTalos } from "./ipam.ts";
 import { KubeClient, loadConnection } from "./kube.ts";
 import { LeaderElector } from "./leader.ts";
@@ -22,9 +22,6 @@ import { loadTalosConfig } from "./talosconfig.ts";
 import { commit, version } from "./version.ts";
 
 const log = logger("manager");
-
-/** The reportingController of this project's Events. */
-const EVENT_SOURCE = "talos-cloud-controller-manager";
 
 /** The current cloud config, replaced when the file changes. */
 export class ConfigHolder {
@@ -169,23 +166,37 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
 
   let client: KubeClient;
   let leaseClient: KubeClient;
+  let reviews: { authentication: KubeClient; authorization: KubeClient };
   try {
     const conn = loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master });
     const limits = { qps: opts.kubeApiQps, burst: opts.kubeApiBurst };
-    client = new KubeClient(conn, { ...limits, userAgent: `talos-cloud-controller-manager/${version}` });
+    const agent = `${PROGRAM_NAME}/${version}`;
+    client = new KubeClient(conn, { ...limits, userAgent: agent });
     // Lease renewals get a client (rate limiter and connections) of their own, as upstream's
     // "leader-election" client: queued behind a burst of controller writes and Events, a renewal
     // would miss its deadline and a busy leader would lose its lease.
-    leaseClient = new KubeClient(conn, {
-      ...limits,
-      userAgent: `talos-cloud-controller-manager/${version} leader-election`,
-    });
+    leaseClient = new KubeClient(conn, { ...limits, userAgent: `${agent} leader-election` });
+    // Credential reviews for /metrics come from anyone who can reach the port: they get clients of
+    // their own so a flood of tokens cannot use up the controllers' rate limit.
+    const reviewClient = (kubeconfig: string | undefined, what: string) =>
+      new KubeClient(kubeconfig ? loadConnection({ kubeconfig }) : conn, {
+        ...limits,
+        userAgent: `${agent} ${what}`,
+      });
+    const authentication = reviewClient(opts.serving.authenticationKubeconfig, "authentication");
+    reviews = {
+      authentication,
+      authorization:
+        opts.serving.authorizationKubeconfig === opts.serving.authenticationKubeconfig
+          ? authentication
+          : reviewClient(opts.serving.authorizationKubeconfig, "authorization"),
+    };
   } catch (err) {
     fatal((err as Error).message);
   }
 
   const identity = `${hostname()}_${randomUUID()}`;
-  const events = new EventRecorder(client, { controller: EVENT_SOURCE, instance: identity });
+  const events = new EventRecorder(client, { controller: PROGRAM_NAME, instance: identity });
   const nodes = nodeInformer(client);
   let elector: LeaderElector | undefined;
   if (opts.leaderElection.enabled) {
@@ -213,7 +224,13 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
         keyFile: opts.serving.tlsPrivateKeyFile,
         alwaysAllowPaths: opts.serving.alwaysAllowPaths,
         registry,
-        client,
+        reviews,
+        cacheTtlMs: {
+          authentication: opts.serving.tokenReviewCacheTtlMs,
+          authorized: opts.serving.authorizedCacheTtlMs,
+          unauthorized: opts.serving.unauthorizedCacheTtlMs,
+        },
+        tlsMinVersion: opts.serving.tlsMinVersion,
         livez: [{ name: "ping", check: () => undefined }],
         readyz: [
           { name: "ping", check: () => undefined },

@@ -4,7 +4,7 @@
 // authentication and authorization of Kubernetes components do. Without --tls-cert-file the server
 // uses a self-signed certificate made in memory; with one, the files are reloaded when they change.
 
-import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import { constants, createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
 import type { KubeClient } from "./kube.ts";
@@ -24,8 +24,17 @@ export interface ServeOptions {
   keyFile?: string | undefined;
   alwaysAllowPaths: string[];
   registry: Registry;
-  /** Client for TokenReview and SubjectAccessReview; without one, only always-allowed paths are served. */
-  client?: KubeClient;
+  /**
+   * Clients for TokenReviews and SubjectAccessReviews (`--authentication-kubeconfig`,
+   * `--authorization-kubeconfig`). They must not be the controllers' client: anyone can send a bearer
+   * token, and reviews sharing the controllers' rate limiter would let a flood of them starve the
+   * controllers. Without them only always-allowed paths are served.
+   */
+  reviews?: { authentication: KubeClient; authorization: KubeClient };
+  /** `--authentication-token-webhook-cache-ttl`, `--authorization-webhook-cache-(un)authorized-ttl`. */
+  cacheTtlMs?: { authentication: number; authorized: number; unauthorized: number };
+  /** `--tls-min-version`; default: the runtime's minimum (TLS 1.2). */
+  tlsMinVersion?: "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3" | undefined;
   livez: Check[];
   readyz: Check[];
   /** How often certificate files are checked for changes. */
@@ -103,47 +112,78 @@ interface Decision {
   user?: { username: string; uid?: string; groups?: string[]; extra?: Record<string, string[]> };
 }
 
-const CACHE_TTL_MS = 10_000;
+/** Reviews in flight at most; beyond, requests are answered 429 rather than queued without bound. */
+const MAX_REVIEWS_IN_FLIGHT = 16;
+/** Cached decisions at most per cache (oldest evicted first). */
+const MAX_CACHED_DECISIONS = 4096;
 
-/** Delegated authentication and authorization with short-lived caches, as upstream does. */
+/** Delegated authentication and authorization with short-lived, bounded caches, as upstream does. */
 class Delegator {
-  readonly #client: KubeClient;
+  readonly #reviews: NonNullable<ServeOptions["reviews"]>;
+  readonly #ttl: NonNullable<ServeOptions["cacheTtlMs"]>;
   readonly #authn = new Map<string, Decision>();
   readonly #authz = new Map<string, Decision>();
-  constructor(client: KubeClient) {
-    this.#client = client;
+  #inFlight = 0;
+  constructor(reviews: NonNullable<ServeOptions["reviews"]>, ttl: ServeOptions["cacheTtlMs"]) {
+    this.#reviews = reviews;
+    this.#ttl = ttl ?? { authentication: 10_000, authorized: 10_000, unauthorized: 10_000 };
   }
 
-  #prune(m: Map<string, Decision>, now: number): void {
-    if (m.size < 1024) return;
-    for (const [k, v] of m) if (v.expires < now) m.delete(k);
+  /** True when another review may start now. */
+  get hasCapacity(): boolean {
+    return this.#inFlight < MAX_REVIEWS_IN_FLIGHT;
   }
 
-  async authenticate(token: string): Promise<Decision> {
+  #remember(m: Map<string, Decision>, key: string, d: Decision, now: number): void {
+    if (m.size >= MAX_CACHED_DECISIONS) {
+      for (const [k, v] of m) if (v.expires < now) m.delete(k);
+      for (const k of m.keys()) {
+        if (m.size < MAX_CACHED_DECISIONS) break;
+        m.delete(k);
+      }
+    }
+    m.set(key, d);
+  }
+
+  async #review<T>(client: KubeClient, path: string, body: unknown): Promise<T> {
+    this.#inFlight++;
+    try {
+      return await client.create<T>(path, body);
+    } finally {
+      this.#inFlight--;
+    }
+  }
+
+  /** The cached or fresh TokenReview decision for `token`; undefined when no review may start now. */
+  async authenticate(token: string): Promise<Decision | undefined> {
     const now = Date.now();
     const key = createHash("sha256").update(token).digest("hex");
     const hit = this.#authn.get(key);
     if (hit && hit.expires > now) return hit;
-    const review = await this.#client.create<{
-      status?: { authenticated?: boolean; user?: Decision["user"] };
-    }>("/apis/authentication.k8s.io/v1/tokenreviews", {
-      apiVersion: "authentication.k8s.io/v1",
-      kind: "TokenReview",
-      spec: { token },
-    });
-    const d: Decision = { ok: Boolean(review.status?.authenticated), expires: now + CACHE_TTL_MS };
+    if (!this.hasCapacity) return undefined;
+    const review = await this.#review<{ status?: { authenticated?: boolean; user?: Decision["user"] } }>(
+      this.#reviews.authentication,
+      "/apis/authentication.k8s.io/v1/tokenreviews",
+      { apiVersion: "authentication.k8s.io/v1", kind: "TokenReview", spec: { token } },
+    );
+    const d: Decision = {
+      ok: Boolean(review.status?.authenticated),
+      expires: now + this.#ttl.authentication,
+    };
     if (review.status?.user) d.user = review.status.user;
-    this.#prune(this.#authn, now);
-    this.#authn.set(key, d);
+    this.#remember(this.#authn, key, d, now);
     return d;
   }
 
-  async authorize(user: NonNullable<Decision["user"]>, path: string): Promise<boolean> {
+  /** The cached or fresh SubjectAccessReview decision; undefined when no review may start now. */
+  async authorize(user: NonNullable<Decision["user"]>, path: string): Promise<boolean | undefined> {
     const now = Date.now();
     const key = `${user.username}\u0000${user.uid ?? ""}\u0000${(user.groups ?? []).join(",")}\u0000${path}`;
     const hit = this.#authz.get(key);
     if (hit && hit.expires > now) return hit.ok;
-    const review = await this.#client.create<{ status?: { allowed?: boolean } }>(
+    if (!this.hasCapacity) return undefined;
+    const review = await this.#review<{ status?: { allowed?: boolean } }>(
+      this.#reviews.authorization,
       "/apis/authorization.k8s.io/v1/subjectaccessreviews",
       {
         apiVersion: "authorization.k8s.io/v1",
@@ -158,10 +198,29 @@ class Delegator {
       },
     );
     const ok = Boolean(review.status?.allowed);
-    this.#prune(this.#authz, now);
-    this.#authz.set(key, { ok, expires: now + CACHE_TTL_MS });
+    this.#remember(
+      this.#authz,
+      key,
+      { ok, expires: now + (ok ? this.#ttl.authorized : this.#ttl.unauthorized) },
+      now,
+    );
     return ok;
   }
+}
+
+const TOO_MANY = () =>
+  new Response("Too many requests: credential checks are busy\n", {
+    status: 429,
+    headers: { "retry-after": "1" },
+  });
+
+/** OpenSSL options refusing every protocol version below `min`. */
+export function secureOptionsFor(min: ServeOptions["tlsMinVersion"]): number | undefined {
+  const order = ["TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"] as const;
+  const flags = [constants.SSL_OP_NO_TLSv1, constants.SSL_OP_NO_TLSv1_1, constants.SSL_OP_NO_TLSv1_2];
+  const n = min ? order.indexOf(min) : -1;
+  if (n <= 0) return undefined;
+  return flags.slice(0, n).reduce((a, b) => a | b, 0);
 }
 
 function pathAllowed(path: string, allow: string[]): boolean {
@@ -199,7 +258,7 @@ export interface SecureServer {
  * @throws when the port cannot be bound or the certificate files cannot be read.
  */
 export async function startSecureServer(opts: ServeOptions): Promise<SecureServer> {
-  const delegator = opts.client ? new Delegator(opts.client) : undefined;
+  const delegator = opts.reviews ? new Delegator(opts.reviews, opts.cacheTtlMs) : undefined;
   const handle = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
     const path = url.pathname;
@@ -209,8 +268,11 @@ export async function startSecureServer(opts: ServeOptions): Promise<SecureServe
       if (!token || !delegator) return new Response("Unauthorized\n", { status: 401 });
       try {
         const who = await delegator.authenticate(token);
+        if (!who) return TOO_MANY();
         if (!who.ok || !who.user) return new Response("Unauthorized\n", { status: 401 });
-        if (!(await delegator.authorize(who.user, path))) {
+        const allowed = await delegator.authorize(who.user, path);
+        if (allowed === undefined) return TOO_MANY();
+        if (!allowed) {
           log.v(2).info("Forbidden", { user: who.user.username, path });
           return new Response(`Forbidden: user "${who.user.username}" cannot get path "${path}"\n`, {
             status: 403,
@@ -249,7 +311,9 @@ export async function startSecureServer(opts: ServeOptions): Promise<SecureServe
           (h) => h && h !== "0.0.0.0" && h !== "::",
         ),
       );
-  let server = Bun.serve({ ...listenOptions(opts, handle), port: opts.port, tls });
+  const secureOptions = secureOptionsFor(opts.tlsMinVersion);
+  const withMin = (cert: ServingCert) => (secureOptions === undefined ? cert : { ...cert, secureOptions });
+  let server = Bun.serve({ ...listenOptions(opts, handle), port: opts.port, tls: withMin(tls) });
   const port = server.port as number;
   log.info("Serving securely", { address: `${opts.bindAddress}:${port}`, selfSigned: !fromFiles });
 
@@ -273,7 +337,7 @@ export async function startSecureServer(opts: ServeOptions): Promise<SecureServe
         const next = readFiles();
         if (next.cert === tls.cert && next.key === tls.key) return;
         // Bind the new certificate first (SO_REUSEPORT), then let the old listener drain.
-        const replacement = Bun.serve({ ...listenOptions(opts, handle), port, tls: next });
+        const replacement = Bun.serve({ ...listenOptions(opts, handle), port, tls: withMin(next) });
         const old = server;
         server = replacement;
         tls = next;

@@ -229,6 +229,42 @@ describe("secure serving", () => {
     expect(text).toContain("# TYPE rest_client_requests_total counter");
   });
 
+  test("a flood of bogus tokens is answered 401/429 and never starves the controllers' client", async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 60 }, (_, i) => get(port, "/metrics", `bogus-${i}-${crypto.randomUUID()}`)),
+    );
+    const codes = new Set(answers.map((r) => r.status));
+    expect([...codes].every((c) => c === 401 || c === 429)).toBe(true);
+    // The CSR controller keeps working meanwhile: its informer is healthy and /readyz stays green.
+    expect((await get(port, "/readyz")).status).toBe(200);
+    expect(p.exitCode).toBeNull();
+  });
+
+  test("--tls-min-version=VersionTLS13 refuses a TLS 1.2 client", async () => {
+    const port3 = await freePort();
+    const q = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=node-csr-approval",
+      "--leader-elect=false",
+      `--secure-port=${port3}`,
+      "--tls-min-version=VersionTLS13",
+    ]);
+    await waitFor(async () => (await get(port3, "/healthz").catch(() => undefined))?.status === 200, 10_000);
+    const handshake = async (version: string) => {
+      const s = Bun.spawn(["openssl", "s_client", version, "-connect", `127.0.0.1:${port3}`, "-brief"], {
+        stdin: "ignore",
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      const out = (await new Response(s.stdout).text()) + (await new Response(s.stderr).text());
+      await s.exited;
+      return /Protocol version: (\S+)/.exec(out)?.[1] ?? "refused";
+    };
+    expect(await handshake("-tls1_3")).toBe("TLSv1.3");
+    expect(await handshake("-tls1_2")).toBe("refused");
+    expect(await q.stop()).toBe(0);
+  });
+
   test("serves a certificate from --tls-cert-file and verifies against its CA", async () => {
     const leaf = await cluster.ca.issue({ cn: "ccm", usage: "server", ips: ["127.0.0.1"] });
     const cert = join(cluster.dir, "serving.crt");
