@@ -51,12 +51,18 @@ function redact(value: string): string {
   return value.replace(BEARER, "Bearer [redacted]");
 }
 
-function plain(value: unknown): unknown {
+/** A log-safe copy of `value`: strings redacted at any depth, errors as messages, bounded in depth. */
+function plain(value: unknown, depth = 0): unknown {
   if (value instanceof Error) return redact(value.message);
   if (typeof value === "string") return redact(value);
   if (typeof value === "bigint") return value.toString();
   if (value === undefined) return null;
-  return value;
+  if (typeof value !== "object" || value === null) return value;
+  if (depth >= 8) return "[nested too deep]";
+  if (Array.isArray(value)) return value.map((v) => plain(v, depth + 1));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = plain(v, depth + 1);
+  return out;
 }
 
 function quote(value: unknown): string {
