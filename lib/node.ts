@@ -881,6 +881,8 @@ export class CloudNodeController {
       g.preferIPv6,
     );
     if (ips.ips.length === 0) {
+      // Watches on addresses the node no longer claims would follow some other machine.
+      this.#facts.forget(name);
       if (initializing) {
         this.#m.failed.inc({ reason: "nodeip" });
         this.#warn(
