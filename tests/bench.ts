@@ -47,6 +47,8 @@ const USAGE = `Usage: npm run bench -- --nodes N [flags]
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
   --ccm-arg=FLAG         extra CCM flag for every start, repeatable (cluster-size tuning, e.g.
                          --ccm-arg=--kube-api-qps=200); the table's header names them
+  --ccm-env=K=V          extra environment for the CCM, repeatable (e.g. BUN_OPTIONS=--cpu-prof-md
+                         to profile; the bench's own figures then include the profiler's cost)
   --no-rules             run with an empty cloud config (default: one rule that reads
                          SystemInformation, the most Talos calls a node costs)
   --steady-seconds S     steady-state window (default 60)
@@ -61,6 +63,7 @@ interface BenchArgs {
   json: boolean;
   build: boolean;
   ccmArgs: string[];
+  ccmEnv: Record<string, string>;
   rules: boolean;
   steadySeconds: number;
   idleSeconds: number;
@@ -80,6 +83,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     json: false,
     build: true,
     ccmArgs: [],
+    ccmEnv: {},
     rules: true,
     steadySeconds: 60,
     idleSeconds: 10,
@@ -111,7 +115,12 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--no-rules") out.rules = false;
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
-    else if (name in numeric) {
+    else if (name === "--ccm-env") {
+      const kv = value();
+      const at = kv.indexOf("=");
+      if (at <= 0) throw new Error(`Cannot parse --ccm-env=${kv}: expected NAME=VALUE`);
+      out.ccmEnv[kv.slice(0, at)] = kv.slice(at + 1);
+    } else if (name in numeric) {
       const v = value();
       const n = Number(v);
       if (!Number.isInteger(n) || n <= 0)
@@ -468,6 +477,7 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
       name: s.name,
       ips: s.nodeIPs,
       heartbeatMs: 0,
+      statusOnCreate: true,
       connection: conns[i] as KubeConnection,
     });
   });
@@ -604,7 +614,7 @@ async function main(): Promise<void> {
     "--authorization-always-allow-paths=/healthz,/livez,/readyz,/metrics",
   ];
   const parsed = parseCommandLine([...baseArgs, `--controllers=${N_PHASE_CONTROLLERS}`, ...args.ccmArgs]);
-  const e: Env = { args, cluster, apid, specs, baseArgs, env: { TALOSCONFIG: talosconfig } };
+  const e: Env = { args, cluster, apid, specs, baseArgs, env: { ...args.ccmEnv, TALOSCONFIG: talosconfig } };
 
   const notes: string[] = [];
   progress(`startup: ${args.startupRuns} starts with the default controllers`);

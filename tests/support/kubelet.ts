@@ -36,6 +36,13 @@ export interface KubeletOptions {
    * on the clock. Default: issued at registration.
    */
   connection?: KubeConnection;
+  /**
+   * Send the first status (Ready, addresses, node info) with the Node itself, as a real kubelet's
+   * registration does (the API server keeps a Node's status on create), then create the Lease: two
+   * requests instead of three, for benchmarks that register thousands of nodes at once. Default:
+   * create the Node, then one heartbeat.
+   */
+  statusOnCreate?: boolean;
 }
 
 function now(): string {
@@ -104,9 +111,11 @@ export class SimulatedKubelet {
         this.opts.external === false
           ? {}
           : { taints: [{ key: UNINITIALIZED_TAINT, value: "true", effect: "NoSchedule" }] },
+      ...(this.opts.statusOnCreate ? { status: this.#status() } : {}),
     };
     const created = await this.client.create<V1Node>("/api/v1/nodes", node);
-    await this.heartbeat();
+    if (this.opts.statusOnCreate) await this.#renewLease();
+    else await this.heartbeat();
     return created;
   }
 
@@ -120,30 +129,33 @@ export class SimulatedKubelet {
     );
   }
 
+  /** The status a heartbeat posts: the Ready condition, addresses and node info. */
+  #status() {
+    const t = now();
+    return {
+      conditions: [
+        {
+          type: "Ready",
+          status: this.#ready ? "True" : "False",
+          reason: this.#ready ? "KubeletReady" : "KubeletNotReady",
+          message: this.#ready ? "kubelet is posting ready status" : "simulated outage",
+          lastHeartbeatTime: t,
+          lastTransitionTime: t,
+        },
+      ],
+      addresses: this.addresses(),
+      nodeInfo: { kubeletVersion: "v1.35.4", osImage: "Talos (simulated)", architecture: "amd64" },
+    };
+  }
+
   /** Posts the Ready condition and renews the node Lease, as one kubelet heartbeat. */
   async heartbeat(): Promise<void> {
-    const t = now();
-    const status = this.#ready ? "True" : "False";
-    await this.client.patch(
-      `/api/v1/nodes/${this.name}/status`,
-      {
-        status: {
-          conditions: [
-            {
-              type: "Ready",
-              status,
-              reason: this.#ready ? "KubeletReady" : "KubeletNotReady",
-              message: this.#ready ? "kubelet is posting ready status" : "simulated outage",
-              lastHeartbeatTime: t,
-              lastTransitionTime: t,
-            },
-          ],
-          addresses: this.addresses(),
-          nodeInfo: { kubeletVersion: "v1.35.4", osImage: "Talos (simulated)", architecture: "amd64" },
-        },
-      },
-      PATCH.strategic,
-    );
+    await this.client.patch(`/api/v1/nodes/${this.name}/status`, { status: this.#status() }, PATCH.strategic);
+    await this.#renewLease();
+  }
+
+  /** Creates the node Lease, or renews it when it exists. */
+  async #renewLease(): Promise<void> {
     const lease = {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
