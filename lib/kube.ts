@@ -283,6 +283,13 @@ export interface KubeClientOptions {
   registry?: Registry;
   /** Attempts for answers 429 and 5xx carrying Retry-After (client-go retries these too). */
   maxRetries?: number;
+  /**
+   * Deadline of one request attempt, body included (default 60 s). A connection that died without a
+   * reset would otherwise hold a worker forever.
+   */
+  requestTimeoutMs?: number;
+  /** How long a watch may stay silent beyond its server-side timeout before it is given up (default 30 s). */
+  watchGraceMs?: number;
 }
 
 const TOKEN_FILE_TTL_MS = 60_000;
@@ -298,6 +305,8 @@ export class KubeClient {
   readonly #limiter: RateLimiter;
   readonly #userAgent: string;
   readonly #maxRetries: number;
+  readonly #requestTimeoutMs: number;
+  readonly #watchGraceMs: number;
   readonly #requests;
   readonly #latency;
   readonly #host: string;
@@ -327,6 +336,8 @@ export class KubeClient {
     this.#limiter = new RateLimiter(opts.qps ?? 20, Math.max(1, opts.burst ?? 30));
     this.#userAgent = opts.userAgent ?? "talos-cloud-controller-manager";
     this.#maxRetries = opts.maxRetries ?? 5;
+    this.#requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
+    this.#watchGraceMs = opts.watchGraceMs ?? 30_000;
     const reg = opts.registry ?? defaultRegistry;
     this.#requests = reg.counter(
       "rest_client_requests_total",
@@ -407,15 +418,26 @@ export class KubeClient {
     for (let attempt = 1; ; attempt++) {
       await this.#limiter.take();
       const done = this.#latency.startTimer({ host: this.#host, verb: method });
+      const deadline = AbortSignal.timeout(this.#requestTimeoutMs);
+      const attemptOpts = {
+        ...opts,
+        signal: opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline,
+      };
       let res: Response;
+      let text: string;
       try {
-        res = await this.#send(method, path, opts, "application/json");
+        res = await this.#send(method, path, attemptOpts, "application/json");
+        text = await res.text();
       } catch (err) {
         done();
         this.#requests.inc({ code: "<error>", host: this.#host, method });
+        if (deadline.aborted && !opts.signal?.aborted) {
+          throw new Error(`Cannot ${method} ${path}: no answer within ${this.#requestTimeoutMs} ms`, {
+            cause: err,
+          });
+        }
         throw err;
       }
-      const text = await res.text();
       done();
       this.#requests.inc({ code: String(res.status), host: this.#host, method });
       if (res.ok) {
@@ -475,15 +497,24 @@ export class KubeClient {
       resourceVersion: opts.resourceVersion,
       timeoutSeconds: opts.timeoutSeconds,
     };
-    const reqOpts: RequestOptions = { query };
-    if (opts.signal) reqOpts.signal = opts.signal;
-    const res = await this.#send("GET", path, reqOpts, "application/json");
-    this.#requests.inc({ code: String(res.status), host: this.#host, method: "WATCH" });
-    if (!res.ok || !res.body) throw toKubeError(res, await res.text());
+    // A watch on a connection that died without a reset sees neither data nor an end: give up once it
+    // has been silent past the server-side timeout (bookmarks and events both count as life).
+    const idle = new AbortController();
+    const idleMs = (opts.timeoutSeconds ?? 300) * 1000 + this.#watchGraceMs;
+    let idleTimer = setTimeout(() => idle.abort(), idleMs);
+    const reqOpts: RequestOptions = {
+      query,
+      signal: opts.signal ? AbortSignal.any([opts.signal, idle.signal]) : idle.signal,
+    };
     const decoder = new TextDecoder();
     let buf = "";
     try {
+      const res = await this.#send("GET", path, reqOpts, "application/json");
+      this.#requests.inc({ code: String(res.status), host: this.#host, method: "WATCH" });
+      if (!res.ok || !res.body) throw toKubeError(res, await res.text());
       for await (const chunk of res.body) {
+        clearTimeout(idleTimer);
+        idleTimer = setTimeout(() => idle.abort(), idleMs);
         buf += decoder.decode(chunk, { stream: true });
         let nl = buf.indexOf("\n");
         while (nl >= 0) {
@@ -501,7 +532,11 @@ export class KubeClient {
       }
     } catch (err) {
       if (opts.signal?.aborted) return;
+      if (idle.signal.aborted)
+        throw new Error(`Cannot watch ${path}: no data for ${idleMs} ms`, { cause: err });
       throw err;
+    } finally {
+      clearTimeout(idleTimer);
     }
   }
 
