@@ -25,7 +25,7 @@ import {
 import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { parseTemplate, type Template } from "./template.ts";
-import { MANAGED_ANNOTATION } from "./transform.ts";
+import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./transform.ts";
 import type { Features, PlatformMetadata } from "./types.ts";
 import { isAnnotationKey, isLabelValue, isQualifiedName, isTaintKey, parseTaint } from "./validation.ts";
 
@@ -484,6 +484,7 @@ function compileEntries(
 }
 
 function labelProblems(key: string, literal: string | undefined): string[] {
+  if (key === MANAGED_DIGEST_LABEL) return [`key is reserved for the CCM's own bookkeeping`];
   const problems = isQualifiedName(key).map((e) => `key ${e}`);
   if (literal !== undefined) problems.push(...isLabelValue(literal).map((e) => `value ${e}`));
   return problems;

@@ -32,8 +32,10 @@ import {
 } from "./talos.ts";
 import {
   MANAGED_ANNOTATION,
-  parseManagedRecord,
+  MANAGED_DIGEST_LABEL,
   planReconcile,
+  type RecordProblem,
+  readManagedRecord,
   type TransformError,
   type TransformResult,
   transform,
@@ -95,6 +97,12 @@ export function isUninitialized(node: LeanNode): boolean {
   return node.spec.taints.some((t) => t.key === UNINITIALIZED_TAINT);
 }
 
+/** Whether the Node belongs to another cloud provider: it has a providerID not of scheme `talos…`. */
+function isForeign(node: LeanNode): boolean {
+  const providerID = node.spec.providerID ?? "";
+  return providerID !== "" && !providerID.startsWith(PROVIDER_NAME);
+}
+
 /** Settings {@link desiredNode} takes from the `global` config section and the talosconfig. */
 export interface DesiredOptions {
   preferIPv6: boolean;
@@ -143,6 +151,9 @@ function topologyLabels(meta: PlatformMetadata): Record<string, string> {
 /**
  * The Node as it should be, from its current state, its facts (see {@link instanceFacts}) and the
  * rules' result. Follows the reference and the framework it embeds:
+ * - the record of what the rules put there, and its digest label: only a record whose digest
+ *   matches is believed ({@link readManagedRecord}); otherwise nothing it names is removed and it
+ *   is rebuilt from this result.
  * - labels: the rules' (through {@link planReconcile}), the platform/lifecycle/clustername labels
  *   (a rule's label of the same key wins), and at initialization the GA and legacy topology and
  *   instance-type labels; later only the legacy → GA sync of upstream `reconcileNodeLabels`. In
@@ -179,11 +190,10 @@ export function desiredNode(
       publicIPDiscovery: result.features.publicIPDiscovery,
     }),
   };
-  const providerID = node.spec.providerID ?? "";
-  if (opts.skipForeignNode && providerID !== "" && !providerID.startsWith(PROVIDER_NAME)) return want;
+  if (opts.skipForeignNode && isForeign(node)) return want;
 
   const plan = planReconcile(
-    parseManagedRecord(node.metadata.annotations[MANAGED_ANNOTATION]).record,
+    readManagedRecord(node.metadata).record,
     result,
     {
       labels: node.metadata.labels,
@@ -217,7 +227,7 @@ export function desiredNode(
     else want.taints.push(t);
   }
 
-  if (providerID === "" && meta.providerId !== "") want.providerID = meta.providerId;
+  if ((node.spec.providerID ?? "") === "" && meta.providerId !== "") want.providerID = meta.providerId;
   return want;
 }
 
@@ -734,6 +744,27 @@ function rulesUseTalosVersion(config: CompiledConfig): boolean {
   );
 }
 
+/** The Warning Event (reason, note) for each way a node's record can be untrustworthy. */
+const RECORD_PROBLEMS: Record<RecordProblem, readonly [string, string]> = {
+  unsigned: [
+    "UntrustedManagedRecord",
+    `The ${MANAGED_ANNOTATION} annotation has no ${MANAGED_DIGEST_LABEL} digest label (it was written ` +
+      "before records carried one, or by someone else, e.g. the node's kubelet): nothing it names is removed, " +
+      "and the record is rebuilt from what the rules produce now",
+  ],
+  mismatch: [
+    "UntrustedManagedRecord",
+    `The ${MANAGED_ANNOTATION} annotation does not match its ${MANAGED_DIGEST_LABEL} digest label: someone ` +
+      "but this CCM changed or removed it (the node's kubelet can edit annotations, not that label): nothing it " +
+      "names is removed, and the record is rebuilt from what the rules produce now",
+  ],
+  invalid: [
+    "InvalidManagedRecord",
+    `The ${MANAGED_ANNOTATION} annotation is not a record this CCM can read: its unusable entries are ignored ` +
+      "(nothing they name is removed) and the record is rewritten",
+  ],
+};
+
 /** Whether a Node update touches what this controller reads or writes (heartbeats do not). */
 function relevantChange(a: LeanNode, b: LeanNode): boolean {
   const view = (n: LeanNode) =>
@@ -918,15 +949,10 @@ export class CloudNodeController {
     const result = transform(config, facts, name, { registry: this.#opts.registry });
     if (result.errors.length > 0)
       this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
-    const record = node.metadata.annotations[MANAGED_ANNOTATION];
-    if (record !== undefined && !parseManagedRecord(record).valid) {
-      this.#warn(
-        node,
-        "InvalidManagedRecord",
-        action,
-        `The ${MANAGED_ANNOTATION} annotation is not a record this CCM wrote: its unusable entries are ignored ` +
-          "(nothing they name is removed) and the record is rewritten",
-      );
+    const problem = readManagedRecord(node.metadata).problem;
+    if (problem !== undefined && !(g.skipForeignNode && isForeign(node))) {
+      const [reason, note] = RECORD_PROBLEMS[problem];
+      this.#warn(node, reason, action, note);
     }
     const want = desiredNode(node, facts, result, {
       preferIPv6: g.preferIPv6,

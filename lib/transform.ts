@@ -1,11 +1,13 @@
 // The transformation engine: compiled rules + one node's Talos facts → the labels, annotations,
 // taints, PlatformMetadata overrides and features the node should get. Also the bookkeeping of
 // reconcile mode: which of a node's labels, annotations and taints the rules put there, so that a
-// removed rule's outputs can be removed without touching what other actors set.
+// removed rule's outputs can be removed without touching what other actors set, and the digest that
+// tells that record from one the node's kubelet forged.
 //
 // A value that fails (template error, or a result Kubernetes would refuse) is skipped and reported
 // in `errors`; the rest still applies, so one bad rule never blocks a node.
 
+import { createHash } from "node:crypto";
 import type { CompiledConfig, RuleEntry, RuleValue } from "./config.ts";
 import { registry as processRegistry, type Registry } from "./metrics.ts";
 import { matchSelector, selectorFields } from "./selector.ts";
@@ -201,6 +203,14 @@ export function transform(
  */
 export const MANAGED_ANNOTATION = "talos.dev/ccm-managed";
 
+/**
+ * The Node label holding the digest of the {@link MANAGED_ANNOTATION} value, written in the same
+ * patch. A kubelet may edit its own Node's annotations, but NodeRestriction admission refuses it
+ * any change to labels under `node-restriction.kubernetes.io/`: a record whose digest is not in
+ * this label was not written by the CCM, and what it names is never removed.
+ */
+export const MANAGED_DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
+
 /** What the rules put on a node: label and annotation keys, taints as `<key>:<Effect>`. */
 export interface ManagedRecord {
   labels: string[];
@@ -248,7 +258,7 @@ export function parseManagedRecord(text: string | undefined): { record: ManagedR
   const obj = json as Record<string, unknown>;
   // Another version may mean other semantics: removing nothing is the safe reading.
   if (obj.v !== 1) return { record: empty, valid: false };
-  const labels = cleanList(obj.labels, (k) => isQualifiedName(k).length === 0);
+  const labels = cleanList(obj.labels, (k) => k !== MANAGED_DIGEST_LABEL && isQualifiedName(k).length === 0);
   const annotations = cleanList(
     obj.annotations,
     (k) => k !== MANAGED_ANNOTATION && isAnnotationKey(k).length === 0,
@@ -258,6 +268,44 @@ export function parseManagedRecord(text: string | undefined): { record: ManagedR
     record: { labels: labels.list, annotations: annotations.list, taints: taints.list },
     valid: !labels.dropped && !annotations.dropped && !taints.dropped,
   };
+}
+
+/**
+ * The {@link MANAGED_DIGEST_LABEL} value for a record annotation value: its SHA-224 in hex, 56
+ * characters (label values hold at most 63, SHA-256 in hex would not fit).
+ * @example managedRecordDigest('{"v":1}') // "6c1f…" (56 hex digits)
+ */
+export function managedRecordDigest(text: string): string {
+  return createHash("sha224").update(text).digest("hex");
+}
+
+/** Why a node's record is not believed: see {@link readManagedRecord}. */
+export type RecordProblem = "unsigned" | "mismatch" | "invalid";
+
+/**
+ * Reads the record a node carries, believing it only when {@link MANAGED_DIGEST_LABEL} holds its
+ * digest. Never throws.
+ * @param node the node's labels and annotations.
+ * @returns the record to plan from, and what is wrong with it, if anything:
+ *   - `unsigned`: the annotation without the label (written before records carried a digest, or by
+ *     someone else): the record is empty;
+ *   - `mismatch`: the label does not match the annotation, or the annotation is gone (someone but the
+ *     CCM changed or removed it, e.g. the node's kubelet): the record is empty;
+ *   - `invalid`: signed but not well-formed (see {@link parseManagedRecord}): its usable entries.
+ */
+export function readManagedRecord(node: Pick<NodeState, "labels" | "annotations">): {
+  record: ManagedRecord;
+  problem?: RecordProblem;
+} {
+  const text = node.annotations[MANAGED_ANNOTATION];
+  const digest = node.labels[MANAGED_DIGEST_LABEL];
+  const empty = { labels: [], annotations: [], taints: [] };
+  if (text === undefined && digest === undefined) return { record: empty };
+  if (digest === undefined) return { record: empty, problem: "unsigned" };
+  if (text === undefined || managedRecordDigest(text) !== digest)
+    return { record: empty, problem: "mismatch" };
+  const { record, valid } = parseManagedRecord(text);
+  return valid ? { record } : { record, problem: "invalid" };
 }
 
 /** Serializes a record for {@link MANAGED_ANNOTATION} (sorted, deduplicated, empty lists omitted). */
@@ -287,7 +335,7 @@ export interface PlanOptions {
 
 /** The changes that bring a Node in line with a transform result. */
 export interface ReconcilePlan {
-  /** Labels to set (only those that differ from the node). */
+  /** Labels to set (only those that differ from the node), including {@link MANAGED_DIGEST_LABEL}. */
   setLabels: Record<string, string>;
   removeLabels: string[];
   /** Annotations to set, including {@link MANAGED_ANNOTATION} when the record changed. */
@@ -304,8 +352,9 @@ export interface ReconcilePlan {
  * Computes what to change on a node so it carries the rules' result. Removes only keys the rules
  * previously added (per `previous`) and no longer produce, and never a key whose value failed this
  * time (it is left as is until the rule renders again). Without reconcile nothing is removed, and
- * the record keeps accumulating so that turning reconcile on later knows the history.
- * @param previous the record read from the node (see {@link parseManagedRecord}).
+ * the record keeps accumulating so that turning reconcile on later knows the history. The record
+ * and its digest label are set (or removed) together, so one patch writes both.
+ * @param previous the record read from the node (see {@link readManagedRecord}).
  * @param result this round's {@link transform} result.
  * @param node the node's current labels, annotations and taints.
  */
@@ -375,7 +424,14 @@ export function planReconcile(
   const serialized = serializeManagedRecord(plan.record);
   const empty = serialized === serializeManagedRecord({ labels: [], annotations: [], taints: [] });
   const existing = node.annotations[MANAGED_ANNOTATION];
-  if (empty && existing !== undefined) plan.removeAnnotations.push(MANAGED_ANNOTATION);
-  else if (!empty && existing !== serialized) plan.setAnnotations[MANAGED_ANNOTATION] = serialized;
+  const signed = node.labels[MANAGED_DIGEST_LABEL];
+  if (empty) {
+    if (existing !== undefined) plan.removeAnnotations.push(MANAGED_ANNOTATION);
+    if (signed !== undefined) plan.removeLabels.push(MANAGED_DIGEST_LABEL);
+  } else {
+    if (existing !== serialized) plan.setAnnotations[MANAGED_ANNOTATION] = serialized;
+    const digest = managedRecordDigest(serialized);
+    if (signed !== digest) plan.setLabels[MANAGED_DIGEST_LABEL] = digest;
+  }
   return plan;
 }

@@ -238,6 +238,12 @@ describe("cloud-node reconcile mode", () => {
       "failure-domain.beta.kubernetes.io/zone": "zone-a",
       "example.com/a": "two",
       "user/owned": "mine",
+      // The digest of the record below (hex SHA-224): the record's signature, which kubelets cannot write.
+      "node-restriction.kubernetes.io/talos-ccm-managed": new Bun.CryptoHasher("sha224")
+        .update(
+          '{"v":1,"labels":["example.com/a"],"annotations":["example.com/a"],"taints":["example.com/a:NoSchedule"]}',
+        )
+        .digest("hex"),
     });
     expect(after.metadata?.annotations).toEqual({
       [PROVIDED_NODE_IP]: WATCHED.nodeIPs[0] as string,

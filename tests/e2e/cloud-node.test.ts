@@ -27,6 +27,17 @@ import { CcmProcess } from "../support/process.ts";
 
 const CLUSTER_NAME = "e2e-cluster";
 const MANAGED = "talos.dev/ccm-managed";
+const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
+
+/** The view with the label that signs its record annotation (hex SHA-224), as the CCM writes both. */
+function signed(v: NodeView): NodeView {
+  const record = v.annotations[MANAGED];
+  if (record === undefined) return v;
+  return {
+    ...v,
+    labels: { ...v.labels, [DIGEST_LABEL]: new Bun.CryptoHasher("sha224").update(record).digest("hex") },
+  };
+}
 
 // `PreferIPv6` is the reference docs' spelling: it must be warned about and ignored (IPv4 stays first).
 const CLOUD_CONFIG = `
@@ -466,7 +477,7 @@ describe("cloud-node initializes every platform fixture exactly", () => {
     test(`cloud-node initializes the ${fixture} fixture`, async () => {
       const spec = specs.get(fixture) as FakeNodeSpec;
       const node = await initialized(spec.name);
-      expect(view(node)).toEqual(EXPECTED[fixture] as NodeView);
+      expect(view(node)).toEqual(signed(EXPECTED[fixture] as NodeView));
     });
   }
 
@@ -478,24 +489,26 @@ describe("cloud-node initializes every platform fixture exactly", () => {
 describe("cloud-node beyond the fixtures", () => {
   test("a kubelet without --node-ip is initialized from its InternalIP address", async () => {
     const node = await initialized(FALLBACK.name);
-    expect(view(node)).toEqual({
-      labels: {
-        ...KUBELET_LABELS("fallback-1"),
-        ...cloudLabels({ platform: "metal" }),
-        "node-role.kubernetes.io/metal": "",
-      },
-      annotations: {
-        "example.com/system": "/",
-        "example.com/html": HTML,
-        "example.com/html-template": html("fallback-1", "metal"),
-        "example.com/uuid": "id-",
-        [MANAGED]:
-          '{"v":1,"labels":["node-role.kubernetes.io/metal"],"annotations":["example.com/html","example.com/html-template","example.com/system","example.com/uuid"]}',
-      },
-      providerID: "talos://metal/10.20.0.5",
-      taints: [NOT_READY],
-      addresses: [ip("10.20.0.5"), ext("198.51.100.20"), host("fallback-1")],
-    });
+    expect(view(node)).toEqual(
+      signed({
+        labels: {
+          ...KUBELET_LABELS("fallback-1"),
+          ...cloudLabels({ platform: "metal" }),
+          "node-role.kubernetes.io/metal": "",
+        },
+        annotations: {
+          "example.com/system": "/",
+          "example.com/html": HTML,
+          "example.com/html-template": html("fallback-1", "metal"),
+          "example.com/uuid": "id-",
+          [MANAGED]:
+            '{"v":1,"labels":["node-role.kubernetes.io/metal"],"annotations":["example.com/html","example.com/html-template","example.com/system","example.com/uuid"]}',
+        },
+        providerID: "talos://metal/10.20.0.5",
+        taints: [NOT_READY],
+        addresses: [ip("10.20.0.5"), ext("198.51.100.20"), host("fallback-1")],
+      }),
+    );
   });
 
   test("a rule value Kubernetes refuses is skipped with a Warning Event and a metric; the node initializes", async () => {

@@ -11,6 +11,20 @@ import { parse as parseYaml } from "yaml";
 import type { PlatformMetadata } from "../../lib/types.ts";
 import { ccmBinary } from "../support/process.ts";
 
+/** The label that signs the record annotation: the hex SHA-224 of its value. */
+const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
+const digest = (record: string) => new Bun.CryptoHasher("sha224").update(record).digest("hex");
+
+/** A preview with the digest label of its record annotation, if any, among its sorted labels. */
+function signed<T extends { labels: Record<string, string>; annotations: Record<string, string> }>(p: T): T {
+  const record = p.annotations["talos.dev/ccm-managed"];
+  if (record === undefined) return p;
+  const labels = Object.entries({ ...p.labels, [DIGEST_LABEL]: digest(record) }).sort(([a], [b]) =>
+    a < b ? -1 : a > b ? 1 : 0,
+  );
+  return { ...p, labels: Object.fromEntries(labels) };
+}
+
 const ROOT = join(import.meta.dir, "..", "..");
 const FIXTURES = join(ROOT, "tests", "fixtures");
 const RULES = join(ROOT, "rules");
@@ -106,7 +120,7 @@ const RULE = `transformations:
     platformMetadata:
       InstanceType: '{{ .SKUNumber | trimPrefix "SKU=" }}'
 `;
-const RULE_PREVIEW = {
+const RULE_PREVIEW = signed({
   providerID: "talos://metal/10.0.0.5",
   labels: {
     "beta.kubernetes.io/instance-type": "0A7B",
@@ -129,7 +143,7 @@ const RULE_PREVIEW = {
     providerId: "talos://metal/10.0.0.5",
   }),
   features: NO_FEATURES,
-};
+});
 
 describe("validate exit codes", () => {
   test("validate exits 0 on a valid config and prints a summary", () => {
@@ -278,6 +292,7 @@ describe("validate --metadata input forms", () => {
         "labels:",
         "  beta.kubernetes.io/instance-type=0A7B",
         "  example.com/model=PowerEdge-R650",
+        `  ${DIGEST_LABEL}=${digest(RULE_PREVIEW.annotations["talos.dev/ccm-managed"])}`,
         "  node-role.kubernetes.io/web=",
         "  node.cloudprovider.kubernetes.io/platform=metal",
         "  node.kubernetes.io/instance-type=0A7B",
@@ -324,23 +339,25 @@ describe("validate on the reference's example configs", () => {
       stderr: "",
     });
     const r = validate(["--cloud-config", config, "--metadata", file(PLATFORM_METADATA), "-o", "json"]);
-    expect(JSON.parse(r.stdout)).toEqual({
-      providerID: "talos://metal/10.0.0.5",
-      labels: { "node-role.kubernetes.io/web": "", "node.cloudprovider.kubernetes.io/platform": "metal" },
-      annotations: {
-        "talos.dev/ccm-managed":
-          '{"v":1,"labels":["node-role.kubernetes.io/web"],"annotations":["talos.dev/instance-id"]}',
-        "talos.dev/instance-id": "id-7c9e6679",
-      },
-      taints: [],
-      platformMetadata: meta({
-        platform: "metal",
-        hostname: "web-a1b2-frontend",
-        instanceId: "7c9e6679",
-        providerId: "talos://metal/10.0.0.5",
+    expect(JSON.parse(r.stdout)).toEqual(
+      signed({
+        providerID: "talos://metal/10.0.0.5",
+        labels: { "node-role.kubernetes.io/web": "", "node.cloudprovider.kubernetes.io/platform": "metal" },
+        annotations: {
+          "talos.dev/ccm-managed":
+            '{"v":1,"labels":["node-role.kubernetes.io/web"],"annotations":["talos.dev/instance-id"]}',
+          "talos.dev/instance-id": "id-7c9e6679",
+        },
+        taints: [],
+        platformMetadata: meta({
+          platform: "metal",
+          hostname: "web-a1b2-frontend",
+          instanceId: "7c9e6679",
+          providerId: "talos://metal/10.0.0.5",
+        }),
+        features: NO_FEATURES,
       }),
-      features: NO_FEATURES,
-    });
+    );
   });
 
   test("validate accepts the reference's docs/rules.yaml with its warnings and previews its OpenStack example", () => {
@@ -361,34 +378,36 @@ describe("validate on the reference's example configs", () => {
       `${config}: warning: transformations[1].features.publicIPPredict (line 65)`,
       `${config}: warning: document (line 71)`,
     ]);
-    expect(JSON.parse(r.stdout)).toEqual({
-      providerID: "openstack://fra/9a1fd9ee-9f05-473e-88d8-1b1b1b1b1b1b",
-      labels: {
-        "beta.kubernetes.io/instance-type": "b2-7",
-        "failure-domain.beta.kubernetes.io/region": "eu-frankfurt-1",
-        "failure-domain.beta.kubernetes.io/zone": "frankfurt",
-        "node-role.kubernetes.io/web": "",
-        "node.cloudprovider.kubernetes.io/platform": "openstack",
-        "node.kubernetes.io/instance-type": "b2-7",
-        "talos.dev/zone": "frankfurt",
-        "topology.kubernetes.io/region": "eu-frankfurt-1",
-        "topology.kubernetes.io/zone": "frankfurt",
-      },
-      annotations: {
-        "talos.dev/ccm-managed": '{"v":1,"labels":["node-role.kubernetes.io/web","talos.dev/zone"]}',
-      },
-      taints: [],
-      platformMetadata: meta({
-        platform: "openstack",
-        hostname: "web-fra-de11",
-        region: "eu-frankfurt-1",
-        zone: "frankfurt",
-        instanceType: "b2-7",
-        instanceId: "9a1fd9ee-9f05-473e-88d8-1b1b1b1b1b1b",
-        providerId: "openstack://fra/9a1fd9ee-9f05-473e-88d8-1b1b1b1b1b1b",
+    expect(JSON.parse(r.stdout)).toEqual(
+      signed({
+        providerID: "openstack://fra/9a1fd9ee-9f05-473e-88d8-1b1b1b1b1b1b",
+        labels: {
+          "beta.kubernetes.io/instance-type": "b2-7",
+          "failure-domain.beta.kubernetes.io/region": "eu-frankfurt-1",
+          "failure-domain.beta.kubernetes.io/zone": "frankfurt",
+          "node-role.kubernetes.io/web": "",
+          "node.cloudprovider.kubernetes.io/platform": "openstack",
+          "node.kubernetes.io/instance-type": "b2-7",
+          "talos.dev/zone": "frankfurt",
+          "topology.kubernetes.io/region": "eu-frankfurt-1",
+          "topology.kubernetes.io/zone": "frankfurt",
+        },
+        annotations: {
+          "talos.dev/ccm-managed": '{"v":1,"labels":["node-role.kubernetes.io/web","talos.dev/zone"]}',
+        },
+        taints: [],
+        platformMetadata: meta({
+          platform: "openstack",
+          hostname: "web-fra-de11",
+          region: "eu-frankfurt-1",
+          zone: "frankfurt",
+          instanceType: "b2-7",
+          instanceId: "9a1fd9ee-9f05-473e-88d8-1b1b1b1b1b1b",
+          providerId: "openstack://fra/9a1fd9ee-9f05-473e-88d8-1b1b1b1b1b1b",
+        }),
+        features: NO_FEATURES,
       }),
-      features: NO_FEATURES,
-    });
+    );
   });
 
   test("validate previews the reference's Oracle example, whose misspelt label key is dropped", () => {
@@ -693,7 +712,7 @@ describe("rules/", () => {
     // Only the placeholder note of fixtures without a node IP; no config warning, no skipped value.
     const noIP = `${metadata}: warning: no node IP (talosctl's "node:" field), so the default providerID shows <node-ip>\n`;
     expect(r.stderr).toBe((expected as { providerID: string }).providerID.includes("<node-ip>") ? noIP : "");
-    expect(JSON.parse(r.stdout)).toEqual(expected);
+    expect(JSON.parse(r.stdout)).toEqual(signed(expected as Parameters<typeof signed>[0]));
   });
 
   const ruleFiles = readdirSync(RULES).filter((f) => f.endsWith(".yaml"));

@@ -398,6 +398,21 @@ describe("parseConfig() entries", () => {
     ]);
   });
 
+  test("parseConfig() keeps the record's digest label for the CCM, other node-restriction labels for rules", () => {
+    const c = parseConfig(`transformations:
+  - labels:
+      node-restriction.kubernetes.io/talos-ccm-managed: forged
+      node-restriction.kubernetes.io/pool: secure
+`);
+    expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["node-restriction.kubernetes.io/pool"]);
+    expect(c.warnings.map((w) => [w.path, w.message])).toEqual([
+      [
+        'transformations[0].labels["node-restriction.kubernetes.io/talos-ccm-managed"]',
+        "entry ignored: key is reserved for the CCM's own bookkeeping",
+      ],
+    ]);
+  });
+
   test("parseConfig() maps platformMetadata keys case-insensitively and refuses hostname and platform", () => {
     const c = parseConfig(`transformations:
   - platformMetadata:

@@ -15,7 +15,12 @@ import {
   type TalosFactsClient,
 } from "../../lib/node.ts";
 import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
-import { MANAGED_ANNOTATION, transform } from "../../lib/transform.ts";
+import {
+  MANAGED_ANNOTATION,
+  MANAGED_DIGEST_LABEL,
+  managedRecordDigest,
+  transform,
+} from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
 
@@ -110,6 +115,14 @@ function rule(partial: Partial<CompiledRule>): CompiledRule {
 }
 const entry = (key: string, source: string) => ({ key, value: { source } });
 
+/** The record annotation and its digest label, as the controller writes them together. */
+function record(text: string) {
+  return {
+    annotation: { [MANAGED_ANNOTATION]: text },
+    label: { [MANAGED_DIGEST_LABEL]: managedRecordDigest(text) },
+  };
+}
+
 const OPTS: DesiredOptions = {
   preferIPv6: false,
   reconcile: false,
@@ -178,14 +191,45 @@ describe("instanceFacts()", () => {
 
 describe("desiredNode()", () => {
   const eth0 = address("10.0.0.5/24", "eth0");
-  const cases: Array<{
+  const SPOT_RECORD =
+    '{"v":1,"labels":["example.com/tier"],"annotations":["example.com/note"],"taints":["example.com/dedicated:NoSchedule"]}';
+  const GONE_RECORD =
+    '{"v":1,"labels":["example.com/gone","example.com/keep"],"annotations":["example.com/gone"],"taints":["example.com/gone:NoSchedule"]}';
+  const KEEP_RECORD = '{"v":1,"labels":["example.com/keep"]}';
+  /** An initialized node in reconcile mode whose record says a rule added the `gone` keys. */
+  const reconciled = (over: { labels?: Record<string, string>; record?: string }) =>
+    lean({
+      taints: [
+        NOT_READY,
+        { key: "example.com/gone", value: "x", effect: "NoSchedule" },
+        { key: "user/t", effect: "NoSchedule" },
+      ],
+      providerID: "talos://metal/10.0.0.5",
+      labels: {
+        "kubernetes.io/hostname": "node-1",
+        "example.com/keep": "1",
+        "example.com/gone": "1",
+        "user/label": "mine",
+        "topology.kubernetes.io/zone": "z-old",
+        "failure-domain.beta.kubernetes.io/zone": "z-old",
+        ...over.labels,
+      },
+      annotations: {
+        [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+        "example.com/gone": "x",
+        "user/annotation": "mine",
+        ...(over.record === undefined ? {} : record(over.record).annotation),
+      },
+    });
+  interface Case {
     name: string;
     node: LeanNode;
     facts: NodeFacts;
     rules?: CompiledRule[];
     opts?: Partial<DesiredOptions>;
     want: DesiredNode;
-  }> = [
+  }
+  const cases: Case[] = [
     {
       name: "initializes a bare-metal node without rules",
       node: lean({}),
@@ -249,12 +293,12 @@ describe("desiredNode()", () => {
           "failure-domain.beta.kubernetes.io/zone": "us-central1-b",
           "node.kubernetes.io/instance-type": "e2-standard-4",
           "beta.kubernetes.io/instance-type": "e2-standard-4",
+          ...record(SPOT_RECORD).label,
         },
         annotations: {
           [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
           "example.com/note": "a & b <c> 'd' \"e\" +f",
-          [MANAGED_ANNOTATION]:
-            '{"v":1,"labels":["example.com/tier"],"annotations":["example.com/note"],"taints":["example.com/dedicated:NoSchedule"]}',
+          ...record(SPOT_RECORD).annotation,
         },
         taints: [NOT_READY, { key: "example.com/dedicated", value: "web", effect: "NoSchedule" }],
         providerID: "gce://p/us-central1-b/node-1",
@@ -282,10 +326,11 @@ describe("desiredNode()", () => {
           "node.cloudprovider.kubernetes.io/platform": "custom",
           "topology.kubernetes.io/region": "eu-on-metal",
           "failure-domain.beta.kubernetes.io/region": "eu-on-metal",
+          ...record('{"v":1,"labels":["node.cloudprovider.kubernetes.io/platform"]}').label,
         },
         annotations: {
           [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
-          [MANAGED_ANNOTATION]: '{"v":1,"labels":["node.cloudprovider.kubernetes.io/platform"]}',
+          ...record('{"v":1,"labels":["node.cloudprovider.kubernetes.io/platform"]}').annotation,
         },
         taints: [NOT_READY],
         providerID: "talos://metal/10.0.0.5",
@@ -320,10 +365,11 @@ describe("desiredNode()", () => {
           "node.cloudprovider.kubernetes.io/platform": "metal",
           "failure-domain.beta.kubernetes.io/zone": "z-legacy",
           "topology.kubernetes.io/zone": "z-legacy",
+          ...record('{"v":1,"labels":["example.com/tier"]}').label,
         },
         annotations: {
           [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
-          [MANAGED_ANNOTATION]: '{"v":1,"labels":["example.com/tier"]}',
+          ...record('{"v":1,"labels":["example.com/tier"]}').annotation,
         },
         taints: [NOT_READY],
         addresses: [
@@ -334,29 +380,7 @@ describe("desiredNode()", () => {
     },
     {
       name: "reconcile mode removes what a deleted rule added, keeps other actors' keys, follows the facts",
-      node: lean({
-        taints: [
-          NOT_READY,
-          { key: "example.com/gone", value: "x", effect: "NoSchedule" },
-          { key: "user/t", effect: "NoSchedule" },
-        ],
-        providerID: "talos://metal/10.0.0.5",
-        labels: {
-          "kubernetes.io/hostname": "node-1",
-          "example.com/keep": "1",
-          "example.com/gone": "1",
-          "user/label": "mine",
-          "topology.kubernetes.io/zone": "z-old",
-          "failure-domain.beta.kubernetes.io/zone": "z-old",
-        },
-        annotations: {
-          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
-          "example.com/gone": "x",
-          "user/annotation": "mine",
-          [MANAGED_ANNOTATION]:
-            '{"v":1,"labels":["example.com/gone","example.com/keep"],"annotations":["example.com/gone"],"taints":["example.com/gone:NoSchedule"]}',
-        },
-      }),
+      node: reconciled({ record: GONE_RECORD, labels: record(GONE_RECORD).label }),
       facts: { platformMetadata: metadata({ zone: "z-new" }), addresses: [eth0] },
       rules: [rule({ labels: [entry("example.com/keep", "1")] })],
       opts: { reconcile: true, clusterName: "" },
@@ -368,13 +392,89 @@ describe("desiredNode()", () => {
           "topology.kubernetes.io/zone": "z-new",
           "failure-domain.beta.kubernetes.io/zone": "z-new",
           "node.cloudprovider.kubernetes.io/platform": "metal",
+          ...record(KEEP_RECORD).label,
         },
         annotations: {
           [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
           "user/annotation": "mine",
-          [MANAGED_ANNOTATION]: '{"v":1,"labels":["example.com/keep"]}',
+          ...record(KEEP_RECORD).annotation,
         },
         taints: [NOT_READY, { key: "user/t", effect: "NoSchedule" }],
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    ...[
+      {
+        what: "a record whose digest label does not match (forged by the kubelet)",
+        node: reconciled({ record: GONE_RECORD, labels: record(KEEP_RECORD).label }),
+      },
+      {
+        what: "a record without its digest label (from before records were signed, or forged)",
+        node: reconciled({ record: GONE_RECORD }),
+      },
+    ].map(
+      ({ what, node }): Case => ({
+        name: `reconcile mode removes nothing on ${what} and rebuilds it from the rules`,
+        node,
+        facts: { platformMetadata: metadata({ zone: "z-new" }), addresses: [eth0] },
+        rules: [rule({ labels: [entry("example.com/keep", "1")] })],
+        opts: { reconcile: true, clusterName: "" },
+        want: {
+          labels: {
+            "kubernetes.io/hostname": "node-1",
+            "example.com/keep": "1",
+            "example.com/gone": "1",
+            "user/label": "mine",
+            "topology.kubernetes.io/zone": "z-new",
+            "failure-domain.beta.kubernetes.io/zone": "z-new",
+            "node.cloudprovider.kubernetes.io/platform": "metal",
+            ...record(KEEP_RECORD).label,
+          },
+          annotations: {
+            [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+            "example.com/gone": "x",
+            "user/annotation": "mine",
+            ...record(KEEP_RECORD).annotation,
+          },
+          taints: [
+            NOT_READY,
+            { key: "example.com/gone", value: "x", effect: "NoSchedule" },
+            { key: "user/t", effect: "NoSchedule" },
+          ],
+          addresses: [
+            { type: "InternalIP", address: "10.0.0.5" },
+            { type: "Hostname", address: "node-1" },
+          ],
+        },
+      }),
+    ),
+    {
+      name: "reconcile mode removes the digest label with the record once no rule produces anything",
+      node: reconciled({ record: KEEP_RECORD, labels: record(KEEP_RECORD).label }),
+      facts: { platformMetadata: metadata({ zone: "z-old" }), addresses: [eth0] },
+      opts: { reconcile: true, clusterName: "" },
+      want: {
+        labels: {
+          "kubernetes.io/hostname": "node-1",
+          "example.com/gone": "1",
+          "user/label": "mine",
+          "topology.kubernetes.io/zone": "z-old",
+          "failure-domain.beta.kubernetes.io/zone": "z-old",
+          "node.cloudprovider.kubernetes.io/platform": "metal",
+        },
+        annotations: {
+          [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+          "example.com/gone": "x",
+          "user/annotation": "mine",
+        },
+        taints: [
+          NOT_READY,
+          { key: "example.com/gone", value: "x", effect: "NoSchedule" },
+          { key: "user/t", effect: "NoSchedule" },
+        ],
         addresses: [
           { type: "InternalIP", address: "10.0.0.5" },
           { type: "Hostname", address: "node-1" },
@@ -1040,11 +1140,8 @@ describe("CloudNodeController.reconcile()", () => {
     expect(talos.calls).toEqual(["watch platformmetadata 10.0.0.5", "watch addresses 10.0.0.5"]);
   });
 
-  test("CloudNodeController.reconcile() warns once about a garbled managed record and rewrites it", async () => {
-    const node = lean({});
-    node.metadata.annotations[MANAGED_ANNOTATION] = '{"v":1,"labels":["not a key!"]}';
-    const { talos, store, events, controller } = controllerSetup(node);
-    await controller.reconcile("node-1");
+  /** Bootstraps node-1's watches with bare-metal facts. */
+  async function bootstrap(talos: FakeTalos) {
     talos.stream("10.0.0.5", "platformmetadata").push({
       type: "created",
       id: "platformmetadata",
@@ -1053,9 +1150,66 @@ describe("CloudNodeController.reconcile()", () => {
     });
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
+  }
+
+  test("CloudNodeController.reconcile() warns once about a garbled managed record and rewrites it", async () => {
+    const node = lean({});
+    const garbled = record('{"v":1,"labels":["not a key!"]}');
+    Object.assign(node.metadata.annotations, garbled.annotation);
+    Object.assign(node.metadata.labels, garbled.label);
+    const { talos, store, events, controller } = controllerSetup(node);
+    await controller.reconcile("node-1");
+    await bootstrap(talos);
     await controller.reconcile("node-1");
     expect(events).toEqual(["Warning InvalidManagedRecord node-1", "Normal Synced node-1"]);
     expect(store.get("node-1")?.metadata.annotations[MANAGED_ANNOTATION]).toBeUndefined();
+    expect(store.get("node-1")?.metadata.labels[MANAGED_DIGEST_LABEL]).toBeUndefined();
+  });
+
+  test("CloudNodeController.reconcile() removes nothing a forged record names, warns, and signs the rebuilt record", async () => {
+    // The node's kubelet wrote a record naming an admin's taint and a node-restriction label.
+    const node = lean({
+      taints: [NOT_READY, { key: "dedicated", value: "secure", effect: "NoSchedule" }],
+      providerID: "talos://metal/10.0.0.5",
+      labels: { "kubernetes.io/hostname": "node-1", "node-restriction.kubernetes.io/pool": "secure" },
+      annotations: {
+        [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+        [MANAGED_ANNOTATION]:
+          '{"v":1,"labels":["node-restriction.kubernetes.io/pool"],"taints":["dedicated:NoSchedule"]}',
+      },
+    });
+    const { talos, store, events, controller } = controllerSetup(node, {
+      global: {
+        clusterName: "",
+        preferIPv6: false,
+        reconcile: true,
+        endpoints: [],
+        approveNodeCSR: false,
+        skipForeignNode: false,
+      },
+      transformations: [rule({ labels: [entry("example.com/tier", "web")] })],
+    });
+    await controller.reconcile("node-1");
+    await bootstrap(talos);
+    // The first pass starts the one-off reads the facts still lack; the second writes.
+    await controller.reconcile("node-1");
+    await settle();
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Warning UntrustedManagedRecord node-1"]);
+    const after = store.get("node-1") as LeanNode;
+    expect(after.spec.taints).toEqual(node.spec.taints);
+    expect(after.metadata.labels).toEqual({
+      "kubernetes.io/hostname": "node-1",
+      "node-restriction.kubernetes.io/pool": "secure",
+      "node.cloudprovider.kubernetes.io/platform": "metal",
+      "node.cloudprovider.kubernetes.io/clustername": "talos-cluster",
+      "example.com/tier": "web",
+      ...record('{"v":1,"labels":["example.com/tier"]}').label,
+    });
+    expect(after.metadata.annotations[MANAGED_ANNOTATION]).toBe('{"v":1,"labels":["example.com/tier"]}');
+    // The rebuilt record is believed: a later pass neither warns nor writes.
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Warning UntrustedManagedRecord node-1"]);
   });
 
   test("CloudNodeController.reconcile() leaves a node whose Talos is down tainted, with a Warning Event", async () => {

@@ -4,18 +4,22 @@ import { type CompiledConfig, type CompiledRule, ConfigError, parseConfig } from
 import { Registry } from "../../lib/metrics.ts";
 import {
   MANAGED_ANNOTATION,
+  MANAGED_DIGEST_LABEL,
   type ManagedRecord,
+  managedRecordDigest,
   type NodeState,
   type PlanOptions,
   parseManagedRecord,
   planReconcile,
   type ReconcilePlan,
+  readManagedRecord,
   serializeManagedRecord,
   type TransformResult,
   templateData,
   transform,
 } from "../../lib/transform.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation, Taint } from "../../lib/types.ts";
+import { isLabelValue } from "../../lib/validation.ts";
 
 const metadata: PlatformMetadata = {
   platform: "metal",
@@ -516,6 +520,12 @@ describe("parseManagedRecord() / serializeManagedRecord()", () => {
       false,
     ],
     [
+      "its own digest label",
+      `{"v":1,"labels":["${MANAGED_DIGEST_LABEL}","example.com/a"]}`,
+      { ...EMPTY, labels: ["example.com/a"] },
+      false,
+    ],
+    [
       "reserved or malformed taints",
       '{"v":1,"taints":["node.cloudprovider.kubernetes.io/uninitialized:NoSchedule","x","x:Bad",":NoSchedule","ok:NoExecute"]}',
       { ...EMPTY, taints: ["ok:NoExecute"] },
@@ -546,6 +556,56 @@ describe("parseManagedRecord() / serializeManagedRecord()", () => {
   });
 });
 
+describe("managedRecordDigest() / readManagedRecord()", () => {
+  const TEXT = '{"v":1,"labels":["a"],"taints":["t:NoSchedule"]}';
+  const DIGEST = managedRecordDigest(TEXT);
+
+  test("managedRecordDigest() is the hex SHA-224 of the text, a valid label value", () => {
+    expect(managedRecordDigest('{"v":1}')).toBe(
+      new Bun.CryptoHasher("sha224").update('{"v":1}').digest("hex"),
+    );
+    expect(DIGEST).toMatch(/^[0-9a-f]{56}$/);
+    expect(isLabelValue(DIGEST)).toEqual([]);
+    expect(managedRecordDigest(`${TEXT} `)).not.toBe(DIGEST);
+  });
+
+  test.each<[string, Record<string, string>, Record<string, string>, ReturnType<typeof readManagedRecord>]>([
+    ["no record and no label", {}, {}, { record: EMPTY }],
+    [
+      "a record signed by its label",
+      { [MANAGED_ANNOTATION]: TEXT },
+      { [MANAGED_DIGEST_LABEL]: DIGEST },
+      { record: { labels: ["a"], annotations: [], taints: ["t:NoSchedule"] } },
+    ],
+    [
+      "a record without its label",
+      { [MANAGED_ANNOTATION]: TEXT },
+      {},
+      { record: EMPTY, problem: "unsigned" },
+    ],
+    [
+      "a record edited after it was signed",
+      { [MANAGED_ANNOTATION]: TEXT.replace('"a"', '"b"') },
+      { [MANAGED_DIGEST_LABEL]: DIGEST },
+      { record: EMPTY, problem: "mismatch" },
+    ],
+    [
+      "a label whose record was removed",
+      {},
+      { [MANAGED_DIGEST_LABEL]: DIGEST },
+      { record: EMPTY, problem: "mismatch" },
+    ],
+    [
+      "a signed record that is not well-formed",
+      { [MANAGED_ANNOTATION]: '{"v":1,"labels":["a","bad key"]}' },
+      { [MANAGED_DIGEST_LABEL]: managedRecordDigest('{"v":1,"labels":["a","bad key"]}') },
+      { record: { ...EMPTY, labels: ["a"] }, problem: "invalid" },
+    ],
+  ])("readManagedRecord() of %s", (_name, annotations, labels, want) => {
+    expect(readManagedRecord({ annotations, labels })).toEqual(want);
+  });
+});
+
 describe("planReconcile()", () => {
   const taint = (key: string, effect: Taint["effect"], value?: string): Taint =>
     value === undefined ? { key, effect } : { key, value, effect };
@@ -562,14 +622,11 @@ describe("planReconcile()", () => {
       { labels: {}, annotations: {}, taints: [] },
       { reconcile: true, initializing: true },
     );
+    const text = '{"v":1,"labels":["a"],"annotations":["example.com/x"],"taints":["t:NoSchedule"]}';
     expect(plan).toEqual({
-      setLabels: { a: "1" },
+      setLabels: { a: "1", [MANAGED_DIGEST_LABEL]: managedRecordDigest(text) },
       removeLabels: [],
-      setAnnotations: {
-        "example.com/x": "y",
-        [MANAGED_ANNOTATION]:
-          '{"v":1,"labels":["a"],"annotations":["example.com/x"],"taints":["t:NoSchedule"]}',
-      },
+      setAnnotations: { "example.com/x": "y", [MANAGED_ANNOTATION]: text },
       removeAnnotations: [],
       addTaints: [taint("t", "NoSchedule")],
       removeTaints: [],
@@ -593,7 +650,7 @@ describe("planReconcile()", () => {
       taints: [taint("t", "NoSchedule"), taint("admin", "NoExecute")],
     };
     const plan = planReconcile(previous, result({ labels: { a: "1" } }), node, ON);
-    expect(plan.setLabels).toEqual({});
+    expect(plan.setLabels).toEqual({ [MANAGED_DIGEST_LABEL]: managedRecordDigest('{"v":1,"labels":["a"]}') });
     expect(plan.removeLabels).toEqual(["gone"]);
     expect(plan.removeAnnotations).toEqual(["example.com/gone"]);
     expect(plan.removeTaints).toEqual([{ key: "t", effect: "NoSchedule" }]);
@@ -618,7 +675,10 @@ describe("planReconcile()", () => {
       node,
       OFF,
     );
-    expect(plan.setLabels).toEqual({ a: "2" });
+    expect(plan.setLabels).toEqual({
+      a: "2",
+      [MANAGED_DIGEST_LABEL]: managedRecordDigest('{"v":1,"labels":["a","gone"],"taints":["t:NoSchedule"]}'),
+    });
     expect(plan.removeLabels).toEqual([]);
     expect(plan.removeTaints).toEqual([]);
     expect(plan.addTaints).toEqual([]);
@@ -671,12 +731,25 @@ describe("planReconcile()", () => {
     expect(apply(node, plan).taints).toEqual([taint("a", "NoSchedule", "new"), taint("b", "NoExecute")]);
   });
 
-  test("planReconcile() drops the record annotation once nothing is managed", () => {
-    const node: NodeState = { labels: {}, annotations: { [MANAGED_ANNOTATION]: '{"v":1}' }, taints: [] };
-    expect(planReconcile(EMPTY, result({}), node, ON).removeAnnotations).toEqual([MANAGED_ANNOTATION]);
+  test("planReconcile() drops the record annotation and its digest label once nothing is managed", () => {
+    const node: NodeState = {
+      labels: { [MANAGED_DIGEST_LABEL]: managedRecordDigest('{"v":1,"labels":["a"]}') },
+      annotations: { [MANAGED_ANNOTATION]: '{"v":1,"labels":["a"]}' },
+      taints: [],
+    };
+    const dropped = planReconcile(EMPTY, result({}), node, ON);
+    expect([dropped.removeAnnotations, dropped.removeLabels]).toEqual([
+      [MANAGED_ANNOTATION],
+      [MANAGED_DIGEST_LABEL],
+    ]);
     const bare: NodeState = { labels: {}, annotations: {}, taints: [] };
     const plan = planReconcile(EMPTY, result({}), bare, ON);
-    expect([plan.setAnnotations, plan.removeAnnotations]).toEqual([{}, []]);
+    expect([plan.setAnnotations, plan.removeAnnotations, plan.setLabels, plan.removeLabels]).toEqual([
+      {},
+      [],
+      {},
+      [],
+    ]);
   });
 
   const key: fc.Arbitrary<string> = fc.constantFrom("a", "b", "c", "example.com/d");
@@ -709,7 +782,7 @@ describe("planReconcile()", () => {
     fc.assert(
       fc.property(record, resultArb, nodeArb, options, (prev, r, node, opts) => {
         const plan = planReconcile(prev, r, node, opts);
-        for (const k of plan.removeLabels) expect(prev.labels).toContain(k);
+        for (const k of plan.removeLabels) if (k !== MANAGED_DIGEST_LABEL) expect(prev.labels).toContain(k);
         for (const k of plan.removeAnnotations)
           if (k !== MANAGED_ANNOTATION) expect(prev.annotations).toContain(k);
         for (const t of plan.removeTaints) expect(prev.taints).toContain(`${t.key}:${t.effect}`);
@@ -724,12 +797,9 @@ describe("planReconcile()", () => {
       fc.property(record, resultArb, nodeArb, options, (prev, r, node, opts) => {
         const first = planReconcile(prev, r, node, opts);
         const after = apply(node, first);
-        const again = planReconcile(
-          parseManagedRecord(after.annotations[MANAGED_ANNOTATION]).record,
-          r,
-          after,
-          opts,
-        );
+        const read = readManagedRecord(after);
+        expect(read.problem).toBeUndefined();
+        const again = planReconcile(read.record, r, after, opts);
         expect(again.setLabels).toEqual({});
         expect(again.removeLabels).toEqual([]);
         expect(again.setAnnotations).toEqual({});
@@ -737,6 +807,32 @@ describe("planReconcile()", () => {
         expect(again.addTaints).toEqual([]);
         expect(again.removeTaints).toEqual([]);
         expect(again.record).toEqual(first.record);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  test("planReconcile() of a record someone else rewrote removes nothing but the record itself", () => {
+    const forged = fc.oneof(
+      record.map((r) => serializeManagedRecord(r)),
+      fc.string(),
+      fc.constant(undefined),
+    );
+    fc.assert(
+      fc.property(record, resultArb, nodeArb, options, forged, (prev, r, node, opts, text) => {
+        // A node the CCM signed, whose record annotation was then replaced (or removed).
+        const signed = apply(node, planReconcile(prev, r, node, opts));
+        const annotations = { ...signed.annotations };
+        if (text === undefined) delete annotations[MANAGED_ANNOTATION];
+        else annotations[MANAGED_ANNOTATION] = text;
+        const tampered = { ...signed, annotations };
+        const read = readManagedRecord(tampered);
+        if (text === signed.annotations[MANAGED_ANNOTATION]) return;
+        expect(read.record).toEqual(EMPTY);
+        const plan = planReconcile(read.record, result({}), tampered, { ...opts, reconcile: true });
+        expect(plan.removeLabels.filter((k) => k !== MANAGED_DIGEST_LABEL)).toEqual([]);
+        expect(plan.removeAnnotations.filter((k) => k !== MANAGED_ANNOTATION)).toEqual([]);
+        expect(plan.removeTaints).toEqual([]);
       }),
       { numRuns: 500 },
     );

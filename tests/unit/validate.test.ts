@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { parse as parseYaml, stringify } from "yaml";
 import { type ConfigIssue, parseConfig } from "../../lib/config.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { MANAGED_DIGEST_LABEL, managedRecordDigest } from "../../lib/transform.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   formatPreview,
@@ -384,6 +385,9 @@ describe("previewNode()", () => {
       labels: {
         "example.com/product": "ESC4000A-E10",
         "failure-domain.beta.kubernetes.io/zone": "metal-a",
+        [MANAGED_DIGEST_LABEL]: managedRecordDigest(
+          '{"v":1,"labels":["example.com/product","node-role.kubernetes.io/web"],"annotations":["example.com/id"],"taints":["example.com/dedicated:NoSchedule","example.com/soft:PreferNoSchedule"]}',
+        ),
         "node-role.kubernetes.io/web": "",
         "node.cloudprovider.kubernetes.io/platform": "metal",
         "topology.kubernetes.io/zone": "metal-a",

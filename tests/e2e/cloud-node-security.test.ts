@@ -1,0 +1,225 @@
+// cloud-node against a compromised kubelet, end to end: the compiled binary in reconcile mode against
+// a real API server (NodeRestriction admission on), simulated kubelets acting with their own node
+// credentials and the fake apid. A kubelet may edit its Node's annotations but not labels under
+// node-restriction.kubernetes.io/ nor taints: a ccm-managed record it forges, naming an admin's
+// taint and restricted label, must not make the CCM remove them (the record is signed by a digest in
+// a label the kubelet cannot write); the node gets an Event, and a rule deleted from the config is
+// still reconciled away afterwards.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { V1Node, V1Taint } from "@kubernetes/client-node";
+import { KubeError, PATCH } from "../../lib/kube.ts";
+import { FakeApid } from "../support/apid.ts";
+import { TestCluster, waitFor } from "../support/cluster.ts";
+import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import { CcmProcess } from "../support/process.ts";
+
+const MANAGED = "talos.dev/ccm-managed";
+const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
+const digest = (text: string) => new Bun.CryptoHasher("sha224").update(text).digest("hex");
+
+function spec(name: string, nodeIP: string, instanceId: string): FakeNodeSpec {
+  return {
+    name,
+    nodeIPs: [nodeIP],
+    talosVersion: "v1.13.0",
+    platformMetadata: platformMetadata({ platform: "nocloud", hostname: name, zone: "zone-a", instanceId }),
+    addresses: [
+      normalizeAddress(name, { address: "127.0.0.1/8", linkName: "lo", scope: "host", flags: "permanent" }),
+      normalizeAddress(name, { address: `${nodeIP}/24`, linkName: "eth0", flags: "permanent" }),
+    ],
+  };
+}
+
+/** The node whose kubelet forges its record. */
+const FORGER = spec("forger-1", "10.40.0.1", "i-forger");
+
+const RULES = `
+global:
+  reconcile: true
+transformations:
+  - name: tier
+    labels: { example.com/tier: web }
+  - name: zone
+    annotations: { example.com/zone: "{{ .Zone }}" }
+    taints: { example.com/zone: "{{ .Zone }}:PreferNoSchedule" }
+`;
+/** RULES without the rule `zone`. */
+const RULES_WITHOUT_ZONE = `
+global:
+  reconcile: true
+transformations:
+  - name: tier
+    labels: { example.com/tier: web }
+`;
+const GENUINE_RECORD =
+  '{"v":1,"labels":["example.com/tier"],"annotations":["example.com/zone"],"taints":["example.com/zone:PreferNoSchedule"]}';
+
+/** What an admin put on the node, which its kubelet may not change. */
+const ADMIN_TAINT: V1Taint = { key: "dedicated", value: "secure", effect: "NoSchedule" };
+const POOL_LABEL = "node-restriction.kubernetes.io/pool";
+
+let cluster: TestCluster;
+let apid: FakeApid;
+let dir: string;
+let cloudConfig: string;
+let ccm: CcmProcess;
+const kubelets = new Map<string, SimulatedKubelet>();
+
+const nodePath = (name: string) => `/api/v1/nodes/${name}`;
+
+async function getNode(name: string): Promise<V1Node> {
+  return cluster.adminClient.get<V1Node>(nodePath(name));
+}
+
+const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+
+async function initialized(name: string): Promise<V1Node> {
+  let node: V1Node | undefined;
+  await waitFor(
+    async () => {
+      node = await getNode(name);
+      return !tainted(node);
+    },
+    30_000,
+    () => `node ${name} still tainted:\n${ccm.output.slice(-3000)}`,
+  );
+  return node as V1Node;
+}
+
+interface EventV1 {
+  reason: string;
+  type: string;
+  note: string;
+  regarding: { name: string };
+}
+
+async function eventsOf(name: string): Promise<EventV1[]> {
+  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
+    "/apis/events.k8s.io/v1/namespaces/default/events",
+  );
+  return list.items.filter((e) => e.regarding.name === name);
+}
+
+async function eventOf(name: string, reason: string): Promise<EventV1> {
+  let found: EventV1 | undefined;
+  await waitFor(
+    async () => {
+      found = (await eventsOf(name)).find((e) => e.reason === reason);
+      return found !== undefined;
+    },
+    10_000,
+    () => `no ${reason} Event on ${name}:\n${ccm.output.slice(-3000)}`,
+  );
+  return found as EventV1;
+}
+
+function writeConfig(text: string): void {
+  writeFileSync(`${cloudConfig}.tmp`, text);
+  renameSync(`${cloudConfig}.tmp`, cloudConfig);
+}
+
+async function register(s: FakeNodeSpec, ips = s.nodeIPs): Promise<SimulatedKubelet> {
+  const k = await SimulatedKubelet.register(cluster, { name: s.name, ips, heartbeatMs: 0 });
+  kubelets.set(s.name, k);
+  return k;
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "cloud-node-security-e2e-"));
+  [cluster, apid] = await Promise.all([TestCluster.start(), FakeApid.start({ nodes: [FORGER] })]);
+  const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
+  cloudConfig = join(dir, "ccm-config.yaml");
+  writeConfig(RULES);
+  ccm = new CcmProcess(
+    [
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--controllers=cloud-node",
+      `--cloud-config=${cloudConfig}`,
+      "--leader-elect=false",
+      "--secure-port=0",
+    ],
+    { env: { TALOSCONFIG: talosconfig } },
+  );
+  await ccm.waitForLog(/Starting controller.*cloud-node/);
+  await register(FORGER);
+});
+
+afterAll(async () => {
+  await ccm?.stop("SIGKILL");
+  for (const k of kubelets.values()) k.close();
+  await apid?.stop();
+  await cluster?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("cloud-node reconcile mode against a record forged by the node's kubelet", () => {
+  test("the admin's taint and node-restriction label stay, the record is rebuilt and signed, with an Event", async () => {
+    const name = FORGER.name;
+    const kubelet = kubelets.get(name) as SimulatedKubelet;
+    const node = await initialized(name);
+    expect(node.metadata?.annotations?.[MANAGED]).toBe(GENUINE_RECORD);
+    expect(node.metadata?.labels?.[DIGEST_LABEL]).toBe(digest(GENUINE_RECORD));
+    await cluster.adminClient.patch(
+      nodePath(name),
+      [
+        { op: "add", path: `/metadata/labels/${POOL_LABEL.replace("/", "~1")}`, value: "secure" },
+        { op: "add", path: "/spec/taints/-", value: ADMIN_TAINT },
+      ],
+      PATCH.json,
+    );
+    // The kubelet cannot remove them itself, nor re-sign a record: NodeRestriction refuses.
+    for (const label of [POOL_LABEL, DIGEST_LABEL]) {
+      const refused = await kubelet.client
+        .patch(nodePath(name), { metadata: { labels: { [label]: null } } }, PATCH.merge)
+        .then(
+          () => 200,
+          (err: unknown) => (err instanceof KubeError ? err.status : -1),
+        );
+      expect({ label, status: refused }).toEqual({ label, status: 403 });
+    }
+
+    const forged = `{"v":1,"labels":["${POOL_LABEL}"],"taints":["dedicated:NoSchedule"]}`;
+    await kubelet.client.patch(
+      nodePath(name),
+      { metadata: { annotations: { [MANAGED]: forged } } },
+      PATCH.merge,
+    );
+    const event = await eventOf(name, "UntrustedManagedRecord");
+    expect(event.type).toBe("Warning");
+    expect(event.note).toContain("does not match");
+    // The rebuild comes in the same patch as any removal would have: once it shows, nothing else will.
+    await waitFor(
+      async () => (await getNode(name)).metadata?.annotations?.[MANAGED] === GENUINE_RECORD,
+      10_000,
+      () => `record not rebuilt:\n${ccm.output.slice(-3000)}`,
+    );
+    const after = await getNode(name);
+    expect(after.spec?.taints).toContainEqual(ADMIN_TAINT);
+    expect(after.metadata?.labels?.[POOL_LABEL]).toBe("secure");
+    expect(after.metadata?.labels?.[DIGEST_LABEL]).toBe(digest(GENUINE_RECORD));
+    expect(after.metadata?.labels?.["example.com/tier"]).toBe("web");
+  });
+
+  test("afterwards a rule deleted from the config is still removed, and only what it added", async () => {
+    const name = FORGER.name;
+    writeConfig(RULES_WITHOUT_ZONE);
+    const record = '{"v":1,"labels":["example.com/tier"]}';
+    await waitFor(
+      async () => (await getNode(name)).metadata?.annotations?.[MANAGED] === record,
+      15_000,
+      () => `rule zone not reconciled away:\n${ccm.output.slice(-3000)}`,
+    );
+    const after = await getNode(name);
+    expect(after.metadata?.annotations?.["example.com/zone"]).toBeUndefined();
+    expect(after.spec?.taints?.some((t) => t.key === "example.com/zone")).toBe(false);
+    expect(after.spec?.taints).toContainEqual(ADMIN_TAINT);
+    expect(after.metadata?.labels?.[POOL_LABEL]).toBe("secure");
+    expect(after.metadata?.labels?.[DIGEST_LABEL]).toBe(digest(record));
+    expect(after.metadata?.labels?.["example.com/tier"]).toBe("web");
+  });
+});
