@@ -19,8 +19,9 @@
 //      CCM's VmHWM at the end.
 
 import { spawnSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
 import { cpus } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { Informer } from "../lib/cache.ts";
 import type { RunOptions } from "../lib/flags.ts";
 import { parseCommandLine } from "../lib/flags.ts";
@@ -49,6 +50,9 @@ const USAGE = `Usage: npm run bench -- --nodes N [flags]
                          --ccm-arg=--kube-api-qps=200); the table's header names them
   --ccm-env=K=V          extra environment for the CCM, repeatable (e.g. BUN_OPTIONS=--cpu-prof-md
                          to profile; the bench's own figures then include the profiler's cost)
+  --record-bytecode-order=DIR
+                         write the bytecode order files build.ts lays the binary out by: DIR/idle.txt
+                         from the idle start, DIR/nodes.txt from the N-node CCM (commit them in build/)
   --no-rules             run with an empty cloud config (default: one rule that reads
                          SystemInformation, the most Talos calls a node costs)
   --steady-seconds S     steady-state window (default 60)
@@ -64,6 +68,7 @@ interface BenchArgs {
   build: boolean;
   ccmArgs: string[];
   ccmEnv: Record<string, string>;
+  recordOrder: string | undefined;
   rules: boolean;
   steadySeconds: number;
   idleSeconds: number;
@@ -84,6 +89,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     build: true,
     ccmArgs: [],
     ccmEnv: {},
+    recordOrder: undefined,
     rules: true,
     steadySeconds: 60,
     idleSeconds: 10,
@@ -115,6 +121,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--no-rules") out.rules = false;
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
+    else if (name === "--record-bytecode-order") out.recordOrder = value();
     else if (name === "--ccm-env") {
       const kv = value();
       const at = kv.indexOf("=");
@@ -364,9 +371,12 @@ interface Env {
   env: Record<string, string>;
 }
 
-function startCcm(e: Env, extra: string[], port: number): CcmProcess {
+/** Starts the CCM; `orderFile` records its bytecode order there (written when it exits on SIGTERM). */
+function startCcm(e: Env, extra: string[], port: number, orderFile?: string): CcmProcess {
+  const dir = e.args.recordOrder;
+  const record = dir && orderFile ? { BUN_BYTECODE_ORDER_OUT: join(resolve(dir), orderFile) } : {};
   const ccm = new CcmProcess([...e.baseArgs, `--secure-port=${port}`, ...extra, ...e.args.ccmArgs], {
-    env: e.env,
+    env: { ...e.env, ...record },
     echo: e.args.verbose,
   });
   cleanups.push(async () => {
@@ -397,7 +407,7 @@ async function measureStartup(e: Env): Promise<number> {
 async function measureIdle(e: Env): Promise<number> {
   const port = await freePort();
   const t0 = performance.now();
-  const ccm = startCcm(e, [], port);
+  const ccm = startCcm(e, [], port, "idle.txt");
   await waitHealthz(port, ccm, t0);
   await Bun.sleep(Math.max(0, e.args.idleSeconds * 1000 - (performance.now() - t0)));
   const { rssBytes } = procSample(ccm.pid);
@@ -411,7 +421,7 @@ async function startNodePhaseCcm(e: Env, notes: string[]): Promise<{ ccm: CcmPro
   for (const controllers of [N_PHASE_CONTROLLERS, "cloud-node"]) {
     const port = await freePort();
     const t0 = performance.now();
-    const ccm = startCcm(e, [`--controllers=${controllers}`], port);
+    const ccm = startCcm(e, [`--controllers=${controllers}`], port, "nodes.txt");
     await waitHealthz(port, ccm, t0);
     await ccm.waitForLog(/Successfully acquired lease/, 60_000);
     // A controller that cannot start ends the process within moments of its start.
@@ -589,6 +599,7 @@ async function main(): Promise<void> {
   }
   ensureTestbed();
   if (args.build) buildBinary();
+  if (args.recordOrder) mkdirSync(args.recordOrder, { recursive: true });
   progress(`binary ${ccmBinary()}`);
 
   progress(`starting kube-apiserver + etcd and a fake apid with ${args.nodes} nodes`);
