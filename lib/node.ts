@@ -9,10 +9,12 @@
 //
 // Talos facts are watch-first: every Node with an IP gets one COSI Watch on its PlatformMetadata
 // and one on its AddressStatuses (streams multiplexed on the Talos client's shared channel); their
-// bootstrap contents initialize the node, later events re-queue it within moments. SystemInformation
-// (and the Talos version, when a rule uses it) is read once per node, only when rules exist. Nodes
-// whose watch is down are polled every --node-status-update-frequency by one shared timer; a
-// healthy cluster makes no periodic Talos calls.
+// bootstrap contents initialize the node, later events re-queue it within moments. The Node's IPs are
+// its kubelet's to write, so no fact from an IP is used before Talos confirms that the machine
+// answering there is that node (its Nodename, read alongside the watches; again whenever the IP or
+// the machine's identity changes). SystemInformation and the Talos version are read once per node,
+// only when a rule's template reads them. Nodes whose watch is down are polled every
+// --node-status-update-frequency by one shared timer; a healthy cluster makes no periodic Talos calls.
 
 import type { V1Taint } from "@kubernetes/client-node";
 import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
@@ -36,6 +38,9 @@ import {
   planReconcile,
   type RecordProblem,
   readManagedRecord,
+  rulesMayRead,
+  SYSTEM_INFORMATION_FIELDS,
+  TALOS_VERSION_FIELD,
   type TransformError,
   type TransformResult,
   transform,
@@ -333,21 +338,34 @@ export function describeTransformErrors(errors: readonly TransformError[]): stri
 /** The Talos client calls {@link TalosFacts} makes (a subset, so that tests can fake it). */
 export type TalosFactsClient = Pick<
   TalosClient,
-  "watch" | "platformMetadata" | "addresses" | "systemInformation" | "version" | "firstAnswer"
+  "watch" | "platformMetadata" | "addresses" | "systemInformation" | "version" | "firstAnswer" | "nodename"
 >;
 
-/** Which optional facts the rules need. */
+/** Which optional facts the rules need (each costs a Talos call per node). */
 export interface FactsNeeds {
-  /** Rules exist: the reference reads SystemInformation only then. */
+  /** A rule's template may read a SystemInformation field. */
   systemInformation: boolean;
-  /** A rule's template mentions TalosVersion. */
+  /** A rule's template may read TalosVersion. */
   talosVersion: boolean;
+}
+
+/** Talos on a node's IP is another node: the name it reported. */
+export interface NodeMismatch {
+  ip: string;
+  nodename: string;
 }
 
 /** A node's facts, or what they still wait for. */
 export type FactsState =
   | { ready: true; facts: NodeFacts /** The IP Talos answered on. */; nodeIP: string }
-  | { ready: false; waitingFor: string /** Why Talos does not answer, when it fails. */; error?: string };
+  | {
+      ready: false;
+      waitingFor: string;
+      /** Why Talos does not answer, when it fails. */
+      error?: string;
+      /** The facts came from another machine than the node (they are not used). */
+      mismatch?: NodeMismatch;
+    };
 
 /** Options of {@link TalosFacts}. */
 export interface TalosFactsOptions {
@@ -365,9 +383,9 @@ export interface TalosFactsOptions {
   now?: () => number;
 }
 
-type ReadKind = "systeminformation" | "version";
+type ReadKind = "systeminformation" | "version" | "nodename";
 
-/** A one-off read of a node (SystemInformation, Version) that failed and waits to be retried. */
+/** A one-off read of a node (SystemInformation, Version, Nodename) that failed and waits to be retried. */
 interface FailedRead {
   failures: number;
   retryAtMs: number;
@@ -388,6 +406,12 @@ class NodeWatch {
   readonly addresses = new Map<string, TalosAddressStatus>();
   /** The AddressStatus watch delivered its bootstrap contents. */
   addressesKnown = false;
+  /** The IP on which Talos confirmed that the machine is this node: facts are used only from it. */
+  confirmedIP: string | undefined;
+  /** The last IP on which Talos said it is another node. */
+  mismatch: NodeMismatch | undefined;
+  /** Platform, hostname, instance and provider ID last seen: when they change, so may the machine. */
+  identity: string | undefined;
   /** Undefined until read; null when the node has none. */
   systemInformation: SystemInformation | null | undefined;
   talosVersion: string | undefined;
@@ -421,10 +445,14 @@ class NodeWatch {
 /**
  * Every tracked node's Talos facts, from one PlatformMetadata watch (with the singleton id, so its
  * first event is the current state) and one AddressStatus watch (bootstrap contents, then
- * BOOTSTRAPPED) per node, both on the Talos client's shared channel. SystemInformation and the
- * Talos version are read once, when asked for. A dual-stack node whose watch fails moves to its
- * other IP. Nodes whose watch is down (failing, stalled, or ended on a non-retryable error) are
- * polled by one shared timer every `refreshMs`; healthy ones cost no periodic call.
+ * BOOTSTRAPPED) per node, both on the Talos client's shared channel. Facts are handed out only from
+ * an IP on which Talos confirmed the node's name (a Nodename read, made when the watches start on an
+ * IP, when the facts come from another IP, and when the machine's identity in its PlatformMetadata
+ * changes); on another name, a dual-stack node moves to its other IP, and the read is retried with
+ * backoff. SystemInformation and the Talos version are read once, when asked for. A dual-stack node
+ * whose watch fails moves to its other IP. Nodes whose watch is down (failing, stalled, or ended on a
+ * non-retryable error) are polled by one shared timer every `refreshMs`; healthy ones cost no
+ * periodic call.
  */
 export class TalosFacts {
   readonly #talos: TalosFactsClient;
@@ -481,8 +509,9 @@ export class TalosFacts {
   }
 
   /**
-   * The facts of node `name`, when everything `needs` asks for is known; starts the one-off reads
-   * it lacks (their completion calls `onChange`). Last known facts stay usable while a watch is down.
+   * The facts of node `name`, when Talos confirmed the node's identity on the IP they came from and
+   * everything `needs` asks for is known; starts the one-off reads it lacks (their completion calls
+   * `onChange`). Last known facts stay usable while a watch is down.
    */
   facts(name: string, needs: FactsNeeds): FactsState {
     const w = this.#nodes.get(name);
@@ -492,6 +521,13 @@ export class TalosFacts {
       err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
     if (!w.metadataKnown || !w.addressesKnown) return waiting(`Talos on ${w.watchIP} to answer`);
     if (!w.metadata) return waiting("Talos to publish its PlatformMetadata");
+    if (w.confirmedIP !== w.answeredIP) {
+      void this.#verify(w, w.answeredIP);
+      const what = `Talos to confirm that the machine on ${w.answeredIP} is node ${name}`;
+      if (w.mismatch?.ip === w.answeredIP)
+        return { ready: false, waitingFor: what, mismatch: { ...w.mismatch } };
+      return waiting(what, w.failedReads.get("nodename")?.error ?? error);
+    }
     if (needs.systemInformation && w.systemInformation === undefined) {
       this.#read(w, "systeminformation");
       return waiting("its SystemInformation", w.failedReads.get("systeminformation")?.error ?? error);
@@ -564,6 +600,84 @@ export class TalosFacts {
     w.startedMs = this.#now();
     void this.#watchMetadata(w, w.watchIP, abort.signal);
     void this.#watchAddresses(w, w.watchIP, abort.signal);
+    // Alongside the watches, so that confirming the node costs no round trip of its own.
+    if (w.confirmedIP !== w.watchIP) void this.#verify(w, w.watchIP);
+  }
+
+  /** Takes PlatformMetadata from `ip`; another machine identity there must be confirmed again. */
+  #setMetadata(w: NodeWatch, ip: string, metadata: PlatformMetadata | undefined): void {
+    w.metadata = metadata;
+    w.metadataKnown = true;
+    w.answeredIP = ip;
+    if (!metadata) return;
+    const identity = JSON.stringify([
+      metadata.platform,
+      metadata.hostname,
+      metadata.instanceId,
+      metadata.providerId,
+    ]);
+    if (w.identity !== undefined && w.identity !== identity) {
+      log.v(2).info("Talos machine identity changed; confirming the node again", { node: w.name, ip });
+      w.confirmedIP = undefined;
+      w.systemInformation = undefined;
+      w.talosVersion = undefined;
+      void this.#verify(w, ip);
+    }
+    w.identity = identity;
+  }
+
+  /**
+   * Asks Talos on `ip` for its node name (one read at a time, failures and refusals retried with
+   * backoff). The name of the node confirms `ip`; another name is a mismatch, and a node with another
+   * IP not just refused moves its watches there at once.
+   */
+  async #verify(w: NodeWatch, ip: string): Promise<void> {
+    const failed = w.failedReads.get("nodename");
+    if (w.reading.has("nodename") || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading.add("nodename");
+    let moveTo: number | undefined;
+    const fail = (error: string, retryNow: boolean) => {
+      const failures = (failed?.failures ?? 0) + 1;
+      w.failedReads.set("nodename", {
+        failures,
+        retryAtMs: this.#now() + (retryNow ? 0 : backoffDelay(failures - 1, this.#retryBackoff)),
+        error,
+        announced: retryNow,
+      });
+    };
+    try {
+      const nodename = await this.#talos.nodename(ip);
+      if (!this.#tracked(w)) return;
+      if (nodename === w.name) {
+        w.confirmedIP = ip;
+        w.mismatch = undefined;
+        w.failedReads.delete("nodename");
+      } else {
+        log.v(2).info("Talos on the node's IP is another node", { node: w.name, ip, nodename });
+        const refused = w.mismatch?.ip;
+        w.mismatch = { ip, nodename };
+        if (w.confirmedIP === ip) w.confirmedIP = undefined;
+        const next = (w.ips.indexOf(ip) + 1) % w.ips.length;
+        if (ip === w.watchIP && w.ips.length > 1 && w.ips[next] !== refused) moveTo = next;
+        fail(`Talos on ${ip} is node ${JSON.stringify(nodename)}`, moveTo !== undefined);
+      }
+    } catch (err) {
+      if (!this.#tracked(w)) return;
+      fail((err as Error).message, false);
+    } finally {
+      w.reading.delete("nodename");
+    }
+    if (moveTo !== undefined) {
+      // What the other machine reported must not linger until the next IP answers.
+      w.metadata = undefined;
+      w.metadataKnown = false;
+      w.identity = undefined;
+      w.addresses.clear();
+      w.addressesKnown = false;
+      w.ipIndex = moveTo;
+      this.#start(w);
+    }
+    this.#onChange(w.name);
   }
 
   async #watchMetadata(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
@@ -574,11 +688,9 @@ export class TalosFacts {
           this.#failed(w, "metadata", ev.error);
           continue;
         }
-        if (ev.type === "created" || ev.type === "updated") w.metadata = ev.resource;
-        else if (ev.type === "destroyed") w.metadata = undefined;
+        if (ev.type === "created" || ev.type === "updated") this.#setMetadata(w, ip, ev.resource);
+        else if (ev.type === "destroyed") this.#setMetadata(w, ip, undefined);
         else continue;
-        w.metadataKnown = true;
-        w.answeredIP = ip;
         this.#recovered(w, "metadata");
         this.#onChange(w.name);
       }
@@ -671,12 +783,10 @@ export class TalosFacts {
       );
       const list = await this.#talos.addresses(nodeIP, { attempts: 1 });
       if (!this.#tracked(w)) return;
-      w.metadata = value;
-      w.metadataKnown = true;
+      this.#setMetadata(w, nodeIP, value);
       w.addresses.clear();
       for (const a of list) w.addresses.set(a.id, a);
       w.addressesKnown = true;
-      w.answeredIP = nodeIP;
       if (w.down.has("ended")) {
         // The watches ended on an error that may be gone now (e.g. a fixed role): try them again.
         w.ipIndex = Math.max(0, w.ips.indexOf(nodeIP));
@@ -735,13 +845,12 @@ export class TalosFacts {
 // ---------------------------------------------------------------------------------------------
 // The controller.
 
-/** Whether any rule value mentions the TalosVersion template field (it costs a Version call). */
-function rulesUseTalosVersion(config: CompiledConfig): boolean {
-  return config.transformations.some((r) =>
-    [...r.labels, ...r.annotations, ...r.taints, ...r.platformMetadata].some((e) =>
-      e.value.source.includes("TalosVersion"),
-    ),
-  );
+/** The optional facts the rules read (each costs a Talos call per node). */
+function factsNeeds(config: CompiledConfig): FactsNeeds {
+  return {
+    systemInformation: rulesMayRead(config, SYSTEM_INFORMATION_FIELDS),
+    talosVersion: rulesMayRead(config, [TALOS_VERSION_FIELD]),
+  };
 }
 
 /** The Warning Event (reason, note) for each way a node's record can be untrustworthy. */
@@ -808,7 +917,7 @@ function controllerMetrics(reg: Registry) {
     ),
     failed: reg.counter(
       "talosccm_node_initialization_errors_total",
-      "Initialization passes that left a node tainted, by reason (talos, nodeip, kubernetes).",
+      "Initialization passes that left a node tainted, by reason (talos, identity, nodeip, kubernetes).",
       ["reason"],
     ),
     watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
@@ -832,6 +941,8 @@ export class CloudNodeController {
    * writes were based on, and the one after the status write): reconciling on those would redo them.
    */
   readonly #stale = new Map<string, Set<string>>();
+  /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
+  #needs: { config: CompiledConfig; needs: FactsNeeds } | undefined;
   #stopped = false;
 
   constructor(opts: CloudNodeOptions) {
@@ -927,11 +1038,23 @@ export class CloudNodeController {
       return;
     }
     this.#facts.track(name, ips.ips);
-    const state = this.#facts.facts(name, {
-      systemInformation: config.transformations.length > 0,
-      talosVersion: rulesUseTalosVersion(config),
-    });
+    if (this.#needs?.config !== config) this.#needs = { config, needs: factsNeeds(config) };
+    const state = this.#facts.facts(name, this.#needs.needs);
     if (!state.ready) {
+      if (state.mismatch) {
+        const { ip, nodename } = state.mismatch;
+        if (initializing) this.#m.failed.inc({ reason: "identity" });
+        this.#warn(
+          node,
+          "TalosNodeMismatch",
+          action,
+          `Talos on ${ip}, an IP of this node (${PROVIDED_NODE_IP_ANNOTATION} or InternalIP), is node ` +
+            `${JSON.stringify(nodename)}: its facts are not used, and the node ` +
+            `${initializing ? "stays tainted" : "keeps its current state"} until Talos on one of its IPs confirms its ` +
+            "name (retried with backoff)",
+        );
+        return;
+      }
       if (initializing && state.error !== undefined) {
         this.#m.failed.inc({ reason: "talos" });
         this.#warn(

@@ -13,6 +13,8 @@ import {
   type Arg,
   type Branch,
   type Command,
+  type FieldUse,
+  fieldUse,
   Parser,
   type Pipe,
   type Span,
@@ -69,6 +71,12 @@ export interface Template {
    * @throws TemplateError (code "exec")
    */
   execute(data: unknown): string;
+  /**
+   * Whether executing may read the data's top-level field `name` (found once, at parse time): false
+   * only when it surely does not, so a caller may skip fetching what feeds that field.
+   * @example parseTemplate("{{ .Zone }}").mayRead("UUID") // false; with `{{ printf "%v" . }}`: true
+   */
+  mayRead(name: string): boolean;
 }
 
 /** Evaluation steps (actions, commands, range iterations) per execution. */
@@ -447,16 +455,23 @@ function lineColumn(src: string, pos: number): { line: number; column: number } 
 
 class ParsedTemplate implements Template {
   readonly dynamicRegexes = new Map<string, RegExp>();
+  readonly #reads: FieldUse;
 
   constructor(
     readonly source: string,
     readonly name: string,
     readonly root: readonly TNode[],
     readonly regexes: ReadonlyMap<string, RegExp>,
-  ) {}
+  ) {
+    this.#reads = fieldUse(root);
+  }
 
   execute(data: unknown): string {
     return new Exec(this).run(data);
+  }
+
+  mayRead(name: string): boolean {
+    return this.#reads.all || this.#reads.names.has(name);
   }
 }
 

@@ -1,7 +1,8 @@
 // The parser of Go text/template: turns the lexer's tokens into the parse tree the executor walks
 // (the tree's types are here), with Go's checks at parse time (functions defined, variables
 // declared, {{break}} inside {{range}}, pipeline shapes) and Go's error wording. Regex patterns
-// given as string constants are compiled here, so a bad one fails when the config loads.
+// given as string constants are compiled here, so a bad one fails when the config loads. Also what
+// a tree may read of its data (fieldUse), so that callers fetch only the facts templates use.
 
 import { type NumberConst, parseNumber, unquote, unquoteChar } from "./gostrconv.ts";
 import { compileRegex, RegexError } from "./regex.ts";
@@ -396,4 +397,91 @@ export class Parser {
     if (num === undefined) this.#fail(token.pos, `illegal number syntax: ${JSON.stringify(token.text)}`);
     return num;
   }
+}
+
+/** Which top-level data fields a template may read; see {@link fieldUse}. */
+export interface FieldUse {
+  /** Every field name the template mentions, at any depth (so map keys such as `.Tags.x` count too). */
+  names: ReadonlySet<string>;
+  /** The data value itself may reach the output, a function or a range, which can read any field. */
+  all: boolean;
+}
+
+/**
+ * The data fields a parsed template may read, found without running it: a sound over-approximation.
+ * Field accesses are collected by name wherever they are (`.A.B`, `$.A`, `$x.A`, `(…).A`). The data
+ * value itself (`$`, or dot where it can still be the data, or a variable bound to either) is
+ * followed through variables and `with`; where it is printed, passed to a function (`printf "%v" .`)
+ * or ranged over, `all` is set. Variables are tracked by name, whatever their scope, until nothing
+ * changes, so an assignment in a later iteration of a range counts too.
+ * @example fieldUse(new Parser("{{ .Zone }}-{{ $.Tags.env }}", fail).parse()) // names {Zone, Tags, env}, all false
+ */
+export function fieldUse(root: readonly TNode[]): FieldUse {
+  const names = new Set<string>();
+  /** Variables that may hold the data value itself. */
+  const whole = new Set<string>(["$"]);
+  let all = false;
+
+  // Each returns whether its value may be the data value itself.
+  const arg = (a: Arg, dotIsData: boolean): boolean => {
+    switch (a.kind) {
+      case "field":
+        for (const n of a.names) names.add(n);
+        return false;
+      case "variable":
+        for (const n of a.fields) names.add(n);
+        return a.fields.length === 0 && whole.has(a.name);
+      case "chain":
+        arg(a.node, dotIsData);
+        for (const n of a.fields) names.add(n);
+        return false;
+      case "dot":
+        return dotIsData;
+      case "pipe":
+        return pipeline(a.pipe, dotIsData, false);
+      default:
+        return false;
+    }
+  };
+  const command = (cmd: Command, dotIsData: boolean, piped: boolean): boolean => {
+    const [head, ...rest] = cmd.args;
+    // A function may print or walk whole whatever it is given (and returns nothing else of it).
+    if (rest.map((a) => arg(a, dotIsData)).includes(true) || piped) all = true;
+    return head !== undefined && arg(head, dotIsData);
+  };
+  const pipeline = (pipe: Pipe, dotIsData: boolean, ranged: boolean): boolean => {
+    let isData = false;
+    for (const cmd of pipe.cmds) isData = command(cmd, dotIsData, isData);
+    // Range variables hold indexes and elements, never the value ranged over.
+    if (isData && !ranged) for (const name of pipe.decl) whole.add(name);
+    return isData;
+  };
+  const list = (nodes: readonly TNode[], dotIsData: boolean): void => {
+    for (const node of nodes) {
+      switch (node.kind) {
+        case "action":
+          if (pipeline(node.pipe, dotIsData, false) && node.pipe.decl.length === 0) all = true;
+          break;
+        case "if":
+        case "with": {
+          const isData = pipeline(node.pipe, dotIsData, false);
+          list(node.list, node.kind === "with" ? isData : dotIsData);
+          if (node.elseList) list(node.elseList, dotIsData);
+          break;
+        }
+        case "range":
+          if (pipeline(node.pipe, dotIsData, true)) all = true;
+          list(node.list, false);
+          if (node.elseList) list(node.elseList, dotIsData);
+          break;
+        default:
+          break;
+      }
+    }
+  };
+  for (let before = -1; before !== whole.size; ) {
+    before = whole.size;
+    list(root, true);
+  }
+  return { names, all };
 }

@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 import type { CompiledConfig, RuleEntry, RuleValue } from "./config.ts";
 import { registry as processRegistry, type Registry } from "./metrics.ts";
 import { matchSelector, selectorFields } from "./selector.ts";
-import type { Features, NodeFacts, PlatformMetadata, Taint } from "./types.ts";
+import type { Features, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
 import {
   ANNOTATIONS_MAX_BYTES,
   annotationsSize,
@@ -50,11 +50,28 @@ export interface TransformOptions {
   registry?: Registry;
 }
 
+/** The template fields that show SystemInformation, and the spec field each one shows. */
+const SYSTEM_INFORMATION_DATA = {
+  Manufacturer: "manufacturer",
+  ProductName: "productName",
+  Version: "version",
+  SerialNumber: "serialNumber",
+  UUID: "uuid",
+  WakeUpType: "wakeUpType",
+  SKUNumber: "skuNumber",
+} as const satisfies Record<string, keyof SystemInformation>;
+
+/** The template fields filled from SystemInformation: reading it costs a Talos call per node. */
+export const SYSTEM_INFORMATION_FIELDS: readonly string[] = Object.keys(SYSTEM_INFORMATION_DATA);
+
+/** The template field holding the node's Talos version: reading it costs a Talos call per node. */
+export const TALOS_VERSION_FIELD = "TalosVersion";
+
 /**
  * The data templates see, keyed by the reference's Go field names: PlatformMetadata (Platform,
  * Hostname, Region, Zone, InstanceType, InstanceID, ProviderID, Spot, InternalDNS, ExternalDNS,
- * Tags), SystemInformation (Manufacturer, ProductName, Version, SerialNumber, UUID, WakeUpType,
- * SKUNumber; "" when the node does not publish it) and TalosVersion.
+ * Tags), SystemInformation ({@link SYSTEM_INFORMATION_FIELDS}; "" when the node does not publish
+ * it) and TalosVersion.
  */
 export function templateData(metadata: PlatformMetadata, facts: NodeFacts): Record<string, unknown> {
   const sys = facts.systemInformation;
@@ -70,15 +87,27 @@ export function templateData(metadata: PlatformMetadata, facts: NodeFacts): Reco
     InternalDNS: metadata.internalDNS,
     ExternalDNS: metadata.externalDNS,
     Tags: { ...metadata.tags },
-    Manufacturer: sys?.manufacturer ?? "",
-    ProductName: sys?.productName ?? "",
-    Version: sys?.version ?? "",
-    SerialNumber: sys?.serialNumber ?? "",
-    UUID: sys?.uuid ?? "",
-    WakeUpType: sys?.wakeUpType ?? "",
-    SKUNumber: sys?.skuNumber ?? "",
-    TalosVersion: facts.talosVersion ?? "",
+    ...Object.fromEntries(
+      Object.entries(SYSTEM_INFORMATION_DATA).map(([field, key]) => [field, sys?.[key] ?? ""]),
+    ),
+    [TALOS_VERSION_FIELD]: facts.talosVersion ?? "",
   };
+}
+
+/**
+ * Whether any rule value's template may read one of the template data `fields` (see
+ * `Template.mayRead`); literal values read nothing. Callers fetch optional facts only then.
+ * @example rulesMayRead(config, SYSTEM_INFORMATION_FIELDS) // false for rules reading only PlatformMetadata
+ */
+export function rulesMayRead(
+  config: Pick<CompiledConfig, "transformations">,
+  fields: readonly string[],
+): boolean {
+  return config.transformations.some((rule) =>
+    [...rule.labels, ...rule.annotations, ...rule.taints, ...rule.platformMetadata].some(
+      ({ value }) => value.template !== undefined && fields.some((f) => value.template?.mayRead(f)),
+    ),
+  );
 }
 
 type Rendered = { ok: true; text: string } | { ok: false; reason: string };

@@ -1,10 +1,13 @@
 // cloud-node against a compromised kubelet, end to end: the compiled binary in reconcile mode against
 // a real API server (NodeRestriction admission on), simulated kubelets acting with their own node
-// credentials and the fake apid. A kubelet may edit its Node's annotations but not labels under
-// node-restriction.kubernetes.io/ nor taints: a ccm-managed record it forges, naming an admin's
-// taint and restricted label, must not make the CCM remove them (the record is signed by a digest in
-// a label the kubelet cannot write); the node gets an Event, and a rule deleted from the config is
-// still reconciled away afterwards.
+// credentials and the fake apid. An honest node's initialization costs 3 Talos calls (2 watches and
+// the Nodename that confirms the machine is that node; no rule here reads SystemInformation).
+// A kubelet may edit its Node's annotations but not labels under node-restriction.kubernetes.io/ nor
+// taints: a ccm-managed record it forges, naming an admin's taint and restricted label, must not make
+// the CCM remove them (the record is signed by a digest in a label the kubelet cannot write); the node
+// gets an Event, and a rule deleted from the config is still reconciled away afterwards. A kubelet
+// claiming another node's IP (at registration, or later in its annotation) must not get that
+// machine's facts, nor the role a rule grants by them: its Node stays as it was, with an Event.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -13,9 +16,9 @@ import { join } from "node:path";
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
 import { KubeError, PATCH } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
-import { TestCluster, waitFor } from "../support/cluster.ts";
+import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
-import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { CcmProcess } from "../support/process.ts";
 
 const MANAGED = "talos.dev/ccm-managed";
@@ -37,7 +40,21 @@ function spec(name: string, nodeIP: string, instanceId: string): FakeNodeSpec {
 
 /** The node whose kubelet forges its record. */
 const FORGER = spec("forger-1", "10.40.0.1", "i-forger");
+/** The node whose IP the others claim; a rule grants it a role by its instance ID. */
+const VICTIM = spec("victim-1", "10.40.0.2", "i-victim");
+/** A machine whose kubelet registers with the victim's IP. */
+const LIAR = spec("liar-1", "10.40.0.3", "i-liar");
+/** A machine whose kubelet registers honestly, then writes the victim's IP in its annotation. */
+const SWITCHER = spec("switcher-1", "10.40.0.4", "i-switcher");
 
+/** Grants a role by PlatformMetadata: what a kubelet lying about its IP would be after. */
+const ROLE_RULE = `
+  - name: secure-role
+    nodeSelector:
+      - matchExpressions:
+          - { key: instanceId, operator: In, values: [i-victim] }
+    labels: { node-role.kubernetes.io/secure: "" }`;
+const ROLE_LABEL = "node-role.kubernetes.io/secure";
 const RULES = `
 global:
   reconcile: true
@@ -46,7 +63,7 @@ transformations:
     labels: { example.com/tier: web }
   - name: zone
     annotations: { example.com/zone: "{{ .Zone }}" }
-    taints: { example.com/zone: "{{ .Zone }}:PreferNoSchedule" }
+    taints: { example.com/zone: "{{ .Zone }}:PreferNoSchedule" }${ROLE_RULE}
 `;
 /** RULES without the rule `zone`. */
 const RULES_WITHOUT_ZONE = `
@@ -54,7 +71,7 @@ global:
   reconcile: true
 transformations:
   - name: tier
-    labels: { example.com/tier: web }
+    labels: { example.com/tier: web }${ROLE_RULE}
 `;
 const GENUINE_RECORD =
   '{"v":1,"labels":["example.com/tier"],"annotations":["example.com/zone"],"taints":["example.com/zone:PreferNoSchedule"]}';
@@ -68,6 +85,7 @@ let apid: FakeApid;
 let dir: string;
 let cloudConfig: string;
 let ccm: CcmProcess;
+let port: number;
 const kubelets = new Map<string, SimulatedKubelet>();
 
 const nodePath = (name: string) => `/api/v1/nodes/${name}`;
@@ -131,22 +149,28 @@ async function register(s: FakeNodeSpec, ips = s.nodeIPs): Promise<SimulatedKube
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "cloud-node-security-e2e-"));
-  [cluster, apid] = await Promise.all([TestCluster.start(), FakeApid.start({ nodes: [FORGER] })]);
+  [cluster, apid] = await Promise.all([
+    TestCluster.start(),
+    FakeApid.start({ nodes: [FORGER, VICTIM, LIAR, SWITCHER] }),
+  ]);
   const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
   cloudConfig = join(dir, "ccm-config.yaml");
   writeConfig(RULES);
+  port = await freePort();
   ccm = new CcmProcess(
     [
       `--kubeconfig=${cluster.adminKubeconfig}`,
       "--controllers=cloud-node",
       `--cloud-config=${cloudConfig}`,
       "--leader-elect=false",
-      "--secure-port=0",
+      "--bind-address=127.0.0.1",
+      `--secure-port=${port}`,
+      "--authorization-always-allow-paths=/metrics",
     ],
     { env: { TALOSCONFIG: talosconfig } },
   );
   await ccm.waitForLog(/Starting controller.*cloud-node/);
-  await register(FORGER);
+  await Promise.all([register(FORGER), register(VICTIM)]);
 });
 
 afterAll(async () => {
@@ -155,6 +179,21 @@ afterAll(async () => {
   await apid?.stop();
   await cluster?.stop();
   rmSync(dir, { recursive: true, force: true });
+});
+
+describe("cloud-node initialization cost", () => {
+  test("an honest node costs 3 Talos calls: 2 watches and the Nodename that confirms it (no rule reads SystemInformation)", async () => {
+    for (const s of [FORGER, VICTIM]) {
+      await initialized(s.name);
+      const ip = s.nodeIPs[0] as string;
+      expect({
+        node: s.name,
+        watches: apid.calls({ node: ip, method: "Watch" }),
+        nodename: apid.calls({ node: ip, method: "Get", type: "Nodenames.kubernetes.talos.dev" }),
+        calls: apid.calls({ node: ip }),
+      }).toEqual({ node: s.name, watches: 2, nodename: 1, calls: 3 });
+    }
+  });
 });
 
 describe("cloud-node reconcile mode against a record forged by the node's kubelet", () => {
@@ -221,5 +260,58 @@ describe("cloud-node reconcile mode against a record forged by the node's kubele
     expect(after.metadata?.labels?.[POOL_LABEL]).toBe("secure");
     expect(after.metadata?.labels?.[DIGEST_LABEL]).toBe(digest(record));
     expect(after.metadata?.labels?.["example.com/tier"]).toBe("web");
+  });
+});
+
+describe("cloud-node against a kubelet claiming another node's IP", () => {
+  const victimIP = VICTIM.nodeIPs[0] as string;
+
+  test("at registration: it stays uninitialized, without the other machine's facts or role, with an Event and a metric", async () => {
+    const victim = await initialized(VICTIM.name);
+    expect(victim.spec?.providerID).toBe(`talos://nocloud/${victimIP}`);
+    expect(victim.metadata?.labels?.[ROLE_LABEL]).toBe("");
+    const liar = await register(LIAR, [victimIP]);
+    const event = await eventOf(LIAR.name, "TalosNodeMismatch");
+    expect(event.type).toBe("Warning");
+    expect(event.note).toContain(`Talos on ${victimIP}`);
+    expect(event.note).toContain(`"${VICTIM.name}"`);
+    expect(event.note).toContain("stays tainted");
+    const node = await getNode(LIAR.name);
+    expect(tainted(node)).toBe(true);
+    expect(node.spec?.providerID).toBeUndefined();
+    expect(node.metadata?.labels?.[ROLE_LABEL]).toBeUndefined();
+    expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBeUndefined();
+    expect(node.status?.addresses).toEqual(liar.addresses());
+    const text = await (
+      await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })
+    ).text();
+    expect(
+      Number(text.match(/^talosccm_node_initialization_errors_total\{reason="identity"\} (\d+)$/m)?.[1]),
+    ).toBeGreaterThanOrEqual(1);
+    // The machine whose IP it claimed is as it was, and was never suspected.
+    expect(await getNode(VICTIM.name)).toMatchObject({
+      spec: { providerID: victim.spec?.providerID },
+      metadata: { labels: victim.metadata?.labels },
+      status: { addresses: victim.status?.addresses },
+    });
+    expect((await eventsOf(VICTIM.name)).map((e) => e.reason)).not.toContain("TalosNodeMismatch");
+  });
+
+  test("later, by editing its annotation: the initialized node keeps its state, with an Event", async () => {
+    const kubelet = await register(SWITCHER);
+    const before = await initialized(SWITCHER.name);
+    expect(before.spec?.providerID).toBe(`talos://nocloud/${SWITCHER.nodeIPs[0]}`);
+    await kubelet.client.patch(
+      nodePath(SWITCHER.name),
+      { metadata: { annotations: { [PROVIDED_NODE_IP]: victimIP } } },
+      PATCH.merge,
+    );
+    const event = await eventOf(SWITCHER.name, "TalosNodeMismatch");
+    expect(event.note).toContain(`"${VICTIM.name}"`);
+    expect(event.note).toContain("keeps its current state");
+    const after = await getNode(SWITCHER.name);
+    expect(after.spec?.providerID).toBe(before.spec?.providerID);
+    expect(after.metadata?.labels).toEqual(before.metadata?.labels);
+    expect(after.status?.addresses).toEqual(before.status?.addresses);
   });
 });

@@ -4,9 +4,9 @@
 // characters pass through untouched and templated taint values are rendered (reference weakness
 // 4); a node without SystemInformation and a node without the provided-node-ip annotation both
 // initialize; a rule value Kubernetes would refuse is skipped with an Event and a metric while the
-// node still initializes; each node costs at most 3 Talos calls and 2 Node writes. A bad regex stops
-// start-up before the cluster is touched, and `PreferIPv6` draws a warning naming `preferIPv6`
-// (reference weakness 3).
+// node still initializes; each node costs 4 Talos calls (2 watches, Nodename, SystemInformation, as a
+// rule reads it) and at most 2 Node writes. A bad regex stops start-up before the cluster is touched,
+// and `PreferIPv6` draws a warning naming `preferIPv6` (reference weakness 3).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -533,7 +533,7 @@ describe("cloud-node beyond the fixtures", () => {
     expect(text).toMatch(/^talosccm_node_initialization_duration_seconds_count 11$/m);
   });
 
-  test("initialization costs at most 3 Talos calls and 2 Node writes per node (1 when the addresses are right)", async () => {
+  test("initialization costs 2 watches, a Nodename and (a rule reads it) a SystemInformation read, and 2 Node writes per node (1 when the addresses are right)", async () => {
     const all = [...specs.entries(), ["fallback", FALLBACK] as const];
     for (const [, spec] of all) await initialized(spec.name);
     await Bun.sleep(1_000);
@@ -544,15 +544,25 @@ describe("cloud-node beyond the fixtures", () => {
       );
     for (const [fixture, spec] of all) {
       const nodeIP = spec.nodeIPs[0] as string;
-      // Watches of PlatformMetadata and AddressStatuses, and one SystemInformation read (rules exist).
+      // Watches of PlatformMetadata and AddressStatuses, the Nodename that confirms the machine is
+      // this node, and one SystemInformation read (rule "everyone" reads .Manufacturer). Rules that
+      // read no SystemInformation field cost 3 (tests/e2e/cloud-node-security.test.ts).
       expect({
         node: spec.name,
         watches: apid.calls({ node: nodeIP, method: "Watch" }),
+        nodename: apid.calls({ node: nodeIP, method: "Get", type: "Nodenames.kubernetes.talos.dev" }),
+        systemInformation: apid.calls({
+          node: nodeIP,
+          method: "Get",
+          type: "SystemInformations.hardware.talos.dev",
+        }),
         calls: apid.calls({ node: nodeIP }),
       }).toEqual({
         node: spec.name,
         watches: 2,
-        calls: 3,
+        nodename: 1,
+        systemInformation: 1,
+        calls: 4,
       });
       // The kubelet reported InternalIP per node IP and Hostname; status is written only when that differs.
       const kubeletAddresses = [...spec.nodeIPs.map(ip), host(spec.name)];

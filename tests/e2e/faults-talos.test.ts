@@ -16,7 +16,7 @@ import { type FakeNodeSpec, generateNodes, normalizeAddress } from "../support/f
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { CcmProcess } from "../support/process.ts";
 
-/** Rules exist, so every node also costs a SystemInformation read (a unary call besides the watches). */
+/** A rule reads SystemInformation: every node costs that read besides its watches and Nodename read. */
 const CLOUD_CONFIG = `
 transformations:
   - name: uuid
@@ -168,16 +168,17 @@ describe("the apid killed and restarted", () => {
 /**
  * Most Talos calls routed to a node in `windowMs` while its route flaps: each of its two watches
  * resubscribes at most once per 250 ms (half the 500 ms first backoff; an established stream resets
- * it); a SystemInformation read makes up to 5 attempts at least 250 ms apart, and a failed read is
- * retried after a backoff of at least 500 ms; a down node is polled (a Get and a List) every
- * refresh period.
+ * it); a SystemInformation read and a Nodename read (which confirms the machine is the node) each
+ * make up to 5 attempts at least 250 ms apart, one at a time, and a failed read is retried after a
+ * backoff of at least 500 ms; a down node is polled (a Get and a List) every refresh period.
  */
 function flappingBound(windowMs: number): number {
   const perBackoff = Math.floor(windowMs / 250) + 1;
   const watches = 2 * perBackoff;
   const systemInformation = perBackoff;
+  const nodename = perBackoff;
   const polls = 2 * (Math.floor(windowMs / REFRESH_MS) + 1);
-  return watches + systemInformation + polls;
+  return watches + systemInformation + nodename + polls;
 }
 
 describe("one node's Talos API flapping", () => {

@@ -8,6 +8,7 @@ import {
   type DesiredNode,
   type DesiredOptions,
   desiredNode,
+  type FactsState,
   instanceFacts,
   type JsonPatchOp,
   nodePatch,
@@ -701,6 +702,14 @@ class FakeTalos implements TalosFactsClient {
     this.calls.push(`get systeminformation ${ip}`);
     return this.systemInfo;
   }) as TalosFactsClient["systemInformation"];
+  /** The node name Talos reports per IP; node-1 elsewhere. */
+  readonly nodenames = new Map<string, string>();
+  nodenameFails: Error | undefined;
+  nodename = (async (ip: string) => {
+    this.calls.push(`get nodename ${ip}`);
+    if (this.nodenameFails) throw this.nodenameFails;
+    return this.nodenames.get(ip) ?? "node-1";
+  }) as TalosFactsClient["nodename"];
   version = (async () => {
     this.calls.push("version");
     return { tag: "v1.13.0", sha: "", arch: "amd64", platform: "metal" };
@@ -739,7 +748,7 @@ describe("TalosFacts", () => {
     return { talos, facts, changes, advance: (ms: number) => (now += ms) };
   }
 
-  test("TalosFacts builds the facts from the watches' bootstrap contents and one SystemInformation read", async () => {
+  test("TalosFacts builds the facts from the watches' bootstrap contents, one Nodename and one SystemInformation read", async () => {
     const { talos, facts, changes } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     expect(facts.facts("node-1", needs)).toEqual({ ready: false, waitingFor: "Talos on 10.0.0.5 to answer" });
@@ -762,6 +771,7 @@ describe("TalosFacts", () => {
     expect(talos.calls).toEqual([
       "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get nodename 10.0.0.5",
       "get systeminformation 10.0.0.5",
     ]);
     expect(changes.length).toBeGreaterThanOrEqual(3);
@@ -790,6 +800,9 @@ describe("TalosFacts", () => {
   test("TalosFacts marks a failing watch down, polls it only after the refresh period, and recovers", async () => {
     const { talos, facts, changes, advance } = setup({ refreshMs: 60_000 });
     facts.track("node-1", ["10.0.0.5"]);
+    await settle();
+    changes.length = 0;
+    talos.calls.length = 0;
     talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "node is down" });
     await settle();
     expect(facts.isDown("node-1")).toBe(true);
@@ -800,7 +813,7 @@ describe("TalosFacts", () => {
     });
     expect(changes).toEqual(["node-1"]);
     facts.tick();
-    expect(talos.calls.filter((c) => !c.startsWith("watch"))).toEqual([]);
+    expect(talos.calls).toEqual([]);
     advance(60_000);
     talos.pollAddresses = [address("10.0.0.5/24", "eth0")];
     facts.tick();
@@ -838,7 +851,11 @@ describe("TalosFacts", () => {
       facts.tick();
     }
     await settle();
-    expect(talos.calls).toEqual(["watch platformmetadata 10.0.0.5", "watch addresses 10.0.0.5"]);
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.5",
+      "watch addresses 10.0.0.5",
+      "get nodename 10.0.0.5",
+    ]);
     facts.close();
   });
 
@@ -894,8 +911,10 @@ describe("TalosFacts", () => {
     expect(talos.calls).toEqual([
       "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get nodename 10.0.0.5",
       "watch platformmetadata 10.0.0.6",
       "watch addresses 10.0.0.6",
+      "get nodename 10.0.0.6",
     ]);
     expect(facts.stats()).toEqual({ nodes: 0, down: 0 });
     facts.close();
@@ -910,8 +929,10 @@ describe("TalosFacts", () => {
     expect(talos.calls).toEqual([
       "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get nodename 10.0.0.5",
       "watch platformmetadata fd00::5",
       "watch addresses fd00::5",
+      "get nodename fd00::5",
     ]);
     expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
     talos
@@ -951,7 +972,7 @@ describe("TalosFacts", () => {
       error: "Cannot get SystemInformation: unavailable",
     });
     // Asking again before the retry time makes no call.
-    expect(talos.calls.filter((c) => c.startsWith("get")).length).toBe(1);
+    expect(talos.calls.filter((c) => c.startsWith("get systeminformation")).length).toBe(1);
     changes.length = 0;
     fail = false;
     advance(10);
@@ -960,7 +981,158 @@ describe("TalosFacts", () => {
     facts.facts("node-1", needs);
     await settle();
     expect(facts.facts("node-1", needs)).toMatchObject({ ready: true });
-    expect(talos.calls.filter((c) => c.startsWith("get")).length).toBe(2);
+    expect(talos.calls.filter((c) => c.startsWith("get systeminformation")).length).toBe(2);
+    facts.close();
+  });
+
+  /** Delivers PlatformMetadata and an empty address list on `ip`'s watches. */
+  function bootstrapOn(talos: FakeTalos, ip: string, meta = metadata({})) {
+    talos
+      .stream(ip, "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: meta });
+    talos.stream(ip, "addresses").push({ type: "bootstrapped" });
+  }
+  const bare = { systemInformation: false, talosVersion: false };
+
+  test("TalosFacts hands out no facts from an IP whose Talos is another node, and retries with backoff", async () => {
+    const { talos, facts, changes, advance } = setup();
+    talos.nodenames.set("10.0.0.5", "node-2");
+    facts.track("node-1", ["10.0.0.5"]);
+    bootstrapOn(talos, "10.0.0.5");
+    await settle();
+    const refused: FactsState = {
+      ready: false,
+      waitingFor: "Talos to confirm that the machine on 10.0.0.5 is node node-1",
+      mismatch: { ip: "10.0.0.5", nodename: "node-2" },
+    };
+    expect(facts.facts("node-1", needs)).toEqual(refused);
+    await settle();
+    expect(facts.facts("node-1", needs)).toEqual(refused);
+    // Neither SystemInformation nor another Nodename read before the backoff has passed.
+    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual(["get nodename 10.0.0.5"]);
+    // The machine is renamed (an honest misconfiguration fixed): the retry, announced by the timer, confirms it.
+    talos.nodenames.delete("10.0.0.5");
+    changes.length = 0;
+    advance(10);
+    facts.tick();
+    expect(changes).toEqual(["node-1"]);
+    facts.facts("node-1", needs);
+    await settle();
+    facts.facts("node-1", needs);
+    await settle();
+    expect(facts.facts("node-1", needs)).toMatchObject({ ready: true, nodeIP: "10.0.0.5" });
+    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+      "get nodename 10.0.0.5",
+      "get nodename 10.0.0.5",
+      "get systeminformation 10.0.0.5",
+    ]);
+    facts.close();
+  });
+
+  test("TalosFacts waits, with the error, while Talos cannot say which node it is", async () => {
+    const { talos, facts } = setup();
+    talos.nodenameFails = new TalosNotFoundError("Cannot get Nodenames.kubernetes.talos.dev: not found");
+    facts.track("node-1", ["10.0.0.5"]);
+    bootstrapOn(talos, "10.0.0.5");
+    await settle();
+    expect(facts.facts("node-1", bare)).toEqual({
+      ready: false,
+      waitingFor: "Talos to confirm that the machine on 10.0.0.5 is node node-1",
+      error: "Cannot get Nodenames.kubernetes.talos.dev: not found",
+    });
+    facts.close();
+  });
+
+  test("TalosFacts moves a node claiming another node's IP to its other IP, where Talos confirms it", async () => {
+    const { talos, facts } = setup();
+    talos.nodenames.set("10.0.0.9", "node-2");
+    facts.track("node-1", ["10.0.0.9", "fd00::5"]);
+    bootstrapOn(talos, "10.0.0.9");
+    await settle();
+    await settle();
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.9",
+      "watch addresses 10.0.0.9",
+      "get nodename 10.0.0.9",
+      "watch platformmetadata fd00::5",
+      "watch addresses fd00::5",
+      "get nodename fd00::5",
+    ]);
+    expect(talos.stream("10.0.0.9", "platformmetadata").active).toBe(0);
+    // The other machine's facts are gone with its watches.
+    expect(facts.facts("node-1", bare)).toEqual({ ready: false, waitingFor: "Talos on fd00::5 to answer" });
+    bootstrapOn(talos, "fd00::5", metadata({ hostname: "own" }));
+    await settle();
+    expect(facts.facts("node-1", bare)).toEqual({
+      ready: true,
+      nodeIP: "fd00::5",
+      facts: { platformMetadata: metadata({ hostname: "own" }), addresses: [] },
+    });
+    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+      "get nodename 10.0.0.9",
+      "get nodename fd00::5",
+    ]);
+    facts.close();
+  });
+
+  test("TalosFacts stops after trying each IP once when all lead to other nodes", async () => {
+    const { talos, facts } = setup();
+    talos.nodenames.set("10.0.0.9", "node-2");
+    talos.nodenames.set("fd00::9", "node-3");
+    facts.track("node-1", ["10.0.0.9", "fd00::9"]);
+    for (let i = 0; i < 5; i++) await settle();
+    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+      "get nodename 10.0.0.9",
+      "get nodename fd00::9",
+    ]);
+    bootstrapOn(talos, "fd00::9");
+    await settle();
+    expect(facts.facts("node-1", bare)).toMatchObject({
+      ready: false,
+      mismatch: { ip: "fd00::9", nodename: "node-3" },
+    });
+    facts.close();
+  });
+
+  test("TalosFacts confirms the node again when the machine's identity changes, not on other metadata changes", async () => {
+    const { talos, facts } = setup();
+    facts.track("node-1", ["10.0.0.5"]);
+    bootstrapOn(talos, "10.0.0.5", metadata({ instanceId: "i-1" }));
+    await settle();
+    expect(facts.facts("node-1", needs)).toMatchObject({ ready: false, waitingFor: "its SystemInformation" });
+    await settle();
+    expect(facts.facts("node-1", needs)).toMatchObject({ ready: true });
+    const meta = talos.stream("10.0.0.5", "platformmetadata");
+    meta.push({
+      type: "updated",
+      id: "platformmetadata",
+      version: "2",
+      resource: metadata({ instanceId: "i-1", zone: "z" }),
+    });
+    await settle();
+    expect(facts.facts("node-1", needs)).toMatchObject({ ready: true });
+    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+      "get nodename 10.0.0.5",
+      "get systeminformation 10.0.0.5",
+    ]);
+    // Another machine now answers on the IP.
+    talos.nodenames.set("10.0.0.5", "node-2");
+    meta.push({
+      type: "updated",
+      id: "platformmetadata",
+      version: "3",
+      resource: metadata({ instanceId: "i-2" }),
+    });
+    await settle();
+    expect(facts.facts("node-1", needs)).toMatchObject({
+      ready: false,
+      mismatch: { ip: "10.0.0.5", nodename: "node-2" },
+    });
+    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+      "get nodename 10.0.0.5",
+      "get systeminformation 10.0.0.5",
+      "get nodename 10.0.0.5",
+    ]);
     facts.close();
   });
 
@@ -1011,6 +1183,7 @@ function applyJsonPatch(target: Record<string, unknown>, ops: JsonPatchOp[]): vo
 
 function controllerSetup(node: LeanNode, config: Partial<CompiledConfig> = {}) {
   const talos = new FakeTalos();
+  const registry = new Registry();
   const store = new Map([[node.metadata.name, structuredClone(node)]]);
   const writes: string[] = [];
   const events: string[] = [];
@@ -1068,13 +1241,13 @@ function controllerSetup(node: LeanNode, config: Partial<CompiledConfig> = {}) {
         events.push(`${type} ${reason} ${target.name}`);
       },
     },
-    registry: new Registry(),
+    registry,
     config: { current: compiled, onChange: () => () => {} },
     talos,
     workers: 1,
     statusUpdateFrequencyMs: 60_000,
   });
-  return { talos, store, writes, events, controller };
+  return { talos, store, writes, events, controller, registry };
 }
 
 describe("CloudNodeController.reconcile()", () => {
@@ -1137,7 +1310,12 @@ describe("CloudNodeController.reconcile()", () => {
     });
     await controller.reconcile("node-1");
     expect(writes.length).toBe(2);
-    expect(talos.calls).toEqual(["watch platformmetadata 10.0.0.5", "watch addresses 10.0.0.5"]);
+    // No rule reads SystemInformation: the watches and the Nodename read are all.
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.5",
+      "watch addresses 10.0.0.5",
+      "get nodename 10.0.0.5",
+    ]);
   });
 
   /** Bootstraps node-1's watches with bare-metal facts. */
@@ -1210,6 +1388,42 @@ describe("CloudNodeController.reconcile()", () => {
     // The rebuilt record is believed: a later pass neither warns nor writes.
     await controller.reconcile("node-1");
     expect(events).toEqual(["Warning UntrustedManagedRecord node-1"]);
+  });
+
+  test("CloudNodeController.reconcile() leaves a node whose IP leads to another node tainted, with an Event and a metric", async () => {
+    const { talos, store, writes, events, controller, registry } = controllerSetup(lean({}));
+    talos.nodenames.set("10.0.0.5", "node-2");
+    await controller.reconcile("node-1");
+    await bootstrap(talos);
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    expect(events).toEqual(["Warning TalosNodeMismatch node-1"]);
+    expect(store.get("node-1")?.spec.taints).toEqual([UNINIT, NOT_READY]);
+    expect(registry.expose()).toContain('talosccm_node_initialization_errors_total{reason="identity"} 1');
+  });
+
+  test("CloudNodeController.reconcile() keeps an initialized node as it is when its IP now leads to another node", async () => {
+    const node = lean({
+      taints: [NOT_READY],
+      providerID: "talos://metal/10.0.0.5",
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.7" },
+    });
+    const { talos, store, writes, events, controller, registry } = controllerSetup(node);
+    talos.nodenames.set("10.0.0.7", "node-2");
+    await controller.reconcile("node-1");
+    talos.stream("10.0.0.7", "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: metadata({ platform: "nocloud", hostname: "node-2", zone: "elsewhere" }),
+    });
+    talos.stream("10.0.0.7", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    expect(events).toEqual(["Warning TalosNodeMismatch node-1"]);
+    expect(store.get("node-1")).toEqual(node);
+    expect(registry.expose()).not.toContain('reason="identity"');
   });
 
   test("CloudNodeController.reconcile() leaves a node whose Talos is down tainted, with a Warning Event", async () => {

@@ -709,3 +709,81 @@ describe("parseTemplate() properties", () => {
     );
   });
 });
+
+describe("Template.mayRead()", () => {
+  test.each<[string, string, boolean]>([
+    ["a field it names", "{{ .UUID }}", true],
+    ["a field it does not name", '{{ .Zone }}-{{ index .Tags "env" }}', false],
+    ["a field named through $", "{{ with .Tags }}{{ $.UUID }}{{ end }}", true],
+    ["a field named through a variable bound to the data", "{{ $d := . }}{{ $d.UUID }}", true],
+    ["a field named after a parenthesized pipeline", "{{ (.).UUID }}", true],
+    ["a map key of the same name (over-approximated)", "{{ .Tags.UUID }}", true],
+    ["the data printed", "{{ . }}", true],
+    ["$ printed", "{{ $ }}", true],
+    ["the data given to a function", '{{ printf "%v" . }}', true],
+    ["the data piped into a function", '{{ $ | printf "%v" }}', true],
+    ["the data given to index", '{{ index . "UUID" }}', true],
+    ["the data ranged over (its error prints it)", "{{ range . }}{{ end }}", true],
+    ["dot bound to the data by with, printed", "{{ with $ }}{{ . }}{{ end }}", true],
+    ["dot bound to the data by with, one field read", "{{ with $ }}{{ .Zone }}{{ end }}", false],
+    ["dot bound to a map by with, printed", "{{ with .Tags }}{{ . }}{{ end }}", false],
+    ["range variables printed", "{{ range $k, $v := .Tags }}{{ $k }}={{ $v }}{{ end }}", false],
+    ["range elements printed", "{{ range .Tags }}{{ . }}{{ end }}", false],
+    ["the data only tested for truth", "{{ if . }}yes{{ end }}", false],
+    ["a variable bound to the data, printed", "{{ $d := $ }}{{ $d }}", true],
+    ["a variable bound to a string, printed", "{{ $d := .Zone }}{{ $d }}", false],
+    [
+      "a variable that becomes the data in a later range iteration",
+      '{{ $d := "" }}{{ range .Tags }}{{ $d }}{{ $d = $ }}{{ end }}',
+      true,
+    ],
+  ])("Template.mayRead() of UUID in %s", (_name, source, want) => {
+    expect(parseTemplate(source, "t").mayRead("UUID")).toBe(want);
+  });
+
+  test("Template.mayRead() is sound: a field it says is not read never changes the output", () => {
+    const value = fc.constantFrom(
+      ".Zone",
+      ".UUID",
+      "$.UUID",
+      ".",
+      "$",
+      "$x",
+      ".Tags",
+      ".Tags.env",
+      '"lit"',
+      "(.)",
+    );
+    const { list } = fc.letrec<{ node: string; list: string }>((tie) => ({
+      node: fc.oneof(
+        { depthSize: "small", withCrossShrink: true },
+        value.map((v) => `{{ ${v} }}`),
+        value.map((v) => `{{ printf "%v" ${v} }}`),
+        value.map((v) => `{{ ${v} | len }}`),
+        value.map((v) => `{{ $x = ${v} }}`),
+        fc.tuple(value, tie("list")).map(([v, body]) => `{{ with ${v} }}${body}{{ end }}`),
+        fc
+          .tuple(value, tie("list"), tie("list"))
+          .map(([v, a, b]) => `{{ if ${v} }}${a}{{ else }}${b}{{ end }}`),
+        fc.tuple(value, tie("list")).map(([v, body]) => `{{ range ${v} }}${body}{{ end }}`),
+        fc.constant("-"),
+      ),
+      list: fc.array(tie("node"), { maxLength: 3 }).map((nodes) => nodes.join("")),
+    }));
+    const outcome = (t: Template, values: unknown) => {
+      try {
+        return t.execute(values);
+      } catch (err) {
+        return `error: ${(err as Error).message}`;
+      }
+    };
+    fc.assert(
+      fc.property(value, list, fc.constantFrom("UUID", "Zone"), (init, body, field) => {
+        const t = parseTemplate(`{{ $x := ${init} }}${body}`, "t");
+        if (t.mayRead(field)) return;
+        expect(outcome(t, { ...data, [field]: "changed" })).toBe(outcome(t, data));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+});

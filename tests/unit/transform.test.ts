@@ -13,7 +13,10 @@ import {
   planReconcile,
   type ReconcilePlan,
   readManagedRecord,
+  rulesMayRead,
+  SYSTEM_INFORMATION_FIELDS,
   serializeManagedRecord,
+  TALOS_VERSION_FIELD,
   type TransformResult,
   templateData,
   transform,
@@ -77,6 +80,7 @@ const boom = {
     execute: () => {
       throw new Error("boom");
     },
+    mayRead: () => false,
   },
 };
 
@@ -268,6 +272,54 @@ describe("transform() templates (weakness 4)", () => {
       SKUNumber: "t2.micro",
       TalosVersion: "v1.9.0",
     });
+  });
+
+  test("SYSTEM_INFORMATION_FIELDS are exactly the template fields SystemInformation fills", () => {
+    const without = templateData(metadata, facts());
+    const with_ = templateData(metadata, facts({}, { systemInformation: sysinfo }));
+    const differ = Object.keys(with_).filter((k) => JSON.stringify(with_[k]) !== JSON.stringify(without[k]));
+    expect(differ).toEqual([...SYSTEM_INFORMATION_FIELDS]);
+    expect(Object.keys(without)).toContain(TALOS_VERSION_FIELD);
+  });
+
+  test.each<[string, string, { systemInformation: boolean; talosVersion: boolean }]>([
+    ["no rules", "transformations: []", { systemInformation: false, talosVersion: false }],
+    [
+      "PlatformMetadata fields only (a string equal to a field name reads nothing)",
+      'transformations:\n  - labels: {a: "{{ .Zone }}-{{ index .Tags \\"UUID\\" }}"}',
+      { systemInformation: false, talosVersion: false },
+    ],
+    [
+      "a literal naming a field",
+      "transformations:\n  - labels: {a: UUID}\n    annotations: {example.com/b: TalosVersion}",
+      { systemInformation: false, talosVersion: false },
+    ],
+    [
+      "a SystemInformation field in a taint",
+      'transformations:\n  - taints: {example.com/t: "{{ .SKUNumber }}:NoSchedule"}',
+      { systemInformation: true, talosVersion: false },
+    ],
+    [
+      "a SystemInformation field in a metadata override",
+      'transformations:\n  - platformMetadata: {ProviderID: "x://{{ .SerialNumber }}"}',
+      { systemInformation: true, talosVersion: false },
+    ],
+    [
+      "TalosVersion in an annotation",
+      'transformations:\n  - annotations: {example.com/v: "{{ .TalosVersion }}"}',
+      { systemInformation: false, talosVersion: true },
+    ],
+    [
+      "the whole data printed",
+      "transformations:\n  - annotations: {example.com/all: '{{ printf \"%v\" . }}'}",
+      { systemInformation: true, talosVersion: true },
+    ],
+  ])("rulesMayRead() with %s", (_name, text, want) => {
+    const config = parseConfig(text);
+    expect({
+      systemInformation: rulesMayRead(config, SYSTEM_INFORMATION_FIELDS),
+      talosVersion: rulesMayRead(config, [TALOS_VERSION_FIELD]),
+    }).toEqual(want);
   });
 
   test("transform() works with the reference's documented template functions", () => {
