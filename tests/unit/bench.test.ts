@@ -1,0 +1,188 @@
+// The benchmark harness' pure parts: budgets and verdicts, the JSON object's exact keys, the table,
+// /proc parsing, the command line and the cluster-size QPS tuning. (The figures themselves are
+// measured by `npm run bench`, never asserted here.)
+
+import { describe, expect, test } from "bun:test";
+import { parseBenchArgs, qpsTuning } from "../bench.ts";
+import { parseStatCpu, parseStatus } from "../support/bench-proc.ts";
+import {
+  type BenchFigures,
+  evaluate,
+  FIGURE_KEYS,
+  failures,
+  formatTable,
+  toJson,
+} from "../support/bench-report.ts";
+
+const figures = (over: Partial<BenchFigures> = {}): BenchFigures => ({
+  nodes: 1000,
+  startup_ms: 42.4,
+  idle_rss_mb: 49.61,
+  init_s: 11.274,
+  csr_s: 11.7,
+  rss_mb: 194.44,
+  cpu_s: 15.051,
+  talos_calls_per_node: 3,
+  talos_calls_per_node_hour: 0,
+  kube_requests_per_node: 3.017,
+  ...over,
+});
+
+describe("evaluate() verdicts", () => {
+  const verdict = (f: BenchFigures, key: string) => evaluate(f).find((r) => r.figure === key)?.verdict;
+  test.each([
+    ["startup_ms", { startup_ms: 150 }, "PASS"],
+    ["startup_ms", { startup_ms: 150.1 }, "FAIL"],
+    ["idle_rss_mb", { idle_rss_mb: 50.5 }, "FAIL"],
+    ["init_s", { init_s: 15 }, "PASS"],
+    ["csr_s", { csr_s: 11.7 }, "FAIL"],
+    ["rss_mb", { rss_mb: 89.9 }, "PASS"],
+    ["talos_calls_per_node", { talos_calls_per_node: 3.01 }, "FAIL"],
+    ["talos_calls_per_node_hour", { talos_calls_per_node_hour: 1 }, "PASS"],
+    ["cpu_s", { cpu_s: 1e6 }, "-"],
+    ["kube_requests_per_node", {}, "-"],
+    ["csr_s", { csr_s: null }, "N/A"],
+  ] as const)("%s with %j is %s at N = 1,000", (key, over, want) => {
+    expect(verdict(figures(over), key)).toBe(want);
+  });
+
+  test.each([
+    [100, "init_s", { init_s: 15.5 }, "FAIL"],
+    [5000, "init_s", { init_s: 500 }, "-"],
+    [5000, "rss_mb", { rss_mb: 900 }, "-"],
+    [5000, "talos_calls_per_node", { talos_calls_per_node: 4 }, "FAIL"],
+    [5000, "idle_rss_mb", { idle_rss_mb: 51 }, "FAIL"],
+  ] as const)("at N = %i, %s with %j is %s", (nodes, key, over, want) => {
+    expect(verdict(figures({ nodes, ...over }), key)).toBe(want);
+  });
+
+  test("failures() names the figures over budget", () => {
+    expect(failures(figures())).toEqual(["csr_s", "rss_mb"]);
+  });
+});
+
+describe("toJson()", () => {
+  test("has exactly the issue's keys plus nodes, in order, rounded", () => {
+    const json = toJson(figures());
+    expect(Object.keys(json)).toEqual([...FIGURE_KEYS]);
+    expect(Object.keys(json)).toEqual([
+      "nodes",
+      "startup_ms",
+      "idle_rss_mb",
+      "init_s",
+      "csr_s",
+      "rss_mb",
+      "cpu_s",
+      "talos_calls_per_node",
+      "talos_calls_per_node_hour",
+      "kube_requests_per_node",
+    ]);
+    expect(json).toMatchObject({
+      startup_ms: 42,
+      idle_rss_mb: 49.6,
+      init_s: 11.27,
+      kube_requests_per_node: 3.02,
+    });
+  });
+
+  test("keeps an unmeasured figure as null", () => {
+    expect(toJson(figures({ csr_s: null })).csr_s).toBeNull();
+  });
+});
+
+describe("formatTable()", () => {
+  test("shows the header, every figure with value, budget and verdict, then the notes", () => {
+    const text = formatTable(figures({ csr_s: null }), "header line", ["a note"]);
+    const lines = text.split("\n");
+    expect(lines[0]).toBe("header line");
+    expect(lines[1]).toMatch(/^figure\s+value\s+budget\s+result$/);
+    expect(text).toMatch(/^startup_ms\s+42\s+<= 150\s+PASS$/m);
+    expect(text).toMatch(/^rss_mb\s+194\.4\s+<= 90\s+FAIL$/m);
+    expect(text).toMatch(/^csr_s\s+n\/a\s+<= 10\s+N\/A$/m);
+    expect(text).toMatch(/^cpu_s\s+15\.05\s+-\s+-$/m);
+    expect(lines.at(-1)).toBe("  a note");
+    expect(lines).toHaveLength(3 + FIGURE_KEYS.length - 1 + 1);
+  });
+
+  test("names the N a size-dependent budget applies to when it does not apply", () => {
+    expect(formatTable(figures({ nodes: 5000 }), "h")).toMatch(
+      /^init_s\s+11\.27\s+\(<= 15 at N <= 1000\)\s+-$/m,
+    );
+  });
+});
+
+describe("parseStatus() and parseStatCpu()", () => {
+  test("read VmRSS and VmHWM in bytes", () => {
+    const text = "Name:\tx\nVmHWM:\t  120 kB\nVmRSS:\t   100 kB\nRssAnon:\t 50 kB\n";
+    expect(parseStatus(text)).toEqual({ rssBytes: 100 * 1024, hwmBytes: 120 * 1024 });
+  });
+
+  test("count utime + stime after a command name with spaces and parentheses", () => {
+    const fields = ["S", "1", "2", "3", "0", "-1", "4194304", "10", "0", "0", "0", "250", "150", "0", "0"];
+    expect(parseStatCpu(`4242 (a (b) c) ${fields.join(" ")}`, 100)).toBe(4);
+  });
+
+  test("refuse a line that is not a stat line", () => {
+    expect(() => parseStatCpu("garbage", 100)).toThrow(/Cannot parse/);
+  });
+});
+
+describe("parseBenchArgs()", () => {
+  test("defaults", () => {
+    expect(parseBenchArgs([])).toMatchObject({
+      nodes: 100,
+      json: false,
+      build: true,
+      qpsTuning: true,
+      steadySeconds: 60,
+      idleSeconds: 10,
+      startupRuns: 5,
+    });
+  });
+
+  test("values inline or as the next argument; repeatable CCM flags and environment", () => {
+    const a = parseBenchArgs([
+      "--nodes",
+      "5000",
+      "--json",
+      "--no-build",
+      "--steady-seconds=30",
+      "--ccm-arg=--v=4",
+      "--ccm-arg",
+      "--concurrent-node-syncs=8",
+      "--ccm-env=BUN_OPTIONS=--cpu-prof-md",
+      "--no-qps-tuning",
+    ]);
+    expect(a).toMatchObject({ nodes: 5000, json: true, build: false, steadySeconds: 30, qpsTuning: false });
+    expect(a.ccmArgs).toEqual(["--v=4", "--concurrent-node-syncs=8"]);
+    expect(a.ccmEnv).toEqual({ BUN_OPTIONS: "--cpu-prof-md" });
+  });
+
+  test.each([
+    [["--nodes=0"], /positive integer/],
+    [["--nodes", "1.5"], /positive integer/],
+    [["--nodes"], /value is required/],
+    [["--ccm-env=NOVALUE"], /NAME=VALUE/],
+    [["--nodez=3"], /unknown flag/],
+  ])("%j is refused", (argv, message) => {
+    expect(() => parseBenchArgs(argv)).toThrow(message);
+  });
+});
+
+describe("qpsTuning()", () => {
+  test.each([
+    [10, []],
+    [100, []],
+    [101, ["--kube-api-qps=21", "--kube-api-burst=42"]],
+    [1000, ["--kube-api-qps=200", "--kube-api-burst=400"]],
+    [5000, ["--kube-api-qps=1000", "--kube-api-burst=2000"]],
+  ])("N = %i gets %j", (nodes, want) => {
+    expect(qpsTuning({ nodes, qpsTuning: true, ccmArgs: [] })).toEqual(want);
+  });
+
+  test("is off with --no-qps-tuning or when a --ccm-arg sets the rate", () => {
+    expect(qpsTuning({ nodes: 1000, qpsTuning: false, ccmArgs: [] })).toEqual([]);
+    expect(qpsTuning({ nodes: 1000, qpsTuning: true, ccmArgs: ["--kube-api-burst=50"] })).toEqual([]);
+    expect(qpsTuning({ nodes: 1000, qpsTuning: true, ccmArgs: ["--v=2"] })).toHaveLength(2);
+  });
+});
