@@ -7,11 +7,14 @@
 // asserted: the exit code is 0 whenever the run completes. Every process and temp dir is cleaned up
 // on exit, error or Ctrl-C. `--help` lists the flags.
 //
-// Phases, in order, against one cluster:
-//   1. startup_ms: default controllers, no nodes: exec → /healthz 200, median of --startup-runs.
-//   2. idle_rss_mb: default controllers, no nodes: VmRSS --idle-seconds after exec.
-//   3. The CCM as the reference DaemonSet runs it (--controllers=cloud-node,node-csr-approval,
-//      leader election on); once it leads and idles: N kubelets register at once (at most
+// The CCM runs with the shipped DaemonSet's arguments (lib/manifests.ts daemonSetArgs: --v=2,
+// leader election, --controllers=cloud-node,node-csr-approval, ...) plus a kubeconfig, a free
+// --secure-port on 127.0.0.1 and the cluster-size QPS tuning. Phases, in order, against one cluster:
+//   1. startup_ms: default controllers, the shipped ccm-config.yaml, no nodes: exec → /healthz 200,
+//      median of --startup-runs.
+//   2. idle_rss_mb: the same, VmRSS --idle-seconds after exec.
+//   3. The DaemonSet's controllers, with a cloud config holding one rule that reads
+//      SystemInformation (unless --no-rules); once it leads and idles: N kubelets register at once (at most
 //      --concurrency in flight) → every Node loses the uninitialized taint (init_s); then each
 //      kubelet submits a kubelet-serving CSR → all approved (csr_s). cpu_s and
 //      kube_requests_per_node cover both; talos_calls_per_node covers initialization.
@@ -26,6 +29,8 @@ import { Informer } from "../lib/cache.ts";
 import type { RunOptions } from "../lib/flags.ts";
 import { parseCommandLine } from "../lib/flags.ts";
 import type { KubeConnection } from "../lib/kube.ts";
+import { DEFAULT_CLOUD_CONFIG, daemonSetArgs, defaultSettings } from "../lib/manifests.ts";
+import { RESOURCES } from "../lib/taloswire.ts";
 import { FakeApid } from "./support/apid.ts";
 import { procSample, RssSampler } from "./support/bench-proc.ts";
 import { type BenchFigures, formatTable, toJson } from "./support/bench-report.ts";
@@ -39,7 +44,10 @@ const root = join(import.meta.dir, "..");
 const MiB = 1024 * 1024;
 /** The CCM's own API user: the audit policy logs its requests only. */
 const CCM_USER = "talos-ccm-bench";
-const N_PHASE_CONTROLLERS = "cloud-node,node-csr-approval";
+/** The shipped DaemonSet's arguments; the bench replaces the paths and ports. */
+const DAEMONSET_ARGS = daemonSetArgs(defaultSettings("bench"));
+const N_PHASE_CONTROLLERS =
+  DAEMONSET_ARGS.find((a) => a.startsWith("--controllers="))?.slice("--controllers=".length) ?? "cloud-node";
 
 const USAGE = `Usage: npm run bench -- --nodes N [flags]
 
@@ -65,6 +73,7 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --startup-runs K       starts for the startup median (default 5)
   --concurrency C        kubelet registrations / CSR submissions in flight (default 64)
   --timeout-seconds S    limit of each of the init and CSR phases (default 900)
+  --ccm-log=FILE         write the N-node CCM's log there
   --verbose              echo the CCM's log to stderr`;
 
 interface BenchArgs {
@@ -75,6 +84,7 @@ interface BenchArgs {
   ccmEnv: Record<string, string>;
   qpsTuning: boolean;
   recordOrder: string | undefined;
+  ccmLog: string | undefined;
   rules: boolean;
   steadySeconds: number;
   idleSeconds: number;
@@ -97,6 +107,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     ccmEnv: {},
     qpsTuning: true,
     recordOrder: undefined,
+    ccmLog: undefined,
     rules: true,
     steadySeconds: 60,
     idleSeconds: 10,
@@ -130,6 +141,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
     else if (name === "--record-bytecode-order") out.recordOrder = value();
+    else if (name === "--ccm-log") out.ccmLog = value();
     else if (name === "--ccm-env") {
       const kv = value();
       const at = kv.indexOf("=");
@@ -280,6 +292,23 @@ function buildBinary(): void {
   progress(r.stdout.trim().split("\n")[0] ?? "built");
 }
 
+/** Talos calls so far by method and resource type, e.g. "Watch PlatformMetadatas 100, Get Nodenames 100". */
+function talosCalls(apid: FakeApid): string {
+  const parts: string[] = [];
+  for (const method of ["Get", "List", "Watch", "Version"] as const) {
+    if (method === "Version") {
+      const n = apid.calls({ method });
+      if (n) parts.push(`Version ${n}`);
+      continue;
+    }
+    for (const { type } of Object.values(RESOURCES)) {
+      const n = apid.calls({ method, type });
+      if (n) parts.push(`${method} ${type.split(".")[0]} ${n}`);
+    }
+  }
+  return parts.join(", ") || "none";
+}
+
 /** A lean cached view of one object: whether it reached the state a phase waits for. */
 interface Progressed {
   metadata: { name: string; resourceVersion?: string };
@@ -392,6 +421,9 @@ interface Env {
   apid: FakeApid;
   specs: FakeNodeSpec[];
   baseArgs: string[];
+  /** --cloud-config for startup and idle (the shipped file) and for the N-node phases. */
+  defaultConfig: string;
+  nodesConfig: string;
   env: Record<string, string>;
 }
 
@@ -419,7 +451,7 @@ async function measureStartup(e: Env): Promise<number> {
   for (let i = 0; i < e.args.startupRuns; i++) {
     const port = await freePort();
     const t0 = performance.now();
-    const ccm = startCcm(e, [], port);
+    const ccm = startCcm(e, [`--cloud-config=${e.defaultConfig}`], port);
     times.push(await waitHealthz(port, ccm, t0));
     // SIGTERM may land before the CCM installs its handler: any exit will do here.
     await ccm.stop("SIGTERM");
@@ -431,7 +463,7 @@ async function measureStartup(e: Env): Promise<number> {
 async function measureIdle(e: Env): Promise<number> {
   const port = await freePort();
   const t0 = performance.now();
-  const ccm = startCcm(e, [], port, "idle.txt");
+  const ccm = startCcm(e, [`--cloud-config=${e.defaultConfig}`], port, "idle.txt");
   await waitHealthz(port, ccm, t0);
   await Bun.sleep(Math.max(0, e.args.idleSeconds * 1000 - (performance.now() - t0)));
   const { rssBytes } = procSample(ccm.pid);
@@ -445,7 +477,12 @@ async function startNodePhaseCcm(e: Env, notes: string[]): Promise<{ ccm: CcmPro
   for (const controllers of [N_PHASE_CONTROLLERS, "cloud-node"]) {
     const port = await freePort();
     const t0 = performance.now();
-    const ccm = startCcm(e, [`--controllers=${controllers}`], port, "nodes.txt");
+    const ccm = startCcm(
+      e,
+      [`--cloud-config=${e.nodesConfig}`, `--controllers=${controllers}`],
+      port,
+      "nodes.txt",
+    );
     await waitHealthz(port, ccm, t0);
     await ccm.waitForLog(/Successfully acquired lease/, 60_000);
     // A controller that cannot start ends the process within moments of its start.
@@ -522,9 +559,8 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   if (initAt === undefined) notes.push(`init_s: timed out with ${nodes.done.size}/${n} initialized`);
   progress(`initialized ${nodes.done.size}/${n} in ${init_s.toFixed(2)} s`);
   const initCalls = apid.calls();
-  const talosBreakdown = (["Get", "List", "Watch", "Version"] as const)
-    .map((m) => `${m} ${apid.calls({ method: m })}`)
-    .join(", ");
+  const talosBreakdown = talosCalls(apid);
+  apid.resetCalls();
   const auditInit = cluster.auditEvents().length;
   const recorded = await cluster.adminClient.get<{ items: { reason?: string; type?: string }[] }>(
     "/apis/events.k8s.io/v1/events",
@@ -552,28 +588,27 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   }
   const after = procSample(ccm.pid);
   const events = cluster.auditEvents().slice(audit0);
-  const csrCalls = apid.calls() - initCalls;
+  const csrCalls = apid.calls();
+  const csrBreakdown = talosCalls(apid);
 
   // Steady state.
   progress(`steady state: counting Talos calls for ${args.steadySeconds} s`);
   apid.resetCalls();
   await Bun.sleep(args.steadySeconds * 1000);
   const steadyCalls = apid.calls();
-  const steadyBreakdown = countBy(
-    (["Get", "List", "Watch", "Version"] as const).flatMap((m) => Array(apid.calls({ method: m })).fill(m)),
-    (m) => m,
-  );
+  const steadyBreakdown = talosCalls(apid);
   sampler.sample();
   const end = procSample(ccm.pid);
   sampler.stop();
   if (ccm.exitCode !== null) notes.push(`the CCM exited (${ccm.exitCode}) during the run`);
   await stopCcm(ccm);
+  if (args.ccmLog) await Bun.write(args.ccmLog, ccm.output);
 
   const initEvents = events.slice(0, auditInit - audit0);
   const resource = (ev: (typeof events)[number]) =>
     `${ev.verb} ${ev.objectRef?.resource ?? "?"}${ev.objectRef?.subresource ? `/${ev.objectRef.subresource}` : ""}`;
   notes.push(
-    `talos calls at initialization: ${initCalls} (${talosBreakdown}); during CSR approval: ${csrCalls}`,
+    `talos calls at initialization: ${initCalls} (${talosBreakdown}); during CSR approval: ${csrCalls}${csrCalls ? ` (${csrBreakdown})` : ""}`,
   );
   notes.push(
     `talos calls in the ${args.steadySeconds} s steady window: ${steadyCalls}${steadyCalls ? ` (${steadyBreakdown})` : ""}`,
@@ -609,7 +644,8 @@ function headerLine(args: BenchArgs, opts: RunOptions): string {
   else if (args.ccmArgs.length > 0) why = `--ccm-arg ${args.ccmArgs.join(" ")}`;
   return (
     `talos-ccm bench: N=${args.nodes}, ${cpu.length} CPUs (${cpu[0]?.model.trim() ?? "?"}), bun ${Bun.version}; ` +
-    `CCM ${qps} (${why}); ${args.rules ? "one SystemInformation rule" : "empty cloud config"}; MB = MiB`
+    `CCM with the DaemonSet's args, ${qps} (${why}); shipped ccm-config.yaml for startup/idle, ` +
+    `${args.rules ? "one SystemInformation rule" : "the shipped one"} for the N nodes; MB = MiB`
   );
 }
 
@@ -641,20 +677,20 @@ async function main(): Promise<void> {
     join(cluster.dir, "ccm.kubeconfig"),
     await cluster.userConnection(CCM_USER, ["system:masters"]),
   );
-  const cloudConfig = join(cluster.dir, "ccm-config.yaml");
-  await Bun.write(cloudConfig, args.rules ? CLOUD_CONFIG_RULES : "global:\n");
+  const defaultConfig = join(cluster.dir, "ccm-config.yaml");
+  await Bun.write(defaultConfig, DEFAULT_CLOUD_CONFIG);
+  const nodesConfig = args.rules ? join(cluster.dir, "ccm-config-rules.yaml") : defaultConfig;
+  if (args.rules) await Bun.write(nodesConfig, CLOUD_CONFIG_RULES);
+  const replaced = /^--(cloud-config|controllers|secure-port)=/;
   const baseArgs = [
-    "--v=2",
-    "--cloud-provider=talos",
+    ...DAEMONSET_ARGS.filter((a) => !replaced.test(a)),
     `--kubeconfig=${kubeconfig}`,
-    `--cloud-config=${cloudConfig}`,
-    "--leader-elect=true",
     "--bind-address=127.0.0.1",
-    "--authorization-always-allow-paths=/healthz,/livez,/readyz,/metrics",
     ...qpsTuning(args),
   ];
   const parsed = parseCommandLine([...baseArgs, `--controllers=${N_PHASE_CONTROLLERS}`, ...args.ccmArgs]);
-  const e: Env = { args, cluster, apid, specs, baseArgs, env: { ...args.ccmEnv, TALOSCONFIG: talosconfig } };
+  const env = { ...args.ccmEnv, TALOSCONFIG: talosconfig };
+  const e: Env = { args, cluster, apid, specs, baseArgs, defaultConfig, nodesConfig, env };
 
   const notes: string[] = [];
   progress(`startup: ${args.startupRuns} starts with the default controllers`);
