@@ -6,7 +6,7 @@
 // Each binary is minified, keeps function names (readable stack traces), carries precompiled
 // bytecode, splits lazily imported modules into chunks so a disabled controller's code is never
 // loaded, ignores .env and bunfig.toml in its working directory, and embeds version and commit.
-// Two memory choices, both measured with `npm run bench` (idle RSS 57 → 50 MB on 2 cores): the JIT
+// Two memory choices, both measured with `npm run bench` (idle RSS -7 MB on 2 cores): the JIT
 // starts 100 times more reluctant, so run-once start-up code stays in the interpreter instead of
 // paging in the JIT compilers (-5 MB; costs ~15% more CPU while initializing 1,000 nodes), and the
 // bytecode is laid out by the order files in build/bytecode-order/ (what an idle start and an
