@@ -6,12 +6,9 @@
 // Each binary is minified, keeps function names (readable stack traces), carries precompiled
 // bytecode, splits lazily imported modules into chunks so a disabled controller's code is never
 // loaded, ignores .env and bunfig.toml in its working directory, and embeds version and commit.
-// Two memory choices, both measured with `npm run bench` (idle RSS -7 MB on 2 cores): the JIT
-// starts 100 times more reluctant, so run-once start-up code stays in the interpreter instead of
-// paging in the JIT compilers (-5 MB; costs ~15% more CPU while initializing 1,000 nodes), and the
-// bytecode is laid out by the order files in build/bytecode-order/ (what an idle start and an
-// N-node run used comes first, -2 MB). Refresh them after large changes with
-// `npm run bench -- --nodes 300 --record-bytecode-order=build/bytecode-order`; stale files still apply.
+// The JIT starts 100 times more reluctant, so run-once start-up code stays in the interpreter instead
+// of paging in the JIT compilers (measured with `npm run bench`: idle RSS -5 MB, start-up -20 ms;
+// costs ~15% more CPU while initializing 1,000 nodes).
 // The arm64 runtime comes from the npm package @oven/bun-linux-aarch64 of the same Bun version,
 // unpacked from the npm cache, so the cross build needs no network once that package is cached.
 
@@ -26,8 +23,6 @@ const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { ve
 const bunVersion = Bun.version;
 /** JIT tier-up thresholds are scaled by this in the binary (Bun.unsafe.setJITPolicy). */
 const JIT_POLICY = 100;
-/** Bytecode order profiles, most common start first. */
-const ORDER_FILES = ["idle.txt", "nodes.txt"].map((f) => join(root, "build", "bytecode-order", f));
 
 const TARGETS = {
   amd64: { bunTarget: "bun-linux-x64", runtimePackage: "@oven/bun-linux-x64" },
@@ -90,7 +85,6 @@ function build(arch: Arch, commit: string): string {
     "--format=esm",
     "--splitting",
     `--compile-jit-policy=${JIT_POLICY}`,
-    ...(ORDER_FILES.every(existsSync) ? [`--bytecode-order=${ORDER_FILES.join(",")}`] : []),
     "--no-compile-autoload-dotenv",
     "--no-compile-autoload-bunfig",
     `--define=BUILD_VERSION=${JSON.stringify(pkg.version)}`,

@@ -63,9 +63,6 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          (20/30, upstream's) instead of the cluster-size tuning below
   --ccm-env=K=V          extra environment for the CCM, repeatable (e.g. BUN_OPTIONS=--cpu-prof-md
                          to profile; the bench's own figures then include the profiler's cost)
-  --record-bytecode-order=DIR
-                         write the bytecode order files build.ts lays the binary out by: DIR/idle.txt
-                         from the idle start, DIR/nodes.txt from the N-node CCM (commit them in build/)
   --no-rules             run with an empty cloud config (default: one rule that reads
                          SystemInformation, the most Talos calls a node costs)
   --steady-seconds S     steady-state window (default 60)
@@ -83,7 +80,6 @@ interface BenchArgs {
   ccmArgs: string[];
   ccmEnv: Record<string, string>;
   qpsTuning: boolean;
-  recordOrder: string | undefined;
   ccmLog: string | undefined;
   rules: boolean;
   steadySeconds: number;
@@ -106,7 +102,6 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     ccmArgs: [],
     ccmEnv: {},
     qpsTuning: true,
-    recordOrder: undefined,
     ccmLog: undefined,
     rules: true,
     steadySeconds: 60,
@@ -140,7 +135,6 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--no-qps-tuning") out.qpsTuning = false;
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
-    else if (name === "--record-bytecode-order") out.recordOrder = value();
     else if (name === "--ccm-log") out.ccmLog = value();
     else if (name === "--ccm-env") {
       const kv = value();
@@ -427,12 +421,10 @@ interface Env {
   env: Record<string, string>;
 }
 
-/** Starts the CCM; `orderFile` records its bytecode order there (written when it exits on SIGTERM). */
-function startCcm(e: Env, extra: string[], port: number, orderFile?: string): CcmProcess {
-  const dir = e.args.recordOrder;
-  const record = dir && orderFile ? { BUN_BYTECODE_ORDER_OUT: join(resolve(dir), orderFile) } : {};
+/** Starts the CCM with the shipped arguments plus `extra`. */
+function startCcm(e: Env, extra: string[], port: number): CcmProcess {
   const ccm = new CcmProcess([...e.baseArgs, `--secure-port=${port}`, ...extra, ...e.args.ccmArgs], {
-    env: { ...e.env, ...record },
+    env: e.env,
     echo: e.args.verbose,
   });
   cleanups.push(async () => {
@@ -484,12 +476,7 @@ async function measureIdle(e: Env, state: "fresh" | "cold" = "fresh"): Promise<n
   if (state === "cold") dropFromPageCache();
   const port = await freePort();
   const t0 = performance.now();
-  const ccm = startCcm(
-    e,
-    [`--cloud-config=${e.defaultConfig}`],
-    port,
-    state === "fresh" ? "idle.txt" : undefined,
-  );
+  const ccm = startCcm(e, [`--cloud-config=${e.defaultConfig}`], port);
   await waitHealthz(port, ccm, t0);
   await Bun.sleep(Math.max(0, e.args.idleSeconds * 1000 - (performance.now() - t0)));
   const { rssBytes } = procSample(ccm.pid);
@@ -500,32 +487,16 @@ async function measureIdle(e: Env, state: "fresh" | "cold" = "fresh"): Promise<n
   return rssBytes / MiB;
 }
 
-/** Starts the CCM for the N-node phases; falls back to cloud-node alone while node-csr-approval cannot start. */
-async function startNodePhaseCcm(e: Env, notes: string[]): Promise<{ ccm: CcmProcess; csr: boolean }> {
-  for (const controllers of [N_PHASE_CONTROLLERS, "cloud-node"]) {
-    const port = await freePort();
-    const t0 = performance.now();
-    const ccm = startCcm(
-      e,
-      [`--cloud-config=${e.nodesConfig}`, `--controllers=${controllers}`],
-      port,
-      "nodes.txt",
-    );
-    await waitHealthz(port, ccm, t0);
-    await ccm.waitForLog(/Successfully acquired lease/, 60_000);
-    // A controller that cannot start ends the process within moments of its start.
-    for (const c of controllers.split(",")) {
-      await ccm.waitForLog(new RegExp(`Starting controller.*${c}`), 20_000).catch(() => undefined);
-    }
-    await Bun.sleep(2000);
-    if (ccm.exitCode === null) return { ccm, csr: controllers.includes("node-csr-approval") };
-    const why = ccm.output.match(/Controller failed.*/)?.[0] ?? ccm.output.slice(-500);
-    if (controllers === "cloud-node")
-      throw new Error(`The CCM exited (${ccm.exitCode}):\n${ccm.output.slice(-3000)}`);
-    notes.push(`csr_s not measured: node-csr-approval could not start (${why.trim()}); ran cloud-node alone`);
-    progress(`node-csr-approval cannot start (${why.trim()}); running cloud-node alone`);
-  }
-  throw new Error("unreachable");
+/** Starts the CCM for the N-node phases and waits until it leads with every controller started. */
+async function startNodePhaseCcm(e: Env): Promise<CcmProcess> {
+  const port = await freePort();
+  const t0 = performance.now();
+  const ccm = startCcm(e, [`--cloud-config=${e.nodesConfig}`, `--controllers=${N_PHASE_CONTROLLERS}`], port);
+  await waitHealthz(port, ccm, t0);
+  await ccm.waitForLog(/Successfully acquired lease/, 60_000);
+  for (const c of N_PHASE_CONTROLLERS.split(","))
+    await ccm.waitForLog(new RegExp(`Starting controller.*${c}`), 20_000);
+  return ccm;
 }
 
 type NodeFigures = Omit<BenchFigures, "nodes" | "startup_ms" | "idle_rss_mb">;
@@ -556,7 +527,7 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   await approvals.start();
 
   progress(`starting the CCM with --controllers=${N_PHASE_CONTROLLERS}`);
-  const { ccm, csr } = await startNodePhaseCcm(e, notes);
+  const ccm = await startNodePhaseCcm(e);
   const sampler = new RssSampler(ccm.pid);
   cleanups.push(() => sampler.stop());
   const before = procSample(ccm.pid);
@@ -598,22 +569,19 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   const cpuInit = atInit.cpuSeconds - before.cpuSeconds;
 
   // CSR approval.
-  let csr_s: number | null = null;
-  if (csr) {
-    progress(`submitting ${n} kubelet-serving CSRs`);
-    const t1 = performance.now();
-    await pool(kubelets, args.concurrency, async (k, i) => {
-      await k.submitServingCSR({ request: csrs[i] as string });
-    });
-    const approvedAt = await approvals.waitFor(n, args.timeoutSeconds * 1000, "approved");
-    csr_s = ((approvedAt ?? performance.now()) - t1) / 1000;
-    if (approvedAt === undefined) notes.push(`csr_s: timed out with ${approvals.done.size}/${n} approved`);
-    if (approvals.failed.size > 0) {
-      const [name, why] = [...approvals.failed.entries()][0] as [string, string];
-      notes.push(`csr: ${approvals.failed.size} CSRs denied or failed, e.g. ${name}: ${why}`);
-    }
-    progress(`approved ${approvals.done.size}/${n} in ${csr_s.toFixed(2)} s`);
+  progress(`submitting ${n} kubelet-serving CSRs`);
+  const t1 = performance.now();
+  await pool(kubelets, args.concurrency, async (k, i) => {
+    await k.submitServingCSR({ request: csrs[i] as string });
+  });
+  const approvedAt = await approvals.waitFor(n, args.timeoutSeconds * 1000, "approved");
+  const csr_s = ((approvedAt ?? performance.now()) - t1) / 1000;
+  if (approvedAt === undefined) notes.push(`csr_s: timed out with ${approvals.done.size}/${n} approved`);
+  if (approvals.failed.size > 0) {
+    const [name, why] = [...approvals.failed.entries()][0] as [string, string];
+    notes.push(`csr: ${approvals.failed.size} CSRs denied or failed, e.g. ${name}: ${why}`);
   }
+  progress(`approved ${approvals.done.size}/${n} in ${csr_s.toFixed(2)} s`);
   const after = procSample(ccm.pid);
   const events = cluster.auditEvents().slice(audit0);
   const csrCalls = apid.calls();
@@ -642,12 +610,10 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
     `talos calls in the ${args.steadySeconds} s steady window: ${steadyCalls}${steadyCalls ? ` (${steadyBreakdown})` : ""}`,
   );
   notes.push(`kube requests at initialization: ${initEvents.length} (${countBy(initEvents, resource)})`);
-  if (csr) {
-    const csrEvents = events.slice(auditInit - audit0);
-    notes.push(`kube requests for CSRs: ${csrEvents.length} (${countBy(csrEvents, resource)})`);
-  }
+  const csrEvents = events.slice(auditInit - audit0);
+  notes.push(`kube requests for CSRs: ${csrEvents.length} (${countBy(csrEvents, resource)})`);
   notes.push(
-    `cpu: ${cpuInit.toFixed(2)} s initialization${csr ? `, ${(after.cpuSeconds - before.cpuSeconds - cpuInit).toFixed(2)} s CSRs` : ""}; ` +
+    `cpu: ${cpuInit.toFixed(2)} s initialization, ${(after.cpuSeconds - before.cpuSeconds - cpuInit).toFixed(2)} s CSRs; ` +
       `RSS idle-leading ${(before.rssBytes / MiB).toFixed(1)}, initialized ${(atInit.rssBytes / MiB).toFixed(1)} ` +
       `(peak so far ${(atInit.hwmBytes / MiB).toFixed(1)}), after the nodes ${(end.rssBytes / MiB).toFixed(1)}, ` +
       `peak ${(Math.max(end.hwmBytes, sampler.maxBytes) / MiB).toFixed(1)} MiB`,
@@ -691,7 +657,6 @@ async function main(): Promise<void> {
   }
   ensureTestbed();
   if (args.build) buildBinary();
-  if (args.recordOrder) mkdirSync(args.recordOrder, { recursive: true });
   progress(`binary ${ccmBinary()}`);
 
   progress(`starting kube-apiserver + etcd and a fake apid with ${args.nodes} nodes`);
