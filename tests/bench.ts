@@ -13,8 +13,8 @@
 //   1. startup_ms: default controllers, the shipped ccm-config.yaml, no nodes: exec → /healthz 200,
 //      median of --startup-runs.
 //   2. idle_rss_mb: the same, VmRSS --idle-seconds after exec.
-//   3. The DaemonSet's controllers, with a cloud config holding one rule that reads
-//      SystemInformation (unless --no-rules); once it leads and idles: N kubelets register at once (at most
+//   3. The DaemonSet's controllers, with a cloud config holding one rule over PlatformMetadata
+//      (--sysinfo-rule: one that also reads SystemInformation; --no-rules: none); once it leads and idles: N kubelets register at once (at most
 //      --concurrency in flight) → every Node loses the uninitialized taint (init_s); then each
 //      kubelet submits a kubelet-serving CSR → all approved (csr_s). cpu_s and
 //      kube_requests_per_node cover both; talos_calls_per_node covers initialization.
@@ -22,9 +22,9 @@
 //      CCM's VmHWM at the end.
 
 import { spawnSync } from "node:child_process";
-import { chmodSync, copyFileSync, mkdirSync } from "node:fs";
+import { chmodSync, copyFileSync } from "node:fs";
 import { cpus } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { Informer } from "../lib/cache.ts";
 import type { RunOptions } from "../lib/flags.ts";
 import { parseCommandLine } from "../lib/flags.ts";
@@ -63,8 +63,9 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          (20/30, upstream's) instead of the cluster-size tuning below
   --ccm-env=K=V          extra environment for the CCM, repeatable (e.g. BUN_OPTIONS=--cpu-prof-md
                          to profile; the bench's own figures then include the profiler's cost)
-  --no-rules             run with an empty cloud config (default: one rule that reads
-                         SystemInformation, the most Talos calls a node costs)
+  --sysinfo-rule         the rule also reads SystemInformation (one more Talos call per node, the
+                         most a node costs; default: a rule over PlatformMetadata only)
+  --no-rules             run with the shipped (empty) cloud config
   --steady-seconds S     steady-state window (default 60)
   --idle-seconds S       wait before reading idle RSS (default 10)
   --startup-runs K       starts for the startup median (default 5)
@@ -81,7 +82,8 @@ interface BenchArgs {
   ccmEnv: Record<string, string>;
   qpsTuning: boolean;
   ccmLog: string | undefined;
-  rules: boolean;
+  /** The N-node cloud config: a PlatformMetadata rule, one also reading SystemInformation, or none. */
+  rules: "metadata" | "sysinfo" | "none";
   steadySeconds: number;
   idleSeconds: number;
   startupRuns: number;
@@ -103,7 +105,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     ccmEnv: {},
     qpsTuning: true,
     ccmLog: undefined,
-    rules: true,
+    rules: "metadata",
     steadySeconds: 60,
     idleSeconds: 10,
     startupRuns: 5,
@@ -131,7 +133,8 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     };
     if (name === "--json") out.json = true;
     else if (name === "--no-build") out.build = false;
-    else if (name === "--no-rules") out.rules = false;
+    else if (name === "--no-rules") out.rules = "none";
+    else if (name === "--sysinfo-rule") out.rules = "sysinfo";
     else if (name === "--no-qps-tuning") out.qpsTuning = false;
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
@@ -166,8 +169,9 @@ export function qpsTuning(args: Pick<BenchArgs, "nodes" | "qpsTuning" | "ccmArgs
   return [`--kube-api-qps=${qps}`, `--kube-api-burst=${2 * qps}`];
 }
 
-/** The bench's cloud config: one rule over PlatformMetadata and SystemInformation for every node. */
-const CLOUD_CONFIG_RULES = `global:
+/** The bench's cloud config: one rule for every node, over PlatformMetadata (and SystemInformation). */
+function rulesConfig(sysinfo: boolean): string {
+  return `global:
   clusterName: bench
 transformations:
   - name: bench
@@ -178,8 +182,9 @@ transformations:
             values: ["nocloud"]
     labels:
       example.com/instance-id: "{{ .InstanceID }}"
-      example.com/system-uuid: "{{ .UUID }}"
-`;
+      example.com/placement: "{{ .Region }}-{{ .Zone }}"
+${sysinfo ? '      example.com/system-uuid: "{{ .UUID }}"\n' : ""}`;
+}
 
 /** Logs the CCM's user at Metadata for every verb, once per request (RequestReceived only). */
 const AUDIT_POLICY = `apiVersion: audit.k8s.io/v1
@@ -639,7 +644,7 @@ function headerLine(args: BenchArgs, opts: RunOptions): string {
   return (
     `talos-ccm bench: N=${args.nodes}, ${cpu.length} CPUs (${cpu[0]?.model.trim() ?? "?"}), bun ${Bun.version}; ` +
     `CCM with the DaemonSet's args, ${qps} (${why}); shipped ccm-config.yaml for startup/idle, ` +
-    `${args.rules ? "one SystemInformation rule" : "the shipped one"} for the N nodes; MB = MiB`
+    `${{ metadata: "one PlatformMetadata rule", sysinfo: "one rule reading SystemInformation", none: "the shipped one" }[args.rules]} for the N nodes; MB = MiB`
   );
 }
 
@@ -672,8 +677,8 @@ async function main(): Promise<void> {
   );
   const defaultConfig = join(cluster.dir, "ccm-config.yaml");
   await Bun.write(defaultConfig, DEFAULT_CLOUD_CONFIG);
-  const nodesConfig = args.rules ? join(cluster.dir, "ccm-config-rules.yaml") : defaultConfig;
-  if (args.rules) await Bun.write(nodesConfig, CLOUD_CONFIG_RULES);
+  const nodesConfig = args.rules === "none" ? defaultConfig : join(cluster.dir, "ccm-config-rules.yaml");
+  if (args.rules !== "none") await Bun.write(nodesConfig, rulesConfig(args.rules === "sysinfo"));
   const replaced = /^--(cloud-config|controllers|secure-port)=/;
   const baseArgs = [
     ...DAEMONSET_ARGS.filter((a) => !replaced.test(a)),
