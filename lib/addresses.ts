@@ -1,8 +1,9 @@
 // Node addresses from Talos facts, as pure functions: which IPs are the node's own (the kubelet's
-// provided-node-ip annotation, else its InternalIP status addresses), which of its Talos addresses
-// are public (the `external` link on clouds, discovery over every address on platforms without
-// cloud metadata), and the list and order Kubernetes gets: the reference CCM's list, then re-sorted
-// the way the cloud-provider framework puts the provided node IPs first.
+// provided-node-ip annotation, else its InternalIP status addresses; of those, only the ones the
+// machine Talos confirmed as the node has), which of its Talos addresses are public (the `external`
+// link on clouds, discovery over every address on platforms without cloud metadata), and the list
+// and order Kubernetes gets: the reference CCM's list, then re-sorted the way the cloud-provider
+// framework puts the provided node IPs first.
 
 import { formatIP, isPublicUnicast, tryParseCidr, tryParseIP } from "./cidr.ts";
 import type { AddressStatus, NodeAddress } from "./types.ts";
@@ -98,6 +99,60 @@ export function nodeIPs(node: NodeIPSource, preferIPv6: boolean): NodeIPs {
   const internal = node.addresses.filter((a) => a.type === "InternalIP").map((a) => a.address);
   const ips = preferredDualStack(internal, preferIPv6);
   return { ips, provided: [], source: ips.length > 0 ? "status" : "none" };
+}
+
+/**
+ * The IPs of `ips` that the machine Talos confirmed as the node has, in the order of `ips`: the IP it
+ * was confirmed on, and those among its AddressStatuses on any link. A kubelet only announces node
+ * IPs its host has: it refuses a `--node-ip` found on none of the host's interfaces before it writes
+ * the provided-node-ip annotation (kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go
+ * `validateNodeIP`, called by the pkg/kubelet/nodestatus `NodeAddress` setter for the primary and the
+ * secondary node IP), and Talos reports every address of every link. So an IP outside this list was
+ * claimed, not configured: e.g. another node's IPv4 next to the kubelet's own IPv6.
+ * @param confirmedIP the IP on which Talos confirmed the node's name.
+ * @param addresses that machine's AddressStatuses.
+ */
+export function ipsOnMachine(
+  ips: readonly string[],
+  confirmedIP: string,
+  addresses: readonly AddressStatus[],
+): string[] {
+  const own = new Set([canonicalIP(confirmedIP)?.ip ?? confirmedIP]);
+  for (const a of addresses) {
+    const cidr = tryParseCidr(a.address);
+    if (cidr) own.add(formatIP(cidr.ip));
+  }
+  return ips.filter((ip) => own.has(canonicalIP(ip)?.ip ?? ip));
+}
+
+/** A node's IPs split by whether the machine Talos confirmed as the node has them. */
+export interface NodeIPsOnMachine {
+  /** The node's IPs less those the machine lacks (order and source kept). */
+  onMachine: NodeIPs;
+  /** The node IPs the machine lacks, in preference order: they are not the node's to use. */
+  notOnMachine: string[];
+}
+
+/**
+ * Splits the node's IPs by {@link ipsOnMachine}: only those the confirmed machine has become
+ * InternalIPs (with the provided ones still first, {@link orderByNodeIPs}).
+ * @param confirmedIP the IP on which Talos confirmed the node's name.
+ * @param addresses that machine's AddressStatuses.
+ * @example // annotation "10.0.0.9,fd00::5", confirmed on fd00::5, whose machine has fd00::5/64 and 10.0.0.5/24:
+ *   // { onMachine: { ips: ["fd00::5"], provided: ["fd00::5"], source: "annotation" }, notOnMachine: ["10.0.0.9"] }
+ */
+export function nodeIPsOnMachine(
+  ips: NodeIPs,
+  confirmedIP: string,
+  addresses: readonly AddressStatus[],
+): NodeIPsOnMachine {
+  const kept = ipsOnMachine(ips.ips, confirmedIP, addresses);
+  const onMachine: NodeIPs = {
+    ips: kept,
+    provided: ips.provided.filter((ip) => kept.includes(ip)),
+    source: kept.length > 0 ? ips.source : "none",
+  };
+  return { onMachine, notOnMachine: ips.ips.filter((ip) => !kept.includes(ip)) };
 }
 
 /** Whether the first address of a comma-separated list is IPv6 (the kubelet's primary family). */

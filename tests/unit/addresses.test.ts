@@ -3,13 +3,17 @@ import fc from "fast-check";
 import {
   discoverPublicIPs,
   externalLinkIPs,
+  ipsOnMachine,
   type NodeAddressInput,
   type NodeIPs,
+  type NodeIPsOnMachine,
   nodeAddresses,
   nodeIPs,
+  nodeIPsOnMachine,
   orderByNodeIPs,
   preferredDualStack,
 } from "../../lib/addresses.ts";
+import { formatIP, parseIP } from "../../lib/cidr.ts";
 import type { AddressStatus, NodeAddress } from "../../lib/types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION } from "../../lib/wellknown.ts";
 
@@ -150,6 +154,172 @@ describe("nodeIPs()", () => {
         nodeIPs({ annotations: c.annotations, addresses: c.addresses ?? [] }, c.preferIPv6 ?? false),
       ).toEqual(c.want);
     });
+});
+
+describe("ipsOnMachine()", () => {
+  const cases: Array<{
+    name: string;
+    ips: string[];
+    confirmedIP: string;
+    addresses: AddressStatus[];
+    want: string[];
+  }> = [
+    {
+      name: "leaves out an IP the machine does not have (another node's IPv4 next to its own IPv6)",
+      ips: ["10.0.0.9", "fd00::5"],
+      confirmedIP: "fd00::5",
+      addresses: [addr("10.0.0.5/24", "eth0"), addr("fd00::5/64", "eth0")],
+      want: ["fd00::5"],
+    },
+    {
+      name: "keeps every IP of an honest dual-stack node, in the given order",
+      ips: ["fd00::5", "10.0.0.5"],
+      confirmedIP: "10.0.0.5",
+      addresses: [addr("10.0.0.5/24", "eth0"), addr("fd00::5/64", "eth0")],
+      want: ["fd00::5", "10.0.0.5"],
+    },
+    {
+      name: "keeps the confirmed IP even when no AddressStatus holds it",
+      ips: ["10.0.0.5"],
+      confirmedIP: "10.0.0.5",
+      addresses: [],
+      want: ["10.0.0.5"],
+    },
+    {
+      name: "counts addresses on every link, the overlay and loopback ones too (the kubelet checks every interface)",
+      ips: ["10.0.0.5", "fd7a::9"],
+      confirmedIP: "10.0.0.5",
+      addresses: [addr("fd7a::9/128", "kubespan"), addr("127.0.0.1/8", "lo")],
+      want: ["10.0.0.5", "fd7a::9"],
+    },
+    {
+      name: "needs the address itself, not one of its subnet",
+      ips: ["10.0.0.5", "fd00::6"],
+      confirmedIP: "10.0.0.5",
+      addresses: [addr("fd00::5/64", "eth0")],
+      want: ["10.0.0.5"],
+    },
+    {
+      name: "compares addresses in canonical form",
+      ips: ["10.0.0.5", "2001:0DB8:0::5"],
+      confirmedIP: "10.0.0.5",
+      addresses: [addr("2001:db8:0:0::5/64", "eth0")],
+      want: ["10.0.0.5", "2001:0DB8:0::5"],
+    },
+    {
+      name: "skips AddressStatuses that hold no address",
+      ips: ["10.0.0.5", "fd00::5"],
+      confirmedIP: "10.0.0.5",
+      addresses: [addr("garbage", "eth0")],
+      want: ["10.0.0.5"],
+    },
+  ];
+  for (const c of cases)
+    test(`ipsOnMachine() ${c.name}`, () => {
+      expect(ipsOnMachine(c.ips, c.confirmedIP, c.addresses)).toEqual(c.want);
+    });
+});
+
+describe("nodeIPsOnMachine()", () => {
+  const MACHINE = [addr("10.0.0.5/24", "eth0"), addr("fd00::5/64", "eth0")];
+  const cases: Array<{
+    name: string;
+    ips: NodeIPs;
+    confirmedIP: string;
+    addresses: AddressStatus[];
+    want: NodeIPsOnMachine;
+  }> = [
+    {
+      name: "drops a claimed IPv4 from the IPs and the provided ones",
+      ips: fromAnnotation("10.0.0.9,fd00::5"),
+      confirmedIP: "fd00::5",
+      addresses: MACHINE,
+      want: {
+        onMachine: { ips: ["fd00::5"], provided: ["fd00::5"], source: "annotation" },
+        notOnMachine: ["10.0.0.9"],
+      },
+    },
+    {
+      name: "drops a claimed IPv6 of an IPv6-primary annotation, keeping the kubelet's order for the rest",
+      ips: fromAnnotation("fd00::9,10.0.0.5", true),
+      confirmedIP: "10.0.0.5",
+      addresses: MACHINE,
+      want: {
+        onMachine: { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" },
+        notOnMachine: ["fd00::9"],
+      },
+    },
+    {
+      name: "keeps both IPs of an honest dual-stack node",
+      ips: fromAnnotation("fd00::5,10.0.0.5"),
+      confirmedIP: "10.0.0.5",
+      addresses: MACHINE,
+      want: {
+        onMachine: { ips: ["10.0.0.5", "fd00::5"], provided: ["fd00::5", "10.0.0.5"], source: "annotation" },
+        notOnMachine: [],
+      },
+    },
+    {
+      name: "filters the InternalIP fallback the same way",
+      ips: nodeIPs(
+        {
+          annotations: {},
+          addresses: [
+            { type: "InternalIP", address: "10.0.0.5" },
+            { type: "InternalIP", address: "fd00::9" },
+          ],
+        },
+        false,
+      ),
+      confirmedIP: "10.0.0.5",
+      addresses: MACHINE,
+      want: { onMachine: { ips: ["10.0.0.5"], provided: [], source: "status" }, notOnMachine: ["fd00::9"] },
+    },
+  ];
+  for (const c of cases)
+    test(`nodeIPsOnMachine() ${c.name}`, () => {
+      expect(nodeIPsOnMachine(c.ips, c.confirmedIP, c.addresses)).toEqual(c.want);
+    });
+
+  test("nodeIPsOnMachine() with nodeAddresses() writes exactly the node IPs the machine has (the confirmed one always), the kubelet's first remaining IP first", () => {
+    const ip4 = fc.ipV4();
+    const ip6 = fc.ipV6();
+    fc.assert(
+      fc.property(
+        fc.tuple(ip4, ip6),
+        fc.boolean(),
+        fc.boolean(),
+        fc.boolean(),
+        fc.array(fc.oneof(ip4, ip6), { maxLength: 6 }),
+        ([v4, v6], v6First, preferIPv6, confirmV6, machine) => {
+          const ips = fromAnnotation(v6First ? `${v6},${v4}` : `${v4},${v6}`, preferIPv6);
+          const confirmed = ips.ips.find((ip) => ip.includes(":") === confirmV6) as string;
+          const addresses = machine.map((ip) => addr(`${ip}/${ip.includes(":") ? 64 : 24}`, "eth0"));
+          const split = nodeIPsOnMachine(ips, confirmed, addresses);
+          const out = nodeAddresses({
+            nodeName: "node-1",
+            platform: "metal",
+            hostname: "node-1",
+            nodeIPs: split.onMachine,
+            addresses,
+            preferIPv6,
+            publicIPDiscovery: false,
+          });
+          const internal = out.filter((a) => a.type === "InternalIP").map((a) => a.address);
+          const has = new Set([confirmed, ...machine.map((ip) => formatIP(parseIP(ip)))]);
+          expect(internal).toContain(confirmed);
+          expect(internal.filter((ip) => !has.has(ip))).toEqual([]);
+          expect(ips.ips.filter((ip) => has.has(ip) && !internal.includes(ip))).toEqual([]);
+          expect(split.notOnMachine.filter((ip) => internal.includes(ip))).toEqual([]);
+          expect([...split.onMachine.ips, ...split.notOnMachine].sort()).toEqual([...ips.ips].sort());
+          expect(out[0]).toEqual({
+            type: "InternalIP",
+            address: ips.provided.find((ip) => split.onMachine.ips.includes(ip)) as string,
+          });
+        },
+      ),
+    );
+  });
 });
 
 describe("discoverPublicIPs()", () => {
