@@ -12,12 +12,20 @@
 // bootstrap contents initialize the node, later events re-queue it within moments. The Node's IPs are
 // its kubelet's to write, so no fact from an IP is used before Talos confirms that the machine
 // answering there is that node (its Nodename, read alongside the watches; again whenever the IP or
-// the machine's identity changes). SystemInformation and the Talos version are read once per node,
+// the machine's identity changes), and a node IP that machine does not have is neither written as
+// an InternalIP nor asked afterwards. SystemInformation and the Talos version are read once per node,
 // only when a rule's template reads them. Nodes whose watch is down are polled every
 // --node-status-update-frequency by one shared timer; a healthy cluster makes no periodic Talos calls.
 
 import type { V1Taint } from "@kubernetes/client-node";
-import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
+import {
+  ipsOnMachine,
+  type NodeIPs,
+  type NodeIPsOnMachine,
+  nodeAddresses,
+  nodeIPs,
+  nodeIPsOnMachine,
+} from "./addresses.ts";
 import type { Informer, LeanNode } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
@@ -166,21 +174,24 @@ function topologyLabels(meta: PlatformMetadata): Record<string, string> {
  * - annotations and taints: the rules' (taints only at initialization, unless reconcile mode);
  *   the uninitialized taint goes.
  * - providerID: only when the Node has none.
- * - addresses: {@link nodeAddresses}.
+ * - addresses: {@link nodeAddresses} of `ips`.
  * A foreign node (`skipForeignNode`, providerID not `talos…`) only gets its addresses.
+ * @param ips the node IPs to write as InternalIPs: the controller passes {@link nodeIPs} of the Node
+ *   less those the machine Talos confirmed does not have ({@link nodeIPsOnMachine}); by default all
+ *   of them (previews, which know no machine).
  */
 export function desiredNode(
   node: LeanNode,
   facts: NodeFacts,
   result: TransformResult,
   opts: DesiredOptions,
+  ips: NodeIPs = nodeIPs(
+    { annotations: node.metadata.annotations, addresses: node.status.addresses },
+    opts.preferIPv6,
+  ),
 ): DesiredNode {
   const initializing = isUninitialized(node);
   const meta = result.platformMetadata;
-  const ips: NodeIPs = nodeIPs(
-    { annotations: node.metadata.annotations, addresses: node.status.addresses },
-    opts.preferIPv6,
-  );
   const want: DesiredNode = {
     labels: { ...node.metadata.labels },
     annotations: { ...node.metadata.annotations },
@@ -440,6 +451,26 @@ class NodeWatch {
   get watchIP(): string {
     return this.ips[this.ipIndex] ?? "";
   }
+
+  /**
+   * The IPs Talos may be asked on: all until a machine is confirmed as the node and its addresses
+   * are known, then only those that machine has (another one was claimed by the kubelet and may lead
+   * to someone else's Talos). Recomputed on each use, so an address that appears later counts.
+   */
+  askableIPs(): readonly string[] {
+    if (this.confirmedIP === undefined || !this.addressesKnown) return this.ips;
+    return ipsOnMachine(this.ips, this.confirmedIP, [...this.addresses.values()]);
+  }
+
+  /** The index of the next askable IP after the watched one, if there is another. */
+  nextIPIndex(): number | undefined {
+    const askable = this.askableIPs();
+    for (let step = 1; step < this.ips.length; step++) {
+      const i = (this.ipIndex + step) % this.ips.length;
+      if (askable.includes(this.ips[i] as string)) return i;
+    }
+    return undefined;
+  }
 }
 
 /**
@@ -450,9 +481,10 @@ class NodeWatch {
  * IP, when the facts come from another IP, and when the machine's identity in its PlatformMetadata
  * changes); on another name, a dual-stack node moves to its other IP, and the read is retried with
  * backoff. SystemInformation and the Talos version are read once, when asked for. A dual-stack node
- * whose watch fails moves to its other IP. Nodes whose watch is down (failing, stalled, or ended on a
- * non-retryable error) are polled by one shared timer every `refreshMs`; healthy ones cost no
- * periodic call.
+ * whose watch fails moves to its other IP, unless the machine confirmed as the node does not have
+ * that IP ({@link NodeWatch.askableIPs}; polls skip it too). Nodes whose watch is down (failing,
+ * stalled, or ended on a non-retryable error) are polled by one shared timer every `refreshMs`;
+ * healthy ones cost no periodic call.
  */
 export class TalosFacts {
   readonly #talos: TalosFactsClient;
@@ -748,13 +780,14 @@ export class TalosFacts {
     w.lastError = error;
     log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
     this.#onChange(w.name);
-    if (w.ips.length > 1 && part !== "ended" && w.failoverTimer === undefined) {
+    if (part !== "ended" && w.failoverTimer === undefined && w.nextIPIndex() !== undefined) {
       // The watch keeps retrying this IP; after a backoff, try the node's other IP instead.
       w.failoverTimer = setTimeout(
         () => {
           w.failoverTimer = undefined;
-          if (!this.#tracked(w) || w.down.size === 0) return;
-          w.ipIndex = (w.ipIndex + 1) % w.ips.length;
+          const next = w.nextIPIndex();
+          if (!this.#tracked(w) || w.down.size === 0 || next === undefined) return;
+          w.ipIndex = next;
           this.#start(w);
         },
         backoffDelay(w.failovers++, this.#retryBackoff),
@@ -773,11 +806,11 @@ export class TalosFacts {
     }
   }
 
-  /** Reads PlatformMetadata (first IP that answers) and AddressStatuses of a node whose watch is down. */
+  /** Reads PlatformMetadata (first askable IP that answers) and AddressStatuses of a node whose watch is down. */
   async #poll(w: NodeWatch): Promise<void> {
     try {
       const { nodeIP, value } = await this.#talos.firstAnswer(
-        w.ips,
+        w.askableIPs(),
         (ip, o) => this.#talos.platformMetadata(ip, o),
         { attempts: 1 },
       );
@@ -923,6 +956,12 @@ function controllerMetrics(reg: Registry) {
     watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
       "state",
     ]),
+    rejectedIPs: reg.counter(
+      "talosccm_node_ips_rejected_total",
+      "Node IPs (provided-node-ip annotation or InternalIP) left out of a Node's addresses when first found, " +
+        "by reason (not_on_machine: the machine Talos confirmed as the node does not have the IP).",
+      ["reason"],
+    ),
   };
 }
 
@@ -941,6 +980,11 @@ export class CloudNodeController {
    * writes were based on, and the one after the status write): reconciling on those would redo them.
    */
   readonly #stale = new Map<string, Set<string>>();
+  /**
+   * Node IPs left out because the confirmed machine lacks them, per node, as last reported: each is
+   * reported once when it starts being left out, not at every pass (whose action may differ).
+   */
+  readonly #notOnMachine = new Map<string, readonly string[]>();
   /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
   #needs: { config: CompiledConfig; needs: FactsNeeds } | undefined;
   #stopped = false;
@@ -979,8 +1023,7 @@ export class CloudNodeController {
       },
       onDelete: (n) => {
         if (this.#stopped) return;
-        this.#facts.forget(n.metadata.name);
-        this.#stale.delete(n.metadata.name);
+        this.#forget(n.metadata.name);
       },
     });
     signal.addEventListener("abort", () => this.#queue.shutDown(), { once: true });
@@ -998,6 +1041,52 @@ export class CloudNodeController {
     void this.#opts.events.record(target, "Warning", reason, action, note);
   }
 
+  /** Drops everything held about node `name`: its Talos watches and facts, and what was reported. */
+  #forget(name: string): void {
+    this.#facts.forget(name);
+    this.#stale.delete(name);
+    this.#notOnMachine.delete(name);
+  }
+
+  /**
+   * Reports node IPs newly found missing from the machine Talos confirmed as the node (one Warning
+   * Event and one count each); IPs still missing since the last report are not reported again.
+   */
+  #reportNotOnMachine(
+    node: LeanNode,
+    action: string,
+    source: NodeIPs["source"],
+    split: NodeIPsOnMachine,
+    confirmedIP: string,
+  ): void {
+    const name = node.metadata.name;
+    const before = this.#notOnMachine.get(name) ?? [];
+    if (split.notOnMachine.length === 0) {
+      this.#notOnMachine.delete(name);
+      return;
+    }
+    this.#notOnMachine.set(name, split.notOnMachine);
+    const added = split.notOnMachine.filter((ip) => !before.includes(ip));
+    if (added.length === 0) return;
+    this.#m.rejectedIPs.inc({ reason: "not_on_machine" }, added.length);
+    this.#log.warn("Node IP is not on the node's machine; it is not written as InternalIP", {
+      node: name,
+      ips: added,
+      confirmedIP,
+    });
+    const where =
+      source === "annotation" ? `in its ${PROVIDED_NODE_IP_ANNOTATION} annotation` : "among its InternalIPs";
+    this.#warn(
+      node,
+      "NodeIPNotOnMachine",
+      action,
+      `Node IP ${added.join(", ")} (${where}) is not an address of the machine Talos confirmed as this node ` +
+        `on ${confirmedIP}: it is not written as an InternalIP and Talos is not asked there; the node's ` +
+        `InternalIPs are ${split.onMachine.ips.join(", ")}. A kubelet only announces addresses of its own host ` +
+        "(--node-ip); the IP is used once Talos reports it on the machine",
+    );
+  }
+
   /**
    * Brings one Node in line with its Talos facts and the rules. Safe to run twice; returns without
    * writing when facts are missing (their arrival re-queues the node) or nothing differs.
@@ -1006,8 +1095,7 @@ export class CloudNodeController {
   async reconcile(name: string): Promise<void> {
     const node = this.#opts.nodes.get(name);
     if (!node || node.metadata.deletionTimestamp) {
-      this.#facts.forget(name);
-      this.#stale.delete(name);
+      this.#forget(name);
       return;
     }
     // Our last write is not in the cache yet; the informer's update re-queues the node.
@@ -1024,7 +1112,7 @@ export class CloudNodeController {
     );
     if (ips.ips.length === 0) {
       // Watches on addresses the node no longer claims would follow some other machine.
-      this.#facts.forget(name);
+      this.#forget(name);
       if (initializing) {
         this.#m.failed.inc({ reason: "nodeip" });
         this.#warn(
@@ -1068,6 +1156,8 @@ export class CloudNodeController {
       return;
     }
 
+    const split = nodeIPsOnMachine(ips, state.nodeIP, state.facts.addresses);
+    this.#reportNotOnMachine(node, action, ips.source, split, state.nodeIP);
     const facts = instanceFacts(state.facts, state.nodeIP, name);
     const result = transform(config, facts, name, { registry: this.#opts.registry });
     if (result.errors.length > 0)
@@ -1077,12 +1167,18 @@ export class CloudNodeController {
       const [reason, note] = RECORD_PROBLEMS[problem];
       this.#warn(node, reason, action, note);
     }
-    const want = desiredNode(node, facts, result, {
-      preferIPv6: g.preferIPv6,
-      reconcile: g.reconcile,
-      skipForeignNode: g.skipForeignNode,
-      clusterName: g.clusterName || this.#opts.talos.clusterName,
-    });
+    const want = desiredNode(
+      node,
+      facts,
+      result,
+      {
+        preferIPv6: g.preferIPv6,
+        reconcile: g.reconcile,
+        skipForeignNode: g.skipForeignNode,
+        clusterName: g.clusterName || this.#opts.talos.clusterName,
+      },
+      split.onMachine,
+    );
     const patch = nodePatch(node, want);
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
     // Reconciles on these versions would redo our writes; the informer delivers the final one.

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
+import { nodeIPs, nodeIPsOnMachine } from "../../lib/addresses.ts";
 import type { LeanNode } from "../../lib/cache.ts";
 import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
 import { Registry } from "../../lib/metrics.ts";
@@ -131,7 +132,7 @@ const OPTS: DesiredOptions = {
   clusterName: "prod",
 };
 
-/** instanceFacts → transform → desiredNode, as the controller chains them. */
+/** instanceFacts → transform → nodeIPsOnMachine → desiredNode, as the controller chains them. */
 function desire(
   node: LeanNode,
   raw: NodeFacts,
@@ -143,7 +144,12 @@ function desire(
   const result = transform({ transformations: rules }, facts, node.metadata.name, {
     registry: new Registry(),
   });
-  return desiredNode(node, facts, result, { ...OPTS, ...opts });
+  const all = { ...OPTS, ...opts };
+  const ips = nodeIPs(
+    { annotations: node.metadata.annotations, addresses: node.status.addresses },
+    all.preferIPv6,
+  );
+  return desiredNode(node, facts, result, all, nodeIPsOnMachine(ips, nodeIP, raw.addresses).onMachine);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -520,6 +526,29 @@ describe("desiredNode()", () => {
         taints: [NOT_READY],
         addresses: [
           { type: "InternalIP", address: "10.0.0.9" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      },
+    },
+    {
+      name: "a dual-stack node gets as InternalIPs only the node IPs its machine has",
+      node: lean({
+        annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "fd00::9,10.0.0.5" },
+        addresses: [
+          { type: "InternalIP", address: "fd00::9" },
+          { type: "InternalIP", address: "10.0.0.5" },
+          { type: "Hostname", address: "node-1" },
+        ],
+      }),
+      facts: { platformMetadata: metadata({}), addresses: [eth0, address("fd00::5/64", "eth0")] },
+      opts: { clusterName: "" },
+      want: {
+        labels: { "kubernetes.io/hostname": "node-1", "node.cloudprovider.kubernetes.io/platform": "metal" },
+        annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "fd00::9,10.0.0.5" },
+        taints: [NOT_READY],
+        providerID: "talos://metal/10.0.0.5",
+        addresses: [
+          { type: "InternalIP", address: "10.0.0.5" },
           { type: "Hostname", address: "node-1" },
         ],
       },
@@ -1075,6 +1104,68 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
+  test("TalosFacts asks Talos on a node IP the confirmed machine lacks neither to fail over nor to poll", async () => {
+    const { talos, facts, advance } = setup({ refreshMs: 1_000 });
+    talos.nodenames.set("10.0.0.9", "node-2");
+    facts.track("node-1", ["10.0.0.9", "fd00::5"]);
+    await settle();
+    await settle();
+    const own = [address("10.0.0.5/24", "eth0"), address("fd00::5/64", "eth0")];
+    talos
+      .stream("fd00::5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    for (const a of own)
+      talos.stream("fd00::5", "addresses").push({ type: "created", id: a.id, version: "1", resource: a });
+    talos.stream("fd00::5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.facts("node-1", bare)).toMatchObject({ ready: true, nodeIP: "fd00::5" });
+    talos.calls.length = 0;
+    talos.stream("fd00::5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv6" });
+    await settle();
+    await settle();
+    expect(facts.isDown("node-1")).toBe(true);
+    advance(1_000);
+    talos.pollAddresses = own;
+    facts.tick();
+    await settle();
+    // No watch moved to 10.0.0.9, and the poll asked the confirmed IP alone.
+    expect(talos.calls).toEqual(["get platformmetadata fd00::5", "list addresses fd00::5"]);
+    facts.close();
+  });
+
+  test("TalosFacts fails over to a node IP once the confirmed machine reports its address", async () => {
+    const { talos, facts } = setup();
+    facts.track("node-1", ["10.0.0.5", "fd00::5"]);
+    const eth0 = address("10.0.0.5/24", "eth0");
+    talos
+      .stream("10.0.0.5", "platformmetadata")
+      .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
+    talos
+      .stream("10.0.0.5", "addresses")
+      .push({ type: "created", id: eth0.id, version: "1", resource: eth0 });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.facts("node-1", bare)).toMatchObject({ ready: true, nodeIP: "10.0.0.5" });
+    talos.calls.length = 0;
+    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
+    await settle();
+    await settle();
+    expect(talos.calls).toEqual([]);
+    // The IPv6 address comes up after boot: the next failure moves the watches there.
+    const v6 = address("fd00::5/64", "eth0");
+    talos.stream("10.0.0.5", "addresses").push({ type: "created", id: v6.id, version: "1", resource: v6 });
+    await settle();
+    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
+    await settle();
+    await settle();
+    expect(talos.calls).toEqual([
+      "watch platformmetadata fd00::5",
+      "watch addresses fd00::5",
+      "get nodename fd00::5",
+    ]);
+    facts.close();
+  });
+
   test("TalosFacts stops after trying each IP once when all lead to other nodes", async () => {
     const { talos, facts } = setup();
     talos.nodenames.set("10.0.0.9", "node-2");
@@ -1424,6 +1515,98 @@ describe("CloudNodeController.reconcile()", () => {
     expect(events).toEqual(["Warning TalosNodeMismatch node-1"]);
     expect(store.get("node-1")).toEqual(node);
     expect(registry.expose()).not.toContain('reason="identity"');
+  });
+
+  /** Delivers PlatformMetadata and these addresses on `ip`'s watches. */
+  async function bootstrapWith(talos: FakeTalos, ip: string, addresses: AddressStatus[]) {
+    talos.stream(ip, "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: metadata({ platform: "metal", hostname: "node-1" }),
+    });
+    for (const a of addresses)
+      talos.stream(ip, "addresses").push({ type: "created", id: a.id, version: "1", resource: a });
+    talos.stream(ip, "addresses").push({ type: "bootstrapped" });
+    await settle();
+  }
+  const REJECTED = 'talosccm_node_ips_rejected_total{reason="not_on_machine"}';
+  const dualStack = (annotation: string, ips: string[]) =>
+    lean({
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: annotation },
+      addresses: [
+        ...ips.map((address) => ({ type: "InternalIP", address })),
+        { type: "Hostname", address: "node-1" },
+      ],
+    });
+
+  test("CloudNodeController.reconcile() initializes a node claiming another node's IPv4 from its own IPv6 alone, with one Event and one count", async () => {
+    const { talos, store, events, controller, registry } = controllerSetup(
+      dualStack("10.0.0.9,fd00::5", ["10.0.0.9", "fd00::5"]),
+    );
+    talos.nodenames.set("10.0.0.9", "node-2");
+    await controller.reconcile("node-1");
+    // Talos on 10.0.0.9 names node-2: the watches move to fd00::5, where the machine is node-1.
+    await settle();
+    await settle();
+    await bootstrapWith(talos, "fd00::5", [address("10.0.0.5/24", "eth0"), address("fd00::5/64", "eth0")]);
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Warning NodeIPNotOnMachine node-1", "Normal Synced node-1"]);
+    const after = store.get("node-1") as LeanNode;
+    expect(after.spec).toEqual({ taints: [NOT_READY], providerID: "talos://metal/fd00::5" });
+    expect(after.status.addresses).toEqual([
+      { type: "InternalIP", address: "fd00::5" },
+      { type: "Hostname", address: "node-1" },
+    ]);
+    expect(registry.expose()).toContain(`${REJECTED} 1`);
+    // Later passes leave it out without a new Event or count.
+    await controller.reconcile("node-1");
+    expect(events.length).toBe(2);
+    expect(registry.expose()).toContain(`${REJECTED} 1`);
+    // The one probe that found node-2 there is all Talos was asked on the claimed IP.
+    expect(talos.calls.filter((c) => c.includes("10.0.0.9"))).toEqual([
+      "watch platformmetadata 10.0.0.9",
+      "watch addresses 10.0.0.9",
+      "get nodename 10.0.0.9",
+    ]);
+  });
+
+  test("CloudNodeController.reconcile() writes a node IP once the machine reports its address, and reports it again when it goes", async () => {
+    const { talos, store, events, controller, registry } = controllerSetup(
+      dualStack("10.0.0.5,fd00::5", ["10.0.0.5", "fd00::5"]),
+    );
+    await controller.reconcile("node-1");
+    await bootstrapWith(talos, "10.0.0.5", [address("10.0.0.5/24", "eth0")]);
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Warning NodeIPNotOnMachine node-1", "Normal Synced node-1"]);
+    expect(store.get("node-1")?.status.addresses).toEqual([
+      { type: "InternalIP", address: "10.0.0.5" },
+      { type: "Hostname", address: "node-1" },
+    ]);
+    const v6 = address("fd00::5/64", "eth0");
+    talos.stream("10.0.0.5", "addresses").push({ type: "created", id: v6.id, version: "1", resource: v6 });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(store.get("node-1")?.status.addresses).toEqual([
+      { type: "InternalIP", address: "10.0.0.5" },
+      { type: "InternalIP", address: "fd00::5" },
+      { type: "Hostname", address: "node-1" },
+    ]);
+    expect(events.length).toBe(2);
+    expect(registry.expose()).toContain(`${REJECTED} 1`);
+    talos.stream("10.0.0.5", "addresses").push({ type: "destroyed", id: v6.id });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(store.get("node-1")?.status.addresses).toEqual([
+      { type: "InternalIP", address: "10.0.0.5" },
+      { type: "Hostname", address: "node-1" },
+    ]);
+    expect(events).toEqual([
+      "Warning NodeIPNotOnMachine node-1",
+      "Normal Synced node-1",
+      "Warning NodeIPNotOnMachine node-1",
+    ]);
+    expect(registry.expose()).toContain(`${REJECTED} 2`);
   });
 
   test("CloudNodeController.reconcile() leaves a node whose Talos is down tainted, with a Warning Event", async () => {
