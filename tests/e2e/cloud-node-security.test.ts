@@ -7,7 +7,9 @@
 // the CCM remove them (the record is signed by a digest in a label the kubelet cannot write); the node
 // gets an Event, and a rule deleted from the config is still reconciled away afterwards. A kubelet
 // claiming another node's IP (at registration, or later in its annotation) must not get that
-// machine's facts, nor the role a rule grants by them: its Node stays as it was, with an Event.
+// machine's facts, nor the role a rule grants by them: its Node stays as it was, with an Event. A
+// dual-stack kubelet claiming another node's IPv4 next to its own IPv6 is initialized from its own
+// machine, with only the IPv6 as InternalIP (the IPv4 is not on that machine), and an Event.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -25,15 +27,18 @@ const MANAGED = "talos.dev/ccm-managed";
 const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
 const digest = (text: string) => new Bun.CryptoHasher("sha224").update(text).digest("hex");
 
-function spec(name: string, nodeIP: string, instanceId: string): FakeNodeSpec {
+function spec(name: string, nodeIP: string, instanceId: string, nodeIPv6?: string): FakeNodeSpec {
   return {
     name,
-    nodeIPs: [nodeIP],
+    nodeIPs: nodeIPv6 === undefined ? [nodeIP] : [nodeIP, nodeIPv6],
     talosVersion: "v1.13.0",
     platformMetadata: platformMetadata({ platform: "nocloud", hostname: name, zone: "zone-a", instanceId }),
     addresses: [
       normalizeAddress(name, { address: "127.0.0.1/8", linkName: "lo", scope: "host", flags: "permanent" }),
       normalizeAddress(name, { address: `${nodeIP}/24`, linkName: "eth0", flags: "permanent" }),
+      ...(nodeIPv6 === undefined
+        ? []
+        : [normalizeAddress(name, { address: `${nodeIPv6}/64`, linkName: "eth0", flags: "permanent" })]),
     ],
   };
 }
@@ -46,6 +51,8 @@ const VICTIM = spec("victim-1", "10.40.0.2", "i-victim");
 const LIAR = spec("liar-1", "10.40.0.3", "i-liar");
 /** A machine whose kubelet registers honestly, then writes the victim's IP in its annotation. */
 const SWITCHER = spec("switcher-1", "10.40.0.4", "i-switcher");
+/** A dual-stack machine whose kubelet registers with the victim's IPv4 and its own IPv6. */
+const DUAL = spec("dual-liar-1", "10.40.0.5", "i-dual", "fd00:40::5");
 
 /** Grants a role by PlatformMetadata: what a kubelet lying about its IP would be after. */
 const ROLE_RULE = `
@@ -116,6 +123,10 @@ interface EventV1 {
   regarding: { name: string };
 }
 
+async function metrics(): Promise<string> {
+  return (await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })).text();
+}
+
 async function eventsOf(name: string): Promise<EventV1[]> {
   const list = await cluster.adminClient.get<{ items: EventV1[] }>(
     "/apis/events.k8s.io/v1/namespaces/default/events",
@@ -151,7 +162,7 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "cloud-node-security-e2e-"));
   [cluster, apid] = await Promise.all([
     TestCluster.start(),
-    FakeApid.start({ nodes: [FORGER, VICTIM, LIAR, SWITCHER] }),
+    FakeApid.start({ nodes: [FORGER, VICTIM, LIAR, SWITCHER, DUAL] }),
   ]);
   const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
   cloudConfig = join(dir, "ccm-config.yaml");
@@ -282,9 +293,7 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
     expect(node.metadata?.labels?.[ROLE_LABEL]).toBeUndefined();
     expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBeUndefined();
     expect(node.status?.addresses).toEqual(liar.addresses());
-    const text = await (
-      await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })
-    ).text();
+    const text = await metrics();
     expect(
       Number(text.match(/^talosccm_node_initialization_errors_total\{reason="identity"\} (\d+)$/m)?.[1]),
     ).toBeGreaterThanOrEqual(1);
@@ -313,5 +322,54 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
     expect(after.spec?.providerID).toBe(before.spec?.providerID);
     expect(after.metadata?.labels).toEqual(before.metadata?.labels);
     expect(after.status?.addresses).toEqual(before.status?.addresses);
+  });
+
+  test("dual-stack, with the other node's IPv4 next to its own IPv6: it initializes with only its IPv6 as InternalIP, with one Event and a metric", async () => {
+    const victim = await initialized(VICTIM.name);
+    const ownIPv6 = DUAL.nodeIPs[1] as string;
+    const watchersBefore = apid.watchers(victimIP);
+    await register(DUAL, [victimIP, ownIPv6]);
+    // Its own machine's facts, confirmed on the IPv6; the claimed IPv4 is not among that machine's addresses.
+    const node = await initialized(DUAL.name);
+    expect(node.spec?.providerID).toBe(`talos://nocloud/${ownIPv6}`);
+    expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBe("zone-a");
+    expect(node.metadata?.labels?.[ROLE_LABEL]).toBeUndefined();
+    expect(node.status?.addresses).toEqual([
+      { type: "InternalIP", address: ownIPv6 },
+      { type: "Hostname", address: DUAL.name },
+    ]);
+    const event = await eventOf(DUAL.name, "NodeIPNotOnMachine");
+    expect(event.type).toBe("Warning");
+    expect(event.note).toContain(`Node IP ${victimIP} (in its ${PROVIDED_NODE_IP} annotation)`);
+    expect(event.note).toContain(`InternalIPs are ${ownIPv6}`);
+    expect(await metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
+    // Talos on the claimed IPv4 is not asked any more: the watches there are those from before.
+    await waitFor(
+      async () => apid.watchers(victimIP) === watchersBefore,
+      10_000,
+      () => `watches on ${victimIP}: ${apid.watchers(victimIP)}, before: ${watchersBefore}`,
+    );
+    expect(apid.watchers(ownIPv6)).toBe(2);
+    // The passes after the initialization (its own write re-queues the node) warn no more.
+    const kubelet = kubelets.get(DUAL.name) as SimulatedKubelet;
+    await kubelet.client.patch(
+      nodePath(DUAL.name),
+      { metadata: { annotations: { "example.com/touch": "1" } } },
+      PATCH.merge,
+    );
+    await waitFor(
+      async () => (await getNode(DUAL.name)).metadata?.annotations?.["example.com/touch"] === "1",
+      10_000,
+    );
+    await Bun.sleep(500);
+    expect((await eventsOf(DUAL.name)).filter((e) => e.reason === "NodeIPNotOnMachine").length).toBe(1);
+    expect(await metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
+    expect((await getNode(DUAL.name)).status?.addresses).toEqual(node.status?.addresses);
+    // The machine whose IPv4 it claimed is as it was.
+    expect(await getNode(VICTIM.name)).toMatchObject({
+      spec: { providerID: victim.spec?.providerID },
+      metadata: { labels: victim.metadata?.labels },
+      status: { addresses: victim.status?.addresses },
+    });
   });
 });
