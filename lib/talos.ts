@@ -2,15 +2,16 @@
 // round-robin with failover, COSI Get/List/Watch of the resources a CCM reads, MachineService
 // Version, retries by status code, watches that resubscribe, talosconfig rotation, and the
 // `talosccm_api_*` metrics. The talosconfig and error types come from lib/talosconfig.ts, the wire
-// (paths, resources, decoding into lib/types.ts) from lib/taloswire.ts.
-// Memory: grpc-js (~16 MB RSS) is imported on the first call only, so loading this module and the
+// (paths, resources, decoding into lib/types.ts) from lib/taloswire.ts, the gRPC transport
+// (node:http2) from lib/grpc.ts.
+// Memory: the transport is imported on the first call only, so loading this module and the
 // talosconfig costs nothing of it; the protobuf code is ts-proto output (plain functions on
 // protobuf-es' wire reader and writer), not protoc-gen-es' reflection runtime (~10 MB under Bun).
 
 import { type FSWatcher, watch as fsWatch, statSync } from "node:fs";
 import { isIP } from "node:net";
 import { basename, dirname } from "node:path";
-import type * as Grpc from "@grpc/grpc-js";
+import type { GrpcChannel, GrpcStream } from "./grpc.ts";
 import { logger } from "./log.ts";
 import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
 import { type Backoff, backoffDelay, wait } from "./queue.ts";
@@ -21,7 +22,6 @@ import {
   type LoadTalosConfigOptions,
   loadTalosConfig,
   type TalosConfig,
-  type TalosEndpoint,
   TalosError,
   TalosNotFoundError,
   TalosPermissionError,
@@ -64,7 +64,7 @@ export type {
 
 const log = logger("talos");
 
-/** apid refuses larger messages; grpc-js would stop at 4 MiB by default. */
+/** apid refuses larger messages; gRPC clients stop at 4 MiB by default. */
 const MAX_MESSAGE_BYTES = 32 << 20;
 
 /**
@@ -179,21 +179,13 @@ class Semaphore {
 // ---------------------------------------------------------------------------------------------
 // Channels
 
-type GrpcModule = typeof Grpc;
-let grpcLoading: Promise<{
-  grpc: GrpcModule;
-  checkServerIdentity: typeof import("node:tls").checkServerIdentity;
-}>;
+let transportLoading: Promise<typeof import("./grpc.ts")> | undefined;
 
-function loadGrpc() {
-  grpcLoading ??= Promise.all([import("@grpc/grpc-js"), import("node:tls")]).then(([grpc, tls]) => ({
-    grpc,
-    checkServerIdentity: tls.checkServerIdentity,
-  }));
-  return grpcLoading;
+/** The gRPC transport, imported on the first call (node:http2 with it). */
+function loadTransport(): Promise<typeof import("./grpc.ts")> {
+  transportLoading ??= import("./grpc.ts");
+  return transportLoading;
 }
-
-const passThrough = (b: Buffer) => b;
 
 /** Identity of a file's current content (inode, size, mtime), "" when it cannot be read. */
 function fileStamp(path: string): string {
@@ -207,56 +199,10 @@ function fileStamp(path: string): string {
 
 /** The channels built from one talosconfig; replaced as a whole when the file changes. */
 interface Generation {
-  channels: Array<{ endpoint: TalosEndpoint; client: Grpc.Client }>;
+  channels: GrpcChannel[];
   /** Unary calls and streams running on these channels. */
   inFlight: number;
   retired: boolean;
-}
-
-/** Pull-based reading of a grpc-js server stream; pauses the stream while the reader lags. */
-class StreamReader {
-  readonly #queue: Buffer[] = [];
-  #done = false;
-  #error: unknown;
-  #wake: (() => void) | undefined;
-  constructor(readonly call: Grpc.ClientReadableStream<Buffer>) {
-    call.on("data", (b: Buffer) => {
-      this.#queue.push(b);
-      if (this.#queue.length >= 256) call.pause();
-      this.#notify();
-    });
-    call.on("error", (e: unknown) => {
-      this.#error = e;
-      this.#done = true;
-      this.#notify();
-    });
-    call.on("end", () => {
-      this.#done = true;
-      this.#notify();
-    });
-  }
-  #notify(): void {
-    const w = this.#wake;
-    this.#wake = undefined;
-    w?.();
-  }
-  /** The next message; undefined at the end of the stream. @throws the stream's gRPC error */
-  async next(): Promise<Buffer | undefined> {
-    for (;;) {
-      const b = this.#queue.shift();
-      if (b) {
-        if (this.#queue.length < 64 && this.call.isPaused()) this.call.resume();
-        return b;
-      }
-      if (this.#done) {
-        if (this.#error !== undefined) throw this.#error;
-        return undefined;
-      }
-      await new Promise<void>((resolve) => {
-        this.#wake = resolve;
-      });
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -304,9 +250,15 @@ export interface WatchOptions {
 
 interface WatchSession {
   generation: Generation | undefined;
-  client: Grpc.Client | undefined;
+  channel: GrpcChannel | undefined;
   reconnecting: boolean;
-  call: Grpc.ClientReadableStream<Buffer> | undefined;
+  call: GrpcStream | undefined;
+}
+
+/** Deadline and cancellation of one attempt. */
+interface AttemptOptions {
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
 }
 
 const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -314,7 +266,7 @@ const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 /**
  * A client of the Talos machine API. One gRPC channel per endpoint, created on the first call and
  * shared by all calls and watches; calls round-robin over the endpoints and fail over on
- * Unavailable. Returns plain data (lib/types.ts); never exposes protobuf or grpc-js types.
+ * Unavailable. Returns plain data (lib/types.ts); never exposes protobuf or transport types.
  *
  * @example
  * const talos = TalosClient.load();            // talosconfig search, TALOS_ENDPOINTS, file watching
@@ -616,46 +568,42 @@ export class TalosClient {
   }
 
   #closeGeneration(gen: Generation): void {
-    for (const ch of gen.channels) ch.client.close();
+    for (const ch of gen.channels) ch.close();
   }
 
   async #currentGeneration(): Promise<Generation> {
     if (this.#closed) throw new TalosError("closed", "Cannot call Talos: the client is closed");
-    const { grpc, checkServerIdentity } = await loadGrpc();
+    const { GrpcChannel } = await loadTransport();
     if (this.#generation) return this.#generation;
     const config = this.#config;
-    const channels = config.endpoints.map((endpoint) => {
-      const ip = isIP(endpoint.host) !== 0;
-      const creds = grpc.credentials.createSsl(
-        config.ca === undefined ? null : Buffer.from(config.ca),
-        Buffer.from(config.key),
-        Buffer.from(config.crt),
-        ip ? { checkServerIdentity: (_name, cert) => checkServerIdentity(endpoint.host, cert) } : {},
-      );
-      const options: Grpc.ChannelOptions = {
-        "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
-        "grpc.initial_reconnect_backoff_ms": this.#backoff.initialMs,
-        "grpc.max_reconnect_backoff_ms": this.#backoff.maxMs,
-        // apid (grpc-go) tolerates pings every 5 minutes; they find dead connections under idle watches.
-        "grpc.keepalive_time_ms": 300_000,
-        "grpc.keepalive_timeout_ms": 20_000,
-      };
-      if (ip) options["grpc.ssl_target_name_override"] = IP_ENDPOINT_SNI;
-      return { endpoint, client: new grpc.Client(endpointTarget(endpoint), creds, options) };
-    });
+    // Keepalive stays at the transport's default, which apid's ping policy allows.
+    const channels = config.endpoints.map(
+      (endpoint) =>
+        new GrpcChannel({
+          host: endpoint.host,
+          port: endpoint.port,
+          ...(config.ca === undefined ? {} : { ca: config.ca }),
+          cert: config.crt,
+          key: config.key,
+          ...(isIP(endpoint.host) === 0 ? {} : { servername: IP_ENDPOINT_SNI }),
+          maxReceiveMessageBytes: MAX_MESSAGE_BYTES,
+          backoff: this.#backoff,
+          random: this.#random,
+        }),
+    );
     this.#generation = { channels, inFlight: 0, retired: false };
     return this.#generation;
   }
 
   /** Round-robin over the endpoints, skipping ones whose connection is failing unless all are. */
-  #pick(gen: Generation): { endpoint: TalosEndpoint; client: Grpc.Client } {
+  #pick(gen: Generation): GrpcChannel {
     const n = gen.channels.length;
     const start = this.#roundRobin++;
     for (let i = 0; i < n; i++) {
-      const ch = gen.channels[(start + i) % n] as Generation["channels"][number];
-      if (ch.client.getChannel().getConnectivityState(false) !== 3 /* TRANSIENT_FAILURE */) return ch;
+      const ch = gen.channels[(start + i) % n] as GrpcChannel;
+      if (ch.state !== "failing") return ch;
     }
-    return gen.channels[start % n] as Generation["channels"][number];
+    return gen.channels[start % n] as GrpcChannel;
   }
 
   #enter(gen: Generation): () => void {
@@ -674,8 +622,8 @@ export class TalosClient {
    * opposed to apid answering for a down node), re-read the talosconfig if its file changed since
    * the last read: the certificate may have been renewed.
    */
-  async #maybeReloadAfterFailure(client: Grpc.Client): Promise<void> {
-    if (!this.#load || client.getChannel().getConnectivityState(false) === 2 /* READY */) return;
+  async #maybeReloadAfterFailure(channel: GrpcChannel): Promise<void> {
+    if (!this.#load || channel.state === "ready") return;
     if (fileStamp(this.#config.path) === this.#configStamp) return;
     try {
       await this.reload();
@@ -684,70 +632,45 @@ export class TalosClient {
     }
   }
 
-  #metadata(grpc: GrpcModule, node: string | undefined): Grpc.Metadata {
-    const md = new grpc.Metadata();
-    if (node !== undefined) md.set("node", node);
-    return md;
+  /** Call options of one attempt: the `node` header routes it through apid to that node. */
+  #callOptions(node: string | undefined, opts: AttemptOptions) {
+    return {
+      ...(node === undefined ? {} : { metadata: { node } }),
+      timeoutMs: opts.timeoutMs,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    };
   }
 
   async #unaryOnce(
     gen: Generation,
-    ch: Grpc.Client,
+    ch: GrpcChannel,
     path: string,
     req: Uint8Array,
     node: string | undefined,
-    opts: { timeoutMs: number; signal: AbortSignal | undefined },
-  ): Promise<Buffer[]> {
-    const { grpc } = await loadGrpc();
+    opts: AttemptOptions,
+  ): Promise<Uint8Array[]> {
     const leave = this.#enter(gen);
-    return new Promise<Buffer[]>((resolve, reject) => {
-      const call = ch.makeUnaryRequest(
-        path,
-        passThrough,
-        passThrough,
-        Buffer.from(req),
-        this.#metadata(grpc, node),
-        { deadline: Date.now() + opts.timeoutMs },
-        (err, value) => {
-          opts.signal?.removeEventListener("abort", onAbort);
-          leave();
-          if (err || !value) reject(err ?? new Error("empty response"));
-          else resolve([value]);
-        },
-      );
-      const onAbort = () => call.cancel();
-      opts.signal?.addEventListener("abort", onAbort, { once: true });
-    });
+    try {
+      return [await ch.unary(path, req, this.#callOptions(node, opts))];
+    } finally {
+      leave();
+    }
   }
 
   async #listOnce(
     gen: Generation,
-    ch: Grpc.Client,
+    ch: GrpcChannel,
     req: Uint8Array,
     node: string,
-    opts: { timeoutMs: number; signal: AbortSignal | undefined },
-  ): Promise<Buffer[]> {
-    const { grpc } = await loadGrpc();
+    opts: AttemptOptions,
+  ): Promise<Uint8Array[]> {
     const leave = this.#enter(gen);
-    const call = ch.makeServerStreamRequest(
-      PATHS.list,
-      passThrough,
-      passThrough,
-      Buffer.from(req),
-      this.#metadata(grpc, node),
-      {
-        deadline: Date.now() + opts.timeoutMs,
-      },
-    );
-    const onAbort = () => call.cancel();
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      const reader = new StreamReader(call);
-      const out: Buffer[] = [];
-      for (let b = await reader.next(); b !== undefined; b = await reader.next()) out.push(b);
+      const call = ch.serverStream(PATHS.list, req, this.#callOptions(node, opts));
+      const out: Uint8Array[] = [];
+      for (let b = await call.next(); b !== undefined; b = await call.next()) out.push(b);
       return out;
     } finally {
-      opts.signal?.removeEventListener("abort", onAbort);
       leave();
     }
   }
@@ -773,12 +696,8 @@ export class TalosClient {
     request: string,
     what: string,
     opts: CallOptions,
-    attempt: (
-      gen: Generation,
-      ch: Grpc.Client,
-      o: { timeoutMs: number; signal: AbortSignal | undefined },
-    ) => Promise<Buffer[]>,
-    decode: (msgs: Buffer[]) => T,
+    attempt: (gen: Generation, ch: GrpcChannel, o: AttemptOptions) => Promise<Uint8Array[]>,
+    decode: (msgs: Uint8Array[]) => T,
   ): Promise<T> {
     const stop = this.#duration.startTimer({ request });
     const attempts = opts.attempts ?? this.#attempts;
@@ -787,19 +706,19 @@ export class TalosClient {
       for (let n = 0; ; n++) {
         if (opts.signal?.aborted) throw abortError(what);
         const release = await this.#sem.acquire(opts.signal);
-        let client: Grpc.Client | undefined;
-        let msgs: Buffer[];
+        let channel: GrpcChannel | undefined;
+        let msgs: Uint8Array[];
         try {
           const gen = await this.#currentGeneration();
-          client = this.#pick(gen).client;
-          msgs = await attempt(gen, client, attemptOpts);
+          channel = this.#pick(gen);
+          msgs = await attempt(gen, channel, attemptOpts);
         } catch (err) {
           release();
           if (opts.signal?.aborted) throw abortError(what);
           const e = statusError(what, err);
           if (!e.retryable || n + 1 >= attempts) throw e;
           log.v(2).info("Retrying Talos call", { request, attempt: n + 1, err: e.message });
-          if (client && e.code === "unavailable") await this.#maybeReloadAfterFailure(client);
+          if (channel && e.code === "unavailable") await this.#maybeReloadAfterFailure(channel);
           await sleep(backoffDelay(n, this.#backoff, this.#random), opts.signal);
           continue;
         }
@@ -828,7 +747,7 @@ export class TalosClient {
     const known = new Map<string, ResourceData[K]>();
     const session: WatchSession = {
       generation: undefined,
-      client: undefined,
+      channel: undefined,
       reconnecting: false,
       call: undefined,
     };
@@ -840,33 +759,25 @@ export class TalosClient {
       while (!signal?.aborted && !this.#closed) {
         let leave: (() => void) | undefined;
         try {
-          const { grpc } = await loadGrpc();
           const release = await this.#sem.acquire(signal);
-          let reader: StreamReader;
-          let first: Buffer | undefined;
+          let call: GrpcStream;
+          let first: Uint8Array | undefined;
           try {
             const gen = await this.#currentGeneration();
             leave = this.#enter(gen);
             session.generation = gen;
             session.reconnecting = false;
-            session.client = this.#pick(gen).client;
-            const call = session.client.makeServerStreamRequest(
-              PATHS.watch,
-              passThrough,
-              passThrough,
-              Buffer.from(request),
-              this.#metadata(grpc, node),
-            );
+            session.channel = this.#pick(gen);
+            call = session.channel.serverStream(PATHS.watch, request, { metadata: { node } });
             session.call = call;
-            reader = new StreamReader(call);
             // The first response (empty from Talos) means the watch is established: free the slot.
-            first = await reader.next();
+            first = await call.next();
           } finally {
             release();
           }
           failures = 0;
           const seen = id === undefined ? new Set<string>() : undefined;
-          for (let b = first; b !== undefined; b = await reader.next()) {
+          for (let b = first; b !== undefined; b = await call.next()) {
             let events: Array<TalosWatchEvent<ResourceData[K]>>;
             try {
               events = decodeWatchResponse(kind, b);
@@ -901,7 +812,8 @@ export class TalosClient {
           if (!e.retryable) throw e;
           if (failures++ === 0) yield { type: "errored", error: e.message };
           log.v(2).info("Resubscribing Talos watch", { node, type, attempt: failures, err: e.message });
-          if (e.code === "unavailable" && session.client) await this.#maybeReloadAfterFailure(session.client);
+          if (e.code === "unavailable" && session.channel)
+            await this.#maybeReloadAfterFailure(session.channel);
           await sleep(backoffDelay(failures - 1, this.#watchBackoff, this.#random), signal).catch(
             () => undefined,
           );

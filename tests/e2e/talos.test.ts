@@ -1,6 +1,6 @@
 // lib/talos.ts TalosClient against the fake apid: every call, every status-code path, endpoint
 // failover, a 10,000-resource List, watches across apid restarts and node flapping, certificate
-// rotation, the in-flight bound, deadlines, cancellation, metrics and lazy loading of grpc-js.
+// rotation, the in-flight bound, deadlines, cancellation, metrics and lazy loading of the transport.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -861,7 +861,7 @@ describe("metrics and loading", () => {
     expect(text).toContain('talosccm_api_request_errors_total{request="addresses"} 1');
   });
 
-  test("config loading needs neither grpc-js nor the protobuf code; grpc-js comes with the first call", async () => {
+  test("config loading needs neither the gRPC transport nor the protobuf code; the transport comes with the first call, grpc-js never", async () => {
     const path = join(dir, "talosconfig-lazy");
     await apid.writeTalosconfig(path);
     const lib = (f: string) => JSON.stringify(resolve(import.meta.dir, "../../lib", f));
@@ -869,12 +869,13 @@ describe("metrics and loading", () => {
       const loaded = (part) => Object.keys(require.cache).some((k) => k.includes(part));
       const { loadTalosConfig } = await import(${lib("talosconfig.ts")});
       const config = loadTalosConfig({ path: ${JSON.stringify(path)}, env: {} });
-      const atConfig = { grpc: loaded("@grpc/grpc-js"), protobuf: loaded("talos_pb.ts") };
+      const atConfig = { grpc: loaded("lib/grpc.ts"), protobuf: loaded("talos_pb.ts") };
       const { TalosClient } = await import(${lib("talos.ts")});
       const client = new TalosClient({ config });
-      const before = loaded("@grpc/grpc-js");
+      const before = loaded("lib/grpc.ts");
       await client.version();
-      console.log(JSON.stringify({ atConfig, before, after: loaded("@grpc/grpc-js") }));
+      const after = loaded("lib/grpc.ts");
+      console.log(JSON.stringify({ atConfig, before, after, grpcJs: loaded("@grpc/grpc-js") }));
       client.close();
     `;
     // Asynchronous spawn: the fake apid answering the child lives in this process.
@@ -893,6 +894,7 @@ describe("metrics and loading", () => {
       atConfig: { grpc: false, protobuf: false },
       before: false,
       after: true,
+      grpcJs: false,
     });
   });
 });

@@ -1,0 +1,755 @@
+// gRPC client transport on node:http2 with TLS, as much of it as lib/talos.ts needs: one HTTP/2
+// session per endpoint shared by every call, unary and server-streaming calls, the 5-byte message
+// framing, statuses from trailers, trailers-only headers, HTTP statuses and RST_STREAM codes
+// (grpc/grpc doc/PROTOCOL-HTTP2.md and doc/http-grpc-status-mapping.md), deadlines sent as
+// `grpc-timeout` and enforced locally, cancellation, reconnection with backoff after failed
+// connects, and keepalive pings that find silently dead connections.
+// It replaces grpc-js at runtime (grpc-js stays the fake apid's server in tests): loading grpc-js
+// costs ~9.5 MB RSS and each of its client streams ~23 KB RSS, too much for two Watch streams per
+// node. talos.ts imports this module on its first call, so node:http2 is loaded only then.
+// Not implemented: compression (the client advertises none, so servers send identity frames),
+// client or bidirectional streaming, name resolution beyond what the socket does.
+
+import * as http2 from "node:http2";
+import { isIP } from "node:net";
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
+import { logger } from "./log.ts";
+import { type Backoff, backoffDelay } from "./queue.ts";
+import { GrpcStatus } from "./talosconfig.ts";
+
+const log = logger("grpc");
+
+/** Bytes of the Length-Prefixed-Message header: compressed flag, then a big-endian uint32 length. */
+const PREFIX_BYTES = 5;
+
+/** The gRPC default receive limit; callers talking to apid raise it. */
+const DEFAULT_MAX_RECEIVE_BYTES = 4 << 20;
+
+/**
+ * apid is a grpc-go server without a keepalive policy of its own: grpc-go's default enforcement
+ * allows one ping per 5 minutes and answers the third ping that comes sooner with GOAWAY
+ * ENHANCE_YOUR_CALM ("too_many_pings"), which would cut every idle Watch on the connection. So
+ * ping after 5 minutes and 10 seconds without anything received.
+ */
+const DEFAULT_KEEPALIVE_MS = 310_000;
+const DEFAULT_KEEPALIVE_TIMEOUT_MS = 20_000;
+const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
+
+/** Messages queued unread before a stream stops reading (HTTP/2 flow control then holds the server). */
+const QUEUE_HIGH = 256;
+const QUEUE_LOW = 64;
+
+const STATUS_NAMES = new Map<number, string>(Object.entries(GrpcStatus).map(([name, code]) => [code, name]));
+
+// ---------------------------------------------------------------------------------------------
+// Errors and statuses
+
+/**
+ * A call that ended with a non-OK gRPC status, received or synthesized; `code` and `details` are
+ * what lib/talos.ts's statusError() reads.
+ */
+export class GrpcError extends Error {
+  override readonly name = "GrpcError";
+  /** The gRPC status code (GrpcStatus). */
+  readonly code: number;
+  /** The status message, percent-decoded. */
+  readonly details: string;
+  constructor(code: number, details: string, opts: { cause?: unknown } = {}) {
+    super(`${code} ${STATUS_NAMES.get(code) ?? "UNKNOWN"}: ${details}`, opts);
+    this.code = code;
+    this.details = details;
+  }
+}
+
+/**
+ * The gRPC status of a response without `grpc-status`, from its HTTP status
+ * (doc/http-grpc-status-mapping.md); 200 means the status is missing, hence UNKNOWN.
+ */
+export function statusFromHttp(httpStatus: number): number {
+  switch (httpStatus) {
+    case 400:
+    case 431:
+      return GrpcStatus.INTERNAL;
+    case 401:
+      return GrpcStatus.UNAUTHENTICATED;
+    case 403:
+      return GrpcStatus.PERMISSION_DENIED;
+    case 404:
+      return GrpcStatus.UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+      return GrpcStatus.UNAVAILABLE;
+    default:
+      return GrpcStatus.UNKNOWN;
+  }
+}
+
+/**
+ * The error of a stream reset by the server before it sent a status (RST_STREAM mapping of
+ * PROTOCOL-HTTP2.md): REFUSED_STREAM means nothing was processed, CANCEL a server-side cancel.
+ */
+export function errorFromRstCode(rstCode: number): GrpcError {
+  const c = http2.constants;
+  switch (rstCode) {
+    case c.NGHTTP2_REFUSED_STREAM:
+      return new GrpcError(GrpcStatus.UNAVAILABLE, "Stream refused by server");
+    case c.NGHTTP2_CANCEL:
+      return new GrpcError(GrpcStatus.CANCELLED, "Call cancelled by server");
+    case c.NGHTTP2_ENHANCE_YOUR_CALM:
+      return new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, "Bandwidth exhausted (ENHANCE_YOUR_CALM)");
+    case c.NGHTTP2_INADEQUATE_SECURITY:
+      return new GrpcError(GrpcStatus.PERMISSION_DENIED, "Protocol not secure enough");
+    case c.NGHTTP2_NO_ERROR:
+      return new GrpcError(GrpcStatus.INTERNAL, "Stream ended without a gRPC status");
+    default:
+      return new GrpcError(GrpcStatus.INTERNAL, `Stream reset with HTTP/2 error code ${rstCode}`);
+  }
+}
+
+/**
+ * Decodes a `grpc-message` value: runs of valid `%XX` escapes are UTF-8 bytes, anything else
+ * (broken escapes included) stays as it is, and invalid UTF-8 becomes U+FFFD; never throws.
+ * @example decodeGrpcMessage("caf%C3%A9%20down") // "café down"
+ */
+export function decodeGrpcMessage(value: string): string {
+  if (!value.includes("%")) return value;
+  const utf8 = new TextDecoder();
+  return value.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
+    const bytes = new Uint8Array(run.length / 3);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = Number.parseInt(run.slice(i * 3 + 1, i * 3 + 3), 16);
+    return utf8.decode(bytes);
+  });
+}
+
+type Headers = http2.IncomingHttpHeaders;
+
+function headerValue(headers: Headers, name: string): string | undefined {
+  const v = headers[name];
+  return Array.isArray(v) ? v.join(",") : v;
+}
+
+/**
+ * The status carried by response headers or trailers: undefined without `grpc-status`, null for
+ * OK, else the error. A malformed `grpc-status` is UNKNOWN, as its value cannot be trusted.
+ */
+export function statusFromHeaders(headers: Headers): GrpcError | null | undefined {
+  const raw = headerValue(headers, "grpc-status");
+  if (raw === undefined) return undefined;
+  const message = decodeGrpcMessage(headerValue(headers, "grpc-message") ?? "");
+  if (!/^\d{1,9}$/.test(raw))
+    return new GrpcError(GrpcStatus.UNKNOWN, `Invalid grpc-status "${raw}": ${message}`);
+  const code = Number(raw);
+  return code === GrpcStatus.OK ? null : new GrpcError(code, message);
+}
+
+/**
+ * The error a response's headers announce before any message: a non-200 HTTP status or a
+ * content-type that is not gRPC (a proxy or a web server answering). undefined when the
+ * response is a gRPC one.
+ */
+export function errorFromResponseHeaders(headers: Headers): GrpcError | undefined {
+  const status = Number(headers[":status"]);
+  if (status !== 200) {
+    return new GrpcError(statusFromHttp(status), `Received HTTP status code ${status}`);
+  }
+  const type = headerValue(headers, "content-type") ?? "";
+  if (!type.startsWith("application/grpc")) {
+    return new GrpcError(GrpcStatus.UNKNOWN, `Received a response with content-type "${type}"`);
+  }
+  return undefined;
+}
+
+/**
+ * A `grpc-timeout` value for a deadline `ms` from now: the finest unit (m, S, M, H) whose value
+ * fits the 8 digits the protocol allows, rounded up so the server never gives up first.
+ * @throws {RangeError} for a deadline that is not in the future.
+ * @example encodeGrpcTimeout(10_000) // "10000m"
+ */
+export function encodeGrpcTimeout(ms: number): string {
+  if (!(ms > 0) || !Number.isFinite(ms)) throw new RangeError(`Cannot encode grpc-timeout of ${ms} ms`);
+  for (const [unit, size] of [
+    ["m", 1],
+    ["S", 1_000],
+    ["M", 60_000],
+  ] as const) {
+    const v = Math.ceil(ms / size);
+    if (v <= 99_999_999) return `${v}${unit}`;
+  }
+  return `${Math.min(Math.ceil(ms / 3_600_000), 99_999_999)}H`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Framing
+
+/** A message with its Length-Prefixed-Message header (uncompressed). */
+export function frameMessage(message: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(PREFIX_BYTES + message.length);
+  out[0] = 0;
+  out.writeUInt32BE(message.length, 1);
+  out.set(message, PREFIX_BYTES);
+  return out;
+}
+
+/**
+ * Splits DATA chunks into messages: a frame may span chunks and a chunk may hold many frames.
+ * Messages wholly inside a chunk are views of it, not copies.
+ * @example const d = new MessageDecoder(32 << 20); for (const m of d.push(chunk)) handle(m)
+ */
+export class MessageDecoder {
+  readonly #maxBytes: number;
+  /** Bytes of the unfinished message received so far (header included). */
+  #parts: Uint8Array[] = [];
+  #buffered = 0;
+  /** Length of the unfinished message once its header is complete, else -1. */
+  #length = -1;
+
+  /** @param maxBytes largest message accepted (the receive limit). */
+  constructor(maxBytes: number) {
+    this.#maxBytes = maxBytes;
+  }
+
+  /** Whether no message is half-received (a stream may end here). */
+  get idle(): boolean {
+    return this.#buffered === 0;
+  }
+
+  /**
+   * Feeds one chunk and returns the messages it completes.
+   * @throws {GrpcError} RESOURCE_EXHAUSTED for a message over the limit, INTERNAL for a
+   *   compressed or malformed frame; the decoder is unusable afterwards.
+   */
+  push(chunk: Uint8Array): Uint8Array[] {
+    const out: Uint8Array[] = [];
+    let off = 0;
+    while (off < chunk.length) {
+      if (this.#buffered === 0 && chunk.length - off >= PREFIX_BYTES) {
+        const end = off + PREFIX_BYTES + this.#header(chunk, off);
+        if (end <= chunk.length) {
+          out.push(chunk.subarray(off + PREFIX_BYTES, end));
+          off = end;
+          continue;
+        }
+      }
+      const want = (this.#length < 0 ? PREFIX_BYTES : PREFIX_BYTES + this.#length) - this.#buffered;
+      const take = Math.min(want, chunk.length - off);
+      this.#parts.push(chunk.subarray(off, off + take));
+      this.#buffered += take;
+      off += take;
+      if (this.#length < 0 && this.#buffered === PREFIX_BYTES) {
+        const head = this.#joined();
+        this.#length = this.#header(head, 0);
+      }
+      if (this.#length >= 0 && this.#buffered === PREFIX_BYTES + this.#length) {
+        out.push(this.#joined().subarray(PREFIX_BYTES));
+        this.#parts = [];
+        this.#buffered = 0;
+        this.#length = -1;
+      }
+    }
+    return out;
+  }
+
+  #joined(): Uint8Array {
+    const all = this.#parts.length === 1 ? (this.#parts[0] as Uint8Array) : Buffer.concat(this.#parts);
+    this.#parts = [all];
+    return all;
+  }
+
+  /** Validates the header at `off` and returns the message length. */
+  #header(b: Uint8Array, off: number): number {
+    const flag = b[off] as number;
+    if (flag !== 0) {
+      throw new GrpcError(
+        GrpcStatus.INTERNAL,
+        flag === 1
+          ? "Received a compressed message, but this client accepts no grpc-encoding"
+          : `Received a message with an invalid compressed flag ${flag}`,
+      );
+    }
+    const length =
+      (b[off + 1] as number) * 0x1000000 +
+      ((b[off + 2] as number) << 16) +
+      ((b[off + 3] as number) << 8) +
+      (b[off + 4] as number);
+    if (length > this.#maxBytes) {
+      throw new GrpcError(
+        GrpcStatus.RESOURCE_EXHAUSTED,
+        `Received message larger than max (${length} vs. ${this.#maxBytes})`,
+      );
+    }
+    return length;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channel
+
+/** Where and how {@link GrpcChannel} connects. */
+export interface GrpcChannelOptions {
+  /** DNS name or IP address of the server; the server certificate must name it. */
+  host: string;
+  port: number;
+  /** CA bundle PEM; absent means the system roots. */
+  ca?: string;
+  /** Client certificate PEM (mutual TLS). */
+  cert: string;
+  /** Client key PEM. */
+  key: string;
+  /**
+   * TLS server name (SNI); default the host when it is a DNS name, none for an IP address. The
+   * certificate is checked against `host` whatever the SNI.
+   */
+  servername?: string;
+  /** Largest message received (default 4 MiB, the gRPC default). */
+  maxReceiveMessageBytes?: number;
+  /** Backoff between connection attempts after failed ones (default 1 s → 120 s). */
+  backoff?: Backoff;
+  /** A PING is sent after this long without receiving anything while calls are open (default 310 s). */
+  keepaliveMs?: number;
+  /** The connection is dropped when a PING is not answered within this (default 20 s). */
+  keepaliveTimeoutMs?: number;
+  /** A connection not established within this is dropped (default 20 s). */
+  connectTimeoutMs?: number;
+  /** Jitter source of the backoff (tests make it deterministic). */
+  random?: () => number;
+}
+
+/** Per-call options. */
+export interface GrpcCallOptions {
+  /** Custom metadata (ASCII headers), e.g. `{ node: "10.0.0.5" }`. */
+  metadata?: Readonly<Record<string, string>>;
+  /** Deadline from now; sent as `grpc-timeout` and enforced locally. None: no deadline. */
+  timeoutMs?: number;
+  /** Cancels the call (RST_STREAM CANCEL); the call then fails with CANCELLED. */
+  signal?: AbortSignal;
+}
+
+/** The messages of a server-streaming call, pulled one at a time. */
+export interface GrpcStream {
+  /**
+   * The next message; undefined once the call ended with status OK.
+   * @throws {GrpcError} the call's status when it is not OK.
+   */
+  next(): Promise<Uint8Array | undefined>;
+  /**
+   * Ends the call (RST_STREAM CANCEL) and drops unread messages; when it was still running, a
+   * pending or later next() fails with CANCELLED. Idempotent.
+   */
+  cancel(): void;
+}
+
+/**
+ * Connectivity as grpc-js names it: `idle` (no connection; the next call dials), `connecting`,
+ * `ready`, `failing` (the last attempt failed; calls fail at once until the backoff has passed).
+ */
+export type ChannelState = "idle" | "connecting" | "ready" | "failing";
+
+/** One HTTP/2 session and what the channel tracks of it. */
+class Connection {
+  readonly session: http2.ClientHttp2Session;
+  /** Streams open on it; the session holds the process only while some are. */
+  streams = 0;
+  connected = false;
+  /** A response arrived: the server accepted us (TLS 1.3 refuses client certificates after the handshake). */
+  answered = false;
+  /** GOAWAY received or the session is ending: no new streams. */
+  draining = false;
+  error: Error | undefined;
+  /** performance.now() of the last frame received that proves the peer alive. */
+  lastRead = performance.now();
+  keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(session: http2.ClientHttp2Session) {
+    this.session = session;
+  }
+
+  get gone(): boolean {
+    return this.draining || this.session.closed || this.session.destroyed;
+  }
+
+  opened(): void {
+    if (this.streams++ === 0) this.session.ref();
+  }
+
+  closed(): void {
+    if (--this.streams === 0 && !this.session.destroyed) this.session.unref();
+  }
+}
+
+/**
+ * A gRPC channel to one endpoint over one shared HTTP/2 session with mutual TLS, dialled on the
+ * first call and again after the connection is lost (GOAWAY, close, error, unanswered PING).
+ *
+ * @example
+ * const ch = new GrpcChannel({ host: "10.0.0.2", port: 50000, ca, cert, key, servername: "talos" });
+ * const reply = await ch.unary("/machine.MachineService/Version", new Uint8Array(), { timeoutMs: 10_000 });
+ * const stream = ch.serverStream("/cosi.resource.State/Watch", request, { metadata: { node: "10.0.0.5" } });
+ * for (let m = await stream.next(); m !== undefined; m = await stream.next()) handle(m);
+ * ch.close();
+ */
+export class GrpcChannel {
+  readonly #opts: GrpcChannelOptions;
+  readonly #authority: string;
+  readonly #maxReceive: number;
+  readonly #backoff: Backoff;
+  readonly #keepaliveMs: number;
+  readonly #keepaliveTimeoutMs: number;
+  readonly #connectTimeoutMs: number;
+  #conn: Connection | undefined;
+  /** Consecutive failed connection attempts. */
+  #failures = 0;
+  /** Date.now() before which calls fail at once (after a failed attempt). */
+  #retryAt = 0;
+  #lastError = "";
+  #closed = false;
+
+  /**
+   * Builds a channel; no I/O happens until the first call.
+   * @throws {TypeError} on a missing host or an invalid port.
+   */
+  constructor(opts: GrpcChannelOptions) {
+    if (!opts?.host) throw new TypeError("GrpcChannel: host is required");
+    if (!Number.isInteger(opts.port) || opts.port < 1 || opts.port > 65535)
+      throw new TypeError(`GrpcChannel: invalid port ${opts.port}`);
+    this.#opts = opts;
+    this.#authority = `${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${opts.port}`;
+    this.#maxReceive = opts.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_BYTES;
+    this.#backoff = opts.backoff ?? { initialMs: 1_000, maxMs: 120_000 };
+    this.#keepaliveMs = opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS;
+    this.#keepaliveTimeoutMs = opts.keepaliveTimeoutMs ?? DEFAULT_KEEPALIVE_TIMEOUT_MS;
+    this.#connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  }
+
+  /** `host:port` (IPv6 in brackets). */
+  get target(): string {
+    return this.#authority;
+  }
+
+  /** The connectivity state; see {@link ChannelState}. */
+  get state(): ChannelState {
+    const conn = this.#conn;
+    if (conn && !conn.gone) return conn.connected ? "ready" : "connecting";
+    return Date.now() < this.#retryAt ? "failing" : "idle";
+  }
+
+  /**
+   * A unary call: one request message, exactly one response message.
+   * @throws {GrpcError} the status of a failed call; UNIMPLEMENTED when the server answers OK
+   *   with no message or several (a cardinality violation).
+   */
+  async unary(path: string, message: Uint8Array, opts: GrpcCallOptions = {}): Promise<Uint8Array> {
+    const stream = this.serverStream(path, message, opts);
+    const reply = await stream.next();
+    if (reply === undefined) throw new GrpcError(GrpcStatus.UNIMPLEMENTED, "No message received");
+    if ((await stream.next()) !== undefined) {
+      stream.cancel();
+      throw new GrpcError(GrpcStatus.UNIMPLEMENTED, "Too many responses received");
+    }
+    return reply;
+  }
+
+  /**
+   * A server-streaming call: one request message, messages pulled with next() until the status.
+   * Never throws itself: a call that cannot start fails from its first next().
+   */
+  serverStream(path: string, message: Uint8Array, opts: GrpcCallOptions = {}): GrpcStream {
+    const call = new Call(this.#maxReceive);
+    if (opts.signal?.aborted) return call.fail(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
+    if (opts.timeoutMs !== undefined && !(opts.timeoutMs > 0)) {
+      return call.fail(
+        new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, "Deadline exceeded before the call started"),
+      );
+    }
+    const headers: http2.OutgoingHttpHeaders = {
+      ":method": "POST",
+      ":path": path,
+      // Sent right after the pseudo-headers, as the spec asks.
+      ...(opts.timeoutMs === undefined ? {} : { "grpc-timeout": encodeGrpcTimeout(opts.timeoutMs) }),
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...opts.metadata,
+    };
+    for (let attempt = 0; ; attempt++) {
+      let conn: Connection;
+      try {
+        conn = this.#connection();
+      } catch (err) {
+        return call.fail(err as GrpcError);
+      }
+      let stream: http2.ClientHttp2Stream;
+      try {
+        stream = conn.session.request(headers);
+      } catch (err) {
+        // GOAWAY not yet seen by us, stream ids exhausted or a session torn down meanwhile: the
+        // request was never sent, so one more try on a fresh connection is safe.
+        conn.draining = true;
+        if (this.#conn === conn) this.#conn = undefined;
+        conn.session.close();
+        if (attempt === 0) continue;
+        return call.fail(
+          new GrpcError(GrpcStatus.UNAVAILABLE, `Cannot start a call to ${this.#authority}: ${err}`, {
+            cause: err,
+          }),
+        );
+      }
+      call.start(stream, conn, opts);
+      stream.end(frameMessage(message));
+      return call;
+    }
+  }
+
+  /**
+   * Closes the channel: calls in flight finish on the current connection, which then closes;
+   * later calls fail with UNAVAILABLE. Idempotent.
+   */
+  close(): void {
+    this.#closed = true;
+    const conn = this.#conn;
+    this.#conn = undefined;
+    if (conn) {
+      conn.draining = true;
+      clearTimeout(conn.keepaliveTimer);
+      conn.session.close();
+    }
+  }
+
+  /** The connection for a new call, dialled when there is none. @throws {GrpcError} UNAVAILABLE */
+  #connection(): Connection {
+    if (this.#closed) throw new GrpcError(GrpcStatus.UNAVAILABLE, `Channel to ${this.#authority} is closed`);
+    const current = this.#conn;
+    if (current && !current.gone) return current;
+    if (Date.now() < this.#retryAt) {
+      throw new GrpcError(
+        GrpcStatus.UNAVAILABLE,
+        `No connection to ${this.#authority}; last attempt failed: ${this.#lastError}`,
+      );
+    }
+    return this.#dial();
+  }
+
+  #dial(): Connection {
+    const { host, ca, cert, key } = this.#opts;
+    const servername = this.#opts.servername ?? (isIP(host) ? undefined : host);
+    const session = http2.connect(`https://${this.#authority}`, {
+      ...(ca === undefined ? {} : { ca }),
+      cert,
+      key,
+      ...(servername === undefined ? {} : { servername }),
+      ALPNProtocols: ["h2"],
+      // The identity checked is the endpoint's, also when the SNI differs (IP endpoints).
+      checkServerIdentity: (_name: string, peer: PeerCertificate) => checkServerIdentity(host, peer),
+    });
+    const conn = new Connection(session);
+    this.#conn = conn;
+    session.unref();
+    const connectTimer = setTimeout(() => {
+      session.destroy(new Error(`connection not established within ${this.#connectTimeoutMs} ms`));
+    }, this.#connectTimeoutMs);
+    connectTimer.unref?.();
+    session.once("connect", () => {
+      clearTimeout(connectTimer);
+      conn.connected = true;
+      conn.lastRead = performance.now();
+      this.#armKeepalive(conn, this.#keepaliveMs);
+    });
+    session.on("error", (err: Error) => {
+      conn.error ??= err;
+      log.v(2).info("gRPC connection failed", { target: this.#authority, err: err.message });
+    });
+    session.on("goaway", (code: number) => {
+      conn.draining = true;
+      if (this.#conn === conn) this.#conn = undefined;
+      if (code !== http2.constants.NGHTTP2_NO_ERROR)
+        conn.error ??= new Error(`GOAWAY with HTTP/2 error code ${code}`);
+      log.v(2).info("gRPC connection going away", { target: this.#authority, code });
+    });
+    session.once("close", () => {
+      clearTimeout(connectTimer);
+      clearTimeout(conn.keepaliveTimer);
+      conn.draining = true;
+      if (this.#conn === conn) this.#conn = undefined;
+      if (conn.answered) {
+        this.#failures = 0;
+      } else if (conn.error) {
+        // Refused, unreachable, TLS failure: wait before dialling again; calls fail fast meanwhile.
+        this.#lastError = conn.error.message;
+        this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#opts.random);
+      }
+    });
+    return conn;
+  }
+
+  /** Pings after `keepaliveMs` of silence while streams are open; an unanswered ping drops the connection. */
+  #armKeepalive(conn: Connection, delayMs: number): void {
+    clearTimeout(conn.keepaliveTimer);
+    conn.keepaliveTimer = setTimeout(() => this.#keepalive(conn), Math.max(delayMs, 1));
+    conn.keepaliveTimer.unref?.();
+  }
+
+  #keepalive(conn: Connection): void {
+    if (conn.session.closed || conn.session.destroyed) return;
+    const silentMs = performance.now() - conn.lastRead;
+    // Without open streams grpc-go counts any ping as abuse; an idle connection needs no check.
+    if (silentMs < this.#keepaliveMs || conn.streams === 0) {
+      this.#armKeepalive(conn, this.#keepaliveMs - (conn.streams === 0 ? 0 : silentMs));
+      return;
+    }
+    const timeout = setTimeout(() => {
+      log.warn("gRPC connection did not answer a keepalive ping; dropping it", { target: this.#authority });
+      conn.session.destroy(new Error(`keepalive ping not answered within ${this.#keepaliveTimeoutMs} ms`));
+    }, this.#keepaliveTimeoutMs);
+    timeout.unref?.();
+    try {
+      conn.session.ping((err) => {
+        clearTimeout(timeout);
+        if (err) return;
+        conn.lastRead = performance.now();
+        this.#armKeepalive(conn, this.#keepaliveMs);
+      });
+    } catch (err) {
+      clearTimeout(timeout);
+      conn.session.destroy(err as Error);
+    }
+  }
+}
+
+/** One call's stream: frames in, messages queued for next(), the final status. */
+class Call implements GrpcStream {
+  readonly #decoder: MessageDecoder;
+  readonly #queue: Uint8Array[] = [];
+  #stream: http2.ClientHttp2Stream | undefined;
+  /** Error decided on our side (deadline, cancel, receive limit); wins over anything received. */
+  #local: GrpcError | undefined;
+  /** From response headers: a non-gRPC answer; trailers may still carry the real status. */
+  #headerError: GrpcError | undefined;
+  /** Status received: undefined none yet, null OK. */
+  #status: GrpcError | null | undefined;
+  #transportError: Error | undefined;
+  /** Set once the stream closed: null OK, else the error next() throws. */
+  #end: GrpcError | null | undefined;
+  #wake: (() => void) | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #signal: AbortSignal | undefined;
+  readonly #onAbort = () => this.#cancelWith(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
+
+  constructor(maxReceive: number) {
+    this.#decoder = new MessageDecoder(maxReceive);
+  }
+
+  /** Ends the call before it started. */
+  fail(err: GrpcError): this {
+    this.#end = err;
+    return this;
+  }
+
+  start(stream: http2.ClientHttp2Stream, conn: Connection, opts: GrpcCallOptions): void {
+    this.#stream = stream;
+    conn.opened();
+    if (opts.timeoutMs !== undefined) {
+      const ms = opts.timeoutMs;
+      this.#timer = setTimeout(
+        () =>
+          this.#cancelWith(new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, `Deadline exceeded after ${ms} ms`)),
+        ms,
+      );
+      this.#timer.unref?.();
+    }
+    if (opts.signal) {
+      this.#signal = opts.signal;
+      opts.signal.addEventListener("abort", this.#onAbort, { once: true });
+    }
+    stream.on("response", (headers: Headers) => {
+      conn.answered = true;
+      conn.lastRead = performance.now();
+      // A status already in the headers is a Trailers-Only response.
+      const status = statusFromHeaders(headers);
+      if (status !== undefined) this.#status = status;
+      else this.#headerError = errorFromResponseHeaders(headers);
+    });
+    stream.on("data", (chunk: Buffer) => {
+      conn.lastRead = performance.now();
+      if (this.#local || this.#headerError || this.#status !== undefined) return;
+      let messages: Uint8Array[];
+      try {
+        messages = this.#decoder.push(chunk);
+      } catch (err) {
+        this.#cancelWith(err as GrpcError);
+        return;
+      }
+      if (messages.length === 0) return;
+      for (const m of messages) this.#queue.push(m);
+      if (this.#queue.length >= QUEUE_HIGH) stream.pause();
+      this.#notify();
+    });
+    stream.on("trailers", (trailers: Headers) => {
+      const status = statusFromHeaders(trailers);
+      this.#status =
+        status === undefined ? new GrpcError(GrpcStatus.UNKNOWN, "Trailers without grpc-status") : status;
+    });
+    stream.on("error", (err: Error) => {
+      this.#transportError ??= err;
+    });
+    stream.once("close", () => {
+      conn.closed();
+      this.#end = this.#outcome(stream, conn);
+      clearTimeout(this.#timer);
+      this.#signal?.removeEventListener("abort", this.#onAbort);
+      this.#signal = undefined;
+      this.#notify();
+    });
+  }
+
+  /** The final result, once the stream closed. */
+  #outcome(stream: http2.ClientHttp2Stream, conn: Connection): GrpcError | null {
+    if (this.#local) return this.#local;
+    if (this.#status === null) {
+      return this.#decoder.idle ? null : new GrpcError(GrpcStatus.INTERNAL, "Stream ended inside a message");
+    }
+    if (this.#status) return this.#status;
+    if (this.#headerError) return this.#headerError;
+    if (conn.error || conn.gone) {
+      const why = conn.error?.message ?? this.#transportError?.message ?? "the connection closed";
+      return new GrpcError(GrpcStatus.UNAVAILABLE, `Connection to the server lost: ${why}`, {
+        cause: conn.error ?? this.#transportError,
+      });
+    }
+    return errorFromRstCode(stream.rstCode ?? http2.constants.NGHTTP2_NO_ERROR);
+  }
+
+  #cancelWith(err: GrpcError): void {
+    if (this.#end !== undefined || this.#local) return;
+    this.#local = err;
+    this.#queue.length = 0;
+    this.#stream?.close(http2.constants.NGHTTP2_CANCEL);
+  }
+
+  #notify(): void {
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+
+  async next(): Promise<Uint8Array | undefined> {
+    for (;;) {
+      const m = this.#queue.shift();
+      if (m) {
+        if (this.#queue.length < QUEUE_LOW && this.#stream?.isPaused()) this.#stream.resume();
+        return m;
+      }
+      if (this.#end !== undefined) {
+        if (this.#end) throw this.#end;
+        return undefined;
+      }
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+    }
+  }
+
+  cancel(): void {
+    if (this.#end === undefined) this.#cancelWith(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
+    else this.#queue.length = 0;
+  }
+}
