@@ -123,7 +123,8 @@ export function decodeGrpcMessage(value: string): string {
   });
 }
 
-type Headers = http2.IncomingHttpHeaders;
+/** Response headers or trailers as node:http2 hands them over. */
+export type Headers = http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader;
 
 function headerValue(headers: Headers, name: string): string | undefined {
   const v = headers[name];
