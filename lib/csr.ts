@@ -678,8 +678,20 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   return parsed;
 }
 
-/** The names and IPs a Node claims: its name, DNS-type addresses, IP addresses and provided node IPs. */
-function claims(node: NodeInput): { dns: Set<string>; ips: Set<string> } {
+/** DNS names (lower-case) and IPs (canonical text), as `claims()` and `requestedClaims()` spell them. */
+export interface Claims {
+  dns: Set<string>;
+  ips: Set<string>;
+}
+
+/**
+ * The names and IPs a Node claims: its name and DNS-type addresses (lower-case), its IP addresses
+ * of any type and its provided node IPs (canonical text). A request's SAN is another Node's when
+ * it is in that Node's claims; a controller may index them to find those Nodes without a scan.
+ * @param node the Node as policy input
+ * @example claims(nodeInputFrom(lean)).ips.has("10.0.0.1")
+ */
+export function claims(node: NodeInput): Claims {
   const dns = new Set([node.name.toLowerCase()]);
   const ips = new Set<string>();
   for (const a of node.addresses ?? []) {
@@ -693,6 +705,19 @@ function claims(node: NodeInput): { dns: Set<string>; ips: Set<string> } {
     ips.add(ip);
   }
   return { dns, ips };
+}
+
+/**
+ * What a request asks for, spelled as `claims()` spells what a Node has: its DNS SANs lower-case
+ * and its IP SANs. Only the other Nodes that claim one of these can change `screen()`'s or
+ * `decide()`'s answer, so they are all the `others` a controller needs to pass.
+ * @param checked a request that passed `checkCsr()`
+ */
+export function requestedClaims(checked: CheckedCsr): Claims {
+  return {
+    dns: new Set(checked.parsed.dnsNames.map((d) => d.toLowerCase())),
+    ips: new Set(checked.parsed.ipAddresses),
+  };
 }
 
 /** `values` each with the other node that claims it, e.g. `"x" (node "b")`. */
@@ -796,29 +821,68 @@ function checkOwnership(
   };
 }
 
+const CHECKED: unique symbol = Symbol("CheckedCsr");
+
+/**
+ * A request that passed every check that needs only the request itself, parsed and verified
+ * once. `screen()` and `decide()` take it in place of the `CsrInput`, so that a controller that
+ * calls both (and looks up the other Nodes by its SANs) parses the request only once. Only
+ * `checkCsr()` makes one: the brand is a symbol no API object can carry.
+ */
+export interface CheckedCsr {
+  readonly [CHECKED]: true;
+  readonly csr: CsrInput;
+  /** The node the requester is (`nodeNameFromUsername(csr.username)`). */
+  readonly nodeName: string;
+  readonly parsed: ParsedCsr;
+}
+
+/**
+ * The checks of `decide()` that need neither the Node nor Talos, in `decide()`'s order: not
+ * already decided and signer kubelet-serving (else ignore); requester a node in `system:nodes`;
+ * usages; the request itself (parsing, key, proof of possession, subject, SANs). Pure and total.
+ * @param csr the request
+ * @returns the ignore or denial `decide()` would return whatever the Node and Talos say, or the
+ *   checked request to pass to `screen()`/`decide()` (and `requestedClaims()`)
+ * @example
+ * const checked = checkCsr(csr);
+ * const d = "action" in checked ? checked : decide(checked, node, facts, others);
+ */
+export function checkCsr(csr: CsrInput): Decision | CheckedCsr {
+  return failClosed((): Decision | CheckedCsr => {
+    if ((csr.conditions ?? []).length > 0) return { action: "ignore", reason: "AlreadyDecided" };
+    if (csr.signerName !== KUBELET_SERVING_SIGNER) return { action: "ignore", reason: "OtherSigner" };
+    const nodeName = nodeNameFromUsername(csr.username);
+    if (nodeName === undefined) {
+      return deny(
+        "UsernameMismatch",
+        `requester ${q(String(csr.username))} is not a node (system:node:<name>)`,
+      );
+    }
+    if (!(csr.groups ?? []).includes(NODES_GROUP)) {
+      return deny("GroupMismatch", `requester ${q(csr.username)} is not in group ${NODES_GROUP}`);
+    }
+    const parsed = checkRequest(csr, csr.username);
+    if ("action" in parsed) return parsed;
+    return { [CHECKED]: true, csr, nodeName, parsed };
+  });
+}
+
 /** Every check up to the Node's; returns the parsed request and the Node when they all pass. */
 function precheck(
-  csr: CsrInput,
+  csr: CsrInput | CheckedCsr,
   node: NodeInput | undefined,
 ): Decision | { parsed: ParsedCsr; node: NodeInput } {
-  if ((csr.conditions ?? []).length > 0) return { action: "ignore", reason: "AlreadyDecided" };
-  if (csr.signerName !== KUBELET_SERVING_SIGNER) return { action: "ignore", reason: "OtherSigner" };
-  const nodeName = nodeNameFromUsername(csr.username);
-  if (nodeName === undefined) {
-    return deny(
-      "UsernameMismatch",
-      `requester ${q(String(csr.username))} is not a node (system:node:<name>)`,
-    );
+  const checked = CHECKED in csr ? csr : checkCsr(csr);
+  if ("action" in checked) return checked;
+  if (!node || node.name !== checked.nodeName) {
+    return {
+      action: "wait",
+      reason: "NodeNotFound",
+      message: `node ${q(checked.nodeName)} does not exist yet`,
+    };
   }
-  if (!(csr.groups ?? []).includes(NODES_GROUP)) {
-    return deny("GroupMismatch", `requester ${q(csr.username)} is not in group ${NODES_GROUP}`);
-  }
-  const parsed = checkRequest(csr, csr.username);
-  if ("action" in parsed) return parsed;
-  if (!node || node.name !== nodeName) {
-    return { action: "wait", reason: "NodeNotFound", message: `node ${q(nodeName)} does not exist yet` };
-  }
-  return { parsed, node };
+  return { parsed: checked.parsed, node };
 }
 
 /** Runs `fn`, turning any exception into a denial: a bug or a malformed object never approves. */
@@ -845,19 +909,20 @@ function failClosed<T>(fn: () => T): T | Decision {
  * Node's name or DNS address; every IP SAN is a status address or provided node IP. Then without
  * Talos: no IP SAN is another Node's address. With Talos: the Talos node that answered is this
  * node, reports every IP SAN, and knows every DNS SAN other than the node name.
- * @param csr the request
+ * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
  *   not exist (yet); a Node of any other name is treated as absent
  * @param talos what Talos reports for that node; undefined only in CSR-only mode (no Talos API),
  *   when the Node and the other Nodes are all there is to check against
- * @param others every other Node (the requester's own is skipped if present)
+ * @param others the other Nodes (the requester's own is skipped if present): every one, or at
+ *   least every one that claims a name or IP of `requestedClaims()` — the rest cannot matter
  * @returns ignore, wait (the Node is missing: retry later), approve or deny with a stable reason
  * @example
  * const d = decide(csr, node, facts, otherNodes);
  * if (d.action === "approve" || d.action === "deny") await writeApproval(csr.name, d);
  */
 export function decide(
-  csr: CsrInput,
+  csr: CsrInput | CheckedCsr,
   node: NodeInput | undefined,
   talos?: TalosFacts,
   others: Iterable<NodeInput> = [],
@@ -874,16 +939,16 @@ export function decide(
  * Every check of `decide()` that does not need Talos, so that Talos is asked only about requests
  * it can still approve. A decision returned here is the one `decide()` returns with any Talos
  * facts; `confirm` says what Talos must confirm. Pure and total, like `decide()`.
- * @param csr the request
+ * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by the requester, or undefined
- * @param others every other Node
+ * @param others the other Nodes, as for `decide()`
  * @returns ignore, wait or deny — never approve — or what to ask Talos
  * @example
  * const s = screen(csr, node, others);
  * const d = s.action === "confirm" ? decide(csr, node, await askTalos(s), others) : s;
  */
 export function screen(
-  csr: CsrInput,
+  csr: CsrInput | CheckedCsr,
   node: NodeInput | undefined,
   others: Iterable<NodeInput> = [],
 ): Decision | TalosQuestion {

@@ -11,8 +11,12 @@ import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { nodeIPs } from "./addresses.ts";
 import { type Handlers, Informer, type LeanNode } from "./cache.ts";
 import {
+  type CheckedCsr,
+  type Claims,
   type CsrInput,
   type CsrMetrics,
+  checkCsr,
+  claims,
   csrInputFrom,
   csrMetrics,
   type Decision,
@@ -20,6 +24,7 @@ import {
   type NodeInput,
   nodeInputFrom,
   nodeNameFromUsername,
+  requestedClaims,
   screen,
   type TalosFacts,
 } from "./csr.ts";
@@ -215,6 +220,8 @@ export class TalosFactsReader {
       const addresses = (await this.#talos.addresses(nodeIP, opts)).map((a) => a.address);
       entry = { at: now, ips: ips.join(","), facts: { nodeIP, nodename, addresses } };
       this.#prune(now);
+      // Re-inserted at the end, so that the map stays (nearly) in age order for #prune.
+      this.#cache.delete(name);
       this.#cache.set(name, entry);
     }
     if (withDNS && !entry.dnsNames) {
@@ -232,8 +239,111 @@ export class TalosFactsReader {
     this.#cache.delete(name);
   }
 
+  /**
+   * Drops expired entries from the oldest on, stopping at the first live one: a sweep of the whole
+   * map per read would cost O(nodes) per CSR. Concurrent reads may insert slightly out of age
+   * order; an expired entry left behind is never used (`read` checks the age) and goes later.
+   */
   #prune(now: number): void {
-    for (const [k, e] of this.#cache) if (now - e.at >= this.#ttlMs) this.#cache.delete(k);
+    for (const [k, e] of this.#cache) {
+      if (now - e.at < this.#ttlMs) return;
+      this.#cache.delete(k);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claims of the Nodes
+
+/** What the index keeps per Node: its claims as arrays, which cost less than `Claims`' sets. */
+interface NodeClaimList {
+  dns: string[];
+  ips: string[];
+}
+
+/**
+ * Which Nodes claim each DNS name and IP (`claims()` of lib/csr.ts), kept up to date from Node
+ * events, so that a CSR is checked against the few Nodes that share one of its SANs instead of
+ * every Node: with a scan, approving N CSRs cost O(N²).
+ */
+export class NodeClaimIndex {
+  readonly #byNode = new Map<string, NodeClaimList>();
+  /** Claimants by name or IP: one Node name, or several when Nodes share it (rare). */
+  readonly #dns = new Map<string, Claimants>();
+  readonly #ips = new Map<string, Claimants>();
+
+  /** Records (or replaces) what `node` claims. */
+  set(node: NodeInput): void {
+    const c = claims(node);
+    const next: NodeClaimList = { dns: [...c.dns], ips: [...c.ips] };
+    const prev = this.#byNode.get(node.name);
+    // Most Node updates are status heartbeats that change no address.
+    if (prev && sameList(prev.dns, next.dns) && sameList(prev.ips, next.ips)) return;
+    if (prev) this.#unlink(node.name, prev);
+    this.#byNode.set(node.name, next);
+    for (const d of next.dns) link(this.#dns, d, node.name);
+    for (const ip of next.ips) link(this.#ips, ip, node.name);
+  }
+
+  /** Forgets Node `name`. */
+  delete(name: string): void {
+    const prev = this.#byNode.get(name);
+    if (!prev) return;
+    this.#unlink(name, prev);
+    this.#byNode.delete(name);
+  }
+
+  /** Forgets every Node. */
+  clear(): void {
+    this.#byNode.clear();
+    this.#dns.clear();
+    this.#ips.clear();
+  }
+
+  /**
+   * The Nodes other than `self` that claim any of `wanted`, sorted by name.
+   * @param wanted names and IPs as `claims()` spells them, e.g. `requestedClaims(checked)`
+   * @param self the requester's node, left out
+   */
+  claimants(wanted: Claims, self: string): string[] {
+    const out = new Set<string>();
+    const add = (c: Claimants | undefined) => {
+      if (typeof c === "string") out.add(c);
+      else for (const n of c ?? []) out.add(n);
+    };
+    for (const d of wanted.dns) add(this.#dns.get(d));
+    for (const ip of wanted.ips) add(this.#ips.get(ip));
+    out.delete(self);
+    return [...out].sort();
+  }
+
+  #unlink(name: string, prev: NodeClaimList): void {
+    for (const d of prev.dns) unlink(this.#dns, d, name);
+    for (const ip of prev.ips) unlink(this.#ips, ip, name);
+  }
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+// A string rather than a one-element collection per name and IP: thousands of Nodes stay cheap.
+type Claimants = string | string[];
+
+function link(index: Map<string, Claimants>, key: string, name: string): void {
+  const c = index.get(key);
+  if (c === undefined || c === name) index.set(key, name);
+  else if (typeof c === "string") index.set(key, [c, name]);
+  else if (!c.includes(name)) c.push(name);
+}
+
+function unlink(index: Map<string, Claimants>, key: string, name: string): void {
+  const c = index.get(key);
+  if (c === name) index.delete(key);
+  else if (Array.isArray(c)) {
+    const rest = c.filter((n) => n !== name);
+    if (rest.length === 1) index.set(key, rest[0] as string);
+    else index.set(key, rest);
   }
 }
 
@@ -245,7 +355,8 @@ export interface CsrApproverOptions {
   client: Pick<KubeClient, "update">;
   /** The CSR cache; whoever starts its informer adds `csrHandlers` to it. */
   csrs: Pick<Informer<LeanCsr>, "get">;
-  nodes: Pick<Informer<LeanNode>, "get" | "list" | "addHandlers">;
+  /** The Node cache; `run()` adds `nodeHandlers` to it, which also feed the claim index. */
+  nodes: Pick<Informer<LeanNode>, "get" | "addHandlers">;
   events: Pick<EventRecorder, "record">;
   /** Undefined in CSR-only mode (no Talos API): IPs are checked against the Nodes only. */
   talos: TalosFactsClient | undefined;
@@ -268,6 +379,8 @@ export class CsrApprover {
   readonly queue: WorkQueue;
   /** Pending CSR names by the node they speak for. */
   readonly #pendingByNode = new Map<string, Set<string>>();
+  /** Who claims which name and IP, from the Node events. */
+  readonly #claims = new NodeClaimIndex();
   /** Looks for a missing Node per CSR name. */
   readonly #looks = new Map<string, number>();
   /** resourceVersion each CSR was decided at by this process (until the watch shows it). */
@@ -298,15 +411,26 @@ export class CsrApprover {
     };
   }
 
-  /** The handlers for the Node cache: a Node that appears or changes re-queues its pending CSRs. */
+  /**
+   * The handlers for the Node cache: they keep the claim index, and a Node that appears or changes
+   * re-queues its pending CSRs. Reconciles read the index, so these must be added before the
+   * first one (`run()` does). Once the controller stopped they do nothing: the shared informer
+   * keeps its handlers.
+   */
   get nodeHandlers(): Handlers<LeanNode> {
-    const requeue = (n: LeanNode) => {
+    const changed = (n: LeanNode) => {
+      if (this.queue.isShutDown) return;
+      this.#claims.set(nodeInputFrom(n));
       for (const name of this.#pendingByNode.get(n.metadata.name) ?? []) this.queue.add(name);
     };
     return {
-      onAdd: requeue,
-      onUpdate: (_old, n) => requeue(n),
-      onDelete: (n) => this.#facts?.forget(n.metadata.name),
+      onAdd: changed,
+      onUpdate: (_old, n) => changed(n),
+      onDelete: (n) => {
+        if (this.queue.isShutDown) return;
+        this.#claims.delete(n.metadata.name);
+        this.#facts?.forget(n.metadata.name);
+      },
     };
   }
 
@@ -316,7 +440,10 @@ export class CsrApprover {
    */
   async run(signal: AbortSignal): Promise<void> {
     this.#signal = signal;
-    const stop = () => this.queue.shutDown();
+    const stop = () => {
+      this.queue.shutDown();
+      this.#claims.clear();
+    };
     if (signal.aborted) stop();
     else signal.addEventListener("abort", stop, { once: true });
     this.#opts.nodes.addHandlers(this.nodeHandlers);
@@ -358,22 +485,10 @@ export class CsrApprover {
   async reconcile(name: string): Promise<ReconcileResult | undefined> {
     const c = this.#opts.csrs.get(name);
     if (!c || !isPending(c) || this.#decidedAt.get(name) === c.metadata.resourceVersion) return undefined;
-    const nodeName = nodeNameFromUsername(c.csr.username);
-    const lean = nodeName === undefined ? undefined : this.#opts.nodes.get(nodeName);
-    const node = lean && nodeInputFrom(lean);
-    const others = () => otherNodes(this.#opts.nodes.list(), nodeName);
-    let d: Decision;
-    if (!this.#facts) {
-      d = decide(c.csr, node, undefined, others());
-    } else {
-      const s = screen(c.csr, node, others());
-      if (s.action !== "confirm") d = s;
-      else {
-        const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
-        if (!facts) return undefined;
-        d = decide(c.csr, node, facts, others());
-      }
-    }
+    // Parsed and verified once; screen() and decide() take the checked request.
+    const checked = checkCsr(c.csr);
+    const d = "action" in checked ? checked : await this.#decide(c, checked);
+    if (!d) return undefined;
     switch (d.action) {
       case "ignore":
         return undefined;
@@ -382,6 +497,33 @@ export class CsrApprover {
       default:
         return this.#write(c, d);
     }
+  }
+
+  /**
+   * Decides a checked CSR against its Node, the Nodes that share one of its SANs and (unless in
+   * CSR-only mode) Talos; undefined when Talos is given up on.
+   */
+  async #decide(c: LeanCsr, checked: CheckedCsr): Promise<Decision | undefined> {
+    const lean = this.#opts.nodes.get(checked.nodeName);
+    const node = lean && nodeInputFrom(lean);
+    const wanted = requestedClaims(checked);
+    // Looked up again after Talos answered: Nodes may have changed meanwhile.
+    const others = () => this.#others(wanted, checked.nodeName);
+    if (!this.#facts) return decide(checked, node, undefined, others());
+    const s = screen(checked, node, others());
+    if (s.action !== "confirm") return s;
+    const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+    return facts && decide(checked, node, facts, others());
+  }
+
+  /** The Nodes other than `self` that claim one of `wanted`, as policy input. */
+  #others(wanted: Claims, self: string): NodeInput[] {
+    const out: NodeInput[] = [];
+    for (const name of this.#claims.claimants(wanted, self)) {
+      const n = this.#opts.nodes.get(name);
+      if (n) out.push(nodeInputFrom(n));
+    }
+    return out;
   }
 
   /** Talos' facts for the CSR's node; on failure retries (throws) until the CSR is given up. */
@@ -471,11 +613,6 @@ function csrTarget(c: LeanCsr): EventTarget {
     name: c.metadata.name,
     uid: c.metadata.uid,
   };
-}
-
-/** Every Node but `self`, as policy input. */
-function* otherNodes(nodes: readonly LeanNode[], self: string | undefined): Generator<NodeInput> {
-  for (const n of nodes) if (n.metadata.name !== self) yield nodeInputFrom(n);
 }
 
 /** Resolves when `signal` aborts. */

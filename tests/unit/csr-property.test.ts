@@ -7,10 +7,13 @@ import fc from "fast-check";
 import {
   type CsrInput,
   CsrParseError,
+  checkCsr,
+  claims,
   type Decision,
   decide,
   type NodeInput,
   parseCertificateRequest,
+  requestedClaims,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
@@ -283,6 +286,60 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
         },
       ),
       { numRuns: 200 },
+    );
+  });
+
+  test("checkCsr() with the other Nodes that claim one of requestedClaims() gives screen()'s and decide()'s answers for the raw request and every Node", async () => {
+    const POOL = [...NAMES, "WORKER-B", "worker-c", "*.example.com"];
+    const POOL_IPS = [...IPS, "::ffff:a00:2", "10.0.0.3"];
+    const other = fc.record({
+      name: fc.constantFrom("worker-b", "worker-c", "worker-d", "worker-a"),
+      dns: fc.subarray(POOL),
+      ips: fc.subarray(POOL_IPS),
+      provided: fc.option(fc.constantFrom("10.0.0.2", "10.0.0.1,2001:db8::a"), { nil: undefined }),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.subarray(POOL),
+        fc.subarray(POOL_IPS),
+        fc.array(other, { maxLength: 4 }),
+        talosFacts,
+        async (dns, ips, otherSpecs, t) => {
+          const { csr } = await createCSR({ cn: USER_A, o: ["system:nodes"], dns, ips });
+          const node: NodeInput = {
+            name: "worker-a",
+            addresses: [
+              ...POOL.map((address) => ({ type: "InternalDNS", address })),
+              ...POOL_IPS.map((address) => ({ type: "InternalIP", address })),
+            ],
+          };
+          const others: NodeInput[] = otherSpecs.map((o) => ({
+            name: o.name,
+            addresses: [
+              ...o.dns.map((address) => ({ type: "ExternalDNS", address })),
+              ...o.ips.map((address) => ({ type: "InternalIP", address })),
+            ],
+            ...(o.provided === undefined ? {} : { providedNodeIP: o.provided }),
+          }));
+          const facts: TalosFacts = { nodeIP: "10.0.0.1", ...t };
+          const raw = input(b64(csr));
+          const checked = checkCsr(raw);
+          if ("action" in checked) {
+            expect(total(raw, node, facts, others)).toEqual(checked);
+            return;
+          }
+          const wanted = requestedClaims(checked);
+          const sharing = others.filter((o) => {
+            const c = claims(o);
+            return [...wanted.dns].some((d) => c.dns.has(d)) || [...wanted.ips].some((ip) => c.ips.has(ip));
+          });
+          expect(screen(checked, node, sharing)).toEqual(screen(raw, node, others));
+          for (const f of [facts, undefined]) {
+            expect(decide(checked, node, f, sharing)).toEqual(total(raw, node, f, others));
+          }
+        },
+      ),
+      { numRuns: 100 },
     );
   });
 });

@@ -10,6 +10,8 @@ import {
   type CsrInput,
   CsrParseError,
   canonicalIP,
+  checkCsr,
+  claims,
   csrInputFrom,
   csrMetrics,
   type DenyReason,
@@ -19,6 +21,7 @@ import {
   nodeInputFrom,
   nodeNameFromUsername,
   parseCertificateRequest,
+  requestedClaims,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
@@ -713,6 +716,95 @@ describe("screen()", () => {
   test("screen() fails closed on malformed input objects", () => {
     const broken = { ...input("x"), usages: null, request: 42 } as unknown as CsrInput;
     expect(screen(broken, nodeA)).toMatchObject({ action: "deny" });
+  });
+});
+
+describe("checkCsr()", () => {
+  test("checkCsr() returns decide()'s ignore or denial for what the request alone decides", async () => {
+    const rows: Array<[string, CsrInput, string]> = [
+      ["a decided request", input(await csrA(), { conditions: [{ type: "Denied" }] }), "AlreadyDecided"],
+      ["another signer", input("garbage", { signerName: "example.com/x" }), "OtherSigner"],
+      ["a user that is no node", input(await csrA(), { username: "alice" }), "UsernameMismatch"],
+      ["a node outside system:nodes", input(await csrA(), { groups: [] }), "GroupMismatch"],
+      ["client usages", input(await csrA(), { usages: ["client auth"] }), "BadUsages"],
+      ["garbage", input("garbage"), "InvalidRequest"],
+      ["a wildcard SAN", input(await csrA({ dns: ["*.x"] })), "ForbiddenSAN"],
+      ["a broken object", { ...input("x"), groups: 42 } as unknown as CsrInput, "InvalidRequest"],
+    ];
+    for (const [what, csr, reason] of rows) {
+      const checked = checkCsr(csr);
+      expect({ what, checked }).toEqual({ what, checked: expect.objectContaining({ reason }) });
+      expect(checked).toEqual(decide(csr, nodeA, talosA));
+    }
+  });
+
+  test("checkCsr() hands screen() and decide() the parsed request, with their answers for the raw one", async () => {
+    const nodeB: NodeInput = { name: "worker-b", addresses: [{ type: "InternalIP", address: "10.0.0.2" }] };
+    const pems = [
+      await csrA(),
+      await csrA({ dns: ["worker-a", "worker-a.example.com"] }),
+      await csrA({ ips: ["10.0.0.2"] }),
+      await csrA({ dns: ["worker-b"] }),
+    ];
+    for (const pem of pems) {
+      const checked = checkCsr(input(pem));
+      if ("action" in checked) throw new Error(`request was not checked: ${checked.reason}`);
+      expect(checked.nodeName).toBe("worker-a");
+      expect(checked.parsed).toEqual(parseCertificateRequest(pem));
+      for (const node of [nodeA, undefined]) {
+        for (const talos of [talosA, undefined]) {
+          expect(decide(checked, node, talos, [nodeB])).toEqual(decide(input(pem), node, talos, [nodeB]));
+        }
+        expect(screen(checked, node, [nodeB])).toEqual(screen(input(pem), node, [nodeB]));
+      }
+    }
+  });
+
+  test("checkCsr()'s result is not forged by an input of the same shape", async () => {
+    // An input that carries checkCsr()'s fields with an honest parse, for a request that asks
+    // for an IP the node does not own: only checkCsr() can make a checked request.
+    const honest = checkCsr(input(await csrA()));
+    const forged = {
+      ...input(await csrA({ ips: ["10.0.0.7"] })),
+      ...JSON.parse(JSON.stringify(honest)),
+    } as CsrInput;
+    expect(decide(forged, nodeA, talosA)).toMatchObject({ action: "deny", reason: "IPNotOwned" });
+    expect(screen(forged, nodeA)).toMatchObject({ action: "deny", reason: "IPNotOwned" });
+  });
+});
+
+describe("claims() and requestedClaims()", () => {
+  test("claims() lists the node name and DNS addresses lower-case, and every IP address and provided node IP canonical", () => {
+    const node: NodeInput = {
+      name: "Worker-A",
+      addresses: [
+        { type: "Hostname", address: "Worker-A.lan" },
+        { type: "InternalDNS", address: "worker-a.internal" },
+        { type: "ExternalDNS", address: "WEB.example.com" },
+        { type: "Hostname", address: "10.0.0.5" },
+        { type: "InternalIP", address: "::ffff:10.0.0.1" },
+        { type: "ExternalIP", address: "2001:DB8::A" },
+        { type: "SomethingElse", address: "not-an-ip" },
+      ],
+      providedNodeIP: "10.0.0.9, fd00::1",
+    };
+    expect(claims(node)).toEqual({
+      dns: new Set(["worker-a", "worker-a.lan", "worker-a.internal", "web.example.com"]),
+      ips: new Set(["10.0.0.5", "10.0.0.1", "2001:db8::a", "10.0.0.9", "fd00::1"]),
+    });
+  });
+
+  test("requestedClaims() spells the SANs as claims() does", async () => {
+    const pem = await csrA({
+      dns: ["worker-a", "Worker-A.Example.com"],
+      ips: ["::ffff:a00:1", "2001:DB8::A"],
+    });
+    const checked = checkCsr(input(pem));
+    if ("action" in checked) throw new Error(`request was not checked: ${checked.reason}`);
+    expect(requestedClaims(checked)).toEqual({
+      dns: new Set(["worker-a", "worker-a.example.com"]),
+      ips: new Set(["10.0.0.1", "2001:db8::a"]),
+    });
   });
 });
 

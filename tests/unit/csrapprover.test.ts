@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
-import { APPROVE_REASON } from "../../lib/csr.ts";
+import { APPROVE_REASON, type NodeInput } from "../../lib/csr.ts";
 import {
   approvalBody,
   CsrApprover,
@@ -14,6 +14,7 @@ import {
   type LeanCsr,
   leanCsr,
   NODE_WAIT_MS,
+  NodeClaimIndex,
   nodePollDelayMs,
   type TalosFactsClient,
   TalosFactsReader,
@@ -383,6 +384,51 @@ describe("TalosFactsReader", () => {
   });
 });
 
+describe("NodeClaimIndex", () => {
+  const input = (name: string, addresses: string[], provided?: string): NodeInput => ({
+    name,
+    addresses: addresses.map((address) => ({
+      type: /^[\d.:a-f]+$/.test(address) ? "InternalIP" : "InternalDNS",
+      address,
+    })),
+    ...(provided === undefined ? {} : { providedNodeIP: provided }),
+  });
+  const wanted = (dns: string[], ips: string[]) => ({ dns: new Set(dns), ips: new Set(ips) });
+
+  test("NodeClaimIndex.claimants() finds the other Nodes that claim a name or IP, sorted, without the requester", () => {
+    const index = new NodeClaimIndex();
+    index.set(input("worker-c", ["10.0.0.2", "Shared.lan"]));
+    index.set(input("worker-b", ["10.0.0.2", "b.lan"], "::ffff:a00:9"));
+    index.set(input("worker-a", ["10.0.0.1", "shared.lan"]));
+    const rows: Array<[string, ReturnType<typeof wanted>, string[]]> = [
+      ["an IP of two", wanted([], ["10.0.0.2"]), ["worker-b", "worker-c"]],
+      ["a DNS address, lower-cased", wanted(["shared.lan"], []), ["worker-c"]],
+      ["a node name", wanted(["worker-b"], []), ["worker-b"]],
+      ["a provided node IP", wanted([], ["10.0.0.9"]), ["worker-b"]],
+      ["the requester's own", wanted(["worker-a"], ["10.0.0.1"]), []],
+      ["nothing claimed", wanted(["x.lan"], ["10.9.9.9"]), []],
+    ];
+    for (const [what, w, want] of rows)
+      expect({ what, got: index.claimants(w, "worker-a") }).toEqual({ what, got: want });
+  });
+
+  test("NodeClaimIndex follows replaced and deleted Nodes, and clear() forgets them all", () => {
+    const index = new NodeClaimIndex();
+    index.set(input("worker-b", ["10.0.0.2", "b.lan"]));
+    index.set(input("worker-b", ["10.0.0.2", "b.lan"]));
+    expect(index.claimants(wanted(["b.lan"], ["10.0.0.2"]), "worker-a")).toEqual(["worker-b"]);
+    index.set(input("worker-b", ["10.0.0.3"]));
+    expect(index.claimants(wanted(["b.lan"], ["10.0.0.2"]), "worker-a")).toEqual([]);
+    expect(index.claimants(wanted([], ["10.0.0.3"]), "worker-a")).toEqual(["worker-b"]);
+    index.set(input("worker-c", ["10.0.0.3"]));
+    index.delete("worker-b");
+    index.delete("worker-x");
+    expect(index.claimants(wanted(["worker-b"], ["10.0.0.3"]), "worker-a")).toEqual(["worker-c"]);
+    index.clear();
+    expect(index.claimants(wanted(["worker-c"], ["10.0.0.3"]), "worker-a")).toEqual([]);
+  });
+});
+
 describe("CsrApprover", () => {
   test("CsrApprover approves an honest CSR through /approval, counts it, and writes no Event", async () => {
     const f = setup();
@@ -586,6 +632,33 @@ describe("CsrApprover", () => {
       type: "Denied",
       reason: "DNSNameOfOtherNode",
     });
+  });
+
+  test("CsrApprover checks a CSR against the Nodes that claim its SANs as they change and go", async () => {
+    const f = setup({ talos: false });
+    const pem = await pemA({ ips: ["10.0.0.1", "10.0.0.2"] });
+    const decided = async (name: string) => {
+      f.csrs.put(leanCsr(rawCsr(name, pem)));
+      await f.drain();
+      return f.writes.find((w) => w.body.metadata?.name === name)?.body.status?.conditions?.[0];
+    };
+    f.nodes.put(node("worker-a", ["10.0.0.1", "10.0.0.2"]));
+    f.nodes.put(node("worker-c", ["10.0.0.3"]));
+    expect(await decided("csr-1")).toMatchObject({ type: "Approved" });
+    // worker-c takes 10.0.0.2 in an update, then gives it up; worker-d has it until deleted.
+    f.nodes.put(node("worker-c", ["10.0.0.3", "10.0.0.2"]));
+    expect(await decided("csr-2")).toMatchObject({
+      type: "Denied",
+      reason: "IPOfOtherNode",
+      message: expect.stringContaining('"10.0.0.2" (node "worker-c")'),
+    });
+    f.nodes.put(node("worker-c", ["10.0.0.3"]));
+    f.nodes.put(node("worker-d", ["10.0.0.4"], [], "10.0.0.2"));
+    expect(await decided("csr-3")).toMatchObject({ reason: "IPOfOtherNode" });
+    const gone = f.nodes.items.get("worker-d") as LeanNode;
+    f.nodes.items.delete("worker-d");
+    for (const h of f.nodes.handlers) h.onDelete?.(gone);
+    expect(await decided("csr-4")).toMatchObject({ type: "Approved" });
   });
 
   test("CsrApprover queues a pending CSR on add and on every update, and drops it once decided or deleted", async () => {
