@@ -449,9 +449,16 @@ beforeAll(async () => {
     { env: { TALOSCONFIG: talosconfig } },
   );
   await ccm.waitForLog(/Starting controller.*cloud-node/);
+  // As a real kubelet does, each registers with its first status in the Node create: otherwise the CCM
+  // can initialize a node before its addresses exist and write them a second time.
   for (const spec of specs.values()) {
     kubelets.push(
-      await SimulatedKubelet.register(cluster, { name: spec.name, ips: spec.nodeIPs, heartbeatMs: 0 }),
+      await SimulatedKubelet.register(cluster, {
+        name: spec.name,
+        ips: spec.nodeIPs,
+        heartbeatMs: 0,
+        statusOnCreate: true,
+      }),
     );
   }
   kubelets.push(
@@ -460,6 +467,7 @@ beforeAll(async () => {
       ips: FALLBACK.nodeIPs,
       noAnnotation: true,
       heartbeatMs: 0,
+      statusOnCreate: true,
     }),
   );
 });
