@@ -5,19 +5,11 @@
 // provided-node-ip) is checked against what no kubelet controls: the other Nodes, and Talos —
 // whose answer counts only when the answering machine names itself as the requester.
 // The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
-// Loaded only when the CSR controller is enabled (it pulls in the ASN.1 libraries).
+// The DER is read here rather than with an ASN.1 library: a CSR's few structures are quickly
+// walked, and the library cost ~1.4 ms of CPU per request in the binary and memory at every start.
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { CertificationRequest } from "@peculiar/asn1-csr";
-import { AsnParser } from "@peculiar/asn1-schema";
-import {
-  AlgorithmIdentifier,
-  Extensions,
-  id_ce_subjectAltName,
-  type Name,
-  SubjectAlternativeName,
-} from "@peculiar/asn1-x509";
 import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
@@ -184,6 +176,8 @@ function readTlv(der: Uint8Array, offset: number, limit: number): Tlv {
     throw new CsrParseError("Cannot parse DER: truncated element");
   }
   if ((tag & 0x1f) === 0x1f) throw new CsrParseError("Cannot parse DER: high tag numbers are not used");
+  // End-of-contents only closes an indefinite length, which DER does not have.
+  if (tag === 0) throw new CsrParseError("Cannot parse DER: end-of-contents marker");
   let length = first;
   let contentStart = offset + 2;
   if (first & 0x80) {
@@ -256,6 +250,7 @@ const OID = {
   ed25519: "1.3.101.112",
   rsaPss: "1.2.840.113549.1.1.10",
   mgf1: "1.2.840.113549.1.1.8",
+  subjectAltName: "2.5.29.17",
   sha256: "2.16.840.1.101.3.4.2.1",
   sha384: "2.16.840.1.101.3.4.2.2",
   sha512: "2.16.840.1.101.3.4.2.3",
@@ -290,36 +285,161 @@ const REFUSED_SIGNATURES: Record<string, string> = {
 
 const CURVES: Record<string, string> = { prime256v1: "P-256", secp384r1: "P-384", secp521r1: "P-521" };
 
+/** The content octets of `t`. */
+function contentOf(der: Uint8Array, t: Tlv): Uint8Array {
+  return der.subarray(t.contentStart, t.end);
+}
+
+/**
+ * Decodes an OBJECT IDENTIFIER as dotted text. Refused, as Go refuses them: an empty one, a
+ * sub-identifier that is not minimally encoded or that does not end, and (beyond Go's 31 bits,
+ * short of losing precision) an arc over 2^53.
+ */
+function oidOf(der: Uint8Array, t: Tlv, tag = 0x06): string {
+  if (t.tag !== tag) throw new CsrParseError("Cannot parse DER: expected an object identifier");
+  const arcs: number[] = [];
+  let value = 0;
+  let fresh = true;
+  for (const b of contentOf(der, t)) {
+    if (fresh && b === 0x80)
+      throw new CsrParseError("Cannot parse DER: object identifier not minimally encoded");
+    if (value > (Number.MAX_SAFE_INTEGER - 0x7f) / 0x80) {
+      throw new CsrParseError("Cannot parse DER: object identifier arc too large");
+    }
+    value = value * 0x80 + (b & 0x7f);
+    fresh = !(b & 0x80);
+    if (fresh) {
+      arcs.push(value);
+      value = 0;
+    }
+  }
+  const [first, ...rest] = arcs;
+  if (first === undefined || !fresh) throw new CsrParseError("Cannot parse DER: truncated object identifier");
+  const top = first < 40 ? 0 : first < 80 ? 1 : 2;
+  return [top, first - 40 * top, ...rest].join(".");
+}
+
+/** A BOOLEAN's content as DER (and Go) have it: one octet, 0x00 or 0xFF. */
+function isDerBoolean(content: Uint8Array): boolean {
+  return content.length === 1 && (content[0] === 0x00 || content[0] === 0xff);
+}
+
+/** An AlgorithmIdentifier: its OID and, when present, its parameters element. */
+interface Algorithm {
+  algorithm: string;
+  parameters?: Tlv;
+}
+
+function algorithmOf(der: Uint8Array, t: Tlv): Algorithm {
+  const [oid, parameters, ...extra] = t.tag === 0x30 ? children(der, t) : [];
+  if (!oid || extra.length) throw new CsrParseError("Cannot parse DER: malformed AlgorithmIdentifier");
+  const algorithm = oidOf(der, oid);
+  return parameters ? { algorithm, parameters } : { algorithm };
+}
+
+const latin1 = (bytes: Uint8Array) =>
+  Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString("latin1");
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * The string types a name attribute may have, by tag, and how each is read. UTF8String that is
+ * not UTF-8, PrintableString, IA5String and TeletexString are read byte by byte, as the ASN.1
+ * library this replaced did; BMPString is UTF-16 and UniversalString UTF-32, both big-endian.
+ */
+const STRING_TYPES = new Map<number, (bytes: Uint8Array) => string>([
+  [
+    0x0c, // UTF8String
+    (b) => {
+      try {
+        return utf8.decode(b);
+      } catch {
+        return latin1(b);
+      }
+    },
+  ],
+  [0x13, latin1], // PrintableString
+  [0x14, latin1], // TeletexString
+  [0x16, latin1], // IA5String
+  [
+    0x1e, // BMPString
+    (b) => {
+      if (b.length % 2) throw new CsrParseError("Cannot parse subject: BMPString of odd length");
+      let s = "";
+      for (let i = 0; i < b.length; i += 2)
+        s += String.fromCharCode(((b[i] as number) << 8) | (b[i + 1] as number));
+      return s;
+    },
+  ],
+  [
+    0x1c, // UniversalString
+    (b) => {
+      if (b.length % 4) {
+        throw new CsrParseError("Cannot parse subject: UniversalString length is not a multiple of 4");
+      }
+      const view = new DataView(b.buffer, b.byteOffset, b.length);
+      let s = "";
+      for (let i = 0; i < b.length; i += 4) {
+        const cp = view.getUint32(i);
+        if (cp > 0x10ffff) throw new CsrParseError("Cannot parse subject: UniversalString is not UTF-32");
+        s += String.fromCodePoint(cp);
+      }
+      return s;
+    },
+  ],
+]);
+
+/**
+ * Reads a Name (SEQUENCE OF SET OF {type, value}), checking every attribute's shape.
+ * @returns every value of the attributes whose type is in `wanted`, by type, in order
+ * @throws {CsrParseError} when the Name is malformed or a wanted value is not a string
+ */
+function nameStrings(der: Uint8Array, name: Tlv, wanted: readonly string[]): Map<string, string[]> {
+  const out = new Map(wanted.map((type) => [type, [] as string[]]));
+  if (name.tag !== 0x30) throw new CsrParseError("Cannot parse subject: not a Name");
+  for (const rdn of children(der, name)) {
+    if (rdn.tag !== 0x31) throw new CsrParseError("Cannot parse subject: relative name is not a SET");
+    for (const atv of children(der, rdn)) {
+      const [type, value, ...extra] = atv.tag === 0x30 ? children(der, atv) : [];
+      if (!type || !value || extra.length)
+        throw new CsrParseError("Cannot parse subject: malformed attribute");
+      const oid = oidOf(der, type);
+      const values = out.get(oid);
+      if (!values) continue;
+      const read = STRING_TYPES.get(value.tag);
+      if (!read) throw new CsrParseError(`Cannot parse subject: attribute ${oid} is not a string`);
+      values.push(read(contentOf(der, value)));
+    }
+  }
+  return out;
+}
+
 /**
  * Reads RSASSA-PSS parameters. Only what Go's crypto/x509 accepts is accepted: an explicit SHA-2
  * hash, MGF1 over the same hash, salt length equal to the hash length, trailer field 1.
  */
-function pssHash(params: ArrayBuffer | null | undefined): { name: string; saltLength: number } {
+function pssHash(der: Uint8Array, params: Tlv | undefined): { name: string; saltLength: number } {
   if (!params) throw new Error("RSASSA-PSS parameters are missing");
-  const der = new Uint8Array(params);
-  const seq = checkDer(der);
   let hash: string | undefined;
   let mgfHash: string | undefined;
   let salt = 20;
-  for (const field of children(der, seq)) {
+  for (const field of children(der, params)) {
     const [inner] = children(der, field);
     if (!inner) throw new Error("empty RSASSA-PSS parameter");
-    const bytes = der.subarray(inner.start, inner.end);
     switch (field.tag) {
       case 0xa0:
-        hash = AsnParser.parse(bytes, AlgorithmIdentifier).algorithm;
+        hash = algorithmOf(der, inner).algorithm;
         break;
       case 0xa1: {
-        const mgf = AsnParser.parse(bytes, AlgorithmIdentifier);
+        const mgf = algorithmOf(der, inner);
         if (mgf.algorithm !== OID.mgf1 || !mgf.parameters) throw new Error("mask generation is not MGF1");
-        mgfHash = AsnParser.parse(mgf.parameters, AlgorithmIdentifier).algorithm;
+        mgfHash = algorithmOf(der, mgf.parameters).algorithm;
         break;
       }
       case 0xa2:
       case 0xa3: {
         if (inner.tag !== 0x02 || inner.end - inner.contentStart > 2) throw new Error("bad integer");
         let n = 0;
-        for (const x of der.subarray(inner.contentStart, inner.end)) n = n * 256 + x;
+        for (const x of contentOf(der, inner)) n = n * 256 + x;
         if (field.tag === 0xa2) salt = n;
         else if (n !== 1) throw new Error("trailer field is not 1");
         break;
@@ -349,7 +469,8 @@ function publicKeyInfo(algorithm: string, key: KeyObject): PublicKeyInfo {
 }
 
 function checkSignature(
-  alg: AlgorithmIdentifier,
+  der: Uint8Array,
+  alg: Algorithm,
   key: KeyObject,
   keyInfo: PublicKeyInfo,
   tbs: Uint8Array,
@@ -368,7 +489,7 @@ function checkSignature(
   try {
     let ok: boolean;
     if (alg.algorithm === OID.rsaPss) {
-      const pss = pssHash(alg.parameters);
+      const pss = pssHash(der, alg.parameters);
       ok = verify(
         pss.name,
         tbs,
@@ -384,26 +505,6 @@ function checkSignature(
   }
 }
 
-function attributeStrings(name: Name, type: string): string[] {
-  const out: string[] = [];
-  for (const rdn of name) {
-    for (const atv of rdn) {
-      if (atv.type !== type) continue;
-      const v = atv.value;
-      const s =
-        v.utf8String ??
-        v.printableString ??
-        v.ia5String ??
-        v.teletexString ??
-        v.bmpString ??
-        v.universalString;
-      if (s === undefined) throw new CsrParseError(`Cannot parse subject: attribute ${type} is not a string`);
-      out.push(s);
-    }
-  }
-  return out;
-}
-
 interface Sans {
   dnsNames: string[];
   ipAddresses: string[];
@@ -412,43 +513,98 @@ interface Sans {
   otherNames: string[];
 }
 
-function parseSans(value: ArrayBuffer, into: Sans): void {
-  const der = new Uint8Array(value);
-  checkDer(der);
-  for (const gn of AsnParser.parse(der, SubjectAlternativeName)) {
-    if (gn.dNSName !== undefined) into.dnsNames.push(gn.dNSName);
-    else if (gn.iPAddress !== undefined) {
-      // The library renders 4 and 16 bytes as an address and other lengths as something that is
-      // not an IP literal, which is how malformed IP SANs are caught.
-      const ip = canonicalIP(gn.iPAddress);
-      if (ip === undefined)
-        throw new CsrParseError("Cannot parse subjectAltName: IP address is not 4 or 16 bytes");
-      into.ipAddresses.push(ip);
-    } else if (gn.rfc822Name !== undefined) into.emailAddresses.push(gn.rfc822Name);
-    else if (gn.uniformResourceIdentifier !== undefined) into.uris.push(gn.uniformResourceIdentifier);
-    else if (gn.otherName) into.otherNames.push("otherName");
-    else if (gn.directoryName) into.otherNames.push("directoryName");
-    else if (gn.registeredID !== undefined) into.otherNames.push("registeredID");
-    else if (gn.x400Address) into.otherNames.push("x400Address");
-    else if (gn.ediPartyName) into.otherNames.push("ediPartyName");
-    else throw new CsrParseError("Cannot parse subjectAltName: empty name");
+/** The IP literal of a 4- or 16-byte iPAddress, canonical (see `canonicalIP`). */
+function ipOf(bytes: Uint8Array): string {
+  if (bytes.length !== 4 && bytes.length !== 16)
+    throw new CsrParseError("Cannot parse subjectAltName: IP address is not 4 or 16 bytes");
+  let value = 0n;
+  for (const b of bytes) value = (value << 8n) | BigInt(b);
+  return formatIP(unmapIPv4({ family: bytes.length === 4 ? 4 : 6, value }));
+}
+
+/** Reads a subjectAltName extension's value (GeneralNames) into `into`. */
+function parseSans(der: Uint8Array, into: Sans): void {
+  const root = checkDer(der);
+  if (root.tag !== 0x30) throw new CsrParseError("Cannot parse subjectAltName: not a SEQUENCE");
+  for (const gn of children(der, root)) {
+    const value = contentOf(der, gn);
+    switch (gn.tag) {
+      case 0x82:
+        into.dnsNames.push(latin1(value));
+        break;
+      case 0x87:
+        into.ipAddresses.push(ipOf(value));
+        break;
+      case 0x81:
+        into.emailAddresses.push(latin1(value));
+        break;
+      case 0x86:
+        into.uris.push(latin1(value));
+        break;
+      case 0xa0: {
+        const [type, inner, ...extra] = children(der, gn);
+        if (!type || inner?.tag !== 0xa0 || extra.length) {
+          throw new CsrParseError("Cannot parse subjectAltName: malformed otherName");
+        }
+        oidOf(der, type);
+        into.otherNames.push("otherName");
+        break;
+      }
+      case 0xa4: {
+        const [name, ...extra] = children(der, gn);
+        if (!name || extra.length)
+          throw new CsrParseError("Cannot parse subjectAltName: malformed directoryName");
+        nameStrings(der, name, []);
+        into.otherNames.push("directoryName");
+        break;
+      }
+      case 0x88:
+        oidOf(der, gn, 0x88);
+        into.otherNames.push("registeredID");
+        break;
+      case 0xa3:
+        into.otherNames.push("x400Address");
+        break;
+      case 0xa5:
+        into.otherNames.push("ediPartyName");
+        break;
+      default:
+        throw new CsrParseError(`Cannot parse subjectAltName: unknown name of tag 0x${gn.tag.toString(16)}`);
+    }
   }
 }
 
-/** Every requested extension's SANs. Duplicate extensions are refused, as Go does. */
-function requestedSans(req: CertificationRequest): Sans {
+/**
+ * The SANs of every extensionRequest attribute (`[0] attributes`, may be absent). Every
+ * Extension is checked; duplicate extensions are refused, as Go does.
+ */
+function requestedSans(der: Uint8Array, attributes: Tlv | undefined): Sans {
   const sans: Sans = { dnsNames: [], ipAddresses: [], emailAddresses: [], uris: [], otherNames: [] };
   const seen = new Set<string>();
-  for (const attr of req.certificationRequestInfo.attributes ?? []) {
-    if (attr.type !== OID.extensionRequest) continue;
+  for (const attr of attributes ? children(der, attributes) : []) {
+    const [type, values, ...extra] = attr.tag === 0x30 ? children(der, attr) : [];
+    if (!type || values?.tag !== 0x31 || extra.length) {
+      throw new CsrParseError("Cannot parse attributes: malformed attribute");
+    }
+    if (oidOf(der, type) !== OID.extensionRequest) continue;
     // Go reads only the first value; reading all of them means nothing Go sees escapes the checks.
-    for (const value of attr.values) {
-      checkDer(new Uint8Array(value));
-      for (const ext of AsnParser.parse(value, Extensions)) {
-        if (seen.has(ext.extnID))
-          throw new CsrParseError(`Cannot parse extensions: ${ext.extnID} appears twice`);
-        seen.add(ext.extnID);
-        if (ext.extnID === id_ce_subjectAltName) parseSans(ext.extnValue.buffer, sans);
+    for (const value of children(der, values)) {
+      if (value.tag !== 0x30) throw new CsrParseError("Cannot parse extensions: not a SEQUENCE");
+      for (const ext of children(der, value)) {
+        const fields = ext.tag === 0x30 ? children(der, ext) : [];
+        const [id, critical, octets] = fields.length === 2 ? [fields[0], undefined, fields[1]] : fields;
+        if (
+          !id ||
+          octets?.tag !== 0x04 ||
+          fields.length > 3 ||
+          (critical && (critical.tag !== 0x01 || !isDerBoolean(contentOf(der, critical))))
+        ) {
+          throw new CsrParseError("Cannot parse extensions: malformed Extension");
+        }
+        const extnID = oidOf(der, id);
+        if (seen.has(extnID)) throw new CsrParseError(`Cannot parse extensions: ${extnID} appears twice`);
+        seen.add(extnID);
+        if (extnID === OID.subjectAltName) parseSans(contentOf(der, octets), sans);
       }
     }
   }
@@ -495,25 +651,34 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     const der = pemBody(pem);
     const root = checkDer(der);
     const top = children(der, root);
-    const [tbs, , sigBits] = top;
+    const [tbs, sigAlg, sigBits] = top;
     const fields = tbs && tbs.tag === 0x30 ? children(der, tbs) : [];
-    const spki = fields[2];
-    // The ASN.1 library does not check every tag; Go does, so an outline it would refuse is refused.
+    const [version, subject, spki, attributes] = fields;
+    const spkiFields = spki && spki.tag === 0x30 ? children(der, spki) : [];
+    // Go checks every tag of the outline, so an outline it would refuse is refused here.
     if (
       root.tag !== 0x30 ||
       !shaped(top, [0x30, 0x30, 0x03]) ||
       !shaped(fields, [0x02, 0x30, 0x30, 0xa0], 3) ||
+      !shaped(spkiFields, [0x30, 0x03]) ||
       !tbs ||
+      !sigAlg ||
+      !version ||
+      !subject ||
       !spki ||
       !sigBits ||
       der[sigBits.contentStart] !== 0
     ) {
       throw new CsrParseError("Cannot parse request: not a CertificationRequest");
     }
-    const req = AsnParser.parse(der, CertificationRequest);
-    const info = req.certificationRequestInfo;
-    if (info.version !== 0)
-      throw new CsrParseError(`Cannot parse request: version field ${info.version} is not 0 (v1)`);
+    const names = nameStrings(der, subject, [OID.commonName, OID.organization]);
+    const keyAlgorithm = algorithmOf(der, spkiFields[0] as Tlv).algorithm;
+    const signatureAlgorithm = algorithmOf(der, sigAlg);
+    const v = contentOf(der, version);
+    if (v.length !== 1 || v[0] !== 0) {
+      const shown = v.length === 1 ? String(v[0]) : `of ${v.length} bytes`;
+      throw new CsrParseError(`Cannot parse request: version field ${shown} is not 0 (v1)`);
+    }
     let key: KeyObject;
     try {
       key = createPublicKey({
@@ -524,18 +689,19 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     } catch (cause) {
       throw new CsrParseError("Cannot parse request: public key is malformed", { cause });
     }
-    const publicKey = publicKeyInfo(info.subjectPKInfo.algorithm.algorithm, key);
+    const publicKey = publicKeyInfo(keyAlgorithm, key);
     const signature = checkSignature(
-      req.signatureAlgorithm,
+      der,
+      signatureAlgorithm,
       key,
       publicKey,
       der.subarray(tbs.start, tbs.end),
       der.subarray(sigBits.contentStart + 1, sigBits.end),
     );
     return {
-      commonNames: attributeStrings(info.subject, OID.commonName),
-      organizations: attributeStrings(info.subject, OID.organization),
-      ...requestedSans(req),
+      commonNames: names.get(OID.commonName) ?? [],
+      organizations: names.get(OID.organization) ?? [],
+      ...requestedSans(der, attributes),
       publicKey,
       signature,
     };

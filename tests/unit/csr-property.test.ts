@@ -1,12 +1,17 @@
 // Properties of the CSR policy over generated input: decide() is total (never throws), nothing
-// malformed is approved, a request is approved exactly when every SAN it asks for is owned, and
-// screen() (what the controller asks before calling Talos) never contradicts decide().
+// malformed is approved, a request is approved exactly when every SAN it asks for is owned,
+// screen() (what the controller asks before calling Talos) never contradicts decide(), and the
+// request parser reads what an independent X.509 library reads.
 
+// @peculiar/x509 (the independent reader of a property below) needs the Reflect polyfill first.
+import "reflect-metadata";
 import { beforeAll, describe, expect, test } from "bun:test";
+import * as x509 from "@peculiar/x509";
 import fc from "fast-check";
 import {
   type CsrInput,
   CsrParseError,
+  canonicalIP,
   checkCsr,
   claims,
   type Decision,
@@ -345,6 +350,67 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
 });
 
 describe("parseCertificateRequest() over generated input", () => {
+  test("parseCertificateRequest() reads the names an independent X.509 library reads from every mutated request it accepts", async () => {
+    const seeds: Uint8Array[] = [];
+    for (const opts of [
+      { dns: ["worker-a"], ips: ["10.0.0.1"] },
+      { dns: ["worker-a", "a.example.com"], ips: ["10.0.0.1", "2001:db8::1"], keyType: "rsa" as const },
+      { dns: [], ips: ["::ffff:a00:1"], keyType: "ed25519" as const },
+    ]) {
+      seeds.push(pemToDer((await createCSR({ cn: USER_A, o: ["system:nodes"], ...opts })).csr));
+    }
+    const mutation = fc.record({
+      kind: fc.constantFrom("set", "insert", "delete", "truncate"),
+      at: fc.nat(),
+      byte: fc.integer({ min: 0, max: 255 }),
+    });
+    let accepted = 0;
+    fc.assert(
+      fc.property(
+        fc.nat(seeds.length - 1),
+        fc.array(mutation, { minLength: 1, maxLength: 3 }),
+        (s, mutations) => {
+          let der = Array.from(seeds[s] as Uint8Array);
+          for (const m of mutations) {
+            const at = m.at % (der.length + 1);
+            if (m.kind === "set" && at < der.length) der[at] = m.byte;
+            if (m.kind === "insert") der.splice(at, 0, m.byte);
+            if (m.kind === "delete") der.splice(at, 1);
+            if (m.kind === "truncate") der = der.slice(0, at);
+          }
+          const bytes = new Uint8Array(der);
+          let ours: ReturnType<typeof parseCertificateRequest>;
+          try {
+            ours = parseCertificateRequest(derToPem(bytes));
+          } catch (err) {
+            expect(err).toBeInstanceOf(CsrParseError);
+            return;
+          }
+          accepted++;
+          // What this parser accepts, the other reads too, and reads the same.
+          const theirs = new x509.Pkcs10CertificateRequest(bytes);
+          const san = theirs.extensions.find((e) => e.type === "2.5.29.17");
+          const names = san ? new x509.SubjectAlternativeNameExtension(san.rawData).names.items : [];
+          const of = (type: string) => names.filter((n) => n.type === type).map((n) => n.value);
+          expect({
+            cn: ours.commonNames,
+            o: ours.organizations,
+            dns: ours.dnsNames,
+            ips: ours.ipAddresses,
+          }).toEqual({
+            cn: theirs.subjectName.getField("CN"),
+            o: theirs.subjectName.getField("O"),
+            dns: of("dns"),
+            ips: of("ip").map((ip) => canonicalIP(ip) ?? ip),
+          });
+        },
+      ),
+      { numRuns: 3000 },
+    );
+    // Mutations the parser does not notice (such as in the signature) keep the property honest.
+    expect(accepted).toBeGreaterThan(50);
+  });
+
   test("parseCertificateRequest() throws nothing but CsrParseError", () => {
     fc.assert(
       fc.property(

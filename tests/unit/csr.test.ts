@@ -2,6 +2,7 @@
 // denied with its own reason, and nothing the controller may feed in makes decide() throw.
 
 import { describe, expect, test } from "bun:test";
+import { generateKeyPairSync, sign } from "node:crypto";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { GeneralName, OtherName } from "@peculiar/asn1-x509";
 import { leanNode } from "../../lib/cache.ts";
@@ -85,14 +86,63 @@ function nonMinimalLength(der: Uint8Array): Uint8Array {
   return new Uint8Array([0x30, 0x80 | (lengthBytes.length + 1), 0, ...lengthBytes, ...der.subarray(2 + n)]);
 }
 
+/** One DER element of `tag` holding `content`. */
+function tlv(tag: number, ...content: number[][]): number[] {
+  const body = content.flat();
+  const n = body.length;
+  return [tag, ...(n < 0x80 ? [n] : n < 0x100 ? [0x81, n] : [0x82, n >> 8, n & 0xff]), ...body];
+}
+
 /** `depth` SEQUENCEs, each holding the next, around a NULL. */
 function nestedSequences(depth: number): Uint8Array {
   let der = [5, 0];
-  for (let i = 0; i < depth; i++) {
-    const n = der.length;
-    der = [0x30, ...(n < 0x80 ? [n] : n < 0x100 ? [0x81, n] : [0x82, n >> 8, n & 0xff]), ...der];
-  }
+  for (let i = 0; i < depth; i++) der = tlv(0x30, der);
   return new Uint8Array(der);
+}
+
+/** An OBJECT IDENTIFIER element. */
+function oid(dotted: string): number[] {
+  const [a = 0, b = 0, ...rest] = dotted.split(".").map(Number);
+  const body = [a * 40 + b];
+  for (let arc of rest) {
+    const bytes = [arc & 0x7f];
+    for (arc >>= 7; arc > 0; arc >>= 7) bytes.unshift((arc & 0x7f) | 0x80);
+    body.push(...bytes);
+  }
+  return tlv(0x06, body);
+}
+
+const bytesOf = (text: string) => [...Buffer.from(text, "latin1")];
+/** The subject CN = node A, O = system:nodes, both UTF8String. */
+const SUBJECT_A = tlv(
+  0x30,
+  tlv(0x31, tlv(0x30, oid(CN), tlv(0x0c, bytesOf(USER_A)))),
+  tlv(0x31, tlv(0x30, oid(O), tlv(0x0c, bytesOf("system:nodes")))),
+);
+/** An extensionRequest attribute asking for `extensions` (Extension elements). */
+const extensionRequest = (...extensions: number[][]) =>
+  tlv(0x30, oid("1.2.840.113549.1.9.14"), tlv(0x31, tlv(0x30, ...extensions)));
+/** A subjectAltName Extension of `names` (GeneralName elements), with an optional critical flag. */
+const sanExt = (names: number[][], critical: number[] = []) =>
+  tlv(0x30, oid("2.5.29.17"), critical, tlv(0x04, tlv(0x30, ...names)));
+
+/**
+ * A PEM request signed with a new P-256 key, built from DER parts for shapes no generator
+ * makes: by default version 0, subject {@link SUBJECT_A} and SAN DNS "worker-a".
+ */
+function rawRequest(parts: { version?: number[]; subject?: number[]; attributes?: number[][] } = {}): string {
+  const { publicKey, privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  const tbs = tlv(
+    0x30,
+    parts.version ?? tlv(0x02, [0]),
+    parts.subject ?? SUBJECT_A,
+    [...publicKey.export({ type: "spki", format: "der" })],
+    tlv(0xa0, ...(parts.attributes ?? [extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))]))])),
+  );
+  const signature = [...sign("sha256", Buffer.from(tbs), privateKey)];
+  return derToPem(
+    new Uint8Array(tlv(0x30, tbs, tlv(0x30, oid("1.2.840.10045.4.3.2")), tlv(0x03, [0], signature))),
+  );
 }
 
 describe("decide() approves honest requests", () => {
@@ -835,6 +885,64 @@ describe("parseCertificateRequest()", () => {
     expect(parsed.signature).toMatchObject({ algorithm: "ecdsa-with-SHA256", valid: false });
   });
 
+  test("parseCertificateRequest() reads the subject in every string type a name may have", () => {
+    const utf16 = (t: string) => [...t].flatMap((c) => [0, c.charCodeAt(0)]);
+    const types: Array<[string, number, number[]]> = [
+      ["UTF8String", 0x0c, bytesOf(USER_A)],
+      ["PrintableString", 0x13, bytesOf(USER_A)],
+      ["TeletexString", 0x14, bytesOf(USER_A)],
+      ["IA5String", 0x16, bytesOf(USER_A)],
+      ["BMPString", 0x1e, utf16(USER_A)],
+      ["UniversalString", 0x1c, [...USER_A].flatMap((c) => [0, 0, 0, c.charCodeAt(0)])],
+    ];
+    for (const [type, tag, value] of types) {
+      const subject = tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(tag, value))));
+      const parsed = parseCertificateRequest(rawRequest({ subject }));
+      expect({ type, cn: parsed.commonNames, valid: parsed.signature.valid }).toEqual({
+        type,
+        cn: [USER_A],
+        valid: true,
+      });
+    }
+    // UTF8String that is not UTF-8 is read byte by byte, never as a valid name.
+    const subject = tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(0x0c, [0x61, 0xff]))));
+    expect(parseCertificateRequest(rawRequest({ subject })).commonNames).toEqual(["a\u00ff"]);
+  });
+
+  test("parseCertificateRequest() reads every kind of SAN, in order", () => {
+    const names = [
+      tlv(0x82, bytesOf("worker-a")),
+      tlv(0x87, [10, 0, 0, 1]),
+      tlv(0x87, [...Array(10).fill(0), 0xff, 0xff, 10, 0, 0, 2]),
+      tlv(0x87, [0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 1]),
+      tlv(0x81, bytesOf("a@example.com")),
+      tlv(0x86, bytesOf("https://example.com")),
+      tlv(0xa0, oid("1.3.6.1.4.1.311.20.2.3"), tlv(0xa0, tlv(0x0c, bytesOf("x")))),
+      tlv(0xa4, SUBJECT_A),
+      tlv(0x88, oid("1.2.3.4").slice(2)),
+      tlv(0xa3, tlv(0x30)),
+      tlv(0xa5, tlv(0xa1, tlv(0x0c, bytesOf("party")))),
+    ];
+    const parsed = parseCertificateRequest(
+      rawRequest({ attributes: [extensionRequest(sanExt(names, tlv(0x01, [0xff])))] }),
+    );
+    expect(parsed).toMatchObject({
+      dnsNames: ["worker-a"],
+      ipAddresses: ["10.0.0.1", "10.0.0.2", "2001:db8::1"],
+      emailAddresses: ["a@example.com"],
+      uris: ["https://example.com"],
+      otherNames: ["otherName", "directoryName", "registeredID", "x400Address", "ediPartyName"],
+      signature: { valid: true },
+    });
+  });
+
+  test("parseCertificateRequest() reads a request without attributes and skips other attributes", () => {
+    expect(parseCertificateRequest(rawRequest({ attributes: [] })).dnsNames).toEqual([]);
+    const challenge = tlv(0x30, oid("1.2.840.113549.1.9.7"), tlv(0x31, tlv(0x0c, bytesOf("pw"))));
+    const both = [challenge, extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))]))];
+    expect(parseCertificateRequest(rawRequest({ attributes: both })).dnsNames).toEqual(["worker-a"]);
+  });
+
   test("parseCertificateRequest() accepts surrounding whitespace and CRLF line ends", async () => {
     const pem = (await csrA()).replaceAll("\n", "\r\n");
     expect(parseCertificateRequest(`\n  ${pem}\n\n`).dnsNames).toEqual(["worker-a"]);
@@ -867,6 +975,53 @@ describe("parseCertificateRequest()", () => {
     ],
     ["DER with a high tag number", derToPem(new Uint8Array([0x30, 3, 0x1f, 0x81, 0])), "high tag"],
     ["deeply nested DER", derToPem(nestedSequences(100)), "nesting too deep"],
+    ["an end-of-contents marker", derToPem(new Uint8Array([0x30, 2, 0, 0])), "end-of-contents"],
+    ["a version of two bytes", rawRequest({ version: tlv(0x02, [0, 0]) }), "version field"],
+    ["an empty version", rawRequest({ version: tlv(0x02, []) }), "version field"],
+    [
+      "a non-minimal object identifier",
+      rawRequest({
+        subject: tlv(0x30, tlv(0x31, tlv(0x30, tlv(0x06, [0x55, 0x80, 0x04]), tlv(0x0c, [0x61])))),
+      }),
+      "not minimally encoded",
+    ],
+    [
+      "a truncated object identifier",
+      rawRequest({ subject: tlv(0x30, tlv(0x31, tlv(0x30, tlv(0x06, [0x55, 0x84]), tlv(0x0c, [0x61])))) }),
+      "truncated object identifier",
+    ],
+    [
+      "a CN that is no string",
+      rawRequest({ subject: tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(0x02, [1])))) }),
+      "not a string",
+    ],
+    [
+      "a CN in a BMPString of odd length",
+      rawRequest({ subject: tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(0x1e, [0, 0x61, 0])))) }),
+      "odd length",
+    ],
+    [
+      "a relative name that is not a SET",
+      rawRequest({ subject: tlv(0x30, tlv(0x30, tlv(0x30, oid(CN), tlv(0x0c, [0x61])))) }),
+      "not a SET",
+    ],
+    [
+      "an attribute with an element after its values",
+      rawRequest({ attributes: [tlv(0x30, oid("1.2.3"), tlv(0x31), tlv(0x05, []))] }),
+      "malformed attribute",
+    ],
+    [
+      "a critical flag that is not a DER BOOLEAN",
+      rawRequest({
+        attributes: [extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))], tlv(0x01, [1])))],
+      }),
+      "malformed Extension",
+    ],
+    [
+      "a constructed DNS SAN",
+      rawRequest({ attributes: [extensionRequest(sanExt([tlv(0xa2, tlv(0x16, bytesOf("worker-a")))]))] }),
+      "unknown name",
+    ],
   ];
   for (const [name, pem, says] of bad) {
     test(`parseCertificateRequest() throws CsrParseError for ${name}`, () => {
