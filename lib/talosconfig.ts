@@ -1,7 +1,8 @@
 // talosconfig: where it is looked for, how it is parsed and validated (current context,
 // endpoints, PEM material with Talos' Ed25519 key label fixed, roles and expiry of the client
 // certificate), and the Talos error types every Talos module shares. Loaded at start-up, before
-// and without grpc-js or the protobuf code: a broken talosconfig is reported before any call.
+// and without the gRPC transport (lib/grpc.ts) or the protobuf code: a broken talosconfig is
+// reported before any call.
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
@@ -10,7 +11,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 
-/** gRPC status codes (kept here so that code inspecting errors need not load grpc-js). */
+/** gRPC status codes (kept here so that code inspecting errors need not load the gRPC transport). */
 export const GrpcStatus = {
   OK: 0,
   CANCELLED: 1,
@@ -312,7 +313,8 @@ export function parseTalosConfig(text: string, path: string, endpointsOverride?:
 }
 
 /**
- * Finds, reads and validates the talosconfig, honouring `TALOS_ENDPOINTS`. Does not load grpc-js.
+ * Finds, reads and validates the talosconfig, honouring `TALOS_ENDPOINTS`. Does not load the
+ * gRPC transport.
  * @throws {TalosConfigError} when no file exists or the file is broken; the message names the
  *   file(s) and says how to enable `machine.features.kubernetesTalosAPIAccess` with role os:reader.
  * @example const config = loadTalosConfig(); console.log(config.cluster, config.endpoints)
