@@ -104,12 +104,10 @@ function collect<K extends ResourceKind>(client: TalosClient, node: string, kind
   let ended = false;
   const done = (async () => {
     try {
-      for await (const ev of client.watch(node, kind, {
+      await client.watch(node, kind, (ev) => events.push(ev), {
         signal: ac.signal,
         ...(id === undefined ? {} : { id }),
-      })) {
-        events.push(ev);
-      }
+      });
     } catch (err) {
       error = err;
     } finally {

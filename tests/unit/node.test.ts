@@ -663,7 +663,7 @@ describe("nodePatch()", () => {
 type AnyEvent = TalosWatchEvent<unknown>;
 
 class FakeStream {
-  /** Iterations running (a stopped watch ends its iteration). */
+  /** Watches running (a stopped watch ends its run). */
   active = 0;
   readonly #events: Array<AnyEvent | Error> = [];
   #wake: (() => void) | undefined;
@@ -671,7 +671,8 @@ class FakeStream {
     this.#events.push(ev);
     this.#wake?.();
   }
-  async *iterate(signal: AbortSignal): AsyncGenerator<AnyEvent> {
+  /** Hands the fed events to `onEvent` as TalosClient.watch() does, until `signal` aborts. */
+  async run(signal: AbortSignal, onEvent: (ev: AnyEvent) => void): Promise<void> {
     const onAbort = () => this.#wake?.();
     signal.addEventListener("abort", onAbort);
     this.active++;
@@ -681,7 +682,7 @@ class FakeStream {
         const ev = this.#events.shift();
         if (ev instanceof Error) throw ev;
         if (ev) {
-          yield ev;
+          onEvent(ev);
           continue;
         }
         await new Promise<void>((resolve) => {
@@ -712,10 +713,9 @@ class FakeTalos implements TalosFactsClient {
     }
     return s;
   }
-  watch = ((ip: string, kind: string, opts: { signal?: AbortSignal }) => {
+  watch = ((ip: string, kind: string, onEvent: (ev: AnyEvent) => void, opts: { signal?: AbortSignal }) => {
     this.calls.push(`watch ${kind} ${ip}`);
-    const stream = this.stream(ip, kind);
-    return { [Symbol.asyncIterator]: () => stream.iterate(opts.signal ?? new AbortController().signal) };
+    return this.stream(ip, kind).run(opts.signal ?? new AbortController().signal, onEvent);
   }) as TalosFactsClient["watch"];
   platformMetadata = (async (ip: string) => {
     this.calls.push(`get platformmetadata ${ip}`);
