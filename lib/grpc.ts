@@ -633,7 +633,8 @@ class Call implements GrpcStream {
   #wake: (() => void) | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #signal: AbortSignal | undefined;
-  readonly #onAbort = () => this.#cancelWith(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
+  /** Made only for a call with a signal: long-lived watches have none, and each closure stays resident. */
+  #onAbort: (() => void) | undefined;
 
   constructor(maxReceive: number) {
     this.#decoder = new MessageDecoder(maxReceive);
@@ -659,6 +660,7 @@ class Call implements GrpcStream {
     }
     if (opts.signal) {
       this.#signal = opts.signal;
+      this.#onAbort = () => this.#cancelWith(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
       opts.signal.addEventListener("abort", this.#onAbort, { once: true });
     }
     stream.on("response", (headers: Headers) => {
@@ -692,12 +694,14 @@ class Call implements GrpcStream {
     stream.on("error", (err: Error) => {
       this.#transportError ??= err;
     });
-    stream.once("close", () => {
+    // "close" comes once; on() spares the once-wrapper each open stream would keep.
+    stream.on("close", () => {
       conn.closed();
       this.#end = this.#outcome(stream, conn);
       clearTimeout(this.#timer);
-      this.#signal?.removeEventListener("abort", this.#onAbort);
+      if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
       this.#signal = undefined;
+      this.#onAbort = undefined;
       this.#notify();
     });
   }
