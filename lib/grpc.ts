@@ -736,18 +736,21 @@ class Call implements GrpcStream {
     wake?.();
   }
 
-  // Not an async function: an idle watch waits here for good, and a suspended async frame per
-  // stream costs more than the one pending promise.
-  next(): Promise<Uint8Array | undefined> {
-    const m = this.#queue.shift();
-    if (m) {
-      if (this.#queue.length < QUEUE_LOW && this.#stream?.isPaused()) this.#stream.resume();
-      return Promise.resolve(m);
+  async next(): Promise<Uint8Array | undefined> {
+    for (;;) {
+      const m = this.#queue.shift();
+      if (m) {
+        if (this.#queue.length < QUEUE_LOW && this.#stream?.isPaused()) this.#stream.resume();
+        return m;
+      }
+      if (this.#end !== undefined) {
+        if (this.#end) throw this.#end;
+        return undefined;
+      }
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
     }
-    if (this.#end !== undefined) return this.#end ? Promise.reject(this.#end) : Promise.resolve(undefined);
-    return new Promise((resolve) => {
-      this.#wake = () => resolve(this.next());
-    });
   }
 
   cancel(): void {

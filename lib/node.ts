@@ -630,8 +630,8 @@ export class TalosFacts {
     w.down.delete("ended");
     w.down.delete("stalled");
     w.startedMs = this.#now();
-    this.#watchMetadata(w, w.watchIP, abort.signal);
-    this.#watchAddresses(w, w.watchIP, abort.signal);
+    void this.#watchMetadata(w, w.watchIP, abort.signal);
+    void this.#watchAddresses(w, w.watchIP, abort.signal);
     // Alongside the watches, so that confirming the node costs no round trip of its own.
     if (w.confirmedIP !== w.watchIP) void this.#verify(w, w.watchIP);
   }
@@ -712,73 +712,65 @@ export class TalosFacts {
     this.#onChange(w.name);
   }
 
-  #watchMetadata(w: NodeWatch, ip: string, signal: AbortSignal): void {
-    this.#talos
-      .watch(
-        ip,
-        "platformmetadata",
-        (ev) => {
-          if (ev.type === "errored") {
-            this.#failed(w, "metadata", ev.error);
-            return;
-          }
-          if (ev.type === "created" || ev.type === "updated") this.#setMetadata(w, ip, ev.resource);
-          else if (ev.type === "destroyed") this.#setMetadata(w, ip, undefined);
-          else return;
-          this.#recovered(w, "metadata");
-          this.#onChange(w.name);
-        },
-        { signal },
-      )
-      .catch((err) => {
-        if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
-      });
+  async #watchMetadata(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
+    try {
+      for await (const ev of this.#talos.watch(ip, "platformmetadata", { signal })) {
+        if (signal.aborted) return;
+        if (ev.type === "errored") {
+          this.#failed(w, "metadata", ev.error);
+          continue;
+        }
+        if (ev.type === "created" || ev.type === "updated") this.#setMetadata(w, ip, ev.resource);
+        else if (ev.type === "destroyed") this.#setMetadata(w, ip, undefined);
+        else continue;
+        this.#recovered(w, "metadata");
+        this.#onChange(w.name);
+      }
+    } catch (err) {
+      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
+    }
   }
 
-  #watchAddresses(w: NodeWatch, ip: string, signal: AbortSignal): void {
+  async #watchAddresses(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
     // While (re)delivering its contents after a (re)connect, the watch reports once, at BOOTSTRAPPED.
     let syncing = true;
     let changed = false;
-    this.#talos
-      .watch(
-        ip,
-        "addresses",
-        (ev) => {
-          switch (ev.type) {
-            case "errored":
-              syncing = true;
-              this.#failed(w, "addresses", ev.error);
-              return;
-            case "created":
-            case "updated": {
-              const old = w.addresses.get(ev.id);
-              const a = ev.resource;
-              if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
-                changed = true;
-              }
-              w.addresses.set(ev.id, a);
-              break;
-            }
-            case "destroyed":
-              changed = w.addresses.delete(ev.id) || changed;
-              break;
-            case "bootstrapped":
-              syncing = false;
+    try {
+      for await (const ev of this.#talos.watch(ip, "addresses", { signal })) {
+        if (signal.aborted) return;
+        switch (ev.type) {
+          case "errored":
+            syncing = true;
+            this.#failed(w, "addresses", ev.error);
+            continue;
+          case "created":
+          case "updated": {
+            const old = w.addresses.get(ev.id);
+            const a = ev.resource;
+            if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
               changed = true;
-              w.addressesKnown = true;
-              this.#recovered(w, "addresses");
-              break;
+            }
+            w.addresses.set(ev.id, a);
+            break;
           }
-          if (changed && !syncing) {
-            changed = false;
-            this.#onChange(w.name);
-          }
-        },
-        { signal },
-      )
-      .catch((err) => {
-        if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
-      });
+          case "destroyed":
+            changed = w.addresses.delete(ev.id) || changed;
+            break;
+          case "bootstrapped":
+            syncing = false;
+            changed = true;
+            w.addressesKnown = true;
+            this.#recovered(w, "addresses");
+            break;
+        }
+        if (changed && !syncing) {
+          changed = false;
+          this.#onChange(w.name);
+        }
+      }
+    } catch (err) {
+      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
+    }
   }
 
   #failed(w: NodeWatch, part: string, error: string): void {

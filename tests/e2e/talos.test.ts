@@ -104,10 +104,12 @@ function collect<K extends ResourceKind>(client: TalosClient, node: string, kind
   let ended = false;
   const done = (async () => {
     try {
-      await client.watch(node, kind, (ev) => events.push(ev), {
+      for await (const ev of client.watch(node, kind, {
         signal: ac.signal,
         ...(id === undefined ? {} : { id }),
-      });
+      })) {
+        events.push(ev);
+      }
     } catch (err) {
       error = err;
     } finally {

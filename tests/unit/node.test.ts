@@ -663,7 +663,7 @@ describe("nodePatch()", () => {
 type AnyEvent = TalosWatchEvent<unknown>;
 
 class FakeStream {
-  /** Watches running (a stopped watch ends its run). */
+  /** Iterations running (a stopped watch ends its iteration). */
   active = 0;
   readonly #events: Array<AnyEvent | Error> = [];
   #wake: (() => void) | undefined;
@@ -671,8 +671,7 @@ class FakeStream {
     this.#events.push(ev);
     this.#wake?.();
   }
-  /** Hands the fed events to `onEvent` as TalosClient.watch() does, until `signal` aborts. */
-  async run(signal: AbortSignal, onEvent: (ev: AnyEvent) => void): Promise<void> {
+  async *iterate(signal: AbortSignal): AsyncGenerator<AnyEvent> {
     const onAbort = () => this.#wake?.();
     signal.addEventListener("abort", onAbort);
     this.active++;
@@ -682,7 +681,7 @@ class FakeStream {
         const ev = this.#events.shift();
         if (ev instanceof Error) throw ev;
         if (ev) {
-          onEvent(ev);
+          yield ev;
           continue;
         }
         await new Promise<void>((resolve) => {
@@ -713,9 +712,10 @@ class FakeTalos implements TalosFactsClient {
     }
     return s;
   }
-  watch = ((ip: string, kind: string, onEvent: (ev: AnyEvent) => void, opts: { signal?: AbortSignal }) => {
+  watch = ((ip: string, kind: string, opts: { signal?: AbortSignal }) => {
     this.calls.push(`watch ${kind} ${ip}`);
-    return this.stream(ip, kind).run(opts.signal ?? new AbortController().signal, onEvent);
+    const stream = this.stream(ip, kind);
+    return { [Symbol.asyncIterator]: () => stream.iterate(opts.signal ?? new AbortController().signal) };
   }) as TalosFactsClient["watch"];
   platformMetadata = (async (ip: string) => {
     this.calls.push(`get platformmetadata ${ip}`);
