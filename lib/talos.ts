@@ -744,7 +744,9 @@ export class TalosClient {
     const what = `watch ${type} on node ${node}`;
     const request = encodeWatchRequest(namespace, type, id);
     const { signal } = opts;
-    const known = new Map<string, ResourceData[K]>();
+    // A list watch remembers what it delivered, to report what vanished while it resubscribed; a
+    // singleton watch needs no copy of its resource (one per node would stay resident).
+    const known = id === undefined ? new Map<string, ResourceData[K]>() : undefined;
     const session: WatchSession = {
       generation: undefined,
       channel: undefined,
@@ -776,7 +778,7 @@ export class TalosClient {
             release();
           }
           failures = 0;
-          const seen = id === undefined ? new Set<string>() : undefined;
+          const seen = known && new Set<string>();
           for (let b = first; b !== undefined; b = await call.next()) {
             let events: Array<TalosWatchEvent<ResourceData[K]>>;
             try {
@@ -787,11 +789,11 @@ export class TalosClient {
             }
             for (const ev of events) {
               if (ev.type === "created" || ev.type === "updated") {
-                known.set(ev.id, ev.resource);
+                known?.set(ev.id, ev.resource);
                 seen?.add(ev.id);
               } else if (ev.type === "destroyed") {
-                known.delete(ev.id);
-              } else if (ev.type === "bootstrapped" && seen) {
+                known?.delete(ev.id);
+              } else if (ev.type === "bootstrapped" && known && seen) {
                 for (const [gone, resource] of known) {
                   if (seen.has(gone)) continue;
                   known.delete(gone);
