@@ -655,7 +655,9 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     const fields = tbs && tbs.tag === 0x30 ? children(der, tbs) : [];
     const [version, subject, spki, attributes] = fields;
     const spkiFields = spki && spki.tag === 0x30 ? children(der, spki) : [];
-    // Go checks every tag of the outline, so an outline it would refuse is refused here.
+    const keyBits = spkiFields[1];
+    // Go checks every tag of the outline, so an outline it would refuse is refused here. Both BIT
+    // STRINGs hold whole octets (every accepted key and signature does), so no unused bits.
     if (
       root.tag !== 0x30 ||
       !shaped(top, [0x30, 0x30, 0x03]) ||
@@ -667,7 +669,10 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
       !subject ||
       !spki ||
       !sigBits ||
-      der[sigBits.contentStart] !== 0
+      der[sigBits.contentStart] !== 0 ||
+      !keyBits ||
+      keyBits.end === keyBits.contentStart ||
+      der[keyBits.contentStart] !== 0
     ) {
       throw new CsrParseError("Cannot parse request: not a CertificationRequest");
     }

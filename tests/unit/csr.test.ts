@@ -130,13 +130,18 @@ const sanExt = (names: number[][], critical: number[] = []) =>
  * A PEM request signed with a new P-256 key, built from DER parts for shapes no generator
  * makes: by default version 0, subject {@link SUBJECT_A} and SAN DNS "worker-a".
  */
-function rawRequest(parts: { version?: number[]; subject?: number[]; attributes?: number[][] } = {}): string {
+function rawRequest(
+  parts: { version?: number[]; subject?: number[]; attributes?: number[][]; keyUnusedBits?: number } = {},
+): string {
   const { publicKey, privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+  const spki = [...publicKey.export({ type: "spki", format: "der" })];
+  // A P-256 SPKI: 30 59 30 13 <algorithm> 03 42 <unused bits> <point>.
+  if (parts.keyUnusedBits !== undefined) spki[25] = parts.keyUnusedBits;
   const tbs = tlv(
     0x30,
     parts.version ?? tlv(0x02, [0]),
     parts.subject ?? SUBJECT_A,
-    [...publicKey.export({ type: "spki", format: "der" })],
+    spki,
     tlv(0xa0, ...(parts.attributes ?? [extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))]))])),
   );
   const signature = [...sign("sha256", Buffer.from(tbs), privateKey)];
@@ -975,6 +980,11 @@ describe("parseCertificateRequest()", () => {
     ],
     ["DER with a high tag number", derToPem(new Uint8Array([0x30, 3, 0x1f, 0x81, 0])), "high tag"],
     ["deeply nested DER", derToPem(nestedSequences(100)), "nesting too deep"],
+    [
+      "a public key BIT STRING with unused bits",
+      rawRequest({ keyUnusedBits: 8 }),
+      "not a CertificationRequest",
+    ],
     ["an end-of-contents marker", derToPem(new Uint8Array([0x30, 2, 0, 0])), "end-of-contents"],
     ["a version of two bytes", rawRequest({ version: tlv(0x02, [0, 0]) }), "version field"],
     ["an empty version", rawRequest({ version: tlv(0x02, []) }), "version field"],
