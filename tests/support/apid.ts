@@ -41,6 +41,7 @@ import {
 import { GrpcStatus } from "../../lib/talosconfig.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+import { freePort } from "./cluster.ts";
 import {
   type FakeAddress,
   type FakeNodeSpec,
@@ -74,7 +75,7 @@ export interface FakeApidOptions {
   talosVersion?: string;
   /** Platform name of the endpoint node in Version (default "metal"). */
   platform?: string;
-  /** Port to listen on (default: any free one). */
+  /** Port to listen on (default: {@link freePort}). */
   port?: number;
 }
 
@@ -469,7 +470,10 @@ export class FakeApid {
 
   /** Starts an apid on 127.0.0.1. */
   static async start(opts: FakeApidOptions = {}): Promise<FakeApid> {
-    const apid = new FakeApid(opts.pki ?? (await FakeApid.createPki()), opts);
+    // A port below the ephemeral range (see freePort): restart() binds it again, and in between no
+    // outgoing connection may take it as its source port.
+    const port = opts.port ?? (await freePort());
+    const apid = new FakeApid(opts.pki ?? (await FakeApid.createPki()), { ...opts, port });
     await apid.#listen();
     return apid;
   }

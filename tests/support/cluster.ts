@@ -26,17 +26,38 @@ function testbedBinaries(): { apiserver: string; etcd: string } {
   return { apiserver, etcd };
 }
 
-/** A free TCP port on 127.0.0.1. */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+// Test servers get ports below the kernel's ephemeral range: between freePort() and the server's
+// bind, no outgoing connection (source port) and no listen(0) on this machine can take one. A port
+// from listen(0) sits inside that range, and a CI run lost kube-apiserver's port that way.
+const EPHEMERAL_LOW = (() => {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) ? low : 32768;
+  } catch {
+    return 32768;
+  }
+})();
+const PORT_FLOOR = 10000;
+const handedOut = new Set<number>();
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      const port = typeof addr === "object" && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
+    srv.once("error", () => resolve(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
   });
+}
+
+/** A free TCP port on 127.0.0.1, never handed out before in this process. */
+export async function freePort(): Promise<number> {
+  const span = EPHEMERAL_LOW - PORT_FLOOR;
+  for (let i = 0; span > 0 && i < 500; i++) {
+    const port = PORT_FLOOR + Math.floor(Math.random() * span);
+    if (handedOut.has(port) || !(await canListen(port))) continue;
+    handedOut.add(port);
+    return port;
+  }
+  throw new Error(`freePort: no free port in ${PORT_FLOOR}-${EPHEMERAL_LOW - 1} on 127.0.0.1`);
 }
 
 const live = new Set<Subprocess>();
@@ -137,8 +158,22 @@ export class TestCluster {
     this.#opts = opts;
   }
 
-  /** Starts etcd and kube-apiserver and waits until /readyz answers 200. */
+  /**
+   * Starts etcd and kube-apiserver and waits until /readyz answers 200. A port lost to another
+   * process before the server bound it costs one more attempt on fresh ports, not the test file.
+   */
   static async start(opts: ClusterOptions = {}): Promise<TestCluster> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await TestCluster.#start(opts);
+      } catch (err) {
+        if (attempt >= 3 || !/address already in use/.test(String(err))) throw err;
+        console.warn(`TestCluster: a port was taken (attempt ${attempt}), retrying on fresh ports`);
+      }
+    }
+  }
+
+  static async #start(opts: ClusterOptions): Promise<TestCluster> {
     testbedBinaries();
     const dir = mkdtempSync(join(tmpdir(), "talos-ccm-cluster-"));
     const ca = await createCA("test-kubernetes-ca");
@@ -201,8 +236,12 @@ export class TestCluster {
       { stdout: Bun.file(log), stderr: Bun.file(log) },
     );
     live.add(this.#etcd);
+    const proc = this.#etcd;
     await waitFor(
-      async () => (await fetch(`${client}/health`)).ok,
+      async () => {
+        if (proc.exitCode !== null) throw new Error(`etcd exited with ${proc.exitCode}:\n${tail(log)}`);
+        return (await fetch(`${client}/health`)).ok;
+      },
       30_000,
       () => `etcd did not start:\n${tail(log)}`,
     );
