@@ -15,7 +15,7 @@ import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { logger } from "./log.ts";
 import { type Backoff, backoffDelay } from "./queue.ts";
-import { GrpcStatus } from "./talosconfig.ts";
+import { endpointTarget, GrpcStatus } from "./talosconfig.ts";
 
 const log = logger("grpc");
 
@@ -34,6 +34,9 @@ const DEFAULT_MAX_RECEIVE_BYTES = 4 << 20;
 const DEFAULT_KEEPALIVE_MS = 310_000;
 const DEFAULT_KEEPALIVE_TIMEOUT_MS = 20_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
+
+/** The longest delay setTimeout honours (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Messages queued unread before a stream stops reading (HTTP/2 flow control then holds the server). */
 const QUEUE_HIGH = 256;
@@ -415,17 +418,12 @@ export class GrpcChannel {
     if (!Number.isInteger(opts.port) || opts.port < 1 || opts.port > 65535)
       throw new TypeError(`GrpcChannel: invalid port ${opts.port}`);
     this.#opts = opts;
-    this.#authority = `${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${opts.port}`;
+    this.#authority = endpointTarget(opts);
     this.#maxReceive = opts.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_BYTES;
     this.#backoff = opts.backoff ?? { initialMs: 1_000, maxMs: 120_000 };
     this.#keepaliveMs = opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS;
     this.#keepaliveTimeoutMs = opts.keepaliveTimeoutMs ?? DEFAULT_KEEPALIVE_TIMEOUT_MS;
     this.#connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
-  }
-
-  /** `host:port` (IPv6 in brackets). */
-  get target(): string {
-    return this.#authority;
   }
 
   /** The connectivity state; see {@link ChannelState}. */
@@ -649,7 +647,8 @@ class Call implements GrpcStream {
   start(stream: http2.ClientHttp2Stream, conn: Connection, opts: GrpcCallOptions): void {
     this.#stream = stream;
     conn.opened();
-    if (opts.timeoutMs !== undefined) {
+    // setTimeout cannot wait longer than 2^31-1 ms; a longer deadline is left to the server.
+    if (opts.timeoutMs !== undefined && opts.timeoutMs <= MAX_TIMER_MS) {
       const ms = opts.timeoutMs;
       this.#timer = setTimeout(
         () =>
@@ -687,9 +686,12 @@ class Call implements GrpcStream {
       this.#notify();
     });
     stream.on("trailers", (trailers: Headers) => {
-      const status = statusFromHeaders(trailers);
+      // Without grpc-status, the HTTP status of the headers decides (a proxy's 503 stays UNAVAILABLE).
+      const status = statusFromHeaders(trailers); // null is OK
       this.#status =
-        status === undefined ? new GrpcError(GrpcStatus.UNKNOWN, "Trailers without grpc-status") : status;
+        status !== undefined
+          ? status
+          : (this.#headerError ?? new GrpcError(GrpcStatus.UNKNOWN, "Trailers without grpc-status"));
     });
     stream.on("error", (err: Error) => {
       this.#transportError ??= err;

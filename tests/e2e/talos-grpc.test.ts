@@ -41,6 +41,8 @@ class ScriptedServer {
   readonly sessions = new Set<http2.ServerHttp2Session>();
   /** Sessions accepted since start. */
   accepted = 0;
+  /** PING frames received since start. */
+  pings = 0;
   handler: Handler = (stream) => reply(stream, [Uint8Array.of(1)]);
   port = 0;
 
@@ -51,6 +53,7 @@ class ScriptedServer {
       this.sessions.add(s);
       s.on("close", () => this.sessions.delete(s));
       s.on("error", () => undefined);
+      s.on("ping", () => this.pings++);
     });
     server.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
       stream.on("error", () => undefined);
@@ -363,6 +366,16 @@ describe("GrpcChannel against a scripted server", () => {
       "HTTP status code 503",
     ],
     [
+      "a proxy's 503 that ends with trailers but no grpc-status",
+      (s) => {
+        s.respond({ ":status": 503, "content-type": "text/plain" }, { waitForTrailers: true });
+        s.on("wantTrailers", () => s.sendTrailers({ "x-trace": "1" }));
+        s.end("busy");
+      },
+      GrpcStatus.UNAVAILABLE,
+      "HTTP status code 503",
+    ],
+    [
       "a 200 that is not gRPC",
       (s) => {
         s.respond({ ":status": 200, "content-type": "text/plain" });
@@ -521,11 +534,31 @@ describe("GrpcChannel against a scripted server", () => {
       new Uint8Array(),
     );
     await until(() => held !== undefined, "the stream");
+    const before = scripted.pings;
     await Bun.sleep(600); // a dozen keepalive periods
+    expect(scripted.pings - before).toBeGreaterThan(0);
     held?.end(frameMessage(Uint8Array.of(4)));
     const { messages, error } = await drain(stream);
     expect(messages.map((m) => [...m])).toEqual([[4]]);
     expect(error).toBeUndefined();
+    // grpc-go answers pings on a connection without streams with GOAWAY too_many_pings.
+    const idle = scripted.pings;
+    await Bun.sleep(400);
+    expect(scripted.pings).toBe(idle);
+  });
+
+  test("the server certificate must name the endpoint's IP, whatever name SNI sends", async () => {
+    const other = await ScriptedServer.start(
+      ca,
+      await ca.issue({ cn: "elsewhere", usage: "server", ips: ["10.9.9.9"], dns: ["talos"] }),
+    );
+    try {
+      const e = await failure(channel({ port: other.port }).unary("/s/M", new Uint8Array()));
+      expect([e.code, e.details]).toEqual([GrpcStatus.UNAVAILABLE, expect.stringContaining("127.0.0.1")]);
+      expect(other.sessions.size + other.accepted).toBe(0);
+    } finally {
+      other.stop();
+    }
   });
 
   test("keepalive: a connection that stops answering is dropped and its streams fail UNAVAILABLE", async () => {
