@@ -421,6 +421,8 @@ class NodeWatch {
   confirmedIP: string | undefined;
   /** The last IP on which Talos said it is another node. */
   mismatch: NodeMismatch | undefined;
+  /** IPs on which Talos said it is another node, until one confirms: the watches never return there. */
+  refusedIPs: Set<string> | undefined;
   /** Platform, hostname, instance and provider ID last seen: when they change, so may the machine. */
   identity: string | undefined;
   /** Undefined until read; null when the node has none. */
@@ -660,8 +662,9 @@ export class TalosFacts {
 
   /**
    * Asks Talos on `ip` for its node name (one read at a time, failures and refusals retried with
-   * backoff). The name of the node confirms `ip`; another name is a mismatch, and a node with another
-   * IP not just refused moves its watches there at once.
+   * backoff). The name of the node confirms `ip`; another name is a mismatch, and a node with an IP
+   * not refused yet moves its watches there at once. Once every IP was refused, the watches stay and
+   * only that IP is asked again: new Node addresses (track()) start over.
    */
   async #verify(w: NodeWatch, ip: string): Promise<void> {
     const failed = w.failedReads.get("nodename");
@@ -683,14 +686,15 @@ export class TalosFacts {
       if (nodename === w.name) {
         w.confirmedIP = ip;
         w.mismatch = undefined;
+        w.refusedIPs = undefined;
         w.failedReads.delete("nodename");
       } else {
         log.v(2).info("Talos on the node's IP is another node", { node: w.name, ip, nodename });
-        const refused = w.mismatch?.ip;
         w.mismatch = { ip, nodename };
+        (w.refusedIPs ??= new Set()).add(ip);
         if (w.confirmedIP === ip) w.confirmedIP = undefined;
         const next = (w.ips.indexOf(ip) + 1) % w.ips.length;
-        if (ip === w.watchIP && w.ips.length > 1 && w.ips[next] !== refused) moveTo = next;
+        if (ip === w.watchIP && !w.refusedIPs.has(w.ips[next] as string)) moveTo = next;
         fail(`Talos on ${ip} is node ${JSON.stringify(nodename)}`, moveTo !== undefined);
       }
     } catch (err) {

@@ -1167,7 +1167,7 @@ describe("TalosFacts", () => {
   });
 
   test("TalosFacts stops after trying each IP once when all lead to other nodes", async () => {
-    const { talos, facts } = setup();
+    const { talos, facts, advance } = setup();
     talos.nodenames.set("10.0.0.9", "node-2");
     talos.nodenames.set("fd00::9", "node-3");
     facts.track("node-1", ["10.0.0.9", "fd00::9"]);
@@ -1182,6 +1182,20 @@ describe("TalosFacts", () => {
       ready: false,
       mismatch: { ip: "fd00::9", nodename: "node-3" },
     });
+    // Retries after the backoff ask the watched IP again; the watches do not switch back and forth.
+    const before = talos.calls.length;
+    for (let i = 0; i < 3; i++) {
+      advance(10);
+      facts.facts("node-1", bare);
+      await settle();
+      await settle();
+    }
+    expect(talos.calls.slice(before)).toEqual([
+      "get nodename fd00::9",
+      "get nodename fd00::9",
+      "get nodename fd00::9",
+    ]);
+    expect(facts.facts("node-1", bare)).toMatchObject({ mismatch: { ip: "fd00::9" } });
     facts.close();
   });
 
