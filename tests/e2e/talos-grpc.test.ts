@@ -331,6 +331,17 @@ describe("GrpcChannel against a scripted server", () => {
     expect(seen?.body.toString("hex")).toBe("0000000003010203");
   });
 
+  test("a deadline longer than setTimeout can wait is sent to the server and does not fire at once", async () => {
+    let timeout: string | string[] | undefined;
+    scripted.handler = (stream, headers) => {
+      timeout = headers["grpc-timeout"];
+      setTimeout(() => reply(stream, [Uint8Array.of(7)]), 20);
+    };
+    const got = await channel().unary("/s/M", new Uint8Array(), { timeoutMs: 3e9 });
+    expect([...got]).toEqual([7]);
+    expect(timeout).toBe("3000000S");
+  });
+
   test("concurrent calls share one session", async () => {
     scripted.handler = (stream) => setTimeout(() => reply(stream, [Uint8Array.of(1)]), 20);
     const before = scripted.accepted;
