@@ -292,6 +292,18 @@ function formatV6(value: bigint): string {
 }
 
 /**
+ * The address held in 4 (IPv4) or 16 (IPv6) network-order bytes.
+ * @throws {RangeError} for any other length.
+ */
+export function ipFromBytes(bytes: Uint8Array): IPAddress {
+  if (bytes.length !== 4 && bytes.length !== 16)
+    throw new RangeError(`An IP address is not ${bytes.length} bytes`);
+  let value = 0n;
+  for (const b of bytes) value = (value << 8n) | BigInt(b);
+  return { family: bytes.length === 4 ? 4 : 6, value };
+}
+
+/**
  * Formats an address canonically: dotted quad, or RFC 5952 IPv6 (IPv4-mapped as `::ffff:a.b.c.d`).
  * @example formatIP(parseIP("2001:DB8:0:0:1:0:0:1")) // "2001:db8::1:0:0:1"
  */

@@ -10,7 +10,7 @@
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { formatIP, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
+import { formatIP, ipFromBytes, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
 import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
@@ -208,13 +208,9 @@ function children(der: Uint8Array, parent: Tlv): Tlv[] {
   return out;
 }
 
-/** Whether `elements` carry exactly `tags`, the last `tags.length - required` being optional. */
-function shaped(elements: Tlv[], tags: number[], required = tags.length): boolean {
-  return (
-    elements.length >= required &&
-    elements.length <= tags.length &&
-    elements.every((e, i) => e.tag === tags[i])
-  );
+/** Whether `elements` carry exactly `tags`, in order. */
+function shaped(elements: Tlv[], tags: number[]): boolean {
+  return elements.length === tags.length && elements.every((e, i) => e.tag === tags[i]);
 }
 
 /**
@@ -295,8 +291,8 @@ function contentOf(der: Uint8Array, t: Tlv): Uint8Array {
  * sub-identifier that is not minimally encoded or that does not end, and (beyond Go's 31 bits,
  * short of losing precision) an arc over 2^53.
  */
-function oidOf(der: Uint8Array, t: Tlv, tag = 0x06): string {
-  if (t.tag !== tag) throw new CsrParseError("Cannot parse DER: expected an object identifier");
+function oidOf(der: Uint8Array, t: Tlv): string {
+  if (t.tag !== 0x06) throw new CsrParseError("Cannot parse DER: expected an object identifier");
   const arcs: number[] = [];
   let value = 0;
   let fresh = true;
@@ -342,9 +338,10 @@ const latin1 = (bytes: Uint8Array) =>
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /**
- * The string types a name attribute may have, by tag, and how each is read. UTF8String that is
- * not UTF-8, PrintableString, IA5String and TeletexString are read byte by byte, as the ASN.1
- * library this replaced did; BMPString is UTF-16 and UniversalString UTF-32, both big-endian.
+ * The string types Go reads a name attribute as, by tag, and how each is read here. A UTF8String
+ * that is not UTF-8 is refused, as Go refuses it; PrintableString, IA5String and TeletexString are
+ * read byte by byte; BMPString is big-endian UTF-16. Go drops a value of any other type (the
+ * certificate would not carry it), so such a value is not a string here either.
  */
 const STRING_TYPES = new Map<number, (bytes: Uint8Array) => string>([
   [
@@ -353,7 +350,7 @@ const STRING_TYPES = new Map<number, (bytes: Uint8Array) => string>([
       try {
         return utf8.decode(b);
       } catch {
-        return latin1(b);
+        throw new CsrParseError("Cannot parse subject: UTF8String is not UTF-8");
       }
     },
   ],
@@ -367,22 +364,6 @@ const STRING_TYPES = new Map<number, (bytes: Uint8Array) => string>([
       let s = "";
       for (let i = 0; i < b.length; i += 2)
         s += String.fromCharCode(((b[i] as number) << 8) | (b[i + 1] as number));
-      return s;
-    },
-  ],
-  [
-    0x1c, // UniversalString
-    (b) => {
-      if (b.length % 4) {
-        throw new CsrParseError("Cannot parse subject: UniversalString length is not a multiple of 4");
-      }
-      const view = new DataView(b.buffer, b.byteOffset, b.length);
-      let s = "";
-      for (let i = 0; i < b.length; i += 4) {
-        const cp = view.getUint32(i);
-        if (cp > 0x10ffff) throw new CsrParseError("Cannot parse subject: UniversalString is not UTF-32");
-        s += String.fromCodePoint(cp);
-      }
       return s;
     },
   ],
@@ -517,10 +498,16 @@ interface Sans {
 function ipOf(bytes: Uint8Array): string {
   if (bytes.length !== 4 && bytes.length !== 16)
     throw new CsrParseError("Cannot parse subjectAltName: IP address is not 4 or 16 bytes");
-  let value = 0n;
-  for (const b of bytes) value = (value << 8n) | BigInt(b);
-  return formatIP(unmapIPv4({ family: bytes.length === 4 ? 4 : 6, value }));
+  return formatIP(unmapIPv4(ipFromBytes(bytes)));
 }
+
+const OTHER_SAN_KINDS = new Map([
+  [0xa0, "otherName"],
+  [0xa3, "x400Address"],
+  [0xa4, "directoryName"],
+  [0xa5, "ediPartyName"],
+  [0x88, "registeredID"],
+]);
 
 /** Reads a subjectAltName extension's value (GeneralNames) into `into`. */
 function parseSans(der: Uint8Array, into: Sans): void {
@@ -541,47 +528,28 @@ function parseSans(der: Uint8Array, into: Sans): void {
       case 0x86:
         into.uris.push(latin1(value));
         break;
-      case 0xa0: {
-        const [type, inner, ...extra] = children(der, gn);
-        if (!type || inner?.tag !== 0xa0 || extra.length) {
-          throw new CsrParseError("Cannot parse subjectAltName: malformed otherName");
+      default: {
+        // Kinds Go skips; any of them is a ForbiddenSAN, so their insides need no reading.
+        const kind = OTHER_SAN_KINDS.get(gn.tag);
+        if (!kind) {
+          throw new CsrParseError(
+            `Cannot parse subjectAltName: unknown name of tag 0x${gn.tag.toString(16)}`,
+          );
         }
-        oidOf(der, type);
-        into.otherNames.push("otherName");
-        break;
+        into.otherNames.push(kind);
       }
-      case 0xa4: {
-        const [name, ...extra] = children(der, gn);
-        if (!name || extra.length)
-          throw new CsrParseError("Cannot parse subjectAltName: malformed directoryName");
-        nameStrings(der, name, []);
-        into.otherNames.push("directoryName");
-        break;
-      }
-      case 0x88:
-        oidOf(der, gn, 0x88);
-        into.otherNames.push("registeredID");
-        break;
-      case 0xa3:
-        into.otherNames.push("x400Address");
-        break;
-      case 0xa5:
-        into.otherNames.push("ediPartyName");
-        break;
-      default:
-        throw new CsrParseError(`Cannot parse subjectAltName: unknown name of tag 0x${gn.tag.toString(16)}`);
     }
   }
 }
 
 /**
- * The SANs of every extensionRequest attribute (`[0] attributes`, may be absent). Every
+ * The SANs of every extensionRequest attribute (`[0] attributes`, required as Go requires it). Every
  * Extension is checked; duplicate extensions are refused, as Go does.
  */
-function requestedSans(der: Uint8Array, attributes: Tlv | undefined): Sans {
+function requestedSans(der: Uint8Array, attributes: Tlv): Sans {
   const sans: Sans = { dnsNames: [], ipAddresses: [], emailAddresses: [], uris: [], otherNames: [] };
   const seen = new Set<string>();
-  for (const attr of attributes ? children(der, attributes) : []) {
+  for (const attr of children(der, attributes)) {
     const [type, values, ...extra] = attr.tag === 0x30 ? children(der, attr) : [];
     if (!type || values?.tag !== 0x31 || extra.length) {
       throw new CsrParseError("Cannot parse attributes: malformed attribute");
@@ -661,14 +629,16 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     if (
       root.tag !== 0x30 ||
       !shaped(top, [0x30, 0x30, 0x03]) ||
-      !shaped(fields, [0x02, 0x30, 0x30, 0xa0], 3) ||
+      !shaped(fields, [0x02, 0x30, 0x30, 0xa0]) ||
       !shaped(spkiFields, [0x30, 0x03]) ||
       !tbs ||
       !sigAlg ||
       !version ||
       !subject ||
       !spki ||
+      !attributes ||
       !sigBits ||
+      sigBits.end === sigBits.contentStart ||
       der[sigBits.contentStart] !== 0 ||
       !keyBits ||
       keyBits.end === keyBits.contentStart ||

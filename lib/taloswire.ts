@@ -5,7 +5,7 @@
 // watch events, and the WatchRequest encoding. Every decoder throws TalosDecodeError and nothing
 // else, whatever the bytes: the generated code throws RangeError and friends on malformed input.
 
-import { formatIP } from "./cidr.ts";
+import { formatIP, ipFromBytes } from "./cidr.ts";
 import {
   AddressStatusSpec,
   ControllerManagerConfigSpec,
@@ -114,10 +114,7 @@ export function formatIPBytes(bytes: Uint8Array): string {
   if (bytes.length !== 4 && bytes.length < 16) {
     throw new TalosDecodeError(`Cannot decode IP address: ${bytes.length} bytes`);
   }
-  const width = bytes.length === 4 ? 4 : 16;
-  let value = 0n;
-  for (let i = 0; i < width; i++) value = (value << 8n) | BigInt(bytes[i] as number);
-  const ip = formatIP({ family: width === 4 ? 4 : 6, value });
+  const ip = formatIP(ipFromBytes(bytes.length === 4 ? bytes : bytes.subarray(0, 16)));
   if (bytes.length <= 16) return ip;
   const zone = decodeWith("IPv6 zone", () =>
     new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(16)),

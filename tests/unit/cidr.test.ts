@@ -6,6 +6,7 @@ import {
   cloudSubnet,
   formatIP,
   formatPrefix,
+  ipFromBytes,
   isGlobalUnicast,
   isIPv4Mapped,
   isLinkLocal,
@@ -116,6 +117,15 @@ describe("parseIP()", () => {
       }),
       { numRuns: 2000 },
     );
+  });
+});
+
+describe("ipFromBytes()", () => {
+  test("reads 4 and 16 network-order bytes, and refuses other lengths", () => {
+    expect(formatIP(ipFromBytes(Uint8Array.of(10, 0, 0, 1)))).toBe("10.0.0.1");
+    const v6 = Uint8Array.of(0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 1);
+    expect(formatIP(ipFromBytes(v6))).toBe("2001:db8::1");
+    for (const n of [0, 3, 5, 15, 17]) expect(() => ipFromBytes(new Uint8Array(n))).toThrow(RangeError);
   });
 });
 

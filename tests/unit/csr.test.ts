@@ -131,7 +131,13 @@ const sanExt = (names: number[][], critical: number[] = []) =>
  * makes: by default version 0, subject {@link SUBJECT_A} and SAN DNS "worker-a".
  */
 function rawRequest(
-  parts: { version?: number[]; subject?: number[]; attributes?: number[][]; keyUnusedBits?: number } = {},
+  parts: {
+    version?: number[];
+    subject?: number[];
+    /** `null`: no `[0] attributes` at all. */
+    attributes?: number[][] | null;
+    keyUnusedBits?: number;
+  } = {},
 ): string {
   const { publicKey, privateKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
   const spki = [...publicKey.export({ type: "spki", format: "der" })];
@@ -142,7 +148,9 @@ function rawRequest(
     parts.version ?? tlv(0x02, [0]),
     parts.subject ?? SUBJECT_A,
     spki,
-    tlv(0xa0, ...(parts.attributes ?? [extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))]))])),
+    ...(parts.attributes === null
+      ? []
+      : [tlv(0xa0, ...(parts.attributes ?? [extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))]))]))]),
   );
   const signature = [...sign("sha256", Buffer.from(tbs), privateKey)];
   return derToPem(
@@ -890,7 +898,7 @@ describe("parseCertificateRequest()", () => {
     expect(parsed.signature).toMatchObject({ algorithm: "ecdsa-with-SHA256", valid: false });
   });
 
-  test("parseCertificateRequest() reads the subject in every string type a name may have", () => {
+  test("parseCertificateRequest() reads the subject in every string type Go reads", () => {
     const utf16 = (t: string) => [...t].flatMap((c) => [0, c.charCodeAt(0)]);
     const types: Array<[string, number, number[]]> = [
       ["UTF8String", 0x0c, bytesOf(USER_A)],
@@ -898,7 +906,6 @@ describe("parseCertificateRequest()", () => {
       ["TeletexString", 0x14, bytesOf(USER_A)],
       ["IA5String", 0x16, bytesOf(USER_A)],
       ["BMPString", 0x1e, utf16(USER_A)],
-      ["UniversalString", 0x1c, [...USER_A].flatMap((c) => [0, 0, 0, c.charCodeAt(0)])],
     ];
     for (const [type, tag, value] of types) {
       const subject = tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(tag, value))));
@@ -909,9 +916,16 @@ describe("parseCertificateRequest()", () => {
         valid: true,
       });
     }
-    // UTF8String that is not UTF-8 is read byte by byte, never as a valid name.
-    const subject = tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(0x0c, [0x61, 0xff]))));
-    expect(parseCertificateRequest(rawRequest({ subject })).commonNames).toEqual(["a\u00ff"]);
+  });
+
+  // Go refuses a UTF8String that is not UTF-8, and drops a UniversalString value: the certificate
+  // would carry no such CN, so the policy must not judge one.
+  test.each([
+    ["a UTF8String that is not UTF-8", 0x0c, [0x61, 0xff], "not UTF-8"],
+    ["a UniversalString", 0x1c, [...USER_A].flatMap((c) => [0, 0, 0, c.charCodeAt(0)]), "not a string"],
+  ])("parseCertificateRequest() refuses a CN in %s", (_name, tag, value, message) => {
+    const subject = tlv(0x30, tlv(0x31, tlv(0x30, oid(CN), tlv(tag, value))));
+    expect(() => parseCertificateRequest(rawRequest({ subject }))).toThrow(message);
   });
 
   test("parseCertificateRequest() reads every kind of SAN, in order", () => {
@@ -941,7 +955,7 @@ describe("parseCertificateRequest()", () => {
     });
   });
 
-  test("parseCertificateRequest() reads a request without attributes and skips other attributes", () => {
+  test("parseCertificateRequest() reads a request with empty attributes and skips other attributes", () => {
     expect(parseCertificateRequest(rawRequest({ attributes: [] })).dnsNames).toEqual([]);
     const challenge = tlv(0x30, oid("1.2.840.113549.1.9.7"), tlv(0x31, tlv(0x0c, bytesOf("pw"))));
     const both = [challenge, extensionRequest(sanExt([tlv(0x82, bytesOf("worker-a"))]))];
@@ -983,6 +997,11 @@ describe("parseCertificateRequest()", () => {
     [
       "a public key BIT STRING with unused bits",
       rawRequest({ keyUnusedBits: 8 }),
+      "not a CertificationRequest",
+    ],
+    [
+      "a request without its [0] attributes (Go requires them)",
+      rawRequest({ attributes: null }),
       "not a CertificationRequest",
     ],
     ["an end-of-contents marker", derToPem(new Uint8Array([0x30, 2, 0, 0])), "end-of-contents"],
