@@ -691,7 +691,8 @@ export class TalosFacts {
       } else {
         log.v(2).info("Talos on the node's IP is another node", { node: w.name, ip, nodename });
         w.mismatch = { ip, nodename };
-        (w.refusedIPs ??= new Set()).add(ip);
+        w.refusedIPs ??= new Set();
+        w.refusedIPs.add(ip);
         if (w.confirmedIP === ip) w.confirmedIP = undefined;
         const next = (w.ips.indexOf(ip) + 1) % w.ips.length;
         if (ip === w.watchIP && !w.refusedIPs.has(w.ips[next] as string)) moveTo = next;
