@@ -162,7 +162,7 @@ interface Write {
 }
 
 /** The controller wired to fakes, with node A (10.0.0.1) and node B (10.0.0.2) on Talos. */
-function setup(opts: { talos?: boolean; update?: (w: Write) => void } = {}) {
+function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandlers?: boolean } = {}) {
   const csrs = new FakeCache<LeanCsr>();
   const nodes = new FakeCache<LeanNode>();
   const writes: Write[] = [];
@@ -198,7 +198,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void } = {}) {
     now: () => now,
   });
   csrs.addHandlers(approver.csrHandlers);
-  nodes.addHandlers(approver.nodeHandlers);
+  if (opts.nodeHandlers !== false) nodes.addHandlers(approver.nodeHandlers);
   return {
     csrs,
     nodes,
@@ -696,5 +696,21 @@ describe("CsrApprover", () => {
     stop.abort();
     await running;
     expect(f.approver.queue.isShutDown).toBe(true);
+  });
+
+  test("CsrApprover.run() feeds the claim index from the Node cache itself: another Node's IP is refused", async () => {
+    const f = setup({ talos: false, nodeHandlers: false });
+    f.nodes.put(node("worker-a", ["10.0.0.1", "10.0.0.2"]));
+    f.nodes.put(node("worker-b", ["10.0.0.2"]));
+    const stop = new AbortController();
+    const running = f.approver.run(stop.signal);
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.2"] }))));
+    for (let i = 0; i < 100 && f.writes.length === 0; i++) await Bun.sleep(10);
+    stop.abort();
+    await running;
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+      type: "Denied",
+      reason: "IPOfOtherNode",
+    });
   });
 });
