@@ -43,6 +43,7 @@ import {
 import {
   MANAGED_ANNOTATION,
   MANAGED_DIGEST_LABEL,
+  type ManagedRecordRead,
   planReconcile,
   type RecordProblem,
   readManagedRecord,
@@ -179,6 +180,8 @@ function topologyLabels(meta: PlatformMetadata): Record<string, string> {
  * @param ips the node IPs to write as InternalIPs: the controller passes {@link nodeIPs} of the Node
  *   less those the machine Talos confirmed does not have ({@link nodeIPsOnMachine}); by default all
  *   of them (previews, which know no machine).
+ * @param managed the Node's record as {@link readManagedRecord} reads it (a controller that also
+ *   reports its problem reads it once).
  */
 export function desiredNode(
   node: LeanNode,
@@ -189,6 +192,7 @@ export function desiredNode(
     { annotations: node.metadata.annotations, addresses: node.status.addresses },
     opts.preferIPv6,
   ),
+  managed: ManagedRecordRead = readManagedRecord(node.metadata),
 ): DesiredNode {
   const initializing = isUninitialized(node);
   const meta = result.platformMetadata;
@@ -209,7 +213,7 @@ export function desiredNode(
   if (opts.skipForeignNode && isForeign(node)) return want;
 
   const plan = planReconcile(
-    readManagedRecord(node.metadata).record,
+    managed.record,
     result,
     {
       labels: node.metadata.labels,
@@ -1167,9 +1171,9 @@ export class CloudNodeController {
     const result = transform(config, facts, name, { registry: this.#opts.registry });
     if (result.errors.length > 0)
       this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
-    const problem = readManagedRecord(node.metadata).problem;
-    if (problem !== undefined && !(g.skipForeignNode && isForeign(node))) {
-      const [reason, note] = RECORD_PROBLEMS[problem];
+    const managed = readManagedRecord(node.metadata);
+    if (managed.problem !== undefined && !(g.skipForeignNode && isForeign(node))) {
+      const [reason, note] = RECORD_PROBLEMS[managed.problem];
       this.#warn(node, reason, action, note);
     }
     const want = desiredNode(
@@ -1183,6 +1187,7 @@ export class CloudNodeController {
         clusterName: g.clusterName || this.#opts.talos.clusterName,
       },
       split.onMachine,
+      managed,
     );
     const patch = nodePatch(node, want);
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;

@@ -311,6 +311,12 @@ export function managedRecordDigest(text: string): string {
 /** Why a node's record is not believed: see {@link readManagedRecord}. */
 export type RecordProblem = "unsigned" | "mismatch" | "invalid";
 
+/** A Node's record as {@link readManagedRecord} found it. */
+export interface ManagedRecordRead {
+  record: ManagedRecord;
+  problem?: RecordProblem;
+}
+
 /**
  * Reads the record a node carries, believing it only when {@link MANAGED_DIGEST_LABEL} holds its
  * digest. Never throws.
@@ -322,10 +328,7 @@ export type RecordProblem = "unsigned" | "mismatch" | "invalid";
  *     CCM changed or removed it, e.g. the node's kubelet): the record is empty;
  *   - `invalid`: signed but not well-formed (see {@link parseManagedRecord}): its usable entries.
  */
-export function readManagedRecord(node: Pick<NodeState, "labels" | "annotations">): {
-  record: ManagedRecord;
-  problem?: RecordProblem;
-} {
+export function readManagedRecord(node: Pick<NodeState, "labels" | "annotations">): ManagedRecordRead {
   const text = node.annotations[MANAGED_ANNOTATION];
   const digest = node.labels[MANAGED_DIGEST_LABEL];
   const empty = { labels: [], annotations: [], taints: [] };
