@@ -1495,6 +1495,37 @@ describe("CloudNodeController.reconcile()", () => {
     expect(events).toEqual(["Warning UntrustedManagedRecord node-1"]);
   });
 
+  test("CloudNodeController.reconcile() does not warn about the record of a foreign node it skips", async () => {
+    const node = lean({
+      providerID: "aws:///us-east-1a/i-1",
+      annotations: {
+        [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5",
+        [MANAGED_ANNOTATION]: '{"v":1,"labels":["example.com/x"]}',
+      },
+    });
+    const { talos, store, events, controller } = controllerSetup(node, {
+      global: {
+        clusterName: "",
+        preferIPv6: false,
+        reconcile: true,
+        endpoints: [],
+        approveNodeCSR: false,
+        skipForeignNode: true,
+      },
+    });
+    for (let i = 0; i < 3; i++) {
+      await controller.reconcile("node-1");
+      if (i === 0) await bootstrap(talos);
+      await settle();
+    }
+    // It was reconciled (addresses written, taint gone), and its record is not ours to judge.
+    expect(store.get("node-1")?.spec.taints).toEqual([NOT_READY]);
+    expect(events.filter((e) => e.includes("ManagedRecord"))).toEqual([]);
+    expect(store.get("node-1")?.metadata.annotations[MANAGED_ANNOTATION]).toBe(
+      '{"v":1,"labels":["example.com/x"]}',
+    );
+  });
+
   test("CloudNodeController.reconcile() leaves a node whose IP leads to another node tainted, with an Event and a metric", async () => {
     const { talos, store, writes, events, controller, registry } = controllerSetup(lean({}));
     talos.nodenames.set("10.0.0.5", "node-2");
