@@ -1,9 +1,102 @@
-// KubeClient against a peer that accepts and then goes silent, as a connection that died without a
-// reset looks: requests and watches must give up instead of holding a worker or an informer forever.
-// (Everything else in lib/kube.ts is tested against the real API server in tests/e2e/kube.test.ts.)
+// lib/kube.ts without a server: kubeconfig loading (never quoting the file, which holds keys), the
+// TLS-off warning, microTime(), and a peer that accepts and then goes silent, as a connection that
+// died without a reset looks (requests and watches must give up instead of holding a worker or an
+// informer forever). Requests, watches and TLS against the real API server: tests/e2e/kube.test.ts.
 
 import { afterAll, describe, expect, test } from "bun:test";
-import { KubeClient } from "../../lib/kube.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { KubeClient, KubeConfigError, kubeconfigFromFile, microTime } from "../../lib/kube.ts";
+import { configureLogging } from "../../lib/log.ts";
+import { Registry } from "../../lib/metrics.ts";
+
+const KEY_DATA = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2c2VjcmV0";
+
+function writeKubeconfig(text: string): string {
+  const path = join(mkdtempSync(join(tmpdir(), "kube-test-")), "kubeconfig");
+  writeFileSync(path, text);
+  return path;
+}
+
+describe("microTime()", () => {
+  test.each([
+    [0, "1970-01-01T00:00:00.000000Z"],
+    [Date.UTC(2024, 1, 29, 23, 59, 58, 123), "2024-02-29T23:59:58.123000Z"],
+  ])("microTime(%p) = %p", (ms, text) => {
+    expect(microTime(ms)).toBe(text);
+  });
+});
+
+describe("kubeconfigFromFile()", () => {
+  test("kubeconfigFromFile() resolves the current context's server, CA, client certificate and token", () => {
+    const b64 = (s: string) => Buffer.from(s).toString("base64");
+    const path = writeKubeconfig(
+      [
+        "apiVersion: v1",
+        "current-context: c",
+        "contexts: [{ name: c, context: { cluster: k, user: u } }]",
+        `clusters: [{ name: k, cluster: { server: "https://10.0.0.1:6443/", certificate-authority-data: ${b64("CA")} } }]`,
+        `users: [{ name: u, user: { client-certificate-data: ${b64("CRT")}, client-key-data: ${b64("KEY")}, token: t0k } }]`,
+      ].join("\n"),
+    );
+    expect(kubeconfigFromFile(path)).toEqual({
+      server: "https://10.0.0.1:6443",
+      ca: "CA",
+      cert: "CRT",
+      key: "KEY",
+      auth: { kind: "token", token: "t0k" },
+    });
+  });
+
+  test("kubeconfigFromFile() reports a YAML error with its line, never quoting the file", () => {
+    const path = writeKubeconfig(
+      [
+        "apiVersion: v1",
+        "users:",
+        "- name: admin",
+        "  user:",
+        `    client-key-data: ${KEY_DATA}`,
+        "   token: x: y",
+      ].join("\n"),
+    );
+    let caught: unknown;
+    try {
+      kubeconfigFromFile(path);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(KubeConfigError);
+    const message = (caught as Error).message;
+    expect(message).toStartWith(`Cannot load kubeconfig ${path} (line 6): `);
+    expect(message).not.toContain(KEY_DATA);
+    expect(((caught as Error).cause as Error).message).not.toContain(KEY_DATA);
+  });
+});
+
+describe("KubeClient", () => {
+  test("new KubeClient() warns when the kubeconfig turns TLS verification off, and only then", () => {
+    const lines: string[] = [];
+    configureLogging({ write: (line) => lines.push(line) });
+    try {
+      for (const insecureSkipVerify of [false, true]) {
+        const client = new KubeClient(
+          { server: "https://10.0.0.1:6443", auth: { kind: "none" }, insecureSkipVerify },
+          { registry: new Registry() },
+        );
+        client.close();
+      }
+    } finally {
+      // Back to what tests/support/preload.ts set up.
+      configureLogging({
+        write: process.env.TEST_LOG === "1" ? (line) => process.stderr.write(line) : () => {},
+      });
+    }
+    expect(lines.filter((l) => l.includes("TLS verification"))).toEqual([
+      expect.stringContaining('"TLS verification of the API server is off (insecure-skip-tls-verify)"'),
+    ]);
+  });
+});
 
 const silent = Bun.serve({
   hostname: "127.0.0.1",
