@@ -165,8 +165,8 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   }
 
   let client: KubeClient;
-  let leaseClient: KubeClient;
-  let reviews: { authentication: KubeClient; authorization: KubeClient };
+  let leaseClient: KubeClient | undefined;
+  let reviews: { authentication: KubeClient; authorization: KubeClient } | undefined;
   try {
     const conn = loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master });
     const limits = { qps: opts.kubeApiQps, burst: opts.kubeApiBurst };
@@ -175,7 +175,8 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     // Lease renewals get a client (rate limiter and connections) of their own, as upstream's
     // "leader-election" client: queued behind a burst of controller writes and Events, a renewal
     // would miss its deadline and a busy leader would lose its lease.
-    leaseClient = new KubeClient(conn, { ...limits, userAgent: `${agent} leader-election` });
+    if (opts.leaderElection.enabled)
+      leaseClient = new KubeClient(conn, { ...limits, userAgent: `${agent} leader-election` });
     // Credential reviews for /metrics come from anyone who can reach the port: they get clients of
     // their own so a flood of tokens cannot use up the controllers' rate limit.
     const reviewClient = (kubeconfig: string | undefined, what: string) =>
@@ -183,14 +184,16 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
         ...limits,
         userAgent: `${agent} ${what}`,
       });
-    const authentication = reviewClient(opts.serving.authenticationKubeconfig, "authentication");
-    reviews = {
-      authentication,
-      authorization:
-        opts.serving.authorizationKubeconfig === opts.serving.authenticationKubeconfig
-          ? authentication
-          : reviewClient(opts.serving.authorizationKubeconfig, "authorization"),
-    };
+    if (opts.serving.securePort !== 0) {
+      const authentication = reviewClient(opts.serving.authenticationKubeconfig, "authentication");
+      reviews = {
+        authentication,
+        authorization:
+          opts.serving.authorizationKubeconfig === opts.serving.authenticationKubeconfig
+            ? authentication
+            : reviewClient(opts.serving.authorizationKubeconfig, "authorization"),
+      };
+    }
   } catch (err) {
     fatal((err as Error).message);
   }
@@ -199,7 +202,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   const events = new EventRecorder(client, { controller: PROGRAM_NAME, instance: identity });
   const nodes = nodeInformer(client);
   let elector: LeaderElector | undefined;
-  if (opts.leaderElection.enabled) {
+  if (leaseClient) {
     try {
       elector = new LeaderElector(leaseClient, {
         namespace: opts.leaderElection.resourceNamespace,
@@ -215,7 +218,8 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   }
 
   let server: SecureServer | undefined;
-  if (opts.serving.securePort !== 0) {
+  // The review clients exist only when serving is on (--secure-port not 0).
+  if (reviews) {
     try {
       server = await startSecureServer({
         bindAddress: opts.serving.bindAddress,
