@@ -504,7 +504,7 @@ const RUN_FLAGS: readonly FlagSpec[] = [
       "tls-min-version",
       "string",
       "",
-      "Minimum TLS version of the secure port (VersionTLS10 … VersionTLS13).",
+      "Minimum TLS version of the secure port (VersionTLS10 … VersionTLS13); never below TLS 1.2, the runtime's floor.",
     ],
     ["client-ca-file", "string", "", "Client certificate CAs; not applied yet (bearer tokens only)."],
     [

@@ -34,7 +34,7 @@ export interface ServeOptions {
   reviews?: { authentication: KubeClient; authorization: KubeClient };
   /** `--authentication-token-webhook-cache-ttl`, `--authorization-webhook-cache-(un)authorized-ttl`. */
   cacheTtlMs?: { authentication: number; authorized: number; unauthorized: number };
-  /** `--tls-min-version`; default: the runtime's minimum (TLS 1.2). */
+  /** `--tls-min-version`; default and floor: the runtime's minimum, TLS 1.2. */
   tlsMinVersion?: "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3" | undefined;
   livez: Check[];
   readyz: Check[];
@@ -242,13 +242,14 @@ const TOO_MANY = () =>
     headers: { "retry-after": "1" },
   });
 
-/** OpenSSL options refusing every protocol version below `min`. */
+/**
+ * OpenSSL options for `--tls-min-version`. Bun's server never accepts less than TLS 1.2, so only a
+ * TLS 1.3 minimum needs any: VersionTLS10 and VersionTLS11 are accepted and mean TLS 1.2.
+ */
 export function secureOptionsFor(min: ServeOptions["tlsMinVersion"]): number | undefined {
-  const order = ["TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"] as const;
-  const flags = [constants.SSL_OP_NO_TLSv1, constants.SSL_OP_NO_TLSv1_1, constants.SSL_OP_NO_TLSv1_2];
-  const n = min ? order.indexOf(min) : -1;
-  if (n <= 0) return undefined;
-  return flags.slice(0, n).reduce((a, b) => a | b, 0);
+  return min === "TLSv1.3"
+    ? constants.SSL_OP_NO_TLSv1 | constants.SSL_OP_NO_TLSv1_1 | constants.SSL_OP_NO_TLSv1_2
+    : undefined;
 }
 
 function pathAllowed(path: string, allow: string[]): boolean {

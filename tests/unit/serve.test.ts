@@ -1,15 +1,178 @@
-import { describe, expect, test } from "bun:test";
-import { constants } from "node:crypto";
-import { secureOptionsFor } from "../../lib/serve.ts";
+// lib/serve.ts without a cluster: the TLS floor, the self-signed certificate's contents, and the
+// delegated credential checks (bounded reviews, cache TTLs, which client asks what) against review
+// clients scripted here. tests/e2e/runtime.test.ts runs them against the real API server.
+
+import { afterEach, describe, expect, test } from "bun:test";
+import { constants, X509Certificate } from "node:crypto";
+import { connect } from "node:tls";
+import type { KubeClient } from "../../lib/kube.ts";
+import { Registry } from "../../lib/metrics.ts";
+import {
+  type SecureServer,
+  type ServeOptions,
+  secureOptionsFor,
+  startSecureServer,
+} from "../../lib/serve.ts";
 
 describe("secureOptionsFor()", () => {
   test.each([
     [undefined, undefined],
     ["TLSv1", undefined],
-    ["TLSv1.1", constants.SSL_OP_NO_TLSv1],
-    ["TLSv1.2", constants.SSL_OP_NO_TLSv1 | constants.SSL_OP_NO_TLSv1_1],
+    ["TLSv1.1", undefined],
+    ["TLSv1.2", undefined],
     ["TLSv1.3", constants.SSL_OP_NO_TLSv1 | constants.SSL_OP_NO_TLSv1_1 | constants.SSL_OP_NO_TLSv1_2],
-  ] as const)("%p refuses every older protocol", (min, want) => {
+  ] as const)("%p: options only where the runtime's TLS 1.2 floor is not enough", (min, want) => {
     expect(secureOptionsFor(min)).toBe(want);
+  });
+});
+
+/** A review client: answers each create() with `answer(path, body)`, or holds it while `hold` is set. */
+class ScriptedReviews {
+  readonly calls: Array<{ path: string; body: unknown }> = [];
+  hold = false;
+  readonly #held: Array<() => void> = [];
+  constructor(readonly answer: (path: string, body: unknown) => unknown) {}
+  async create<T>(path: string, body: unknown): Promise<T> {
+    this.calls.push({ path, body });
+    if (this.hold) await new Promise<void>((r) => this.#held.push(r));
+    return this.answer(path, body) as T;
+  }
+  release(): void {
+    this.hold = false;
+    for (const r of this.#held.splice(0)) r();
+  }
+}
+
+const servers: SecureServer[] = [];
+afterEach(async () => {
+  for (const s of servers.splice(0)) await s.stop();
+});
+
+async function serve(opts: Partial<ServeOptions> = {}): Promise<SecureServer> {
+  const server = await startSecureServer({
+    bindAddress: "127.0.0.1",
+    port: 0,
+    alwaysAllowPaths: ["/healthz"],
+    registry: new Registry(),
+    livez: [],
+    readyz: [],
+    ...opts,
+  });
+  servers.push(server);
+  return server;
+}
+
+const get = (server: SecureServer, path: string, token?: string) =>
+  fetch(`https://127.0.0.1:${server.port}${path}`, {
+    headers: token ? { authorization: `Bearer ${token}` } : {},
+    tls: { rejectUnauthorized: false },
+  });
+
+/** TokenReviews: tokens "user-<name>" authenticate as <name>; SubjectAccessReviews allow "admin". */
+function reviewers() {
+  const authentication = new ScriptedReviews((_path, body) => {
+    const token = (body as { spec: { token: string } }).spec.token;
+    return token.startsWith("user-")
+      ? { status: { authenticated: true, user: { username: token.slice(5), groups: ["g"] } } }
+      : { status: { authenticated: false } };
+  });
+  const authorization = new ScriptedReviews((_path, body) => ({
+    status: { allowed: (body as { spec: { user: string } }).spec.user === "admin" },
+  }));
+  const reviews = {
+    authentication: authentication as unknown as KubeClient,
+    authorization: authorization as unknown as KubeClient,
+  };
+  return { authentication, authorization, reviews };
+}
+
+describe("startSecureServer()", () => {
+  test("the self-signed certificate: serverAuth leaf for localhost and the bind address, signed by its own key", async () => {
+    const server = await serve();
+    const raw = await new Promise<Buffer>((resolve, reject) => {
+      const socket = connect({ host: "127.0.0.1", port: server.port, rejectUnauthorized: false }, () => {
+        resolve(socket.getPeerCertificate().raw);
+        socket.end();
+      });
+      socket.on("error", reject);
+    });
+    const cert = new X509Certificate(raw);
+    expect(cert.checkIP("127.0.0.1")).toBe("127.0.0.1");
+    expect(cert.checkHost("localhost")).toBe("localhost");
+    expect(cert.checkIP("10.0.0.1")).toBeUndefined();
+    expect(cert.ca).toBe(false);
+    expect(cert.keyUsage).toEqual(["1.3.6.1.5.5.7.3.1"]);
+    expect(cert.verify(cert.publicKey)).toBe(true);
+    const days = (Date.parse(cert.validTo) - Date.parse(cert.validFrom)) / 86_400_000;
+    expect(days).toBeGreaterThanOrEqual(365);
+  });
+
+  test("the runtime's floor: TLS 1.1 is refused without --tls-min-version, 1.2 and 1.3 are served", async () => {
+    const server = await serve();
+    const handshake = async (version: string) => {
+      const s = Bun.spawn(
+        ["openssl", "s_client", version, "-connect", `127.0.0.1:${server.port}`, "-brief"],
+        { stdin: "ignore", stdout: "pipe", stderr: "pipe" },
+      );
+      const out = (await new Response(s.stdout).text()) + (await new Response(s.stderr).text());
+      await s.exited;
+      return /Protocol version: (\S+)/.exec(out)?.[1] ?? "refused";
+    };
+    expect(await handshake("-tls1_1")).toBe("refused");
+    expect(await handshake("-tls1_2")).toBe("TLSv1.2");
+    expect(await handshake("-tls1_3")).toBe("TLSv1.3");
+  });
+
+  test("TokenReviews go to the authentication client, SubjectAccessReviews to the authorization client", async () => {
+    const { authentication, authorization, reviews } = reviewers();
+    const server = await serve({ reviews });
+    expect((await get(server, "/metrics", "user-admin")).status).toBe(200);
+    expect((await get(server, "/metrics", "user-bob")).status).toBe(403);
+    expect((await get(server, "/metrics", "nobody")).status).toBe(401);
+    expect((await get(server, "/metrics")).status).toBe(401);
+    expect((await get(server, "/healthz")).status).toBe(200);
+    expect(authentication.calls.map((c) => c.path)).toEqual(
+      Array(3).fill("/apis/authentication.k8s.io/v1/tokenreviews"),
+    );
+    expect(authorization.calls.map((c) => c.path)).toEqual(
+      Array(2).fill("/apis/authorization.k8s.io/v1/subjectaccessreviews"),
+    );
+    expect(authorization.calls[0]?.body).toMatchObject({
+      spec: { user: "admin", groups: ["g"], nonResourceAttributes: { path: "/metrics", verb: "get" } },
+    });
+  });
+
+  test("decisions are cached for their TTL: allowed and denied ones each for their own", async () => {
+    const { authentication, authorization, reviews } = reviewers();
+    const server = await serve({
+      reviews,
+      cacheTtlMs: { authentication: 60_000, authorized: 60_000, unauthorized: 0 },
+    });
+    for (let i = 0; i < 3; i++) {
+      expect((await get(server, "/metrics", "user-admin")).status).toBe(200);
+      expect((await get(server, "/metrics", "user-bob")).status).toBe(403);
+    }
+    // Two tokens reviewed once each; admin's allow cached, bob's denial (TTL 0) asked every time.
+    expect(authentication.calls).toHaveLength(2);
+    const asked = authorization.calls.map((c) => (c.body as { spec: { user: string } }).spec.user);
+    expect(asked).toEqual(["admin", "bob", "bob", "bob"]);
+  });
+
+  test("at most 16 reviews in flight: the next new token gets 429 with retry-after, a cached one still passes", async () => {
+    const { authentication, reviews } = reviewers();
+    const server = await serve({ reviews });
+    expect((await get(server, "/metrics", "user-admin")).status).toBe(200);
+    authentication.hold = true;
+    const pending = Array.from({ length: 16 }, (_, i) => get(server, "/metrics", `user-u${i}`));
+    for (let i = 0; i < 100 && authentication.calls.length < 17; i++) await Bun.sleep(5);
+    expect(authentication.calls).toHaveLength(17);
+    const refused = await get(server, "/metrics", "user-one-too-many");
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("1");
+    expect(authentication.calls).toHaveLength(17);
+    expect((await get(server, "/metrics", "user-admin")).status).toBe(200);
+    authentication.release();
+    expect((await Promise.all(pending)).map((r) => r.status)).toEqual(Array(16).fill(403));
+    expect((await get(server, "/metrics", "user-one-too-many")).status).toBe(403);
   });
 });
