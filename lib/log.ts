@@ -51,17 +51,25 @@ function redact(value: string): string {
   return value.replace(BEARER, "Bearer [redacted]");
 }
 
-/** A log-safe copy of `value`: strings redacted at any depth, errors as messages, bounded in depth. */
-function plain(value: unknown, depth = 0): unknown {
+/**
+ * A log-safe copy of `value`: strings redacted at any depth, errors as messages, objects with
+ * toJSON (a Date, a URL) as what it returns, a cycle cut at "[circular]", bounded in depth.
+ * @param ancestors the objects `value` is nested in.
+ */
+function plain(value: unknown, ancestors: object[] = []): unknown {
   if (value instanceof Error) return redact(value.message);
   if (typeof value === "string") return redact(value);
   if (typeof value === "bigint") return value.toString();
   if (value === undefined) return null;
   if (typeof value !== "object" || value === null) return value;
-  if (depth >= 8) return "[nested too deep]";
-  if (Array.isArray(value)) return value.map((v) => plain(v, depth + 1));
+  const toJSON = (value as { toJSON?: unknown }).toJSON;
+  if (typeof toJSON === "function") return plain(toJSON.call(value), ancestors);
+  if (ancestors.includes(value)) return "[circular]";
+  if (ancestors.length >= 8) return "[nested too deep]";
+  const inner = [...ancestors, value];
+  if (Array.isArray(value)) return value.map((v) => plain(v, inner));
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value)) out[k] = plain(v, depth + 1);
+  for (const [k, v] of Object.entries(value)) out[k] = plain(v, inner);
   return out;
 }
 

@@ -43,6 +43,21 @@ describe("logger()", () => {
     expect(all).toContain("[redacted PEM]");
   });
 
+  test("a Date logs as its ISO time, a cycle as [circular], and nesting is cut at depth 8", () => {
+    capture("json");
+    const loop: Record<string, unknown> = { name: "a" };
+    loop.self = loop;
+    loop.pair = [loop, loop];
+    let deep: Record<string, unknown> = { leaf: true };
+    for (let i = 0; i < 12; i++) deep = { deep };
+    logger("x").info("values", { at: new Date(Date.UTC(2026, 10, 21)), loop, deep });
+    const obj = JSON.parse(lines[0] as string);
+    expect(obj.at).toBe("2026-11-21T00:00:00.000Z");
+    expect(obj.loop).toEqual({ name: "a", self: "[circular]", pair: ["[circular]", "[circular]"] });
+    expect(JSON.stringify(obj.deep)).toContain("[nested too deep]");
+    expect((lines[0] as string).length).toBeLessThan(1000);
+  });
+
   test("PEM blocks vanish whole and bearer tokens lose their token, in messages and values", () => {
     capture("text");
     logger("x").info(`loaded ${PEM}`, { header: "Authorization: Bearer abc.def.ghi", note: "plain text" });
