@@ -501,7 +501,7 @@ export class KubeClient {
     // has been silent past the server-side timeout (bookmarks and events both count as life).
     const idle = new AbortController();
     const idleMs = (opts.timeoutSeconds ?? 300) * 1000 + this.#watchGraceMs;
-    let idleTimer = setTimeout(() => idle.abort(), idleMs);
+    const idleTimer = setTimeout(() => idle.abort(), idleMs);
     const reqOpts: RequestOptions = {
       query,
       signal: opts.signal ? AbortSignal.any([opts.signal, idle.signal]) : idle.signal,
@@ -513,8 +513,7 @@ export class KubeClient {
       this.#requests.inc({ code: String(res.status), host: this.#host, method: "WATCH" });
       if (!res.ok || !res.body) throw toKubeError(res, await res.text());
       for await (const chunk of res.body) {
-        clearTimeout(idleTimer);
-        idleTimer = setTimeout(() => idle.abort(), idleMs);
+        idleTimer.refresh();
         buf += decoder.decode(chunk, { stream: true });
         let nl = buf.indexOf("\n");
         while (nl >= 0) {

@@ -102,7 +102,33 @@ const silent = Bun.serve({
   hostname: "127.0.0.1",
   port: 0,
   fetch(req) {
-    if (new URL(req.url).searchParams.has("watch")) {
+    const url = new URL(req.url);
+    if (url.pathname === "/api/v1/pods" && url.searchParams.has("watch")) {
+      // A bookmark every 200 ms for 2 s, then the end: a live watch, quiet but never silent.
+      let n = 0;
+      let timer: ReturnType<typeof setInterval>;
+      const body = new ReadableStream({
+        start(c) {
+          timer = setInterval(() => {
+            n++;
+            const ev = {
+              type: "BOOKMARK",
+              object: { kind: "Pod", metadata: { resourceVersion: String(n) } },
+            };
+            c.enqueue(new TextEncoder().encode(`${JSON.stringify(ev)}\n`));
+            if (n === 10) {
+              clearInterval(timer);
+              c.close();
+            }
+          }, 200);
+        },
+        cancel() {
+          clearInterval(timer);
+        },
+      });
+      return new Response(body, { headers: { "content-type": "application/json" } });
+    }
+    if (url.searchParams.has("watch")) {
       // Headers go out, then nothing: the stream stays open without data or an end.
       return new Response(new ReadableStream({ start() {} }), {
         headers: { "content-type": "application/json" },
@@ -136,6 +162,18 @@ describe("KubeClient on a silent connection", () => {
     };
     await expect(run()).rejects.toThrow("Cannot watch /api/v1/nodes: no data for 1300 ms");
     expect(events).toEqual([]);
+  });
+
+  test("watch() lives on while data keeps coming, longer than its timeout plus the grace", async () => {
+    const events: unknown[] = [];
+    for await (const ev of client().watch("/api/v1/pods", { resourceVersion: "1", timeoutSeconds: 1 }))
+      events.push(ev);
+    // 2 s of bookmarks against a 1.3 s idle limit: each chunk restarted the clock, so all 10 came.
+    expect(events).toHaveLength(10);
+    expect(events.at(-1)).toMatchObject({
+      type: "BOOKMARK",
+      object: { metadata: { resourceVersion: "10" } },
+    });
   });
 
   test("a caller's abort ends a watch quietly", async () => {
