@@ -25,6 +25,7 @@ import { GetRequest, ListRequest } from "../../lib/talos_pb.ts";
 import { GrpcStatus, loadTalosConfig, type TalosConfig } from "../../lib/talosconfig.ts";
 import { encodeWatchRequest, PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { encodePlatformMetadata, FakeApid } from "../support/apid.ts";
+import { until } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { type CA, createCA, type KeyPair } from "../support/pki.ts";
 
@@ -210,14 +211,6 @@ async function drain(s: GrpcStream): Promise<{ messages: Uint8Array[]; error: Gr
   } catch (err) {
     if (!(err instanceof GrpcError)) throw err;
     return { messages, error: err };
-  }
-}
-
-async function until(pred: () => boolean, what: string, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(10);
   }
 }
 

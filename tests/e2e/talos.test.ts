@@ -21,6 +21,7 @@ import {
 import { GrpcStatus, loadTalosConfig } from "../../lib/talosconfig.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
+import { until } from "../support/cluster.ts";
 import {
   type FakeAddress,
   fixtureNames,
@@ -86,14 +87,6 @@ async function failure(p: Promise<unknown>): Promise<TalosError> {
     throw err;
   }
   throw new Error("call succeeded");
-}
-
-async function until(pred: () => boolean, what: string, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(10);
-  }
 }
 
 /** Consumes a watch in the background into `events`. */

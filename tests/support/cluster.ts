@@ -430,3 +430,8 @@ export async function waitFor(
     `Timed out after ${timeoutMs} ms: ${message()}${lastErr ? ` (last error: ${lastErr})` : ""}`,
   );
 }
+
+/** Waits until `pred` holds, checking every 10 ms; fails after `ms` naming `what` it waited for. */
+export function until(pred: () => boolean, what: string, ms = 10_000): Promise<void> {
+  return waitFor(pred, ms, () => `waiting for ${what}`, 10);
+}

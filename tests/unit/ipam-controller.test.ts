@@ -20,6 +20,7 @@ import type { ControllerContext } from "../../lib/manager.ts";
 import { Registry } from "../../lib/metrics.ts";
 import type { TalosClient } from "../../lib/talos.ts";
 import type { AddressStatus, ControllerManagerConfig } from "../../lib/types.ts";
+import { until } from "../support/cluster.ts";
 
 function ipam(over: Partial<IpamOptions> = {}): IpamOptions {
   return {
@@ -374,14 +375,6 @@ class FakeWorld {
       abort.abort();
       await done;
     };
-  }
-}
-
-async function until(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
-    await Bun.sleep(5);
   }
 }
 
