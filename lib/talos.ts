@@ -37,6 +37,8 @@ import {
   type ResourceData,
   type ResourceKind,
   type TalosAddressStatus,
+  type TalosLinkStatus,
+  type TalosNodeIPConfig,
   type TalosResource,
   type TalosVersion,
   type TalosWatchEvent,
@@ -56,6 +58,8 @@ export type {
   ResourceKind,
   TalosAddressStatus,
   TalosHostname,
+  TalosLinkStatus,
+  TalosNodeIPConfig,
   TalosNodename,
   TalosResource,
   TalosVersion,
@@ -242,7 +246,7 @@ export interface CallOptions {
 
 /** Options of {@link TalosClient.watch}. */
 export interface WatchOptions {
-  /** Watch one resource; defaults to the singleton id of the kind (all AddressStatuses otherwise). */
+  /** Watch one resource; defaults to the singleton id of the kind (all resources of `addresses` and `links`). */
   id?: string;
   /** Ends the watch. */
   signal?: AbortSignal;
@@ -397,17 +401,29 @@ export class TalosClient {
     return { hostname, domainname, fqdn: domainname ? `${hostname}.${domainname}` : hostname };
   }
 
+  /**
+   * The subnets the node's kubelet picks its node IPs from (NodeIPConfigs.kubernetes.talos.dev):
+   * `excludeSubnets` holds the cluster's pod and service CIDRs and the machine's virtual IPs.
+   * @example const { excludeSubnets } = await talos.nodeIPConfig("10.0.0.5")
+   * @throws {TalosNotFoundError} when it does not exist (yet)
+   */
+  async nodeIPConfig(nodeIP: string, opts: CallOptions = {}): Promise<TalosNodeIPConfig> {
+    return (await this.#get("nodeipconfig", nodeIP, opts)).spec;
+  }
+
   /** Every `AddressStatuses.net.talos.dev` of the node. */
   async addresses(nodeIP: string, opts: CallOptions = {}): Promise<TalosAddressStatus[]> {
-    const { namespace, type } = RESOURCES.addresses;
-    const req = ListRequest.encode({ namespace, type }).finish();
-    return this.#call(
-      "addresses",
-      `list ${type} on node ${nodeIP}`,
-      opts,
-      (gen, ch, attemptOpts) => this.#listOnce(gen, ch, req, nodeIP, attemptOpts),
-      (msgs) => msgs.map((b) => decodeListResponse("addresses", b).spec),
-    );
+    return this.#list("addresses", nodeIP, opts);
+  }
+
+  /**
+   * Every `LinkStatuses.net.talos.dev` of the node: its network links by name, with type, kind and
+   * flags. Pseudo-links without a kernel link (`external`, where Talos puts a cloud's public IPs)
+   * have none.
+   * @example const virtual = (await talos.links("10.0.0.5")).filter((l) => l.kind !== "")
+   */
+  async links(nodeIP: string, opts: CallOptions = {}): Promise<TalosLinkStatus[]> {
+    return this.#list("links", nodeIP, opts);
   }
 
   /**
@@ -468,7 +484,7 @@ export class TalosClient {
    * and re-delivers the current state each time (`created` events, then for list watches
    * `destroyed` for what vanished meanwhile and `bootstrapped`). An `errored` event marks the
    * start of each outage. Many watches share the channel as HTTP/2 streams.
-   * @param kind For singleton kinds the id defaults to the singleton; for `addresses` all are watched.
+   * @param kind For singleton kinds the id defaults to the singleton; for `addresses` and `links` all are watched.
    * @throws {TalosError} from the iterator on non-retryable errors (e.g. PermissionDenied).
    */
   watch<K extends ResourceKind>(
@@ -673,6 +689,23 @@ export class TalosClient {
     } finally {
       leave();
     }
+  }
+
+  /** Lists every resource of a list kind (no singleton id) on a node. */
+  async #list<K extends "addresses" | "links">(
+    kind: K,
+    nodeIP: string,
+    opts: CallOptions,
+  ): Promise<Array<ResourceData[K]>> {
+    const { namespace, type } = RESOURCES[kind];
+    const req = ListRequest.encode({ namespace, type }).finish();
+    return this.#call(
+      kind,
+      `list ${type} on node ${nodeIP}`,
+      opts,
+      (gen, ch, attemptOpts) => this.#listOnce(gen, ch, req, nodeIP, attemptOpts),
+      (msgs) => msgs.map((b) => decodeListResponse(kind, b).spec),
+    );
   }
 
   async #get<K extends ResourceKind>(

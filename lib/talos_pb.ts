@@ -284,6 +284,35 @@ export interface HostnameStatusSpec {
   domainname: string;
 }
 
+/**
+ * NodeIPConfigs.kubernetes.talos.dev, namespace k8s, id kubelet: the subnets the kubelet picks its
+ * node IPs from (machine.kubelet.nodeIP). Talos fills exclude_subnets with the cluster's pod and
+ * service CIDRs and every virtual (shared) IP of the machine (bare IPs, not CIDRs). With no
+ * machine.kubelet.nodeIP.validSubnets, valid_subnets is 0.0.0.0/0 and/or ::/0 by the service
+ * CIDRs' families; user entries may be "!"-prefixed exclusions.
+ */
+export interface NodeIPConfigSpec {
+  validSubnets: string[];
+  excludeSubnets: string[];
+}
+
+/**
+ * LinkStatuses.net.talos.dev, namespace network, id the link name (eth0, lo, kube-ipvs0, ...).
+ * Only the fields a CCM needs: Talos sends some thirty more.
+ */
+export interface LinkStatusSpec {
+  /** Linux ifindex. */
+  index: number;
+  /** nethelpers.LinkType (ARPHRD_*), an enum upstream: 1 ether, 772 loopback, 65534 none. */
+  type: number;
+  /** IFF_* bitmask (up 0x1, loopback 0x8, lower_up 0x10000). */
+  flags: number;
+  /** IFLA_INFO_KIND: "" for physical NICs, else "dummy", "bridge", "bond", "vlan", "veth", ... */
+  kind: string;
+  /** Carrier as ethtool reports it. */
+  linkState: boolean;
+}
+
 /** common.Metadata: filled by apid when it proxies one-to-many; absent otherwise. */
 export interface NodeMetadata {
   hostname: string;
@@ -2427,6 +2456,153 @@ export const HostnameStatusSpec: MessageFns<HostnameStatusSpec> = {
             }
 
             message.domainname = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseNodeIPConfigSpec(): NodeIPConfigSpec {
+  return { validSubnets: [], excludeSubnets: [] };
+}
+
+export const NodeIPConfigSpec: MessageFns<NodeIPConfigSpec> = {
+  encode(message: NodeIPConfigSpec, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.validSubnets) {
+      writer.uint32(10).string(v!);
+    }
+    for (const v of message.excludeSubnets) {
+      writer.uint32(18).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): NodeIPConfigSpec {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseNodeIPConfigSpec();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.validSubnets.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.excludeSubnets.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseLinkStatusSpec(): LinkStatusSpec {
+  return { index: 0, type: 0, flags: 0, kind: "", linkState: false };
+}
+
+export const LinkStatusSpec: MessageFns<LinkStatusSpec> = {
+  encode(message: LinkStatusSpec, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.type !== 0) {
+      writer.uint32(16).uint32(message.type);
+    }
+    if (message.flags !== 0) {
+      writer.uint32(32).uint32(message.flags);
+    }
+    if (message.kind !== "") {
+      writer.uint32(90).string(message.kind);
+    }
+    if (message.linkState !== false) {
+      writer.uint32(176).bool(message.linkState);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LinkStatusSpec {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLinkStatusSpec();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.type = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.flags = reader.uint32();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 22: {
+            if (tag !== 176) {
+              break;
+            }
+
+            message.linkState = reader.bool();
             continue;
           }
         }

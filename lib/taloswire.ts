@@ -14,8 +14,10 @@ import {
   EventType,
   GetResponse,
   HostnameStatusSpec,
+  LinkStatusSpec,
   ListResponse,
   NetIP,
+  NodeIPConfigSpec,
   NodenameSpec,
   PlatformMetadataSpec,
   type Resource,
@@ -54,6 +56,8 @@ export const RESOURCES = {
   },
   nodename: { namespace: "k8s", type: "Nodenames.kubernetes.talos.dev", id: "nodename" },
   hostname: { namespace: "network", type: "HostnameStatuses.net.talos.dev", id: "hostname" },
+  nodeipconfig: { namespace: "k8s", type: "NodeIPConfigs.kubernetes.talos.dev", id: "kubelet" },
+  links: { namespace: "network", type: "LinkStatuses.net.talos.dev", id: undefined },
 } as const;
 
 /** A resource kind of {@link RESOURCES}. */
@@ -83,6 +87,36 @@ export interface TalosHostname {
   domainname: string;
 }
 
+/**
+ * `NodeIPConfigs.kubernetes.talos.dev`: the subnets the kubelet picks its node IPs from. Entries
+ * are CIDRs or bare IPs, as the machine configuration gives them (unvalidated here).
+ */
+export interface TalosNodeIPConfig {
+  /**
+   * machine.kubelet.nodeIP.validSubnets (entries may be `!`-prefixed exclusions); without them
+   * `0.0.0.0/0` and/or `::/0` after the families of the service CIDRs.
+   */
+  validSubnets: string[];
+  /** The cluster's pod and service CIDRs and every virtual (shared) IP of the machine. */
+  excludeSubnets: string[];
+}
+
+/** `LinkStatuses.net.talos.dev`: one network link of the node (the fields a CCM needs). */
+export interface TalosLinkStatus {
+  /** The link name: the resource id (`eth0`, `lo`, `kube-ipvs0`, ...). */
+  name: string;
+  /** Linux ifindex. */
+  index: number;
+  /** ARPHRD_* link type (nethelpers.LinkType): 1 ether, 772 loopback, 65534 none, ... */
+  type: number;
+  /** IFLA_INFO_KIND: "" for physical NICs, else "dummy", "bridge", "bond", "vlan", "veth", ... */
+  kind: string;
+  /** IFF_* bitmask (up 0x1, loopback 0x8, lower_up 0x10000). */
+  flags: number;
+  /** Carrier as ethtool reports it. */
+  linkState: boolean;
+}
+
 /** The data each resource kind decodes into. */
 export interface ResourceData {
   platformmetadata: PlatformMetadata;
@@ -91,6 +125,8 @@ export interface ResourceData {
   controllermanagerconfig: ControllerManagerConfig;
   nodename: TalosNodename;
   hostname: TalosHostname;
+  nodeipconfig: TalosNodeIPConfig;
+  links: TalosLinkStatus;
 }
 
 /** Runs a decoder, turning whatever it throws into one TalosDecodeError naming `what`. */
@@ -220,6 +256,23 @@ export function decodeHostnameStatus(bytes: Uint8Array): TalosHostname {
   return decodeWith("HostnameStatusSpec", () => HostnameStatusSpec.decode(bytes));
 }
 
+/** Decodes a `NodeIPConfigs.kubernetes.talos.dev` spec. @throws {TalosDecodeError} */
+export function decodeNodeIPConfig(bytes: Uint8Array): TalosNodeIPConfig {
+  return decodeWith("NodeIPConfigSpec", () => NodeIPConfigSpec.decode(bytes));
+}
+
+/**
+ * Decodes a `LinkStatuses.net.talos.dev` spec; the fields a CCM does not need are skipped.
+ * @param id The resource id: the link name.
+ * @throws {TalosDecodeError}
+ */
+export function decodeLinkStatus(id: string, bytes: Uint8Array): TalosLinkStatus {
+  return decodeWith(`LinkStatusSpec ${id}`, () => {
+    const l = LinkStatusSpec.decode(bytes);
+    return { name: id, index: l.index, type: l.type, kind: l.kind, flags: l.flags, linkState: l.linkState };
+  });
+}
+
 const SPEC_DECODERS: { [K in ResourceKind]: (id: string, bytes: Uint8Array) => ResourceData[K] } = {
   platformmetadata: (_id, b) => decodePlatformMetadata(b),
   systeminformation: (_id, b) => decodeSystemInformation(b),
@@ -227,6 +280,8 @@ const SPEC_DECODERS: { [K in ResourceKind]: (id: string, bytes: Uint8Array) => R
   controllermanagerconfig: (_id, b) => decodeControllerManagerConfig(b),
   nodename: (_id, b) => decodeNodename(b),
   hostname: (_id, b) => decodeHostnameStatus(b),
+  nodeipconfig: (_id, b) => decodeNodeIPConfig(b),
+  links: decodeLinkStatus,
 };
 
 /** A decoded COSI resource: its id, version and typed spec. */

@@ -12,8 +12,10 @@ import {
   GetRequest,
   GetResponse,
   HostnameStatusSpec,
+  LinkStatusSpec,
   ListRequest,
   ListResponse,
+  NodeIPConfigSpec,
   NodenameSpec,
   PlatformMetadataSpec,
   type Resource,
@@ -372,6 +374,109 @@ describe("FakeApid routing and errors", () => {
       scope: "global",
       flags: "permanent",
     });
+  });
+
+  test("NodeIPConfig (namespace k8s, id kubelet) and LinkStatuses (no LinkStatus for `external`) with Talos YAML keys", async () => {
+    const c = await get(client, RESOURCES.nodeipconfig, AWS_IP);
+    expect([c.metadata?.namespace, c.metadata?.type, c.metadata?.id]).toEqual([
+      "k8s",
+      "NodeIPConfigs.kubernetes.talos.dev",
+      "kubelet",
+    ]);
+    // The default is empty: no proto bytes, and Talos' YAML drops validSubnets (omitempty) only.
+    expect(c.spec?.protoSpec.length).toBe(0);
+    expect(parseYaml(c.spec?.yamlSpec ?? "")).toEqual({ excludeSubnets: [] });
+    const links = await list(client, RESOURCES.links, { node: AWS_IP });
+    // By default one link per link name of the addresses, but none for `external`.
+    expect(links.map((r) => [r.metadata?.namespace, r.metadata?.id])).toEqual([
+      ["network", "lo"],
+      ["network", "eth0"],
+      ["network", "kubespan"],
+    ]);
+    const eth0 = links[1];
+    expect(LinkStatusSpec.decode(eth0?.spec?.protoSpec ?? new Uint8Array())).toEqual({
+      index: 2,
+      type: 1,
+      flags: 0x11043,
+      kind: "",
+      linkState: true,
+    });
+    expect(parseYaml(eth0?.spec?.yamlSpec ?? "")).toMatchObject({
+      index: 2,
+      type: "ether",
+      flags: "UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP",
+      kind: "",
+      linkState: true,
+    });
+    expect(parseYaml(links[0]?.spec?.yamlSpec ?? "")).toMatchObject({
+      type: "loopback",
+      flags: "UP,LOOPBACK,RUNNING,LOWER_UP",
+    });
+  });
+
+  test("updateNode() changes NodeIPConfig and links with watch events; null destroys the NodeIPConfig", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("gcp")] });
+    const c = clientFor(await own.talosconfig());
+    const { namespace, type } = RESOURCES.links;
+    const w = watch(c, { namespace, type, bootstrap: true, apiVersion: 1 }, GCP_IP);
+    const events = () => w.responses.flatMap((r) => r.event);
+    const ids = (t: EventType) =>
+      events().flatMap((e) => (e.eventType === t ? [e.resource?.metadata?.id] : []));
+    try {
+      await w.until(() => ids(EventType.BOOTSTRAPPED).length === 1, "bootstrap");
+      expect(ids(EventType.CREATED)).toEqual(["lo", "eth0", "cilium_host"]);
+      own.updateNode(GCP_IP, {
+        nodeIPConfig: { excludeSubnets: ["10.244.0.0/16", "10.128.0.100"] },
+        links: [
+          { name: "lo" },
+          { name: "eth0", index: 2 },
+          { name: "cilium_host", kind: "veth" },
+          { name: "kube-ipvs0", kind: "dummy", up: false },
+        ],
+      });
+      const cfg = await get(c, RESOURCES.nodeipconfig, GCP_IP);
+      expect(NodeIPConfigSpec.decode(cfg.spec?.protoSpec ?? new Uint8Array())).toEqual({
+        validSubnets: [],
+        excludeSubnets: ["10.244.0.0/16", "10.128.0.100"],
+      });
+      await w.until(() => ids(EventType.CREATED).length === 4, "the new link");
+      // eth0 is unchanged (its index was already 2): no event; cilium_host keeps its address's
+      // link index 6 and the new link counts on from there.
+      expect(ids(EventType.CREATED)).toEqual(["lo", "eth0", "cilium_host", "kube-ipvs0"]);
+      expect(ids(EventType.UPDATED)).toEqual(["cilium_host"]);
+      const spec = (id: string, t: EventType) =>
+        LinkStatusSpec.decode(
+          events().find((e) => e.eventType === t && e.resource?.metadata?.id === id)?.resource?.spec
+            ?.protoSpec ?? new Uint8Array(),
+        );
+      expect(spec("cilium_host", EventType.UPDATED)).toEqual({
+        index: 6,
+        type: 1,
+        flags: 0x11043,
+        kind: "veth",
+        linkState: true,
+      });
+      // Down: neither UP, RUNNING nor LOWER_UP.
+      expect(spec("kube-ipvs0", EventType.CREATED)).toEqual({
+        index: 7,
+        type: 1,
+        flags: 0x1002,
+        kind: "dummy",
+        linkState: false,
+      });
+      own.updateNode(GCP_IP, { nodeIPConfig: null, links: [{ name: "lo" }] });
+      expect(await status(get(c, RESOURCES.nodeipconfig, GCP_IP))).toEqual({
+        code: GrpcStatus.NOT_FOUND,
+        details: "resource NodeIPConfigs.kubernetes.talos.dev(k8s/kubelet@undefined) doesn't exist",
+      });
+      await w.until(() => ids(EventType.DESTROYED).length === 3, "destroyed links");
+      expect(ids(EventType.DESTROYED)).toEqual(["eth0", "cilium_host", "kube-ipvs0"]);
+      expect((await list(c, RESOURCES.links, { node: GCP_IP })).map((r) => r.metadata?.id)).toEqual(["lo"]);
+    } finally {
+      w.cancel();
+      c.close();
+      await own.stop();
+    }
   });
 
   test("a node is reachable under each of its IPs (v4 and v6)", async () => {

@@ -25,8 +25,10 @@ import { until } from "../support/cluster.ts";
 import {
   type FakeAddress,
   fixtureNames,
+  LINK_TYPES,
   loadFixture,
   nodeIdentity,
+  nodeLinks,
   normalizeAddress,
 } from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";
@@ -164,6 +166,76 @@ describe("calls", () => {
     }
   });
 
+  test.each(fixtureNames())("%s: links() and nodeIPConfig() serve the fixture's defaults", async (name) => {
+    const { client } = await clientFor();
+    const node = loadFixture(name);
+    const ip = node.nodeIPs[0] as string;
+    const links = await client.links(ip);
+    expect(links.map((l) => ({ name: l.name, index: l.index, type: l.type, kind: l.kind }))).toEqual(
+      nodeLinks(node).map((l) => ({ name: l.name, index: l.index, type: LINK_TYPES[l.type], kind: l.kind })),
+    );
+    // Every link name of the addresses but `external` has a link, at the addresses' link index.
+    for (const a of node.addresses) {
+      const link = links.find((l) => l.name === a.linkName);
+      if (a.linkName === "external") expect(link).toBeUndefined();
+      else expect(link?.index).toBe(a.linkIndex);
+    }
+    expect(links.find((l) => l.name === "lo")).toMatchObject({ type: 772, flags: 0x10049, linkState: true });
+    expect(await client.nodeIPConfig(ip)).toEqual({ validSubnets: [], excludeSubnets: [] });
+  });
+
+  test("links() and nodeIPConfig() follow the node; a removed NodeIPConfig is TalosNotFoundError", async () => {
+    const own = await FakeApid.start({
+      nodes: [
+        {
+          ...loadFixture("hcloud"),
+          links: [
+            { name: "lo" },
+            { name: "eth0" },
+            { name: "eth1", up: false },
+            { name: "kubespan", kind: "wireguard", type: "none", index: 9 },
+          ],
+          nodeIPConfig: { validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"], excludeSubnets: ["10.244.0.0/16"] },
+        },
+      ],
+    });
+    const hc = loadFixture("hcloud").nodeIPs[0] as string;
+    try {
+      const { client } = await clientFor(own);
+      expect(await client.links(hc)).toEqual([
+        { name: "lo", index: 1, type: 772, kind: "", flags: 0x10049, linkState: true },
+        { name: "eth0", index: 2, type: 1, kind: "", flags: 0x11043, linkState: true },
+        { name: "eth1", index: 3, type: 1, kind: "", flags: 0x1002, linkState: false },
+        { name: "kubespan", index: 9, type: 65534, kind: "wireguard", flags: 0x100d1, linkState: true },
+      ]);
+      expect(await client.nodeIPConfig(hc)).toEqual({
+        validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"],
+        excludeSubnets: ["10.244.0.0/16"],
+      });
+      own.updateNode(hc, {
+        links: [{ name: "lo" }, { name: "vlan100", kind: "vlan" }],
+        nodeIPConfig: { excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.1.100"] },
+      });
+      expect((await client.links(hc)).map((l) => [l.name, l.index, l.kind])).toEqual([
+        ["lo", 1, ""],
+        ["vlan100", 4, "vlan"],
+      ]);
+      expect(await client.nodeIPConfig(hc)).toEqual({
+        validSubnets: [],
+        excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.1.100"],
+      });
+      own.updateNode(hc, { nodeIPConfig: null, links: [] });
+      own.resetCalls();
+      const e = await failure(client.nodeIPConfig(hc));
+      expect(e).toBeInstanceOf(TalosNotFoundError);
+      expect(e.message).toContain(`Cannot get NodeIPConfigs.kubernetes.talos.dev on node ${hc}`);
+      expect(own.calls({ method: "Get", node: hc })).toBe(1);
+      expect(await client.links(hc)).toEqual([]);
+    } finally {
+      await own.stop();
+    }
+  });
+
   test("nodename() tells which node answers on an IP, whatever its Node object claims", async () => {
     const own = await FakeApid.start({
       nodes: [
@@ -282,6 +354,8 @@ describe("status codes", () => {
     ["controllerManagerConfig", "Get", "", (c, o) => c.controllerManagerConfig(o)],
     ["nodename", "Get", AWS, (c, o) => c.nodename(AWS, o)],
     ["hostname", "Get", AWS, (c, o) => c.hostname(AWS, o)],
+    ["nodeIPConfig", "Get", AWS, (c, o) => c.nodeIPConfig(AWS, o)],
+    ["links", "List", AWS, (c, o) => c.links(AWS, o)],
     ["version", "Version", "", (c, o) => c.version(o)],
   ];
   const RETRIED: Array<[string, number, string]> = [
@@ -668,6 +742,45 @@ describe("watch", () => {
     }
   });
 
+  test("a links watch delivers every link, then links as they come and go", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("gcp")] });
+    try {
+      const { client } = await clientFor(own);
+      const w = collect(client, GCP, "links");
+      try {
+        await until(() => w.types().includes("bootstrapped"), "bootstrap");
+        expect(w.events.map((e) => (e.type === "created" ? e.resource.name : e.type))).toEqual([
+          "lo",
+          "eth0",
+          "cilium_host",
+          "bootstrapped",
+        ]);
+        own.updateNode(GCP, {
+          links: [{ name: "lo" }, { name: "eth0" }, { name: "cilium_host", kind: "veth" }],
+        });
+        await until(() => w.events.length >= 5, "update");
+        expect(w.events[4]).toMatchObject({
+          type: "updated",
+          id: "cilium_host",
+          resource: { name: "cilium_host", index: 6, kind: "veth" },
+          old: { name: "cilium_host", index: 6, kind: "" },
+        });
+        own.updateNode(GCP, { links: [{ name: "lo" }, { name: "eth0" }] });
+        await until(() => w.events.length >= 6, "destroy");
+        expect(w.events[5]).toMatchObject({
+          type: "destroyed",
+          id: "cilium_host",
+          resource: { kind: "veth" },
+        });
+      } finally {
+        await w.stop();
+      }
+      expect(w.error).toBeUndefined();
+    } finally {
+      await own.stop();
+    }
+  });
+
   test("a list watch re-bootstraps and reports what vanished while disconnected", async () => {
     const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
     try {
@@ -845,9 +958,11 @@ describe("metrics and loading", () => {
     await client.platformMetadata(AWS);
     await client.systemInformation(AWS);
     await client.addresses(AWS);
+    await client.nodeIPConfig(AWS);
+    await client.links(AWS);
     await failure(client.addresses("10.200.0.1"));
     const text = registry.expose();
-    for (const r of ["platformmetadata", "systeminformation", "addresses"]) {
+    for (const r of ["platformmetadata", "systeminformation", "addresses", "nodeipconfig", "links"]) {
       expect(text).toContain(`talosccm_api_request_duration_seconds_count{request="${r}"}`);
     }
     expect(text).toContain('talosccm_api_request_duration_seconds_bucket{request="addresses",le="30"} 2');

@@ -24,10 +24,12 @@ import {
   GetRequest,
   GetResponse,
   HostnameStatusSpec,
+  LinkStatusSpec,
   ListRequest,
   ListResponse,
   type Metadata,
   NetIP,
+  NodeIPConfigSpec,
   NodenameSpec,
   PlatformMetadataSpec,
   type Resource,
@@ -44,10 +46,16 @@ import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } fro
 import { freePort } from "./cluster.ts";
 import {
   type FakeAddress,
+  type FakeLink,
+  type FakeNodeIPConfig,
   type FakeNodeSpec,
   formatAddressFlags,
   formatAddressScope,
+  LINK_TYPES,
   nodeIdentity,
+  nodeIPConfigOf,
+  nodeLinks,
+  type ResolvedLink,
 } from "./fixtures.ts";
 import { type CA, createCA, type KeyPair } from "./pki.ts";
 
@@ -108,6 +116,13 @@ export interface NodeChange {
   nodename?: string | null;
   /** A new HostnameStatus; null destroys the resource. */
   hostname?: { hostname: string; domainname: string } | null;
+  /**
+   * The full new link list (defaults as in {@link FakeNodeSpec.links}), diffed by name into
+   * created, updated and destroyed; null goes back to links derived from the addresses.
+   */
+  links?: FakeLink[] | null;
+  /** A new NodeIPConfig (absent lists are empty); null destroys the resource. */
+  nodeIPConfig?: FakeNodeIPConfig | null;
 }
 
 /** A resource given as raw spec bytes, to put what the encoders here would never write on the wire. */
@@ -126,6 +141,8 @@ type SpecData =
   | { kind: "cmc"; value: ControllerManagerConfig }
   | { kind: "nodename"; value: FakeNodename }
   | { kind: "hostname"; value: FakeHostname }
+  | { kind: "nodeipconfig"; value: Required<FakeNodeIPConfig> }
+  | { kind: "link"; value: ResolvedLink }
   | { kind: "raw"; proto: Uint8Array; yaml: string };
 
 /** A Nodenames.kubernetes.talos.dev spec. */
@@ -183,6 +200,8 @@ const KIND_RESOURCE = {
   cmc: "controllermanagerconfig",
   nodename: "nodename",
   hostname: "hostname",
+  nodeipconfig: "nodeipconfig",
+  link: "links",
 } as const;
 
 const OWNERS: Record<SpecData["kind"], string> = {
@@ -192,6 +211,8 @@ const OWNERS: Record<SpecData["kind"], string> = {
   cmc: "k8s.ControlPlaneStaticPodController",
   nodename: "k8s.NodenameController",
   hostname: "network.HostnameSpecController",
+  nodeipconfig: "k8s.NodeIPConfigController",
+  link: "network.LinkStatusController",
   raw: "test",
 };
 
@@ -326,6 +347,68 @@ export function encodeHostnameStatus(h: FakeHostname): { proto: Uint8Array; yaml
   return { proto, yaml: renderYaml({ ...h }) };
 }
 
+/** proto_spec and yaml_spec of a NodeIPConfig; yaml as Talos writes it (validSubnets omitempty). */
+export function encodeNodeIPConfig(c: Required<FakeNodeIPConfig>): { proto: Uint8Array; yaml: string } {
+  const proto = NodeIPConfigSpec.encode(c).finish();
+  return {
+    proto,
+    yaml: renderYaml({
+      ...(c.validSubnets.length ? { validSubnets: c.validSubnets } : {}),
+      excludeSubnets: c.excludeSubnets,
+    }),
+  };
+}
+
+/** Linux IFF_* flags by the names Talos prints (nethelpers.LinkFlag), in bit order. */
+const LINK_FLAGS: ReadonlyArray<[string, number]> = [
+  ["UP", 0x1],
+  ["BROADCAST", 0x2],
+  ["LOOPBACK", 0x8],
+  ["POINTTOPOINT", 0x10],
+  ["RUNNING", 0x40],
+  ["NOARP", 0x80],
+  ["MULTICAST", 0x1000],
+  ["LOWER_UP", 0x10000],
+];
+
+/** The IFF_* flags Linux shows for a link of this type, up or down. */
+export function linkFlags(l: Pick<ResolvedLink, "type" | "up">): number {
+  const byType = { ether: 0x2 | 0x1000, loopback: 0x8, none: 0x10 | 0x80 }[l.type];
+  return byType | (l.up ? 0x1 | 0x40 | 0x10000 : 0);
+}
+
+/** Talos' name of a link type (nethelpers.LinkType), as its YAML shows it. */
+const LINK_TYPE_NAMES: Readonly<Record<ResolvedLink["type"], string>> = {
+  ether: "ether",
+  loopback: "loopback",
+  none: "nohdr",
+};
+
+/** proto_spec and yaml_spec of a LinkStatus (the fields a CCM reads; yaml with a few more, as Talos shows them). */
+export function encodeLinkStatus(l: ResolvedLink): { proto: Uint8Array; yaml: string } {
+  const flags = linkFlags(l);
+  const proto = LinkStatusSpec.encode({
+    index: l.index,
+    type: LINK_TYPES[l.type],
+    flags,
+    kind: l.kind,
+    linkState: l.up,
+  }).finish();
+  const yaml = renderYaml({
+    index: l.index,
+    type: LINK_TYPE_NAMES[l.type],
+    linkIndex: 0,
+    flags: LINK_FLAGS.filter(([, bit]) => (flags & bit) !== 0)
+      .map(([name]) => name)
+      .join(","),
+    operationalState: l.up ? (l.type === "loopback" ? "unknown" : "up") : "down",
+    kind: l.kind,
+    slaveKind: "",
+    linkState: l.up,
+  });
+  return { proto, yaml };
+}
+
 /** A protobuf Timestamp of epoch milliseconds. */
 export function timestamp(ms: number): Timestamp {
   return { seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1e6 };
@@ -370,6 +453,10 @@ function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
       return encodeNodename(d.value);
     case "hostname":
       return encodeHostnameStatus(d.value);
+    case "nodeipconfig":
+      return encodeNodeIPConfig(d.value);
+    case "link":
+      return encodeLinkStatus(d.value);
     case "raw":
       return { proto: d.proto, yaml: d.yaml };
   }
@@ -535,7 +622,7 @@ export class FakeApid {
       if (this.#byIP.has(ip)) throw new Error(`Cannot add node ${spec.name}: IP ${ip} is taken`);
     }
     const node: NodeState = {
-      spec: { ...spec, addresses: [...spec.addresses] },
+      spec: { ...spec, addresses: [...spec.addresses], ...(spec.links ? { links: [...spec.links] } : {}) },
       down: false,
       resources: new Map(),
     };
@@ -544,9 +631,12 @@ export class FakeApid {
       this.#put(node, "systeminformation", { kind: "systeminformation", value: spec.systemInformation });
     }
     for (const a of spec.addresses) this.#put(node, a.id, { kind: "address", value: a });
+    this.#putLinks(node);
     const { nodename, hostname, domainname } = nodeIdentity(spec);
     this.#putHostname(node, { hostname, domainname });
     this.#putNodename(node, nodename);
+    const nodeIP = nodeIPConfigOf(spec);
+    if (nodeIP) this.#put(node, RESOURCES.nodeipconfig.id, { kind: "nodeipconfig", value: nodeIP });
     if (spec.controllerManagerConfig) {
       this.#put(node, RESOURCES.controllermanagerconfig.id, {
         kind: "cmc",
@@ -610,6 +700,19 @@ export class FakeApid {
           this.#put(node, a.id, { kind: "address", value: a });
       }
       node.spec.addresses = [...change.addresses];
+    }
+    if (change.links !== undefined) {
+      if (change.links === null) delete node.spec.links;
+      else node.spec.links = [...change.links];
+    }
+    if (change.links !== undefined || (change.addresses && !node.spec.links)) this.#putLinks(node);
+    if (change.nodeIPConfig === null) {
+      node.spec.nodeIPConfig = null;
+      this.#delete(node, RESOURCES.nodeipconfig, RESOURCES.nodeipconfig.id);
+    } else if (change.nodeIPConfig) {
+      node.spec.nodeIPConfig = change.nodeIPConfig;
+      const value = nodeIPConfigOf(node.spec) as Required<FakeNodeIPConfig>;
+      this.#put(node, RESOURCES.nodeipconfig.id, { kind: "nodeipconfig", value });
     }
     if (change.hostname === null) {
       this.#delete(node, RESOURCES.hostname, RESOURCES.hostname.id);
@@ -788,6 +891,20 @@ export class FakeApid {
   #put(node: NodeState, id: string, data: Exclude<SpecData, { kind: "raw" }>): void {
     const { namespace, type } = RESOURCES[KIND_RESOURCE[data.kind]];
     this.#putTyped(node, namespace, type, id, data);
+  }
+
+  /** Brings the node's LinkStatuses in line with {@link nodeLinks}: only changed links emit events. */
+  #putLinks(node: NodeState): void {
+    const { namespace, type } = RESOURCES.links;
+    const current = node.resources.get(key(namespace, type)) ?? new Map<string, Stored>();
+    const next = nodeLinks(node.spec);
+    const names = new Set(next.map((l) => l.name));
+    for (const id of [...current.keys()]) if (!names.has(id)) this.#delete(node, RESOURCES.links, id);
+    for (const l of next) {
+      const prev = current.get(l.name)?.data;
+      if (prev?.kind !== "link" || JSON.stringify(prev.value) !== JSON.stringify(l))
+        this.#put(node, l.name, { kind: "link", value: l });
+    }
   }
 
   #putHostname(node: NodeState, value: FakeHostname): void {

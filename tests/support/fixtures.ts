@@ -26,6 +26,36 @@ export interface FakeAddress {
   priority: number;
 }
 
+/** One LinkStatus of a node. */
+export interface FakeLink {
+  /** The link name: the resource id (`eth0`, `lo`, `kube-ipvs0`, ...). */
+  name: string;
+  /** IFLA_INFO_KIND (default "": a physical NIC): "dummy", "bridge", "bond", "vlan", "veth", "wireguard", ... */
+  kind?: string;
+  /** Link type (ARPHRD_*); default "loopback" for `lo`, else "ether". */
+  type?: "ether" | "loopback" | "none";
+  /** ifindex; default the linkIndex of the node's addresses on the link, else the next free one. */
+  index?: number;
+  /** Up with carrier (default true); a down link has neither UP nor LOWER_UP. */
+  up?: boolean;
+}
+
+/** A {@link FakeLink} with its defaults filled in, as the fake apid serves it. */
+export type ResolvedLink = Required<FakeLink>;
+
+/** ARPHRD_* numbers of {@link FakeLink.type} (nethelpers.LinkType). */
+export const LINK_TYPES: Readonly<Record<ResolvedLink["type"], number>> = {
+  ether: 1,
+  loopback: 772,
+  none: 65534,
+};
+
+/** A NodeIPConfigs.kubernetes.talos.dev spec; absent lists are empty. */
+export interface FakeNodeIPConfig {
+  validSubnets?: string[];
+  excludeSubnets?: string[];
+}
+
 /** Everything the fake apid serves for one node. */
 export interface FakeNodeSpec {
   /** Kubernetes node name. */
@@ -49,6 +79,13 @@ export interface FakeNodeSpec {
   hostname?: string;
   /** HostnameStatuses.net.talos.dev `domainname`; default the labels of `name` after the first. */
   domainname?: string;
+  /**
+   * LinkStatuses.net.talos.dev; default one link per link name of `addresses` (see
+   * {@link nodeLinks}), derived again whenever the addresses change.
+   */
+  links?: FakeLink[];
+  /** NodeIPConfigs.kubernetes.talos.dev `kubelet`; default both lists empty; null: none (Get answers NotFound). */
+  nodeIPConfig?: FakeNodeIPConfig | null;
 }
 
 /** The node name, hostname and domain a fake node publishes, defaults filled in from its name. */
@@ -58,6 +95,45 @@ export function nodeIdentity(spec: FakeNodeSpec): { nodename: string; hostname: 
     nodename: spec.nodename ?? spec.name,
     hostname: spec.hostname ?? (dot < 0 ? spec.name : spec.name.slice(0, dot)),
     domainname: spec.domainname ?? (dot < 0 ? "" : spec.name.slice(dot + 1)),
+  };
+}
+
+/**
+ * The links a fake node publishes: {@link FakeNodeSpec.links} with defaults filled in, or without
+ * them one per distinct link name of its addresses, except `external`: Talos puts a cloud's public
+ * IPs on that pseudo-link, which has no LinkStatus. Indexes come from the addresses' linkIndex,
+ * else count on from the highest one in use.
+ * @example nodeLinks(loadFixture("aws")).map((l) => l.name) // ["lo", "eth0"]
+ */
+export function nodeLinks(spec: Pick<FakeNodeSpec, "addresses" | "links">): ResolvedLink[] {
+  const indexes = new Map<string, number>();
+  for (const a of spec.addresses) {
+    if (a.linkName !== "external" && a.linkIndex > 0 && !indexes.has(a.linkName))
+      indexes.set(a.linkName, a.linkIndex);
+  }
+  const links: FakeLink[] =
+    spec.links ??
+    [...new Set(spec.addresses.map((a) => a.linkName))]
+      .filter((n) => n !== "external")
+      .map((name) => ({ name }));
+  let next = Math.max(0, ...indexes.values(), ...links.map((l) => l.index ?? 0)) + 1;
+  return links.map((l) => ({
+    name: l.name,
+    kind: l.kind ?? "",
+    type: l.type ?? (l.name === "lo" ? "loopback" : "ether"),
+    index: l.index ?? indexes.get(l.name) ?? next++,
+    up: l.up ?? true,
+  }));
+}
+
+/** The NodeIPConfig a fake node publishes (both lists default to empty); undefined for none. */
+export function nodeIPConfigOf(
+  spec: Pick<FakeNodeSpec, "nodeIPConfig">,
+): Required<FakeNodeIPConfig> | undefined {
+  if (spec.nodeIPConfig === null) return undefined;
+  return {
+    validSubnets: [...(spec.nodeIPConfig?.validSubnets ?? [])],
+    excludeSubnets: [...(spec.nodeIPConfig?.excludeSubnets ?? [])],
   };
 }
 
@@ -163,6 +239,35 @@ export function normalizeAddress(where: string, raw: unknown): FakeAddress {
   return out;
 }
 
+/**
+ * Validates one link of the fixture YAML shape.
+ * @throws {Error} on unknown keys or values.
+ */
+function normalizeLink(where: string, raw: unknown): FakeLink {
+  if (typeof raw !== "object" || raw === null) fail(where, "link is not a mapping");
+  const r = raw as Record<string, unknown>;
+  for (const k of Object.keys(r)) {
+    if (!["name", "kind", "type", "index", "up"].includes(k)) fail(where, `unknown link key "${k}"`);
+  }
+  if (typeof r.name !== "string" || !r.name) fail(where, "link without a name");
+  const out: FakeLink = { name: r.name };
+  if (r.kind !== undefined) out.kind = String(r.kind);
+  if (r.type !== undefined) {
+    if (r.type !== "ether" && r.type !== "loopback" && r.type !== "none")
+      fail(where, `unknown link type "${r.type}"`);
+    out.type = r.type;
+  }
+  if (r.index !== undefined) {
+    if (!Number.isInteger(r.index) || (r.index as number) <= 0) fail(where, `link index ${r.index}`);
+    out.index = r.index as number;
+  }
+  if (r.up !== undefined) {
+    if (typeof r.up !== "boolean") fail(where, `link ${r.name}: "up" is not a boolean`);
+    out.up = r.up;
+  }
+  return out;
+}
+
 const PM_KEYS = [...SELECTOR_KEYS, "tags"] as const;
 const SI_KEYS = ["manufacturer", "productName", "version", "serialnumber", "uuid", "wakeUpType", "skuNumber"];
 
@@ -201,6 +306,8 @@ export function normalizeNode(where: string, doc: unknown): FakeNodeSpec {
     "nodename",
     "hostname",
     "domainname",
+    "links",
+    "nodeIPConfig",
   ];
   for (const k of Object.keys(d)) if (!known.includes(k)) fail(where, `unknown key "${k}"`);
   if (typeof d.name !== "string" || !d.name) fail(where, "no name");
@@ -238,6 +345,24 @@ export function normalizeNode(where: string, doc: unknown): FakeNodeSpec {
     if (v === undefined) continue;
     if (typeof v !== "string") fail(where, `"${k}" is not a string`);
     node[k] = v;
+  }
+  if (d.links !== undefined) {
+    if (!Array.isArray(d.links)) fail(where, "links is not a list");
+    node.links = d.links.map((l) => normalizeLink(where, l));
+  }
+  if (d.nodeIPConfig === null) {
+    node.nodeIPConfig = null;
+  } else if (d.nodeIPConfig !== undefined) {
+    const c = d.nodeIPConfig as Record<string, unknown>;
+    if (typeof c !== "object") fail(where, "nodeIPConfig is not a mapping");
+    for (const k of Object.keys(c)) {
+      if (k !== "validSubnets" && k !== "excludeSubnets") fail(where, `unknown nodeIPConfig key "${k}"`);
+      if (!Array.isArray(c[k])) fail(where, `nodeIPConfig ${k} is not a list`);
+    }
+    node.nodeIPConfig = {
+      validSubnets: ((c.validSubnets as unknown[] | undefined) ?? []).map(String),
+      excludeSubnets: ((c.excludeSubnets as unknown[] | undefined) ?? []).map(String),
+    };
   }
   if (d.controllerManagerConfig !== undefined) {
     const c = d.controllerManagerConfig as { podCIDRs?: unknown; serviceCIDRs?: unknown };

@@ -14,6 +14,8 @@ import {
   generateNodes,
   loadFixture,
   nodeIdentity,
+  nodeIPConfigOf,
+  nodeLinks,
   normalizeNode,
 } from "../support/fixtures.ts";
 
@@ -127,7 +129,90 @@ describe("fixtures", () => {
   });
 
   test.each([
+    [
+      "aws",
+      [
+        ["lo", 1, "loopback"],
+        ["eth0", 2, "ether"],
+        ["kubespan", 5, "ether"],
+      ],
+    ],
+    [
+      "gcp",
+      [
+        ["lo", 1, "loopback"],
+        ["eth0", 2, "ether"],
+        ["cilium_host", 6, "ether"],
+      ],
+    ],
+    [
+      "hcloud",
+      [
+        ["lo", 1, "loopback"],
+        ["eth0", 2, "ether"],
+        ["eth1", 3, "ether"],
+      ],
+    ],
+  ])(
+    "nodeLinks() of %s: one physical link per link name but `external`, at its addresses' index",
+    (name, want) => {
+      const links = nodeLinks(loadFixture(name));
+      expect(links.map((l) => [l.name, l.index, l.type])).toEqual(want);
+      expect(links.every((l) => l.kind === "" && l.up)).toBe(true);
+    },
+  );
+
+  test("nodeLinks() fills what explicit links leave out; new indexes count on from the highest", () => {
+    const node = normalizeNode("t", {
+      name: "x",
+      nodeIPs: ["10.0.0.1"],
+      addresses: [
+        { address: "10.0.0.1/24", linkName: "eth0", linkIndex: 2 },
+        { address: "10.96.0.1/32", linkName: "kube-ipvs0" },
+      ],
+      links: [
+        { name: "lo" },
+        { name: "eth0", up: false },
+        { name: "kube-ipvs0", kind: "dummy" },
+        { name: "kubespan", kind: "wireguard", type: "none", index: 7 },
+      ],
+      nodeIPConfig: { excludeSubnets: ["10.244.0.0/16"] },
+    });
+    expect(nodeLinks(node)).toEqual([
+      { name: "lo", kind: "", type: "loopback", index: 8, up: true },
+      { name: "eth0", kind: "", type: "ether", index: 2, up: false },
+      { name: "kube-ipvs0", kind: "dummy", type: "ether", index: 9, up: true },
+      { name: "kubespan", kind: "wireguard", type: "none", index: 7, up: true },
+    ]);
+    expect(nodeIPConfigOf(node)).toEqual({ validSubnets: [], excludeSubnets: ["10.244.0.0/16"] });
+    expect(nodeIPConfigOf({})).toEqual({ validSubnets: [], excludeSubnets: [] });
+    expect(nodeIPConfigOf(normalizeNode("t", { name: "x", nodeIPs: ["10.0.0.1"], nodeIPConfig: null }))).toBe(
+      undefined,
+    );
+  });
+
+  test.each([
     ["an unknown key", { name: "x", nodeIPs: ["10.0.0.1"], zone: "a" }, 'unknown key "zone"'],
+    [
+      "an unknown link key",
+      { name: "x", nodeIPs: ["10.0.0.1"], links: [{ name: "e", mtu: 1 }] },
+      'unknown link key "mtu"',
+    ],
+    [
+      "an unknown link type",
+      { name: "x", nodeIPs: ["10.0.0.1"], links: [{ name: "e", type: "tun" }] },
+      '"tun"',
+    ],
+    [
+      "a link without a name",
+      { name: "x", nodeIPs: ["10.0.0.1"], links: [{ kind: "dummy" }] },
+      "without a name",
+    ],
+    [
+      "an unknown nodeIPConfig key",
+      { name: "x", nodeIPs: ["10.0.0.1"], nodeIPConfig: { validSubnet: [] } },
+      'unknown nodeIPConfig key "validSubnet"',
+    ],
     ["no node IPs", { name: "x", nodeIPs: [] }, "no nodeIPs"],
     ["a bad node IP", { name: "x", nodeIPs: ["10.0.0.300"] }, "10.0.0.300"],
     [

@@ -20,8 +20,10 @@ import {
   decodeControllerManagerConfig,
   decodeGetResponse,
   decodeHostnameStatus,
+  decodeLinkStatus,
   decodeListResponse,
   decodeNetIP,
+  decodeNodeIPConfig,
   decodeNodename,
   decodePlatformMetadata,
   decodeSystemInformation,
@@ -35,12 +37,15 @@ import {
   encodeAddress,
   encodeControllerManagerConfig,
   encodeHostnameStatus,
+  encodeLinkStatus,
+  encodeNodeIPConfig,
   encodeNodename,
   encodePlatformMetadata,
   encodeSystemInformation,
+  linkFlags,
   resourceMessage,
 } from "../support/apid.ts";
-import { fixtureNames, loadFixture, normalizeAddress } from "../support/fixtures.ts";
+import { fixtureNames, LINK_TYPES, loadFixture, nodeLinks, normalizeAddress } from "../support/fixtures.ts";
 
 const DECODERS: Record<string, (b: Uint8Array) => unknown> = {
   decodePlatformMetadata,
@@ -55,6 +60,9 @@ const DECODERS: Record<string, (b: Uint8Array) => unknown> = {
   decodeVersionResponse,
   decodeNodename,
   decodeHostnameStatus,
+  decodeNodeIPConfig,
+  decodeLinkStatus: (b) => decodeLinkStatus("eth0", b),
+  decodeLinksWatch: (b) => decodeWatchResponse("links", b),
 };
 
 /** Runs `fn`; the only acceptable failure is a TalosDecodeError. */
@@ -77,6 +85,7 @@ function samples(): Uint8Array[] {
     out.push(pm.proto);
     if (n.systemInformation) out.push(encodeSystemInformation(n.systemInformation).proto);
     for (const a of n.addresses) out.push(encodeAddress(a).proto);
+    for (const l of nodeLinks(n)) out.push(encodeLinkStatus(l).proto);
     const resource = resourceMessage(
       {
         namespace: "runtime",
@@ -92,6 +101,8 @@ function samples(): Uint8Array[] {
   }
   out.push(
     encodeControllerManagerConfig({ podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] }).proto,
+    encodeNodeIPConfig({ validSubnets: ["0.0.0.0/0"], excludeSubnets: ["10.244.0.0/16", "10.0.0.100"] })
+      .proto,
   );
   return out;
 }
@@ -193,6 +204,36 @@ describe("round trips through the fake apid's encoders", () => {
         (n, h) => {
           expect(decodeNodename(encodeNodename(n).proto)).toEqual(n);
           expect(decodeHostnameStatus(encodeHostnameStatus(h).proto)).toEqual(h);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  test("decodeNodeIPConfig(encode(c)) = c and decodeLinkStatus(encode(l)) keeps what a CCM reads", () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          validSubnets: fc.array(str, { maxLength: 4 }),
+          excludeSubnets: fc.array(str, { maxLength: 4 }),
+        }),
+        fc.record({
+          name: fc.constantFrom("eth0", "lo", "kube-ipvs0", "kubespan", "bond0.100"),
+          kind: fc.constantFrom("", "dummy", "bridge", "vlan", "veth", "wireguard"),
+          type: fc.constantFrom("ether", "loopback", "none"),
+          index: fc.integer({ min: 1, max: 0xffffffff }),
+          up: fc.boolean(),
+        }),
+        (c, l) => {
+          expect(decodeNodeIPConfig(encodeNodeIPConfig(c).proto)).toEqual(c);
+          expect(decodeLinkStatus(l.name, encodeLinkStatus(l).proto)).toEqual({
+            name: l.name,
+            index: l.index,
+            type: LINK_TYPES[l.type],
+            kind: l.kind,
+            flags: linkFlags(l),
+            linkState: l.up,
+          });
         },
       ),
       { numRuns: 300 },

@@ -1,11 +1,13 @@
 // lib/taloswire.ts: decoding checked against hand-verified bytes (talos-api.md's AddressStatus
-// example among them), both netip.Addr forms, resource envelopes and watch events as Talos' Go
+// example among them; the NodeIPConfig and LinkStatus ones checked against Talos v1.13.5's Go
+// encoder, which writes fields in struct order), both netip.Addr forms, resource envelopes and watch events as Talos' Go
 // client checks them, and the WatchRequest encoding.
 
 import { describe, expect, test } from "bun:test";
 import {
   EventType,
   GetResponse,
+  ListResponse,
   type Metadata,
   type Resource,
   VersionResponse,
@@ -17,7 +19,10 @@ import {
   decodeControllerManagerConfig,
   decodeGetResponse,
   decodeHostnameStatus,
+  decodeLinkStatus,
+  decodeListResponse,
   decodeNetIP,
+  decodeNodeIPConfig,
   decodeNodename,
   decodePlatformMetadata,
   decodeSystemInformation,
@@ -26,7 +31,13 @@ import {
   encodeWatchRequest,
   formatIPBytes,
 } from "../../lib/taloswire.ts";
-import { encodeAddress, encodePlatformMetadata, resourceMessage } from "../support/apid.ts";
+import {
+  encodeAddress,
+  encodeLinkStatus,
+  encodeNodeIPConfig,
+  encodePlatformMetadata,
+  resourceMessage,
+} from "../support/apid.ts";
 import { loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 
 const hex = (s: string) =>
@@ -167,10 +178,123 @@ describe("decoding hand-verified bytes", () => {
     });
   });
 
+  // Golden bytes derived by hand from the field numbers; the same as Talos v1.13.5 writes them
+  // (protoenc.Marshal of k8s.NodeIPConfigSpec).
+  // valid_subnets "0.0.0.0/0" (1); exclude_subnets (2) "10.244.0.0/16", "10.96.0.0/12" and the VIP "192.168.1.100"
+  const NODE_IP_CONFIG = hex(
+    "0a 09 30 2e 30 2e 30 2e 30 2f 30 | 12 0d 31 30 2e 32 34 34 2e 30 2e 30 2f 31 36 | " +
+      "12 0c 31 30 2e 39 36 2e 30 2e 30 2f 31 32 | 12 0d 31 39 32 2e 31 36 38 2e 31 2e 31 30 30",
+  );
+
+  test("decodeNodeIPConfig() reads valid and excluded subnets in order", () => {
+    expect(decodeNodeIPConfig(NODE_IP_CONFIG)).toEqual({
+      validSubnets: ["0.0.0.0/0"],
+      excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "192.168.1.100"],
+    });
+    // Talos sends no bytes at all for an empty spec.
+    expect(decodeNodeIPConfig(new Uint8Array())).toEqual({ validSubnets: [], excludeSubnets: [] });
+  });
+
+  test("decodeNodeIPConfig() skips unknown fields", () => {
+    // exclude_subnets "a" (2), unknown string field 3 "x", unknown varint field 9, valid_subnets "b" (1)
+    expect(decodeNodeIPConfig(hex("12 01 61 | 1a 01 78 | 48 05 | 0a 01 62"))).toEqual({
+      validSubnets: ["b"],
+      excludeSubnets: ["a"],
+    });
+  });
+
+  test("the fake apid's NodeIPConfig encoder writes exactly the golden bytes", () => {
+    const c = {
+      validSubnets: ["0.0.0.0/0"],
+      excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "192.168.1.100"],
+    };
+    expect(Buffer.from(encodeNodeIPConfig(c).proto).toString("hex")).toBe(
+      Buffer.from(NODE_IP_CONFIG).toString("hex"),
+    );
+  });
+
+  test.each([
+    [
+      // index 2 (1), type 1 ether (2), flags 0x11043 UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP (4),
+      // skipped: hardware_addr (5), mtu 1500 (7), operational_state 6 (10); link_state true (22),
+      // skipped: speed_megabits 1000 (23)
+      "a physical NIC",
+      "eth0",
+      "08 02 | 10 01 | 20 c3 a0 04 | 2a 06 00 0c 29 aa bb cc | 38 dc 0b | 50 06 | b0 01 01 | b8 01 e8 07",
+      { index: 2, type: 1, kind: "", flags: 0x11043, linkState: true },
+    ],
+    [
+      // skipped: alias "uplink" (31) first, in Go's field order; index 5, type 1, skipped:
+      // link_index 2 (3); flags 0x11043, kind "vlan" (11)
+      "a VLAN",
+      "eth0.100",
+      "fa 01 06 75 70 6c 69 6e 6b | 08 05 | 10 01 | 18 02 | 20 c3 a0 04 | 5a 04 76 6c 61 6e",
+      { index: 5, type: 1, kind: "vlan", flags: 0x11043, linkState: false },
+    ],
+    [
+      // index 1, type 772 loopback, flags 0x10049 UP,LOOPBACK,RUNNING,LOWER_UP
+      "the loopback",
+      "lo",
+      "08 01 | 10 84 06 | 20 c9 80 04",
+      { index: 1, type: 772, kind: "", flags: 0x10049, linkState: false },
+    ],
+    [
+      // index 9, type 65534 none, flags 0x100d1 UP,POINTTOPOINT,RUNNING,NOARP,LOWER_UP, kind "wireguard"
+      "KubeSpan",
+      "kubespan",
+      "08 09 | 10 fe ff 03 | 20 d1 81 04 | 5a 09 77 69 72 65 67 75 61 72 64",
+      { index: 9, type: 65534, kind: "wireguard", flags: 0x100d1, linkState: false },
+    ],
+  ])("decodeLinkStatus() of %s keeps the fields a CCM needs and skips the rest", (_name, id, h, want) => {
+    expect(decodeLinkStatus(id, hex(h))).toEqual({ name: id, ...want });
+  });
+
+  test("the fake apid's LinkStatus encoder writes the golden bytes without the fields it leaves out", () => {
+    const lo = { name: "lo", kind: "", type: "loopback", index: 1, up: true } as const;
+    // lo's link_state true (22) comes last
+    expect(Buffer.from(encodeLinkStatus(lo).proto).toString("hex")).toBe(
+      "0801108406" + "20c98004" + "b00101",
+    );
+    const wg = { name: "kubespan", kind: "wireguard", type: "none", index: 9, up: true } as const;
+    expect(decodeLinkStatus("kubespan", encodeLinkStatus(wg).proto)).toEqual({
+      name: "kubespan",
+      index: 9,
+      type: 65534,
+      kind: "wireguard",
+      flags: 0x100d1,
+      linkState: true,
+    });
+  });
+
+  test("decodeListResponse() names a LinkStatus after its resource id", () => {
+    const bytes = ListResponse.encode({
+      resource: resourceMessage(
+        {
+          namespace: "network",
+          type: "LinkStatuses.net.talos.dev",
+          id: "kube-ipvs0",
+          version: "2",
+          phase: "running",
+        },
+        // index 4, type 1, flags 0x82 BROADCAST,NOARP (down), kind "dummy"
+        { protoSpec: hex("08 04 | 10 01 | 20 82 01 | 5a 05 64 75 6d 6d 79") },
+      ),
+    }).finish();
+    expect(decodeListResponse("links", bytes)).toEqual({
+      id: "kube-ipvs0",
+      version: "2",
+      spec: { name: "kube-ipvs0", index: 4, type: 1, kind: "dummy", flags: 0x82, linkState: false },
+    });
+  });
+
   test.each([
     ["decodeNodename", () => decodeNodename(hex("0a 05 77"))],
     ["decodeNodename", () => decodeNodename(hex("18 80"))],
     ["decodeHostnameStatus", () => decodeHostnameStatus(hex("12 03 62"))],
+    ["decodeNodeIPConfig", () => decodeNodeIPConfig(hex("12 03 61"))],
+    ["decodeNodeIPConfig", () => decodeNodeIPConfig(hex("0a 80"))],
+    ["decodeLinkStatus", () => decodeLinkStatus("eth0", hex("08 80"))],
+    ["decodeLinkStatus", () => decodeLinkStatus("eth0", hex("5a 04 76 6c"))],
   ])("%s() refuses malformed bytes with TalosDecodeError", (_name, run) => {
     expect(run).toThrow(TalosDecodeError);
   });
