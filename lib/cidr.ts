@@ -187,6 +187,84 @@ export function parseIP(s: string): IPAddress {
   return ip;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Lenient reading, for what other parties claim. A strict parser is right for what is approved;
+// for a claim that must block an approval, every address some parser would read in the text counts.
+
+/** Readings of one inet_aton part: decimal, and also octal (leading 0) or hex (0x). */
+function partReadings(part: string): number[] {
+  const out: number[] = [];
+  const lower = part.toLowerCase();
+  if (/^0x[0-9a-f]{1,8}$/.test(lower)) return [Number.parseInt(lower.slice(2), 16)];
+  if (!/^[0-9]{1,12}$/.test(part)) return [];
+  out.push(Number.parseInt(part, 10));
+  if (part.length > 1 && part.startsWith("0") && /^[0-7]+$/.test(part)) out.push(Number.parseInt(part, 8));
+  return out;
+}
+
+/** Every IPv4 value inet_aton or a decimal reader could take `s` for (1 to 4 parts). */
+function v4Readings(s: string): number[] {
+  const parts = s.split(".");
+  if (parts.length > 4 || parts.some((p) => p === "")) return [];
+  let values: number[] = [0];
+  parts.forEach((part, i) => {
+    const last = i === parts.length - 1;
+    // The last part fills the bytes the missing parts leave, as inet_aton reads "10.1" as 10.0.0.1.
+    const max = last ? 256 ** (5 - parts.length) - 1 : 255;
+    const readings = partReadings(part).filter((n) => n <= max);
+    const shift = last ? 256 ** (5 - parts.length) : 256;
+    values = values.flatMap((v) => readings.map((n) => v * shift + n));
+  });
+  return [...new Set(values)];
+}
+
+/** `s` with hex groups longer than four digits shortened where only leading zeros are dropped. */
+function trimV6Groups(s: string): string {
+  return s.replace(/[0-9a-fA-F]{5,}/g, (g) => {
+    const t = g.replace(/^0+/, "");
+    return t.length === 0 ? "0" : t;
+  });
+}
+
+/**
+ * Every address `text` may be read as, by a strict parser or a lenient one: surrounding spaces,
+ * brackets, a zone (`%eth0`) and a prefix length (`/24`) are dropped; IPv4 parts may have leading
+ * zeros (read as decimal and as octal), be hex (`0x0a`) or be fewer than four (`10.1`, as
+ * inet_aton reads them); IPv6 groups may have extra leading zeros and any case. IPv4-mapped
+ * addresses are read as IPv4.
+ * @returns the distinct readings; empty when no reader takes `text` for an address
+ * @example ipReadings("10.0.0.010").map(formatIP) // ["10.0.0.10", "10.0.0.8"]
+ */
+export function ipReadings(text: string): IPAddress[] {
+  let s = text.trim();
+  if (s.startsWith("[") && s.includes("]")) s = s.slice(1, s.indexOf("]"));
+  s = s.replace(/\/\d{1,3}$/, "").replace(/%.*$/, "");
+  const strict = tryParseIP(s);
+  const out: IPAddress[] = strict ? [unmapIPv4(strict)] : [];
+  if (s.includes(":")) {
+    const lastColon = s.lastIndexOf(":");
+    const tail = s.slice(lastColon + 1);
+    const heads = tail.includes(".")
+      ? v4Readings(tail).map(
+          (v) => `${s.slice(0, lastColon + 1)}${(v >>> 16).toString(16)}:${(v & 0xffff).toString(16)}`,
+        )
+      : [s];
+    for (const h of heads) {
+      const ip = tryParseIP(trimV6Groups(h));
+      if (ip) out.push(unmapIPv4(ip));
+    }
+  } else {
+    for (const v of v4Readings(s)) out.push({ family: 4, value: BigInt(v) });
+  }
+  const seen = new Set<string>();
+  return out.filter((ip) => {
+    const k = formatIP(ip);
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
 /** Prefix length: decimal without leading zeros, at most the family's width. */
 function parseBits(s: string, family: IPFamily): number | undefined {
   if (s.length === 0 || s.length > 3 || (s.length > 1 && s.charCodeAt(0) === 48)) return undefined;

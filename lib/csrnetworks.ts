@@ -1,0 +1,207 @@
+// The cluster's shared networks as node-csr-approval sees them: fills a ClusterNetworks
+// (lib/sharedaddresses.ts) from every source the cluster offers and keeps it current, so that no
+// CSR is approved for a Service IP, a pod address or the API server's shared name. Sources:
+// --service-cluster-ip-range and --cluster-cidr; Talos' ControllerManagerConfig (pod and Service
+// CIDRs); the ServiceCIDR objects of networking.k8s.io (watched); the `kubernetes` Service's
+// ClusterIPs; every Node's podCIDRs (from the Node cache); and the kubeconfig's API server host
+// when it is a DNS name. A source that cannot be read is logged and left out: the others still
+// apply, and with Talos each machine's NodeIPConfig excludes the pod and Service ranges and its
+// virtual IPs again.
+
+import { type Handlers, Informer, type LeanNode } from "./cache.ts";
+import { tryParseIP } from "./cidr.ts";
+import { type KubeClient, KubeError } from "./kube.ts";
+import { logger } from "./log.ts";
+import { ClusterNetworks } from "./sharedaddresses.ts";
+import type { TalosClient } from "./talos.ts";
+
+const log = logger("csr-networks");
+
+/** The ServiceCIDR collection (networking.k8s.io/v1, Kubernetes 1.33+). */
+export const SERVICE_CIDR_PATH = "/apis/networking.k8s.io/v1/servicecidrs";
+/** The API server's own Service. */
+export const KUBERNETES_SERVICE_PATH = "/api/v1/namespaces/default/services/kubernetes";
+/** Deadline of the one Talos read of the cluster's CIDRs. */
+const TALOS_READ_TIMEOUT_MS = 5_000;
+
+/** What a ServiceCIDR informer keeps. */
+interface LeanServiceCIDR {
+  metadata: { name: string; resourceVersion?: string };
+  cidrs: string[];
+}
+
+function leanServiceCIDR(raw: unknown): LeanServiceCIDR {
+  const obj = (raw ?? {}) as {
+    metadata?: { name?: string; resourceVersion?: string };
+    spec?: { cidrs?: unknown };
+  };
+  const cidrs = Array.isArray(obj.spec?.cidrs) ? obj.spec.cidrs.filter((c) => typeof c === "string") : [];
+  return {
+    metadata: { name: obj.metadata?.name ?? "", resourceVersion: obj.metadata?.resourceVersion ?? "" },
+    cidrs,
+  };
+}
+
+/**
+ * The API server host of a kubeconfig server URL as a shared name, when it is a DNS name: it
+ * answers for whichever machine serves the API behind it. An IP host is left out: nothing here
+ * tells a virtual IP from a control-plane node's own address, which that node's kubelet names
+ * legitimately (with Talos, the machine's NodeIPConfig lists its virtual IPs).
+ * @param server e.g. `https://cp.example.com:6443`
+ * @example controlPlaneName("https://cp.example.com:6443") // ["cp.example.com"]
+ */
+export function controlPlaneName(server: string): string[] {
+  let host: string;
+  try {
+    host = new URL(server).hostname.replace(/^\[|\]$/g, "");
+  } catch {
+    return [];
+  }
+  return host === "" || tryParseIP(host) ? [] : [host];
+}
+
+/** What {@link CsrNetworks} reads from. */
+export interface CsrNetworksOptions {
+  client: KubeClient;
+  /** The flags' CIDRs (comma-separated entries allowed). */
+  ipam: { clusterCidrs: readonly string[]; serviceCidrs?: readonly string[] };
+  talos: Pick<TalosClient, "controllerManagerConfig"> | undefined;
+}
+
+/** Keeps a {@link ClusterNetworks} filled from the cluster for the CSR approver. */
+export class CsrNetworks {
+  readonly networks = new ClusterNetworks();
+  readonly #opts: CsrNetworksOptions;
+  #serviceCIDRs: Informer<LeanServiceCIDR> | undefined;
+
+  constructor(opts: CsrNetworksOptions) {
+    this.#opts = opts;
+  }
+
+  /**
+   * Handlers for the Node cache: each Node's podCIDRs are a pod range (the requester's own too: a
+   * CNI bridge's gateway on the machine is a pod address).
+   */
+  get nodeHandlers(): Handlers<LeanNode> {
+    const set = (n: LeanNode) => {
+      const cidrs = [...(n.spec.podCIDRs ?? []), ...(n.spec.podCIDR ? [n.spec.podCIDR] : [])];
+      const name = n.metadata.name;
+      this.networks.set(`node/${name}`, `the pod CIDR of node ${JSON.stringify(name)}`, { cidrs });
+    };
+    return {
+      onAdd: set,
+      onUpdate: (_old, n) => set(n),
+      onDelete: (n) => this.networks.delete(`node/${n.metadata.name}`),
+    };
+  }
+
+  /**
+   * Reads every source once and starts the ServiceCIDR watch; resolves when all are in (or given
+   * up on), so that no CSR is decided before the ranges are known.
+   */
+  async start(signal: AbortSignal): Promise<void> {
+    const flags = this.#opts.ipam;
+    const list = (v: readonly string[] | undefined) =>
+      (v ?? []).flatMap((s) => s.split(",")).filter((s) => s.trim());
+    this.#add("flag/service", "a Service CIDR (--service-cluster-ip-range)", {
+      cidrs: list(flags.serviceCidrs),
+    });
+    this.#add("flag/cluster", "the pod network (--cluster-cidr)", { cidrs: list(flags.clusterCidrs) });
+    this.#add("kubeconfig/server", "the API server endpoint this CCM connects to", {
+      names: controlPlaneName(this.#opts.client.server),
+    });
+    await Promise.all([
+      this.#readTalos(signal),
+      this.#readKubernetesService(signal),
+      this.#watchServiceCIDRs(signal),
+    ]);
+    log.info("Cluster networks refused in serving certificates", {
+      sources: [...new Set(this.networks.sources().values())].filter(
+        (w) => !w.startsWith("the pod CIDR of node"),
+      ),
+    });
+  }
+
+  /** Stops the ServiceCIDR watch. */
+  async stop(): Promise<void> {
+    await this.#serviceCIDRs?.stop();
+  }
+
+  #add(group: string, what: string, entries: Parameters<ClusterNetworks["set"]>[2]): void {
+    const bad = this.networks.set(group, what, entries);
+    if (bad.length)
+      log.error("Ignoring entries that are not CIDRs", undefined, { source: what, entries: bad });
+  }
+
+  async #readTalos(signal: AbortSignal): Promise<void> {
+    if (!this.#opts.talos) return;
+    try {
+      const cmc = await this.#opts.talos.controllerManagerConfig({
+        signal,
+        timeoutMs: TALOS_READ_TIMEOUT_MS,
+      });
+      this.#add("talos/service", "a Service CIDR (Talos ControllerManagerConfig)", {
+        cidrs: cmc.serviceCIDRs,
+      });
+      this.#add("talos/pod", "the pod network (Talos ControllerManagerConfig)", { cidrs: cmc.podCIDRs });
+    } catch (err) {
+      log.info(
+        "Cannot read the cluster's CIDRs from Talos; each machine's NodeIPConfig still excludes them",
+        {
+          error: (err as Error).message,
+        },
+      );
+    }
+  }
+
+  async #readKubernetesService(signal: AbortSignal): Promise<void> {
+    const { client } = this.#opts;
+    try {
+      const svc = await client.get<{ spec?: { clusterIPs?: string[]; clusterIP?: string } }>(
+        KUBERNETES_SERVICE_PATH,
+        {
+          signal,
+        },
+      );
+      const ips = svc.spec?.clusterIPs ?? (svc.spec?.clusterIP ? [svc.spec.clusterIP] : []);
+      const cidrs = ips.map((ip) => `${ip}/${ip.includes(":") ? 128 : 32}`);
+      this.#add("service/kubernetes", "the ClusterIP of Service default/kubernetes (the API server)", {
+        cidrs,
+      });
+    } catch (err) {
+      log.error("Cannot read Service default/kubernetes", err);
+    }
+  }
+
+  async #watchServiceCIDRs(signal: AbortSignal): Promise<void> {
+    const { client } = this.#opts;
+    try {
+      await client.get(SERVICE_CIDR_PATH, { query: { limit: 1 }, signal });
+    } catch (err) {
+      if (err instanceof KubeError && err.status === 404)
+        log.v(2).info("No ServiceCIDR API (Kubernetes before 1.33)");
+      else log.error("Cannot list ServiceCIDRs", err);
+      return;
+    }
+    const informer = new Informer<LeanServiceCIDR>(client, {
+      path: SERVICE_CIDR_PATH,
+      transform: leanServiceCIDR,
+      log: logger("servicecidr-informer"),
+    });
+    const set = (s: LeanServiceCIDR) =>
+      this.#add(`servicecidr/${s.metadata.name}`, `a Service CIDR (ServiceCIDR ${s.metadata.name})`, {
+        cidrs: s.cidrs,
+      });
+    informer.addHandlers({
+      onAdd: set,
+      onUpdate: (_old, s) => set(s),
+      onDelete: (s) => this.networks.delete(`servicecidr/${s.metadata.name}`),
+    });
+    this.#serviceCIDRs = informer;
+    informer.start();
+    await Promise.race([
+      informer.waitForSync(),
+      new Promise((r) => signal.addEventListener("abort", r, { once: true })),
+    ]);
+  }
+}

@@ -1,0 +1,358 @@
+// Names and addresses that never identify one machine, as pure functions and one index, for the CSR
+// policy (lib/csr.ts): a kubelet serving certificate may name only its own machine, so a SAN that
+// every host has (loopback, link-local), that many hosts share (a Service IP, a pod network, a
+// virtual IP that moves between control-plane nodes, an address on a dummy interface such as
+// kube-ipvs0) or that resolves to whoever asks (`localhost`) is refused whoever asks for it. DNS names
+// are compared in one canonical form (`canonicalDNS`), as Go's crypto/x509 compares host names.
+
+import {
+  formatIP,
+  formatPrefix,
+  type IPAddress,
+  isLinkLocal,
+  isLoopback,
+  isMulticast,
+  isUnspecified,
+  lastAddress,
+  type Prefix,
+  prefixOf,
+  tryParseCidr,
+  tryParseIP,
+  tryParsePrefix,
+  unmapIPv4,
+} from "./cidr.ts";
+import type { AddressStatus } from "./types.ts";
+import { isDNS1123Subdomain } from "./validation.ts";
+
+// ---------------------------------------------------------------------------------------------
+// DNS names
+
+/**
+ * The one form DNS names are compared in: ASCII letters lower-cased (only ASCII: a certificate's
+ * dNSName is an IA5String, and Unicode case folding would let `K` (U+212A) match `k`) and one
+ * trailing dot removed, as Go's crypto/x509 does before it matches a host name.
+ * @example canonicalDNS("Node-B.") // "node-b"
+ */
+export function canonicalDNS(name: string): string {
+  const lower = name.replace(/[A-Z]+/g, (s) => s.toLowerCase());
+  return lower.endsWith(".") ? lower.slice(0, -1) : lower;
+}
+
+/** Names every host resolves to itself. */
+const LOCAL_NAMES: ReadonlySet<string> = new Set(["localhost", "localhost.localdomain"]);
+
+/**
+ * Why a DNS SAN can name no single machine, or undefined when it may. Judged on the canonical form:
+ * not a valid host name (after the one trailing dot; Go's verifier never matches such a name),
+ * `localhost` and `*.localhost` (RFC 6761: always the local host), the API server's own names
+ * (`kubernetes`, `kubernetes.*`), and Service and Pod DNS names (`<svc>.<ns>.svc[.<domain>]`,
+ * `<ip>.<ns>.pod[.<domain>]`), which name cluster objects.
+ * @param name the SAN as requested
+ * @example reservedName("LOCALHOST.") // "names the local host of whoever resolves it"
+ */
+export function reservedName(name: string): string | undefined {
+  const c = canonicalDNS(name);
+  if (isDNS1123Subdomain(c).length > 0) return "is not a valid DNS name";
+  if (LOCAL_NAMES.has(c) || c.endsWith(".localhost")) return "names the local host of whoever resolves it";
+  if (c === "kubernetes" || c.startsWith("kubernetes.")) return "names the Kubernetes API service";
+  const labels = c.split(".");
+  const kind = labels.findIndex((l, i) => i >= 2 && (l === "svc" || l === "pod"));
+  if (kind >= 2) return `is a Kubernetes ${labels[kind] === "svc" ? "Service" : "Pod"} name`;
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Addresses every host has, or no host may claim
+
+/** IPv4 ranges that name no single machine, beyond what the `cidr.ts` predicates cover. */
+const SPECIAL_V4: ReadonlyArray<{ prefix: Prefix; what: string }> = [
+  { prefix: builtInPrefix("0.0.0.0/8"), what: "in 0.0.0.0/8 (this network)" },
+  { prefix: builtInPrefix("240.0.0.0/4"), what: "reserved (240.0.0.0/4) or the broadcast address" },
+];
+
+/** IPv6 ranges that name no single machine, beyond the `cidr.ts` predicates. */
+const SPECIAL_V6: ReadonlyArray<{ prefix: Prefix; what: string }> = [
+  { prefix: builtInPrefix("::/96"), what: "an IPv4-compatible address (::/96, deprecated)" },
+  { prefix: builtInPrefix("64:ff9b::/96"), what: "a NAT64 address (64:ff9b::/96) of another host" },
+  { prefix: builtInPrefix("100::/64"), what: "a discard-only address (100::/64)" },
+  { prefix: builtInPrefix("fec0::/10"), what: "a site-local address (fec0::/10, deprecated)" },
+];
+
+function builtInPrefix(text: string): Prefix {
+  const p = tryParsePrefix(text);
+  if (!p) throw new Error(`bad built-in prefix ${text}`);
+  return p;
+}
+
+function inPrefix(p: Prefix, ip: IPAddress): boolean {
+  return ip.family === p.family && prefixOf(ip, p.bits).addr === p.addr;
+}
+
+/**
+ * Why an IP SAN can identify no single machine whoever asks, or undefined: unspecified,
+ * loopback, link-local (the same addresses on every link), multicast, broadcast and reserved
+ * ranges, and IPv6 forms that stand for another host's IPv4 address.
+ * @example specialIP(parseIP("127.0.0.1")) // "a loopback address"
+ */
+export function specialIP(address: IPAddress): string | undefined {
+  const ip = unmapIPv4(address);
+  if (isUnspecified(ip)) return "the unspecified address";
+  if (isLoopback(ip)) return "a loopback address";
+  if (isLinkLocal(ip)) return "a link-local address";
+  if (isMulticast(ip)) return "a multicast address";
+  for (const r of ip.family === 4 ? SPECIAL_V4 : SPECIAL_V6) if (inPrefix(r.prefix, ip)) return r.what;
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the cluster shares
+
+/** What the policy asks of the cluster's shared networks; see {@link ClusterNetworks}. */
+export interface NetworkView {
+  /** The Service or pod range holding `ip`, described with its source; undefined when none does. */
+  rangeOf(ip: IPAddress): string | undefined;
+  /** Why the DNS name (canonical, see {@link canonicalDNS}) is shared, or undefined. */
+  sharedName(name: string): string | undefined;
+}
+
+/** A view of no shared networks: what a caller with no cluster facts passes (tests). */
+export const NO_NETWORKS: NetworkView = {
+  rangeOf: () => undefined,
+  sharedName: () => undefined,
+};
+
+/** One source's entries, kept to replace them when the source changes. */
+interface Group {
+  prefixes: Prefix[];
+  names: string[];
+  what: string;
+}
+
+/**
+ * The cluster's Service and pod ranges and its shared names, each from a named source (a flag, a
+ * ServiceCIDR object, a Node's podCIDRs, Talos, the kubeconfig), replaced as the source changes. A lookup costs one map probe per distinct prefix length, so the pod CIDRs
+ * of thousands of Nodes cost no scan per CSR.
+ */
+export class ClusterNetworks implements NetworkView {
+  readonly #groups = new Map<string, Group>();
+  /** By family and length: network address → the sources that hold it. */
+  readonly #ranges = new Map<string, Map<bigint, Set<string>>>();
+  readonly #names = new Map<string, Set<string>>();
+
+  /**
+   * Sets (replaces) what source `group` says.
+   * @param group a stable key, e.g. `node/worker-1` or `servicecidr/kubernetes`
+   * @param what how the source is named in a denial, e.g. `pod CIDR of node "worker-1"`
+   * @param entries CIDRs (`10.96.0.0/12`; host bits are cleared; a single address is `/32` or
+   *   `/128`) and DNS names
+   * @returns the CIDRs that are not, for the caller to report
+   */
+  set(
+    group: string,
+    what: string,
+    entries: { cidrs?: readonly string[]; names?: readonly string[] },
+  ): string[] {
+    this.delete(group);
+    const bad: string[] = [];
+    const g: Group = { prefixes: [], names: [], what };
+    for (const text of entries.cidrs ?? []) {
+      const c = tryParseCidr(text.trim());
+      if (c) g.prefixes.push(c.prefix);
+      else bad.push(text);
+    }
+    for (const name of entries.names ?? []) g.names.push(canonicalDNS(name));
+    if (g.prefixes.length + g.names.length === 0) return bad;
+    this.#groups.set(group, g);
+    for (const p of g.prefixes) addTo(this.#rangeIndex(p), p.addr, group);
+    for (const n of g.names) addTo(this.#names, n, group);
+    return bad;
+  }
+
+  /** Forgets what source `group` said. */
+  delete(group: string): void {
+    const g = this.#groups.get(group);
+    if (!g) return;
+    this.#groups.delete(group);
+    for (const p of g.prefixes) {
+      const key = `${p.family}/${p.bits}`;
+      const index = this.#ranges.get(key);
+      if (index && removeFrom(index, p.addr, group) && index.size === 0) this.#ranges.delete(key);
+    }
+    for (const n of g.names) removeFrom(this.#names, n, group);
+  }
+
+  /** The sources currently known, for logs: group → description. */
+  sources(): Map<string, string> {
+    return new Map([...this.#groups].map(([k, g]) => [k, g.what]));
+  }
+
+  rangeOf(address: IPAddress): string | undefined {
+    const ip = unmapIPv4(address);
+    for (const [key, index] of this.#ranges) {
+      const [family, bits] = key.split("/").map(Number) as [number, number];
+      if (family !== ip.family) continue;
+      const p = prefixOf(ip, bits);
+      const groups = index.get(p.addr);
+      if (groups) return `in ${formatPrefix(p)}, ${this.#describe(groups)}`;
+    }
+    return undefined;
+  }
+
+  sharedName(name: string): string | undefined {
+    const groups = this.#names.get(name);
+    return groups && this.#describe(groups);
+  }
+
+  #rangeIndex(p: Prefix): Map<bigint, Set<string>> {
+    const key = `${p.family}/${p.bits}`;
+    let index = this.#ranges.get(key);
+    if (!index) {
+      index = new Map();
+      this.#ranges.set(key, index);
+    }
+    return index;
+  }
+
+  #describe(groups: Set<string>): string {
+    const [first] = groups;
+    return this.#groups.get(first as string)?.what ?? String(first);
+  }
+}
+
+function addTo<K>(index: Map<K, Set<string>>, key: K, group: string): void {
+  const set = index.get(key);
+  if (set) set.add(group);
+  else index.set(key, new Set([group]));
+}
+
+/** Removes `group` under `key`; true when it was there. */
+function removeFrom<K>(index: Map<K, Set<string>>, key: K, group: string): boolean {
+  const set = index.get(key);
+  if (!set?.delete(group)) return false;
+  if (set.size === 0) index.delete(key);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What Talos says about a machine's links
+
+/** The fields of a Talos LinkStatus the policy reads. */
+export interface LinkFacts {
+  /** The link name (the resource id), e.g. `eth0`. */
+  name: string;
+  /** Linux ARPHRD type: 1 ether, 772 loopback. */
+  type: number;
+  /** netlink IFLA_INFO_KIND: "" for a physical NIC, `dummy`, `bridge`, `vlan`, ... */
+  kind: string;
+}
+
+/**
+ * Link kinds (netlink IFLA_INFO_KIND, Talos LinkStatus `kind`) whose addresses are not the
+ * machine's own: dummies (kube-proxy's kube-ipvs0 holds every Service IP; anycast and VIP set-ups
+ * use them too), veth pairs, tunnels and overlays, whose addresses other machines also use or
+ * route to. Bridges, bonds, VLANs and WireGuard (KubeSpan) links carry machine addresses; a CNI
+ * bridge's gateway lies in a pod range, which is refused on its own.
+ */
+const VIRTUAL_LINK_KINDS: ReadonlySet<string> = new Set([
+  "dummy",
+  "veth",
+  "vxlan",
+  "geneve",
+  "ipip",
+  "ip6tnl",
+  "gre",
+  "gretap",
+  "ip6gre",
+  "ip6gretap",
+  "erspan",
+  "ip6erspan",
+  "sit",
+  "vti",
+  "vti6",
+  "xfrm",
+  "bareudp",
+  "tun",
+  "ifb",
+  "nlmon",
+]);
+
+/** Linux ARPHRD_LOOPBACK, Talos' LinkStatus `type` of `lo`. */
+const LINK_TYPE_LOOPBACK = 772;
+/** RT_SCOPE_HOST: an address valid only inside the machine. */
+const SCOPE_HOST = 254;
+/** The pseudo-link on which Talos puts a cloud's public addresses: no LinkStatus, the machine's own. */
+const EXTERNAL_LINK = "external";
+
+/**
+ * The addresses Talos reports on links that are not the machine's own network, each with why:
+ * host scope, a loopback link, a virtual link kind ({@link VIRTUAL_LINK_KINDS}), or a link Talos
+ * has no LinkStatus for (except `external`, where clouds' public addresses sit).
+ * @param addresses the machine's AddressStatuses
+ * @param links the machine's LinkStatuses
+ * @returns canonical address → reason
+ */
+export function addressesOnSharedLinks(
+  addresses: readonly Pick<AddressStatus, "address" | "linkName" | "scope">[],
+  links: readonly LinkFacts[],
+): Map<string, string> {
+  const byName = new Map(links.map((l) => [l.name, l]));
+  const out = new Map<string, string>();
+  for (const a of addresses) {
+    const ip = tryParseCidr(a.address)?.ip ?? tryParseIP(a.address);
+    if (!ip) continue;
+    const key = formatIP(unmapIPv4(ip));
+    const why = notOwnLink(a, byName.get(a.linkName));
+    if (why && !out.has(key)) out.set(key, why);
+  }
+  return out;
+}
+
+/** Why an address on `link` is not the machine's own, or undefined when it is. */
+function notOwnLink(
+  a: Pick<AddressStatus, "linkName" | "scope">,
+  link: LinkFacts | undefined,
+): string | undefined {
+  const name = JSON.stringify(a.linkName);
+  if (a.scope === SCOPE_HOST) return `Talos reports it with host scope on link ${name}`;
+  if (a.linkName === EXTERNAL_LINK) return undefined;
+  if (!link) return `Talos reports it on link ${name}, which it has no status for`;
+  if (link.type === LINK_TYPE_LOOPBACK) return `Talos reports it on the loopback link ${name}`;
+  if (VIRTUAL_LINK_KINDS.has(link.kind)) {
+    return `Talos reports it on ${name}, a ${link.kind} link whose addresses are not one machine's`;
+  }
+  return undefined;
+}
+
+/**
+ * Whether `ip` is the network or broadcast address of an IPv4 subnet the machine has (prefix
+ * length up to /30): such an address reaches every host of the subnet, not one.
+ * @param addresses the machine's addresses as `ip/prefix`
+ * @returns the subnet, e.g. `10.0.0.0/24`, or undefined
+ */
+export function subnetEdgeOf(ip: IPAddress, addresses: readonly string[]): string | undefined {
+  const a = unmapIPv4(ip);
+  if (a.family !== 4) return undefined;
+  for (const text of addresses) {
+    const c = tryParseCidr(text);
+    if (c?.prefix.family !== 4 || c.prefix.bits > 30) continue;
+    if (a.value === c.prefix.addr || a.value === lastAddress(c.prefix)) return formatPrefix(c.prefix);
+  }
+  return undefined;
+}
+
+/**
+ * The first of `entries` that holds `ip`: each a CIDR (`10.96.0.0/12`, host bits allowed) or a
+ * single IP (`10.0.0.100`), as Talos' NodeIPConfig writes virtual IPs; malformed entries are skipped.
+ * @example entryHolding(parseIP("10.0.0.100"), ["10.244.0.0/16", "10.0.0.100"]) // "10.0.0.100"
+ */
+export function entryHolding(ip: IPAddress, entries: readonly string[]): string | undefined {
+  const a = unmapIPv4(ip);
+  for (const text of entries) {
+    const t = text.trim();
+    const c = tryParseCidr(t);
+    if (c && inPrefix(c.prefix, a)) return t;
+    const single = c ? undefined : tryParseIP(t);
+    if (single && formatIP(unmapIPv4(single)) === formatIP(a)) return t;
+  }
+  return undefined;
+}
