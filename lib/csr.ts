@@ -10,8 +10,25 @@
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { formatIP, ipFromBytes, tryParseCidr, tryParseIP, unmapIPv4 } from "./cidr.ts";
+import {
+  formatIP,
+  type IPAddress,
+  ipFromBytes,
+  ipReadings,
+  tryParseCidr,
+  tryParseIP,
+  unmapIPv4,
+} from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
+import {
+  canonicalDNS,
+  entryHolding,
+  type NetworkView,
+  NO_NETWORKS,
+  reservedName,
+  specialIP,
+  subnetEdgeOf,
+} from "./sharedaddresses.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
 import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
@@ -72,6 +89,16 @@ export interface TalosFacts {
    * and externalDNS. Empty when not read: any DNS SAN besides the node name is then denied.
    */
   dnsNames: string[];
+  /**
+   * Its addresses (canonical text) that sit on links that are not its own network, each with why
+   * (`addressesOnSharedLinks()` of lib/sharedaddresses.ts): loopback, dummy, veth, tunnels.
+   */
+  sharedAddresses: ReadonlyMap<string, string>;
+  /**
+   * Its NodeIPConfig `excludeSubnets`: what Talos itself never gives the kubelet as a node IP
+   * (the cluster's pod and Service CIDRs and every virtual IP configured on the machine).
+   */
+  excludedSubnets: string[];
 }
 
 /** What `screen()` leaves to Talos: the CSR passed every other check. */
@@ -86,24 +113,32 @@ export interface TalosQuestion {
 /** Why a CSR is left alone. */
 export type IgnoreReason = "AlreadyDecided" | "OtherSigner";
 
-/** Stable codes for each failed check, written as the Denied condition's reason. */
-export type DenyReason =
-  | "UsernameMismatch"
-  | "GroupMismatch"
-  | "BadUsages"
-  | "InvalidRequest"
-  | "WeakKey"
-  | "BadSignature"
-  | "SubjectMismatch"
-  | "ForbiddenSAN"
-  | "NoSAN"
-  | "DNSNameNotOwned"
-  | "DNSNameOfOtherNode"
-  | "IPNotOwned"
-  | "IPOfOtherNode"
-  | "TalosNodeMismatch"
-  | "IPNotReportedByTalos"
-  | "DNSNameNotReportedByTalos";
+/** Stable codes for each failed check, written as the Denied condition's reason (README table). */
+export const DENY_REASONS = [
+  "UsernameMismatch",
+  "GroupMismatch",
+  "BadUsages",
+  "InvalidRequest",
+  "WeakKey",
+  "BadSignature",
+  "SubjectMismatch",
+  "ForbiddenSAN",
+  "NonUniqueIP",
+  "NoSAN",
+  "ClusterNetworkIP",
+  "SharedIP",
+  "SharedDNSName",
+  "DNSNameNotOwned",
+  "DNSNameOfOtherNode",
+  "IPNotOwned",
+  "IPOfOtherNode",
+  "TalosNodeMismatch",
+  "IPNotReportedByTalos",
+  "DNSNameNotReportedByTalos",
+] as const;
+
+/** A failed check's code: one of {@link DENY_REASONS}. */
+export type DenyReason = (typeof DENY_REASONS)[number];
 
 /** What the controller should do with a CSR. */
 export type Decision =
@@ -517,6 +552,9 @@ function parseSans(der: Uint8Array, into: Sans): void {
     const value = contentOf(der, gn);
     switch (gn.tag) {
       case 0x82:
+        // An IA5String, as Go requires of a dNSName: a byte above 0x7f is refused, never folded.
+        if (value.some((b) => b > 0x7f))
+          throw new CsrParseError("Cannot parse subjectAltName: dNSName is malformed");
         into.dnsNames.push(latin1(value));
         break;
       case 0x87:
@@ -806,12 +844,15 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (foreign.length)
     return deny("ForbiddenSAN", `only DNS and IP SANs are allowed; got ${foreign.slice(0, 8).join(", ")}`);
   for (const dns of parsed.dnsNames) {
-    const lower = dns.toLowerCase();
-    if (lower.includes("*")) return deny("ForbiddenSAN", `wildcard DNS SAN ${q(dns)} is not allowed`);
-    // The API server's own names: a node holding one could impersonate the control plane.
-    if (lower === "kubernetes" || lower.startsWith("kubernetes.")) {
-      return deny("ForbiddenSAN", `DNS SAN ${q(dns)} names the Kubernetes API service`);
-    }
+    if (dns.includes("*")) return deny("ForbiddenSAN", `wildcard DNS SAN ${q(dns)} is not allowed`);
+    // Names that resolve to whoever asks or to cluster objects: a node holding one could
+    // impersonate the control plane, a Service or any host to its own clients.
+    const why = reservedName(dns);
+    if (why) return deny("ForbiddenSAN", `DNS SAN ${q(dns)} ${why}`);
+  }
+  for (const ip of parsed.ipAddresses) {
+    const why = specialIP(tryParseIP(ip) as IPAddress);
+    if (why) return deny("NonUniqueIP", `IP SAN ${ip} is ${why}, which identifies no single machine`);
   }
   if (parsed.dnsNames.length === 0 && parsed.ipAddresses.length === 0) {
     return deny("NoSAN", "at least one DNS or IP SAN is required");
@@ -819,44 +860,51 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   return parsed;
 }
 
-/** DNS names (lower-case) and IPs (canonical text), as `claims()` and `requestedClaims()` spell them. */
+/** DNS names (`canonicalDNS()`) and IPs (canonical text), as `claims()` and `requestedClaims()` spell them. */
 export interface Claims {
   dns: Set<string>;
   ips: Set<string>;
 }
 
 /**
- * The names and IPs a Node claims: its name and DNS-type addresses (lower-case), its IP addresses
- * of any type and its provided node IPs (canonical text). A request's SAN is another Node's when
- * it is in that Node's claims; a controller may index them to find those Nodes without a scan.
+ * The names and IPs a Node claims: its name and DNS-type addresses (`canonicalDNS()`), its IP
+ * addresses of any type and its provided node IPs (canonical text). A request's SAN is another
+ * Node's when it is in that Node's claims; a controller may index them to find those Nodes without a
+ * scan.
  * @param node the Node as policy input
- * @example claims(nodeInputFrom(lean)).ips.has("10.0.0.1")
+ * @param as `own`: what the requester may be approved for, read strictly (an address that is not
+ *   a canonical-enough IP literal claims nothing); `other`: what blocks everyone else, read in every
+ *   way a parser might read it (`ipReadings()`), and any address that is no IP as a DNS name
+ * @example claims(nodeInputFrom(lean), "other").ips.has("10.0.0.1")
  */
-export function claims(node: NodeInput): Claims {
-  const dns = new Set([node.name.toLowerCase()]);
+export function claims(node: NodeInput, as: "own" | "other"): Claims {
+  const dns = new Set([canonicalDNS(node.name)]);
   const ips = new Set<string>();
+  const read = (text: string) =>
+    as === "own" ? defined([canonicalIP(text.trim())]) : ipReadings(text).map(formatIP);
   for (const a of node.addresses ?? []) {
+    if (typeof a?.address !== "string") continue;
     // As the kubelet does when it builds the request: an address that is an IP is an IP SAN,
     // whatever its type.
-    const ip = canonicalIP(a.address);
-    if (ip) ips.add(ip);
-    else if (DNS_ADDRESS_TYPES.has(a.type)) dns.add(a.address.toLowerCase());
+    const found = read(a.address);
+    for (const ip of found) ips.add(ip);
+    if (found.length === 0 && (as === "other" || DNS_ADDRESS_TYPES.has(a.type))) {
+      dns.add(canonicalDNS(a.address.trim()));
+    }
   }
-  for (const ip of defined((node.providedNodeIP ?? "").split(",").map((s) => canonicalIP(s.trim())))) {
-    ips.add(ip);
-  }
+  for (const part of (node.providedNodeIP ?? "").split(",")) for (const ip of read(part)) ips.add(ip);
   return { dns, ips };
 }
 
 /**
- * What a request asks for, spelled as `claims()` spells what a Node has: its DNS SANs lower-case
- * and its IP SANs. Only the other Nodes that claim one of these can change `screen()`'s or
+ * What a request asks for, spelled as `claims()` spells what a Node has: its DNS SANs in canonical
+ * form and its IP SANs. Only the other Nodes that claim one of these can change `screen()`'s or
  * `decide()`'s answer, so they are all the `others` a controller needs to pass.
  * @param checked a request that passed `checkCsr()`
  */
 export function requestedClaims(checked: CheckedCsr): Claims {
   return {
-    dns: new Set(checked.parsed.dnsNames.map((d) => d.toLowerCase())),
+    dns: new Set(checked.parsed.dnsNames.map(canonicalDNS)),
     ips: new Set(checked.parsed.ipAddresses),
   };
 }
@@ -871,66 +919,85 @@ function claimedBy(values: string[], owners: Map<string, string>, key: (v: strin
 type Mode = { kind: "csr-only" } | { kind: "screen" } | { kind: "talos"; facts: TalosFacts };
 
 /**
- * The checks against the Node, the other Nodes and Talos. The first three are the same in every
- * mode and come first, so that `screen()`'s denials are exactly `decide()`'s with any Talos facts.
+ * The checks against what the cluster shares, which need neither the Node nor Talos: no IP SAN in
+ * a Service or pod range, no DNS SAN (but the node's own name) a shared name.
  */
-function checkOwnership(
-  parsed: ParsedCsr,
-  node: NodeInput,
-  mode: Mode,
+function checkNetworks(parsed: ParsedCsr, nodeName: string, networks: NetworkView): Decision | undefined {
+  for (const ip of parsed.ipAddresses) {
+    const range = networks.rangeOf(tryParseIP(ip) as IPAddress);
+    if (range) {
+      return deny(
+        "ClusterNetworkIP",
+        `IP SAN ${ip} is ${range}: it belongs to the cluster, not to one machine`,
+      );
+    }
+  }
+  for (const dns of parsed.dnsNames) {
+    const c = canonicalDNS(dns);
+    const shared = c === canonicalDNS(nodeName) ? undefined : networks.sharedName(c);
+    if (shared) return deny("SharedDNSName", `DNS SAN ${q(dns)} is ${shared}, shared by several machines`);
+  }
+  return undefined;
+}
+
+/** Which other Node first claims each name and IP. */
+function ownersOf(
   others: Iterable<NodeInput>,
-): Decision | TalosQuestion {
-  const own = claims(node);
-  const self = node.name.toLowerCase();
-  const strayDNS = parsed.dnsNames.filter((d) => !own.dns.has(d.toLowerCase()));
+  self: string,
+): { dns: Map<string, string>; ips: Map<string, string> } {
+  const dns = new Map<string, string>();
+  const ips = new Map<string, string>();
+  for (const other of others) {
+    if (other.name === self) continue;
+    const c = claims(other, "other");
+    for (const d of c.dns) if (!dns.has(d)) dns.set(d, other.name);
+    for (const ip of c.ips) if (!ips.has(ip)) ips.set(ip, other.name);
+  }
+  return { dns, ips };
+}
+
+/**
+ * The checks against the Node and the other Nodes, the same in every mode: every SAN is the
+ * Node's, and none (but the node's own name) is another Node's.
+ */
+function checkNodes(parsed: ParsedCsr, node: NodeInput, others: Iterable<NodeInput>): Decision | undefined {
+  const own = claims(node, "own");
+  const self = canonicalDNS(node.name);
+  const strayDNS = parsed.dnsNames.filter((d) => !own.dns.has(canonicalDNS(d)));
   if (strayDNS.length) {
     return deny("DNSNameNotOwned", `DNS SANs ${list(strayDNS)} are not names of node ${q(node.name)}`);
   }
-  // The kubelet writes its Node's DNS addresses itself: a name another Node has, or claims, is not
-  // this one's to take. (Its own name is proven by the requester's identity, so never refused.)
-  const dnsOwners = new Map<string, string>();
-  const ipOwners = new Map<string, string>();
-  for (const other of others) {
-    if (other.name === node.name) continue;
-    const c = claims(other);
-    for (const d of c.dns) if (!dnsOwners.has(d)) dnsOwners.set(d, other.name);
-    for (const ip of c.ips) if (!ipOwners.has(ip)) ipOwners.set(ip, other.name);
-  }
-  const taken = parsed.dnsNames.filter((d) => d.toLowerCase() !== self && dnsOwners.has(d.toLowerCase()));
+  // The kubelet writes its Node's addresses itself: a name or IP another Node has, or claims, is
+  // not this one's to take. (Its own name is proven by the requester's identity, so never refused.)
+  const owners = ownersOf(others, node.name);
+  const taken = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self && owners.dns.has(canonicalDNS(d)));
   if (taken.length) {
     return deny(
       "DNSNameOfOtherNode",
-      `DNS SANs name other nodes: ${claimedBy(taken, dnsOwners, (d) => d.toLowerCase())}`,
+      `DNS SANs name other nodes: ${claimedBy(taken, owners.dns, canonicalDNS)}`,
     );
   }
   const strayIP = parsed.ipAddresses.filter((ip) => !own.ips.has(ip));
   if (strayIP.length) {
     return deny("IPNotOwned", `IP SANs ${list(strayIP)} are not addresses of node ${q(node.name)}`);
   }
-  const extraDNS = parsed.dnsNames.filter((d) => d.toLowerCase() !== self);
-  if (mode.kind === "screen") {
-    return { action: "confirm", ipAddresses: parsed.ipAddresses, dnsNames: extraDNS };
+  const shared = parsed.ipAddresses.filter((ip) => owners.ips.has(ip));
+  if (shared.length) {
+    return deny(
+      "IPOfOtherNode",
+      `IP SANs are also addresses of other nodes: ${claimedBy(shared, owners.ips, (ip) => ip)}`,
+    );
   }
-  const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
-  const approved = `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}`;
-  if (mode.kind === "csr-only") {
-    // Without Talos the other Nodes are the only witnesses against an address the kubelet wrote.
-    // With Talos this check is left out: Talos confirms the addresses, and a stale Node of a
-    // replaced machine must not block the machine that now has its IP.
-    const shared = parsed.ipAddresses.filter((ip) => ipOwners.has(ip));
-    if (shared.length) {
-      return deny(
-        "IPOfOtherNode",
-        `IP SANs are also addresses of other nodes: ${claimedBy(shared, ipOwners, (ip) => ip)}`,
-      );
-    }
-    return {
-      action: "approve",
-      reason: APPROVE_REASON,
-      message: `${approved}; checked against the Node only`,
-    };
-  }
-  const talos = mode.facts;
+  return undefined;
+}
+
+/** The checks against what Talos reports for the machine that proved to be the node. */
+function checkTalos(
+  parsed: ParsedCsr,
+  node: NodeInput,
+  talos: TalosFacts,
+  extraDNS: string[],
+): Decision | undefined {
   if (talos.nodename !== node.name) {
     return deny(
       "TalosNodeMismatch",
@@ -946,8 +1013,23 @@ function checkOwnership(
       `IP SANs ${list(unconfirmed)} are in node ${q(node.name)}'s status but Talos does not report them`,
     );
   }
-  const known = new Set(talos.dnsNames.map((d) => d.toLowerCase()));
-  const unknown = extraDNS.filter((d) => !known.has(d.toLowerCase()));
+  for (const ip of parsed.ipAddresses) {
+    const address = tryParseIP(ip) as IPAddress;
+    const onLink = talos.sharedAddresses.get(ip);
+    if (onLink) return deny("SharedIP", `IP SAN ${ip}: ${onLink}`);
+    const excluded = entryHolding(address, talos.excludedSubnets);
+    if (excluded) {
+      return deny(
+        "SharedIP",
+        `IP SAN ${ip} is in ${excluded}, which Talos excludes from the machine's node IPs ` +
+          "(pod and Service CIDRs, virtual IPs)",
+      );
+    }
+    const edge = subnetEdgeOf(address, talos.addresses);
+    if (edge) return deny("NonUniqueIP", `IP SAN ${ip} is the network or broadcast address of ${edge}`);
+  }
+  const known = new Set(talos.dnsNames.map(canonicalDNS));
+  const unknown = extraDNS.filter((d) => !known.has(canonicalDNS(d)));
   if (unknown.length) {
     return deny(
       "DNSNameNotReportedByTalos",
@@ -955,10 +1037,42 @@ function checkOwnership(
         (talos.dnsNames.length ? ` (its names: ${list(talos.dnsNames)})` : ""),
     );
   }
+  return undefined;
+}
+
+/**
+ * The checks against the Node, the other Nodes and Talos. The node checks are the same in every
+ * mode and come first, so that `screen()`'s denials are exactly `decide()`'s with any Talos facts;
+ * CSR-only mode has the same rules with less evidence.
+ */
+function checkOwnership(
+  parsed: ParsedCsr,
+  node: NodeInput,
+  mode: Mode,
+  others: Iterable<NodeInput>,
+): Decision | TalosQuestion {
+  const failed = checkNodes(parsed, node, others);
+  if (failed) return failed;
+  const self = canonicalDNS(node.name);
+  const extraDNS = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
+  if (mode.kind === "screen") {
+    return { action: "confirm", ipAddresses: parsed.ipAddresses, dnsNames: extraDNS };
+  }
+  const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
+  const approved = `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}`;
+  if (mode.kind === "csr-only") {
+    return {
+      action: "approve",
+      reason: APPROVE_REASON,
+      message: `${approved}; checked against the Nodes only`,
+    };
+  }
+  const denied = checkTalos(parsed, node, mode.facts, extraDNS);
+  if (denied) return denied;
   return {
     action: "approve",
     reason: APPROVE_REASON,
-    message: `${approved}; identity and names confirmed by Talos on ${talos.nodeIP}`,
+    message: `${approved}; identity and names confirmed by Talos on ${mode.facts.nodeIP}`,
   };
 }
 
@@ -1013,9 +1127,12 @@ export function checkCsr(csr: CsrInput): Decision | CheckedCsr {
 function precheck(
   csr: CsrInput | CheckedCsr,
   node: NodeInput | undefined,
+  networks: NetworkView,
 ): Decision | { parsed: ParsedCsr; node: NodeInput } {
   const checked = CHECKED in csr ? csr : checkCsr(csr);
   if ("action" in checked) return checked;
+  const shared = checkNetworks(checked.parsed, checked.nodeName, networks);
+  if (shared) return shared;
   if (!node || node.name !== checked.nodeName) {
     return {
       action: "wait",
@@ -1045,11 +1162,13 @@ function failClosed<T>(fn: () => T): T | Decision {
  * kubelet-serving (else ignore); username `system:node:<name>` and group `system:nodes`; usages;
  * one well-formed PEM request within `MAX_REQUEST_BYTES`; key (RSA 2048–8192, P-256, P-384,
  * Ed25519); proof of possession; subject CN = username and O = [system:nodes]; SANs (DNS/IP only,
- * no wildcard, no `kubernetes`/`kubernetes.*`, at least one); the Node exists (else wait); every
- * DNS SAN is the node name or a Hostname/InternalDNS/ExternalDNS address of it, and no other
- * Node's name or DNS address; every IP SAN is a status address or provided node IP. Then without
- * Talos: no IP SAN is another Node's address. With Talos: the Talos node that answered is this
- * node, reports every IP SAN, and knows every DNS SAN other than the node name.
+ * at least one; no wildcard, no name of `reservedName()`, no IP of `specialIP()`); no IP SAN in
+ * the cluster's Service or pod ranges, no DNS SAN a shared name (`networks`);
+ * the Node exists (else wait); every DNS SAN is the node name or a Hostname/InternalDNS/ExternalDNS
+ * address of it, and no other Node's name or DNS address; every IP SAN is a status address or
+ * provided node IP, and no other Node's address in any spelling. Then with Talos: the Talos node
+ * that answered is this node, reports every IP SAN on a link of its own and outside what it
+ * excludes from node IPs, and knows every DNS SAN other than the node name.
  * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
  *   not exist (yet); a Node of any other name is treated as absent
@@ -1057,6 +1176,7 @@ function failClosed<T>(fn: () => T): T | Decision {
  *   when the Node and the other Nodes are all there is to check against
  * @param others the other Nodes (the requester's own is skipped if present): every one, or at
  *   least every one that claims a name or IP of `requestedClaims()` — the rest cannot matter
+ * @param networks the cluster's Service and pod ranges and shared names (lib/sharedaddresses.ts)
  * @returns ignore, wait (the Node is missing: retry later), approve or deny with a stable reason
  * @example
  * const d = decide(csr, node, facts, otherNodes);
@@ -1067,9 +1187,10 @@ export function decide(
   node: NodeInput | undefined,
   talos?: TalosFacts,
   others: Iterable<NodeInput> = [],
+  networks: NetworkView = NO_NETWORKS,
 ): Decision {
   return failClosed(() => {
-    const pre = precheck(csr, node);
+    const pre = precheck(csr, node, networks);
     if ("action" in pre) return pre;
     const mode: Mode = talos ? { kind: "talos", facts: talos } : { kind: "csr-only" };
     return checkOwnership(pre.parsed, pre.node, mode, others) as Decision;
@@ -1083,18 +1204,20 @@ export function decide(
  * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by the requester, or undefined
  * @param others the other Nodes, as for `decide()`
+ * @param networks the cluster's ranges and shared names, as for `decide()`
  * @returns ignore, wait or deny — never approve — or what to ask Talos
  * @example
- * const s = screen(csr, node, others);
- * const d = s.action === "confirm" ? decide(csr, node, await askTalos(s), others) : s;
+ * const s = screen(csr, node, others, networks);
+ * const d = s.action === "confirm" ? decide(csr, node, await askTalos(s), others, networks) : s;
  */
 export function screen(
   csr: CsrInput | CheckedCsr,
   node: NodeInput | undefined,
   others: Iterable<NodeInput> = [],
+  networks: NetworkView = NO_NETWORKS,
 ): Decision | TalosQuestion {
   return failClosed(() => {
-    const pre = precheck(csr, node);
+    const pre = precheck(csr, node, networks);
     if ("action" in pre) return pre;
     return checkOwnership(pre.parsed, pre.node, { kind: "screen" }, others);
   });

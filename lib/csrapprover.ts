@@ -28,12 +28,14 @@ import {
   screen,
   type TalosFacts,
 } from "./csr.ts";
+import { CsrNetworks } from "./csrnetworks.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { ControllerContext } from "./manager.ts";
 import type { Registry } from "./metrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
+import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";
 import type { PlatformMetadata } from "./types.ts";
 import { KUBELET_SERVING_SIGNER } from "./wellknown.ts";
@@ -158,7 +160,7 @@ export function nodePollDelayMs(looks: number, leftMs: number): number {
 /** The Talos calls the controller makes. */
 export type TalosFactsClient = Pick<
   TalosClient,
-  "firstAnswer" | "nodename" | "addresses" | "hostname" | "platformMetadata"
+  "firstAnswer" | "nodename" | "addresses" | "links" | "nodeIPConfig" | "hostname" | "platformMetadata"
 >;
 
 interface FactsEntry {
@@ -171,8 +173,9 @@ interface FactsEntry {
 
 /**
  * Reads and briefly caches what Talos says about the machine behind a Node: which node it is
- * (Nodename), its addresses and, when asked, its DNS names — all from the one Talos node that
- * answered on the Node's IPs. Errors propagate: an unreachable Talos is never read as "no Talos".
+ * (Nodename), its addresses with the links that hold them, what it excludes from node IPs
+ * (NodeIPConfig) and, when asked, its DNS names — all from the one Talos node that answered on the
+ * Node's IPs. Errors propagate: an unreachable Talos is never read as "no Talos".
  */
 export class TalosFactsReader {
   readonly #talos: TalosFactsClient;
@@ -217,8 +220,22 @@ export class TalosFactsReader {
         (ip, o) => this.#talos.nodename(ip, o),
         opts,
       );
-      const addresses = (await this.#talos.addresses(nodeIP, opts)).map((a) => a.address);
-      entry = { at: now, ips: ips.join(","), facts: { nodeIP, nodename, addresses } };
+      const [statuses, links, nodeIPConfig] = await Promise.all([
+        this.#talos.addresses(nodeIP, opts),
+        this.#talos.links(nodeIP, opts),
+        this.#talos.nodeIPConfig(nodeIP, opts),
+      ]);
+      entry = {
+        at: now,
+        ips: ips.join(","),
+        facts: {
+          nodeIP,
+          nodename,
+          addresses: statuses.map((a) => a.address),
+          sharedAddresses: addressesOnSharedLinks(statuses, links),
+          excludedSubnets: nodeIPConfig.excludeSubnets,
+        },
+      };
       this.#prune(now);
       // Re-inserted at the end, so that the map stays (nearly) in age order for #prune.
       this.#cache.delete(name);
@@ -274,7 +291,7 @@ export class NodeClaimIndex {
 
   /** Records (or replaces) what `node` claims. */
   set(node: NodeInput): void {
-    const c = claims(node);
+    const c = claims(node, "other");
     const next: NodeClaimList = { dns: [...c.dns], ips: [...c.ips] };
     const prev = this.#byNode.get(node.name);
     // Most Node updates are status heartbeats that change no address.
@@ -362,6 +379,8 @@ export interface CsrApproverOptions {
   talos: TalosFactsClient | undefined;
   config: { readonly current: { global: { preferIPv6: boolean } } };
   registry: Registry;
+  /** The cluster's shared ranges, addresses and names (lib/csrnetworks.ts fills them). */
+  networks: NetworkView;
   /** How long a CSR waits for its Node (default {@link NODE_WAIT_MS}). */
   nodeWaitMs?: number;
   workers?: number;
@@ -509,11 +528,12 @@ export class CsrApprover {
     const wanted = requestedClaims(checked);
     // Looked up again after Talos answered: Nodes may have changed meanwhile.
     const others = () => this.#others(wanted, checked.nodeName);
-    if (!this.#facts) return decide(checked, node, undefined, others());
-    const s = screen(checked, node, others());
+    const { networks } = this.#opts;
+    if (!this.#facts) return decide(checked, node, undefined, others(), networks);
+    const s = screen(checked, node, others(), networks);
     if (s.action !== "confirm") return s;
     const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
-    return facts && decide(checked, node, facts, others());
+    return facts && decide(checked, node, facts, others(), networks);
   }
 
   /** The Nodes other than `self` that claim one of `wanted`, as policy input. */
@@ -634,6 +654,8 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
     transform: leanCsr,
     log: logger("csr-informer"),
   });
+  const nets = new CsrNetworks({ client: ctx.client, ipam: ctx.options.ipam, talos: ctx.talos });
+  ctx.nodes.addHandlers(nets.nodeHandlers);
   const approver = new CsrApprover({
     client: ctx.client,
     csrs,
@@ -642,10 +664,12 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
     talos: ctx.talos,
     config: ctx.config,
     registry: ctx.registry,
+    networks: nets.networks,
   });
   csrs.addHandlers(approver.csrHandlers);
   csrs.start();
-  await Promise.race([csrs.waitForSync(), aborted(signal)]);
+  // No CSR is decided before the cluster's ranges are known.
+  await Promise.race([Promise.all([csrs.waitForSync(), nets.start(signal)]), aborted(signal)]);
   log.info("Approving kubelet serving CSRs", {
     checks: ctx.talos ? "Node, other Nodes and Talos" : "Node and other Nodes (CSR-only mode: no Talos API)",
     pending: csrs.list().filter(isPending).length,
@@ -654,6 +678,6 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
   try {
     await approver.run(signal);
   } finally {
-    await csrs.stop();
+    await Promise.all([csrs.stop(), nets.stop()]);
   }
 }

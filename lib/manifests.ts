@@ -136,8 +136,11 @@ function settingsFrom(opts: ManifestsOptions, cloudConfig?: string): Omit<Manife
 // ---------------------------------------------------------------------------------------------------
 // RBAC
 
-/** Which object grants a permission: the ClusterRole, the Lease Role, or the Events Role. */
-export type GrantScope = "cluster" | "leader-election" | "events";
+/**
+ * Which object grants a permission: the ClusterRole, the Lease Role, the Events Role, or the Role
+ * that reads the API server's own Service in `default`.
+ */
+export type GrantScope = "cluster" | "leader-election" | "events" | "apiserver";
 
 /** One verb on one resource, who uses it and why: a row of the RBAC table. */
 export interface Grant {
@@ -205,6 +208,21 @@ function allGrants(leaseName: string): Grant[] {
       nodeCsrApproval,
       "the API server asks for it on every approval or denial, for this signer only",
       [KUBELET_SERVING_SIGNER],
+    ),
+    ...row(
+      "cluster",
+      "networking.k8s.io:servicecidrs",
+      "list,watch",
+      nodeCsrApproval,
+      "the Service CIDRs, whose addresses no serving certificate may name",
+    ),
+    ...row(
+      "apiserver",
+      ":services",
+      "get",
+      nodeCsrApproval,
+      "the kubernetes Service's ClusterIPs, which no serving certificate may name",
+      ["kubernetes"],
     ),
     ...row(
       "cluster",
@@ -462,6 +480,15 @@ export function manifests(s: ManifestSettings): Manifest[] {
       EVENTS_NAMESPACE,
       " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
     ),
+    ...(grants.some((g) => g.scope === "apiserver")
+      ? role(
+          "Role",
+          `${APP_NAME}:apiserver`,
+          "apiserver",
+          "default",
+          " node-csr-approval reads the API server's own Service, kubernetes, and nothing else in default.",
+        )
+      : []),
     {
       comment:
         " For Prometheus. /metrics needs a bearer token whose identity may get the non-resource URL\n" +

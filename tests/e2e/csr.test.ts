@@ -64,7 +64,14 @@ function machine(
   return spec;
 }
 
-const IP = { a: "10.30.0.1", b: "10.30.0.2", c: "10.30.0.3", late: "10.30.0.4", down: "10.30.0.5" };
+const IP = {
+  a: "10.30.0.1",
+  b: "10.30.0.2",
+  c: "10.30.0.3",
+  late: "10.30.0.4",
+  down: "10.30.0.5",
+  unregistered: "10.30.0.6",
+};
 /** An address node A's kubelet puts into its status that Talos does not report. */
 const UNREPORTED_IP = "10.30.0.99";
 
@@ -178,6 +185,8 @@ beforeAll(async () => {
         machine("csr-c", IP.c),
         machine("csr-late", IP.late),
         machine("csr-down", IP.down),
+        // A machine whose kubelet has not registered its Node: no Node claims its IP.
+        machine("csr-unregistered", IP.unregistered),
       ],
     }),
   ]);
@@ -414,12 +423,13 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
   }
 
   test("a Node whose IP leads to another node's Talos (forged endpoint) is denied as TalosNodeMismatch", async () => {
-    // The forger's kubelet publishes B's IP as its own; B's Talos answers there.
-    const forger = await register("csr-forger", [IP.b]);
-    const csr = await forger.submitServingCSR({ dns: ["csr-forger"], ips: [IP.b] });
+    // The forger's kubelet publishes the IP of a machine whose Node is not registered (no Node
+    // claims it); that machine's Talos answers there with its own name.
+    const forger = await register("csr-forger", [IP.unregistered]);
+    const csr = await forger.submitServingCSR({ dns: ["csr-forger"], ips: [IP.unregistered] });
     const cond = await decided(csr.metadata?.name as string);
     expect(cond).toMatchObject({ type: "Denied", reason: "TalosNodeMismatch" });
-    expect(cond.message).toContain('is node "csr-b"');
+    expect(cond.message).toContain('is node "csr-unregistered"');
   });
 
   test("the API server itself refuses a CN naming another node, an unparsable PEM and a bad signature", async () => {
@@ -532,7 +542,7 @@ describe("node-csr-approval in CSR-only mode", () => {
     const csr = await solo.submitServingCSR();
     const cond = await decided(csr.metadata?.name as string);
     expect(cond).toMatchObject({ type: "Approved" });
-    expect(cond.message).toContain("checked against the Node only");
+    expect(cond.message).toContain("checked against the Nodes only");
     const squatter = await register("csr-squatter", ["10.40.0.2"], [{ type: "ExternalIP", address: IP.b }]);
     const squat = await squatter.submitServingCSR({ ips: ["10.40.0.2", IP.b] });
     expect(await decided(squat.metadata?.name as string)).toMatchObject({

@@ -40,6 +40,8 @@ const talosA: TalosFacts = {
   nodename: "worker-a",
   addresses: ["10.0.0.1/24", "2001:db8::a/64"],
   dnsNames: ["worker-a.example.com"],
+  sharedAddresses: new Map(),
+  excludedSubnets: [],
 };
 
 /** Every SAN the generator may ask for, with whether node A owns it (by Node status / by Talos). */
@@ -49,7 +51,10 @@ const DNS_POOL: Array<[string, boolean]> = [
   ["worker-a.example.com", true],
   ["worker-b", false],
   ["worker-b.example.com", false],
-  ["worker-a.", false],
+  // One trailing dot is removed before names compare, as Go's verifier does: the node's own name.
+  ["worker-a.", true],
+  ["Worker-B.", false],
+  ["localhost", false],
   ["*.example.com", false],
   ["*", false],
   ["kubernetes", false],
@@ -66,6 +71,7 @@ const IP_POOL: Array<[string, { node: boolean; talos: boolean }]> = [
   ["2001:db8::b", { node: false, talos: false }],
   ["::a00:1", { node: false, talos: false }],
   ["0.0.0.0", { node: false, talos: false }],
+  ["127.0.0.1", { node: false, talos: false }],
 ];
 
 function input(request: string, over: Partial<CsrInput> = {}): CsrInput {
@@ -261,7 +267,12 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
               ...o.ips.map((address) => ({ type: "ExternalIP", address })),
             ],
           }));
-          const facts: TalosFacts = { nodeIP: "10.0.0.1", ...t };
+          const facts: TalosFacts = {
+            nodeIP: "10.0.0.1",
+            sharedAddresses: new Map(),
+            excludedSubnets: [],
+            ...t,
+          };
           const csrIn = input(b64(csr));
           const s = screen(csrIn, node, others);
           const withTalos = total(csrIn, node, facts, others);
@@ -272,7 +283,7 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
           const ownedByNode =
             dns.length + ips.length > 0 &&
             extra.every((d) => statusDNS.includes(d) && !otherDNS.has(d)) &&
-            ips.every((ip) => statusIPs.includes(ip));
+            ips.every((ip) => statusIPs.includes(ip) && !otherIPs.has(ip));
           if (s.action === "confirm") {
             expect(ownedByNode).toBe(true);
             expect(s.dnsNames).toEqual(extra);
@@ -282,7 +293,8 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
               ips.every((ip) => t.addresses.some((a) => a.startsWith(`${ip}/`))) &&
               extra.every((d) => t.dnsNames.includes(d));
             expect(withTalos.action).toBe(confirmed ? "approve" : "deny");
-            expect(csrOnly.action).toBe(ips.some((ip) => otherIPs.has(ip)) ? "deny" : "approve");
+            // The same rules in both modes: CSR-only approves what passed every Node check.
+            expect(csrOnly.action).toBe("approve");
           } else {
             expect(ownedByNode).toBe(false);
             expect(withTalos).toEqual(s);
@@ -326,7 +338,12 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
             ],
             ...(o.provided === undefined ? {} : { providedNodeIP: o.provided }),
           }));
-          const facts: TalosFacts = { nodeIP: "10.0.0.1", ...t };
+          const facts: TalosFacts = {
+            nodeIP: "10.0.0.1",
+            sharedAddresses: new Map(),
+            excludedSubnets: [],
+            ...t,
+          };
           const raw = input(b64(csr));
           const checked = checkCsr(raw);
           if ("action" in checked) {
@@ -335,7 +352,7 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
           }
           const wanted = requestedClaims(checked);
           const sharing = others.filter((o) => {
-            const c = claims(o);
+            const c = claims(o, "other");
             return [...wanted.dns].some((d) => c.dns.has(d)) || [...wanted.ips].some((ip) => c.ips.has(ip));
           });
           expect(screen(checked, node, sharing)).toEqual(screen(raw, node, others));

@@ -54,7 +54,15 @@ const nodeA: NodeInput = {
 };
 /** What Talos reports for node A unless overridden: its addresses, name and DNS names. */
 function facts(addresses: string[], over: Partial<TalosFacts> = {}): TalosFacts {
-  return { nodeIP: "10.0.0.1", nodename: "worker-a", addresses, dnsNames: ["worker-a.example.com"], ...over };
+  return {
+    nodeIP: "10.0.0.1",
+    nodename: "worker-a",
+    addresses,
+    dnsNames: ["worker-a.example.com"],
+    sharedAddresses: new Map(),
+    excludedSubnets: [],
+    ...over,
+  };
 }
 const talosA = facts(["10.0.0.1/24", "2001:db8::a/64", "fe80::1/64"]);
 
@@ -272,9 +280,9 @@ describe("decide() denies the attack matrix", () => {
     },
     { name: "node A asking for B's IPv6", pem: () => csrA({ ips: ["2001:db8::b"] }), reason: "IPNotOwned" },
     {
-      name: "IPv4-compatible is not IPv4-mapped",
+      name: "an IPv4-compatible address, which stands for an IPv4 address",
       pem: () => csrA({ ips: ["::a00:1"] }),
-      reason: "IPNotOwned",
+      reason: "NonUniqueIP",
     },
     {
       name: "an IP the Node claims but Talos does not report",
@@ -671,11 +679,12 @@ describe("decide() against the other Nodes and Talos' identity and names", () =>
       want: { action: "deny", reason: "IPOfOtherNode" },
     },
     {
-      name: "leaves a shared IP to Talos when Talos is there",
+      name: "denies another Node's IP with Talos too: the same rules in both modes",
       pem: () => csrA({ ips: ["10.0.0.2"] }),
       node: nodeAWith({ type: "InternalIP", address: "10.0.0.2" }),
+      talos: facts(["10.0.0.1/24", "10.0.0.2/24"]),
       others: [nodeB],
-      want: { action: "deny", reason: "IPNotReportedByTalos" },
+      want: { action: "deny", reason: "IPOfOtherNode", says: '"10.0.0.2" (node "worker-b")' },
     },
     {
       name: "denies when the Talos node on the Node's IP is another node (forged endpoint)",
@@ -735,7 +744,7 @@ describe("decide() against the other Nodes and Talos' identity and names", () =>
       message: expect.stringContaining("confirmed by Talos on 10.0.0.1"),
     });
     expect(decide(input(pem), nodeA)).toMatchObject({
-      message: expect.stringContaining("checked against the Node only"),
+      message: expect.stringContaining("checked against the Nodes only"),
     });
   });
 });
@@ -770,10 +779,10 @@ describe("screen()", () => {
       expect(s).toMatchObject({ reason });
       expect(s).toEqual(decide(csr, node, talosA, [nodeB]));
     }
-    // Another Node's IP is for Talos to judge, not a denial before asking it.
-    expect(screen(input(await csrA({ ips: ["10.0.0.2"] })), withB, [nodeB])).toMatchObject({
-      action: "confirm",
-    });
+    // Another Node's IP is denied before Talos is asked, as without Talos.
+    const shared = input(await csrA({ ips: ["10.0.0.2"] }));
+    expect(screen(shared, withB, [nodeB])).toMatchObject({ action: "deny", reason: "IPOfOtherNode" });
+    expect(screen(shared, withB, [nodeB])).toEqual(decide(shared, withB, undefined, [nodeB]));
   });
 
   test("screen() fails closed on malformed input objects", () => {
@@ -851,10 +860,31 @@ describe("claims() and requestedClaims()", () => {
       ],
       providedNodeIP: "10.0.0.9, fd00::1",
     };
-    expect(claims(node)).toEqual({
+    expect(claims(node, "own")).toEqual({
       dns: new Set(["worker-a", "worker-a.lan", "worker-a.internal", "web.example.com"]),
       ips: new Set(["10.0.0.5", "10.0.0.1", "2001:db8::a", "10.0.0.9", "fd00::1"]),
     });
+  });
+
+  test('claims(node, "other") reads every spelling: leading zeros (decimal and octal), zones, prefixes, trailing dots, any address type', () => {
+    const node: NodeInput = {
+      name: "worker-b",
+      addresses: [
+        { type: "InternalIP", address: "10.0.0.002" },
+        { type: "InternalIP", address: " 10.0.0.010 " },
+        { type: "ExternalIP", address: "FE80::1%eth0" },
+        { type: "InternalIP", address: "10.1.2.3/24" },
+        { type: "InternalDNS", address: "Worker-B.Example.com." },
+        { type: "SomethingElse", address: "api.example.com" },
+      ],
+      providedNodeIP: "0x0a.0.0.7",
+    };
+    expect(claims(node, "other")).toEqual({
+      dns: new Set(["worker-b", "worker-b.example.com", "api.example.com"]),
+      ips: new Set(["10.0.0.2", "10.0.0.10", "10.0.0.8", "fe80::1", "10.1.2.3", "10.0.0.7"]),
+    });
+    // Read strictly, the same Node claims nothing of those IPs as its own.
+    expect(claims(node, "own").ips.size).toBe(0);
   });
 
   test("requestedClaims() spells the SANs as claims() does", async () => {

@@ -22,6 +22,7 @@ import {
 } from "../../lib/csrapprover.ts";
 import { KubeError } from "../../lib/kube.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { ClusterNetworks } from "../../lib/sharedaddresses.ts";
 import { TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata } from "../../lib/types.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
@@ -103,6 +104,12 @@ class FakeCache<T extends { metadata: { name: string } }> {
 interface Machine {
   nodename: string;
   addresses: string[];
+  /** The link of an address (default: `lo` for 127.0.0.0/8, else `eth0`). */
+  linkOf?: Record<string, string>;
+  /** LinkStatuses beyond the defaults `lo` (loopback) and `eth0` (ether). */
+  links?: Array<{ name: string; type: number; kind: string }>;
+  /** NodeIPConfig excludeSubnets. */
+  excludeSubnets?: string[];
   hostname?: { hostname: string; domainname: string };
   metadata?: Partial<PlatformMetadata>;
 }
@@ -136,15 +143,28 @@ class FakeTalos implements TalosFactsClient {
     return this.#machine(ip, "nodename").nodename;
   }
   async addresses(ip: string) {
-    return this.#machine(ip, "addresses").addresses.map((address) => ({
-      id: `eth0/${address}`,
+    const m = this.#machine(ip, "addresses");
+    const linkOf = (a: string) => m.linkOf?.[a] ?? (a.startsWith("127.") ? "lo" : "eth0");
+    return m.addresses.map((address) => ({
+      id: `${linkOf(address)}/${address}`,
       address,
-      linkName: "eth0",
+      linkName: linkOf(address),
       linkIndex: 2,
       family: address.includes(":") ? ("inet6" as const) : ("inet4" as const),
       scope: 0,
       flags: 0x80,
     }));
+  }
+  async links(ip: string) {
+    const extra = this.#machine(ip, "links").links ?? [];
+    return [
+      { name: "lo", index: 1, type: 772, kind: "", flags: 0x8, linkState: true },
+      { name: "eth0", index: 2, type: 1, kind: "", flags: 0, linkState: true },
+      ...extra.map((l, i) => ({ ...l, index: 3 + i, flags: 0, linkState: true })),
+    ];
+  }
+  async nodeIPConfig(ip: string) {
+    return { validSubnets: [], excludeSubnets: this.#machine(ip, "nodeIPConfig").excludeSubnets ?? [] };
   }
   async hostname(ip: string) {
     const h = this.#machine(ip, "hostname").hostname ?? { hostname: "", domainname: "" };
@@ -175,6 +195,10 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
   });
   talos.machines.set("10.0.0.2", { nodename: "worker-b", addresses: ["10.0.0.2/24"] });
   const registry = new Registry();
+  const networks = new ClusterNetworks();
+  networks.set("servicecidr/kubernetes", "a Service CIDR (ServiceCIDR kubernetes)", {
+    cidrs: ["10.96.0.0/12"],
+  });
   let now = T0 + 1000;
   const approver = new CsrApprover({
     client: {
@@ -195,6 +219,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
     talos: opts.talos === false ? undefined : talos,
     config: { current: { global: { preferIPv6: false } } },
     registry,
+    networks,
     now: () => now,
   });
   csrs.addHandlers(approver.csrHandlers);
@@ -322,8 +347,16 @@ describe("TalosFactsReader", () => {
       nodename: "worker-a",
       addresses: ["fd00::1/64"],
       dnsNames: [],
+      sharedAddresses: new Map(),
+      excludedSubnets: [],
     });
-    expect(talos.calls).toEqual(["nodename 10.9.9.9", "nodename fd00::1", "addresses fd00::1"]);
+    expect(talos.calls).toEqual([
+      "nodename 10.9.9.9",
+      "nodename fd00::1",
+      "addresses fd00::1",
+      "links fd00::1",
+      "nodeIPConfig fd00::1",
+    ]);
   });
 
   test("TalosFactsReader.read() reports the name of whatever machine the Node's IP leads to", async () => {
@@ -353,6 +386,8 @@ describe("TalosFactsReader", () => {
     expect(talos.calls).toEqual([
       "nodename 10.0.0.1",
       "addresses 10.0.0.1",
+      "links 10.0.0.1",
+      "nodeIPConfig 10.0.0.1",
       "hostname 10.0.0.1",
       "platformMetadata 10.0.0.1",
     ]);
@@ -366,12 +401,13 @@ describe("TalosFactsReader", () => {
     const reader = new TalosFactsReader(talos, { ttlMs: 10_000, now: () => now });
     await reader.read(node("worker-a", ["10.0.0.1"]), false, false);
     await reader.read(node("worker-a", ["10.0.0.1"]), false, false);
-    expect(talos.calls).toHaveLength(2);
-    expect((await reader.read(node("worker-a", ["10.0.0.2"]), false, false)).nodename).toBe("worker-b");
+    // nodename, addresses, links and NodeIPConfig once per read of the machine
     expect(talos.calls).toHaveLength(4);
+    expect((await reader.read(node("worker-a", ["10.0.0.2"]), false, false)).nodename).toBe("worker-b");
+    expect(talos.calls).toHaveLength(8);
     now += 10_000;
     await reader.read(node("worker-a", ["10.0.0.2"]), false, false);
-    expect(talos.calls).toHaveLength(6);
+    expect(talos.calls).toHaveLength(12);
   });
 
   test("TalosFactsReader.read() throws when Talos does not answer or the Node has no IP", async () => {
@@ -464,8 +500,8 @@ describe("CsrApprover", () => {
   });
 
   test("CsrApprover denies a Node whose IP leads to another node's Talos (forged endpoint)", async () => {
+    // Machine B's Node is not registered (yet): no Node claims 10.0.0.2, so only Talos can tell.
     const f = setup();
-    f.nodes.put(node("worker-b", ["10.0.0.2"]));
     f.nodes.put(node("worker-a", ["10.0.0.2"]));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.2"] }))));
     await f.drain();
@@ -473,7 +509,12 @@ describe("CsrApprover", () => {
       type: "Denied",
       reason: "TalosNodeMismatch",
     });
-    expect(f.talos.calls).toEqual(["nodename 10.0.0.2", "addresses 10.0.0.2"]);
+    expect(f.talos.calls).toEqual([
+      "nodename 10.0.0.2",
+      "addresses 10.0.0.2",
+      "links 10.0.0.2",
+      "nodeIPConfig 10.0.0.2",
+    ]);
   });
 
   test("CsrApprover asks Talos for DNS names only when the request has names besides the node name", async () => {
@@ -616,7 +657,7 @@ describe("CsrApprover", () => {
     );
     expect(byName["csr-1"]).toMatchObject({
       type: "Approved",
-      message: expect.stringContaining("Node only"),
+      message: expect.stringContaining("Nodes only"),
     });
     expect(byName["csr-2"]).toMatchObject({ type: "Denied", reason: "IPOfOtherNode" });
     expect(f.talos.calls).toEqual([]);
@@ -712,5 +753,52 @@ describe("CsrApprover", () => {
       type: "Denied",
       reason: "IPOfOtherNode",
     });
+  });
+
+  test("CsrApprover refuses a Service CIDR address in both modes, without asking Talos", async () => {
+    for (const talos of [true, false]) {
+      const f = setup({ talos });
+      f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.96.0.10" }]));
+      f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.96.0.10"] }))));
+      await f.drain();
+      expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+        type: "Denied",
+        reason: "ClusterNetworkIP",
+        message: expect.stringContaining("ServiceCIDR kubernetes"),
+      });
+      expect(f.events.map((e) => e.reason)).toEqual(["ClusterNetworkIP"]);
+      expect(f.talos.calls).toEqual([]);
+    }
+  });
+
+  test("CsrApprover refuses an address Talos reports on a dummy link (kube-proxy's kube-ipvs0)", async () => {
+    const f = setup();
+    f.talos.machines.set("10.0.0.1", {
+      nodename: "worker-a",
+      addresses: ["10.0.0.1/24", "10.0.0.50/32"],
+      linkOf: { "10.0.0.50/32": "kube-ipvs0" },
+      links: [{ name: "kube-ipvs0", type: 1, kind: "dummy" }],
+    });
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.0.0.50" }]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.50"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+      type: "Denied",
+      reason: "SharedIP",
+      message: expect.stringContaining("kube-ipvs0"),
+    });
+  });
+
+  test("CsrApprover refuses a virtual IP the machine's NodeIPConfig excludes", async () => {
+    const f = setup();
+    f.talos.machines.set("10.0.0.1", {
+      nodename: "worker-a",
+      addresses: ["10.0.0.1/24", "10.0.0.100/32"],
+      excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.0.100"],
+    });
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.0.0.100" }]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.100"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({ type: "Denied", reason: "SharedIP" });
   });
 });

@@ -154,16 +154,18 @@ describe("manifests() objects", () => {
       `RoleBinding/${APP_NAME}:leader-election`,
       `Role/${APP_NAME}:events`,
       `RoleBinding/${APP_NAME}:events`,
+      `Role/${APP_NAME}:apiserver`,
+      `RoleBinding/${APP_NAME}:apiserver`,
       `Service/${APP_NAME}`,
       `DaemonSet/${APP_NAME}`,
     ]);
   });
 
-  test("manifests() puts everything namespaced in --namespace, Events' Role in default", () => {
+  test("manifests() puts everything namespaced in --namespace, the Events and API server Roles in default", () => {
     const s = settings({ namespace: "ccm-system" });
     for (const { object } of manifests(s)) {
       if (object.kind.startsWith("Cluster")) expect(object.metadata.namespace).toBeUndefined();
-      else if (object.metadata.name.endsWith(":events"))
+      else if (object.metadata.name.endsWith(":events") || object.metadata.name.endsWith(":apiserver"))
         expect(object.metadata.namespace).toBe(EVENTS_NAMESPACE);
       else expect(object.metadata.namespace).toBe("ccm-system");
       const subjects = object.subjects as unknown[] | undefined;
@@ -342,6 +344,9 @@ describe("rbacGrants()", () => {
         "certificatesigningrequests:watch",
         "certificatesigningrequests/approval:update",
         "signers:approve",
+        "servicecidrs:list",
+        "servicecidrs:watch",
+        "services:get",
       ],
     ],
     ["node-ipam", ["node-ipam"], [...runtime, "nodes:patch", "nodes:get"]],
@@ -361,6 +366,7 @@ describe("rbacGrants()", () => {
     const named = rbacGrants(ALL, "my-lease").filter((g) => g.resourceNames);
     expect(named.map((g) => `${key(g)}=${g.resourceNames?.join(",")}`)).toEqual([
       "signers:approve=kubernetes.io/kubelet-serving",
+      "services:get=kubernetes",
       "leases:get=my-lease",
       "leases:update=my-lease",
     ]);

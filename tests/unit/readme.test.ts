@@ -5,6 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { formatIssue, parseConfig } from "../../lib/config.ts";
+import { DENY_REASONS } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { transform } from "../../lib/transform.ts";
 import { fixtureNames, loadFixture } from "../support/fixtures.ts";
@@ -39,4 +40,12 @@ describe("README configuration examples", () => {
       }
     });
   }
+});
+
+describe("README CSR security model", () => {
+  const section = readme.slice(readme.indexOf("## CSR security model"), readme.indexOf("## Migrating"));
+  const rows = [...section.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1]);
+  test("the CSR table lists every denial reason the policy has, in its order, and no other", () => {
+    expect(rows).toEqual([...DENY_REASONS]);
+  });
 });
