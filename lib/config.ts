@@ -4,26 +4,29 @@
 // compiled: every regex and template is built once, literal label/annotation/taint entries are
 // validated. Problems carry their exact path (`transformations[1].labels["a/b"]`) and line.
 //
-// Severity policy: anything that can never work (wrong types, bad operators, regexes or templates)
-// is an error and nothing is loaded, so the cluster is never touched with a broken config. Entries
-// Kubernetes would refuse (an invalid label key, a reserved taint) and unknown keys are warnings:
-// the entry is dropped and the rest applies, because the reference accepted such files at load
-// (its own docs/rules.yaml has one) and refusing to start would block every node over one entry.
+// Severity policy: the config fails closed. Anything that can never work (wrong types, bad
+// operators, regexes or templates) is an error and nothing is loaded, so the cluster is never
+// touched with a broken config. So is an unknown key inside a rule (a mapping key, a selector key, a
+// platformMetadata field), as Kubernetes' strict field validation does: a misspelling there must
+// never widen what the rule matches (`nodeSelecter:` would leave the rule without a selector, so it
+// would match every node). Unknown keys at the top level and under `global` stay warnings, as do
+// entries Kubernetes would refuse (an invalid label key, a reserved taint): the entry is dropped and
+// the rest applies, because the reference accepted such files at load and refusing to start would
+// block every node over one entry. The file's size and shape are bounded before YAML parsing
+// (lib/configlimits.ts).
 
-import { readFileSync } from "node:fs";
 import * as v from "valibot";
+import { type Alias, type Document, isAlias, isMap, isScalar, isSeq, LineCounter, visit } from "yaml";
 import {
-  type Alias,
-  type Document,
-  isAlias,
-  isMap,
-  isScalar,
-  isSeq,
-  LineCounter,
-  parseAllDocuments,
-} from "yaml";
+  CompileBudget,
+  ConfigLimitError,
+  type FirstDocument,
+  MAX_YAML_NODES,
+  parseFirstDocument,
+  readConfigFile,
+} from "./configlimits.ts";
 import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
-import { unknownKeyMessage } from "./suggest.ts";
+import { quoteValue, unknownKeyMessage, withoutLongValue } from "./suggest.ts";
 import { parseTemplate, type Template } from "./template.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./transform.ts";
 import type { Features, PlatformMetadata } from "./types.ts";
@@ -143,19 +146,15 @@ export function formatPath(path: Path): string {
   return out;
 }
 
-/** Nodes visited after alias expansion; bounds "billion laughs" documents. */
-const MAX_NODES = 100_000;
-
 class TooLargeError extends Error {}
 
 interface Walk {
-  doc: Document;
   lines: LineCounter;
   lineOf: Map<string, number>;
   budget: number;
   /** Collections being converted: an alias to one of them is a cycle. */
   open: Set<unknown>;
-  /** Resolved aliases. */
+  /** What each alias refers to (see {@link resolveAliases}). */
   anchors: Map<Alias, unknown>;
   /** Depth of alias expansion; lines inside an expansion are the anchor's, so they are not recorded. */
   aliasDepth: number;
@@ -181,10 +180,20 @@ function fault(w: Walk, path: Path, node: unknown, message: string): void {
   );
 }
 
-/** Alias.resolve() searches the whole document each time: remember its answers. */
-function resolveAlias(w: Walk, alias: Alias): unknown {
-  if (!w.anchors.has(alias)) w.anchors.set(alias, alias.resolve(w.doc));
-  return w.anchors.get(alias);
+/**
+ * Resolves every alias of the document in one walk: an alias refers to the last node with its
+ * anchor before it, as Alias.resolve() finds it (which walks the whole document for each alias).
+ */
+function resolveAliases(doc: Document): Map<Alias, unknown> {
+  const anchored = new Map<string, unknown>();
+  const resolved = new Map<Alias, unknown>();
+  visit(doc, {
+    Node: (_key, node) => {
+      if (isAlias(node)) resolved.set(node, anchored.get(node.source));
+      else if (node.anchor) anchored.set(node.anchor, node);
+    },
+  });
+  return resolved;
 }
 
 function isMergeKey(key: unknown): boolean {
@@ -194,7 +203,7 @@ function isMergeKey(key: unknown): boolean {
 function toPlain(node: unknown, w: Walk, path: Path): Plain {
   if (--w.budget < 0) throw new TooLargeError();
   if (isAlias(node)) {
-    const target = resolveAlias(w, node);
+    const target = w.anchors.get(node);
     if (target === undefined) {
       fault(w, path, node, `unknown anchor in alias *${node.source}`);
       return null;
@@ -250,7 +259,7 @@ function toPlain(node: unknown, w: Walk, path: Path): Plain {
 
 /** Applies a `<<` merge: explicit keys win, then earlier merged mappings over later ones. */
 function mergeInto(out: { [key: string]: Plain }, value: unknown, w: Walk, path: Path): void {
-  const source = isAlias(value) ? resolveAlias(w, value) : value;
+  const source = isAlias(value) ? w.anchors.get(value) : value;
   // A single alias goes through toPlain as is, so that its cycle check applies.
   const parts = isSeq(source) ? source.items : [value];
   for (const part of parts) {
@@ -368,7 +377,12 @@ interface SchemaShape {
   item?: SchemaShape;
 }
 
-function warnUnknownKeys(schema: SchemaShape, value: Plain, path: Path, warn: Sink): void {
+/**
+ * Reports every key the schema does not know. Inside a rule (`transformations[i]` and below) that
+ * is an error: a misspelled key there could widen what the rule matches (`nodeSelecter` would leave
+ * it without a selector, so every node). Elsewhere (top level, `global`) it is a warning.
+ */
+function reportUnknownKeys(schema: SchemaShape, value: Plain, path: Path, c: Compiler): void {
   let s = schema;
   while (s.wrapped) s = s.wrapped;
   s = s.pipe?.find((step) => step.entries) ?? s;
@@ -376,15 +390,22 @@ function warnUnknownKeys(schema: SchemaShape, value: Plain, path: Path, warn: Si
     const known = Object.keys(s.entries);
     for (const [key, child] of Object.entries(value)) {
       const entry = s.entries[key];
-      if (entry) warnUnknownKeys(entry, child, [...path, key], warn);
-      else warn([...path, key], unknownKeyMessage("key", key, known, "ignored"));
+      if (entry) reportUnknownKeys(entry, child, [...path, key], c);
+      else if (isInRule(path))
+        c.error([...path, key], unknownKeyMessage("key", key, known, "not allowed in a rule"));
+      else c.warn([...path, key], unknownKeyMessage("key", key, known, "ignored"));
     }
   } else if (s.item && Array.isArray(value)) {
     const item = s.item;
     value.forEach((child, i) => {
-      warnUnknownKeys(item, child, [...path, i], warn);
+      reportUnknownKeys(item, child, [...path, i], c);
     });
   }
+}
+
+/** Tells whether `path` is inside a transformation rule: `transformations[i]` or below. */
+function isInRule(path: Path): boolean {
+  return path[0] === "transformations" && path.length >= 2;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -395,6 +416,8 @@ type Sink = (path: Path, message: string) => void;
 interface Compiler {
   error: Sink;
   warn: Sink;
+  /** Bounds the regexps and templates compiled from the file. */
+  budget: CompileBudget;
 }
 
 /** platformMetadata keys (Go field names, matched case-insensitively as the reference does). */
@@ -423,15 +446,21 @@ const LOWER_SELECTOR_KEYS = new Set<string>(SELECTOR_KEYS.map((k) => k.toLowerCa
 
 function compileValue(path: Path, source: string, c: Compiler): RuleValue | undefined {
   if (!source.includes("{{")) return { source };
+  if (!affordable(path, source, c)) return undefined;
   try {
     return { source, template: parseTemplate(source, formatPath(path)) };
   } catch (err) {
-    c.error(
-      path,
-      `invalid template ${JSON.stringify(source)}: ${err instanceof Error ? err.message : String(err)}`,
-    );
+    const reason = err instanceof Error ? err.message : String(err);
+    c.error(path, `invalid template ${quoteValue(source)}: ${withoutLongValue(reason, source)}`);
     return undefined;
   }
+}
+
+/** Spends the compile budget on a regexp or template; false (with an error the first time) when spent. */
+function affordable(path: Path, source: string, c: Compiler): boolean {
+  const refused = c.budget.spend(source);
+  if (refused) c.error(path, refused);
+  return refused === undefined;
 }
 
 function compileSelector(raw: RawRule["nodeSelector"], base: Path, c: Compiler): SelectorTerm[] {
@@ -441,17 +470,15 @@ function compileSelector(raw: RawRule["nodeSelector"], base: Path, c: Compiler):
       c.warn(termPath, "a term without matchExpressions matches no node");
     const matchExpressions = term.matchExpressions.flatMap((expr, e) => {
       const path = [...termPath, "matchExpressions", e];
+      // No node has an unknown key, so DoesNotExist on it would match every node: refuse it.
       if (!LOWER_SELECTOR_KEYS.has(expr.key.toLowerCase())) {
-        c.warn(
+        c.error(
           [...path, "key"],
-          unknownKeyMessage(
-            "selector key",
-            expr.key,
-            SELECTOR_KEYS,
-            "no node has it, so only DoesNotExist matches",
-          ),
+          unknownKeyMessage("selector key", expr.key, SELECTOR_KEYS, "no node has it"),
         );
       }
+      if (expr.operator === "Regexp" && !affordable([...path, "values", 0], expr.values[0] ?? "", c))
+        return [];
       const compiled = compileRequirement(expr);
       if (compiled.ok) return [compiled.requirement];
       for (const issue of compiled.issues) c.error([...path, ...issue.path], issue.message);
@@ -507,12 +534,15 @@ function compileOverrides(entries: [string, string][], base: Path, c: Compiler):
     const path = [...base, key];
     const lower = key.toLowerCase();
     const field = OVERRIDES.get(lower);
+    if (lower === "hostname" || lower === "platform" || lower === "tags") {
+      c.warn(path, `entry ignored: ${key} cannot be overridden`);
+      continue;
+    }
     if (!field) {
-      const why =
-        lower === "hostname" || lower === "platform" || lower === "tags"
-          ? `entry ignored: ${key} cannot be overridden`
-          : unknownKeyMessage("platformMetadata field", key, OVERRIDE_NAMES, "entry ignored");
-      c.warn(path, why);
+      c.error(
+        path,
+        unknownKeyMessage("platformMetadata field", key, OVERRIDE_NAMES, "not allowed in a rule"),
+      );
       continue;
     }
     const value = compileValue(path, source, c);
@@ -547,11 +577,17 @@ function compileRule(raw: RawRule, index: number, c: Compiler): CompiledRule {
  */
 export function parseConfig(text: string): CompiledConfig {
   const lines = new LineCounter();
-  const docs = parseAllDocuments(text, { merge: true, prettyErrors: false, lineCounter: lines });
   const errors: ConfigIssue[] = [];
   const warnings: ConfigIssue[] = [];
-  const doc = Array.isArray(docs) ? docs[0] : undefined;
   const lineOf = new Map<string, number>();
+  let first: FirstDocument;
+  try {
+    first = parseFirstDocument(text, lines);
+  } catch (err) {
+    if (err instanceof ConfigLimitError) throw new ConfigError([err.issue]);
+    throw err;
+  }
+  const { doc } = first;
 
   let plain: Plain = null;
   if (doc) {
@@ -559,22 +595,20 @@ export function parseConfig(text: string): CompiledConfig {
       errors.push({ path: "", line: lines.linePos(e.pos[0]).line, message: e.message });
     for (const w of doc.warnings)
       warnings.push({ path: "", line: lines.linePos(w.pos[0]).line, message: w.message });
-    if (docs.length > 1) {
-      const line = lineAt(lines, docs[1]?.contents);
+    if (first.more > 0) {
       warnings.push({
         path: "",
-        ...(line === undefined ? {} : { line }),
-        message: `only the first YAML document is read; ${docs.length - 1} more ignored`,
+        ...(first.moreOffset === undefined ? {} : { line: lines.linePos(first.moreOffset).line }),
+        message: `only the first YAML document is read; ${first.more} more ignored`,
       });
     }
     if (errors.length > 0) throw new ConfigError(byLine(errors), byLine(warnings));
     const walk: Walk = {
-      doc,
       lines,
       lineOf,
-      budget: MAX_NODES,
+      budget: MAX_YAML_NODES,
       open: new Set(),
-      anchors: new Map(),
+      anchors: resolveAliases(doc),
       aliasDepth: 0,
       errors,
     };
@@ -583,7 +617,7 @@ export function parseConfig(text: string): CompiledConfig {
     } catch (err) {
       if (!(err instanceof TooLargeError)) throw err;
       throw new ConfigError([
-        { path: "", message: `document has more than ${MAX_NODES} nodes after alias expansion` },
+        { path: "", message: `document has more than ${MAX_YAML_NODES} nodes after alias expansion` },
       ]);
     }
   }
@@ -598,9 +632,10 @@ export function parseConfig(text: string): CompiledConfig {
   const c: Compiler = {
     error: (path, message) => errors.push(issue(path, message)),
     warn: (path, message) => warnings.push(issue(path, message)),
+    budget: new CompileBudget(),
   };
 
-  warnUnknownKeys(ConfigSchema as unknown as SchemaShape, plain, [], c.warn);
+  reportUnknownKeys(ConfigSchema as unknown as SchemaShape, plain, [], c);
   const parsed = v.safeParse(ConfigSchema, plain, { abortEarly: false });
   if (!parsed.success) {
     for (const i of parsed.issues) c.error(i.path?.map((p) => p.key as string | number) ?? [], i.message);
@@ -631,12 +666,22 @@ export function byLine(issues: readonly ConfigIssue[]): ConfigIssue[] {
  * @throws {ConfigError} when the file cannot be read or is invalid.
  */
 export function loadConfig(path: string): CompiledConfig {
-  let text: string;
+  return parseConfig(readConfig(path));
+}
+
+/**
+ * Reads a cloud-config file without parsing it, refusing one over the size limit before reading it
+ * (see {@link readConfigFile}).
+ * @param path a file name, or 0 for stdin.
+ * @throws {ConfigError} when the file cannot be read or is too large.
+ */
+export function readConfig(path: string | 0): string {
   try {
-    text = readFileSync(path, "utf8");
+    return readConfigFile(path);
   } catch (err) {
+    if (err instanceof ConfigLimitError) throw new ConfigError([err.issue]);
     const reason = err instanceof Error ? err.message : String(err);
-    throw new ConfigError([{ path: "", message: `cannot read ${path}: ${reason}` }], [], { cause: err });
+    const name = path === 0 ? "stdin" : path;
+    throw new ConfigError([{ path: "", message: `cannot read ${name}: ${reason}` }], [], { cause: err });
   }
-  return parseConfig(text);
 }

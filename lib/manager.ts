@@ -5,10 +5,10 @@
 // non-zero when leadership is lost.
 
 import { createHash, randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { type Informer, type LeanNode, nodeInformer } from "./cache.ts";
 import { type CompiledConfig, ConfigError, formatIssue, loadConfig, parseConfig } from "./config.ts";
+import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
 import { EventRecorder } from "./events.ts";
 import { type ControllerName, Controllers, PROGRAM_NAME, type RunOptions } from "./flags.ts";
 import { nodeIpamNeedsTalos } from "./ipam.ts";
@@ -328,14 +328,20 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   }
 }
 
+/** Stands for the digest of a cloud-config file over the size limit, which is not read. */
+const TOO_LARGE = "too-large";
+
 function digest(text: string): string {
   return createHash("sha256").update(text).digest("hex");
 }
 
-/** The digest of a file's content, "" when it cannot be read (the error surfaces when it is loaded). */
+/**
+ * The digest of a cloud-config file's content, "" when it cannot be read or is over the size limit
+ * (the error surfaces when it is loaded).
+ */
 function fileDigest(path: string): string {
   try {
-    return digest(readFileSync(path, "utf8"));
+    return digest(readConfigFile(path));
   } catch {
     return "";
   }
@@ -360,20 +366,25 @@ function watchCloudConfig(
   );
   let last = loadedDigest;
   const timer = setInterval(() => {
-    let text: string;
+    let text: string | ConfigLimitError;
     try {
-      text = readFileSync(path, "utf8");
+      text = readConfigFile(path);
     } catch (err) {
-      log.v(2).info("Cannot read cloud config, keeping the current one", {
-        file: path,
-        err: (err as Error).message,
-      });
-      return;
+      // A file over the size limit is an invalid new version; an unreadable one is transient (a swap).
+      if (!(err instanceof ConfigLimitError)) {
+        log.v(2).info("Cannot read cloud config, keeping the current one", {
+          file: path,
+          err: (err as Error).message,
+        });
+        return;
+      }
+      text = err;
     }
-    const d = digest(text);
+    const d = typeof text === "string" ? digest(text) : TOO_LARGE;
     if (d === last) return;
     last = d;
     try {
+      if (typeof text !== "string") throw new ConfigError([text.issue]);
       const next = parseConfig(text);
       logConfigWarnings(next, path);
       holder.set(next);

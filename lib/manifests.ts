@@ -710,14 +710,10 @@ export async function runManifests(opts: ManifestsOptions, warnings: readonly st
   let cloudConfig: string | undefined;
   const enabled = [...opts.enabledControllers];
   if (opts.cloudConfig !== undefined) {
+    const { ConfigError, formatIssue, parseConfig, readConfig } = await import("./config.ts");
     try {
-      cloudConfig = readFileSync(opts.cloudConfig, "utf8");
-    } catch (err) {
-      process.stderr.write(`Cannot read cloud config ${opts.cloudConfig}: ${(err as Error).message}\n`);
-      return 1;
-    }
-    const { ConfigError, formatIssue, parseConfig } = await import("./config.ts");
-    try {
+      // Read within the ConfigMap size limit: a larger file is refused before it is read.
+      cloudConfig = readConfig(opts.cloudConfig);
       const config = parseConfig(cloudConfig);
       for (const w of config.warnings) {
         log.warn("Cloud config warning", { file: opts.cloudConfig, warning: formatIssue(w) });

@@ -8,6 +8,7 @@
 // lacks is false for every operator except DoesNotExist (Kubernetes' NotIn would be true).
 
 import { compileRegex } from "./regex.ts";
+import { quoteValue, withoutLongValue } from "./suggest.ts";
 import type { PlatformMetadata } from "./types.ts";
 
 /** The operators a requirement may use. */
@@ -120,7 +121,10 @@ export function compileRequirement(
           return { ok: true, requirement: { key, operator, regex: compileRegex(value) } };
         } catch (err) {
           const reason = err instanceof Error ? err.message : String(err);
-          return fail(["values", 0], `invalid regular expression ${JSON.stringify(value)}: ${reason}`);
+          return fail(
+            ["values", 0],
+            `invalid regular expression ${quoteValue(value)}: ${withoutLongValue(reason, value)}`,
+          );
         }
       }
       const bound = parseInt64(value);

@@ -54,3 +54,24 @@ export function unknownKeyMessage(
   }
   return `unknown ${what} ${JSON.stringify(key)}: ${consequence} (closest known key: ${JSON.stringify(near)})`;
 }
+
+/** Longest value {@link quoteValue} shows whole, in characters. */
+const MAX_QUOTED_CHARS = 80;
+
+/**
+ * A value quoted for a message (JSON string syntax), cut after its first characters when long so
+ * that a message about a huge value stays one readable line.
+ * @example quoteValue("a".repeat(100_000)) // '"aaaa…" (100000 characters)' with 80 a's
+ */
+export function quoteValue(text: string): string {
+  if (text.length <= MAX_QUOTED_CHARS) return JSON.stringify(text);
+  return `${JSON.stringify(`${text.slice(0, MAX_QUOTED_CHARS)}…`)} (${text.length} characters)`;
+}
+
+/**
+ * A message that may repeat `text` (an error naming the pattern it failed on), with every repeat of
+ * a long `text` replaced by its {@link quoteValue} excerpt.
+ */
+export function withoutLongValue(message: string, text: string): string {
+  return text.length <= MAX_QUOTED_CHARS ? message : message.split(text).join(quoteValue(text));
+}

@@ -34,6 +34,7 @@ import {
   formatPath,
   parseConfig,
 } from "./config.ts";
+import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
 import type { ValidateOptions } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
@@ -701,9 +702,11 @@ export function validate(input: ValidateInput, options: { registry?: Registry } 
 
 const log = logger("validate");
 
-function readInput(path: string): string {
+/** Reads a file; the cloud config within its size limit (see readConfigFile). */
+function readInput(path: string, what: "cloud config" | "node metadata"): string {
   // "-" reads stdin, so that `talosctl get … -o yaml | … validate --metadata -` works.
-  return readFileSync(path === "-" ? 0 : path, "utf8");
+  const source = path === "-" ? 0 : path;
+  return what === "cloud config" ? readConfigFile(source) : readFileSync(source, "utf8");
 }
 
 /**
@@ -726,9 +729,12 @@ export function runValidate(opts: ValidateOptions, warnings: readonly string[]):
   ] as const) {
     if (path === undefined) continue;
     try {
-      texts[key] = readInput(path);
+      texts[key] = readInput(path, what);
     } catch (err) {
-      process.stderr.write(`Cannot read ${what} ${path}: ${(err as Error).message}\n`);
+      // A file over the size limit is an invalid config, reported as validate() reports one.
+      if (err instanceof ConfigLimitError) {
+        process.stderr.write(`${path}: error: ${formatIssue(err.issue)}\n${path}: invalid (1 error)\n`);
+      } else process.stderr.write(`Cannot read ${what} ${path}: ${(err as Error).message}\n`);
       return 1;
     }
   }

@@ -404,6 +404,51 @@ describe("cloud config reload", () => {
   }, 30_000);
 });
 
+describe("cloud config reload fails closed", () => {
+  test("an unknown key inside a rule, or a file over 1 MiB, is refused on reload and the previous config kept", async () => {
+    const file = join(cluster.dir, "reload-strict.yaml");
+    writeFileSync(
+      file,
+      "transformations:\n  - nodeSelector: [{matchExpressions: [{key: platform, operator: In, values: [metal]}]}]\n    labels: {example.com/metal: 'yes'}\n",
+    );
+    const port = await freePort();
+    const p = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      `--cloud-config=${file}`,
+      "--controllers=node-csr-approval",
+      "--leader-elect=false",
+      `--secure-port=${port}`,
+      "--authorization-always-allow-paths=/healthz,/metrics",
+    ]);
+    await p.waitForLog(/Controllers enabled/);
+    const reloads = async (result: string) => {
+      const text = await (await get(port, "/metrics")).text();
+      return Number(
+        text.match(new RegExp(`talosccm_cloud_config_reloads_total\\{result="${result}"\\} (\\d+)`))?.[1] ??
+          0,
+      );
+    };
+    // Misspelled, the selector would be ignored and the rule would label every node.
+    writeFileSync(
+      file,
+      "transformations:\n  - nodeSelecter: [{matchExpressions: [{key: platform, operator: In, values: [metal]}]}]\n    labels: {example.com/metal: 'yes'}\n",
+    );
+    const refused = await p.waitForLog(/Cannot reload cloud config, keeping the current one.*/, 10_000);
+    expect(refused[0]).toMatch(
+      /transformations\[0\]\.nodeSelecter \(line 2\): unknown key .*closest known key: .*nodeSelector/,
+    );
+    await waitFor(async () => (await reloads("error")) === 1, 5000);
+    writeFileSync(file, `# ${"x".repeat(1024 * 1024)}\n`);
+    await waitFor(async () => (await reloads("error")) === 2, 10_000);
+    expect(p.output).toContain("is larger than 1048576 bytes");
+    // Neither counted as a success: the config loaded at start-up is still the one in effect.
+    expect(await reloads("success")).toBe(0);
+    expect(p.output).not.toContain("Reloaded cloud config");
+    expect(p.exitCode).toBeNull();
+    expect(await p.stop()).toBe(0);
+  }, 40_000);
+});
+
 describe("API client", () => {
   test("KubeClient honours --kube-api-qps as a token bucket", async () => {
     const client = new KubeClient(cluster.admin, { qps: 10, burst: 1 });

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import type { PlatformMetadata } from "../../lib/types.ts";
 import { ccmBinary } from "../support/process.ts";
+import { withoutUnknownRuleKeys } from "../support/reference-configs.ts";
 
 /** The label that signs the record annotation: the hex SHA-224 of its value. */
 const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
@@ -145,6 +146,16 @@ const RULE_PREVIEW = signed({
   features: NO_FEATURES,
 });
 
+/** A rule whose misspelled `nodeSelector` would otherwise leave it matching every node. */
+const NODE_SELECTER = `transformations:
+  - name: gpu
+    nodeSelecter:
+      - matchExpressions:
+          - {key: hostname, operator: Regexp, values: ["^gpu-"]}
+    taints:
+      nvidia.com/gpu: "present:NoSchedule"
+`;
+
 describe("validate exit codes", () => {
   test("validate exits 0 on a valid config and prints a summary", () => {
     const r = validate(["--cloud-config", file(RULE)]);
@@ -168,6 +179,32 @@ describe("validate exit codes", () => {
       `${config}: warning: transformations[0].taints.b (line 5): entry ignored: effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute`,
     );
     expect(lines.at(-1)).toBe(`${config}: invalid (2 errors)`);
+  });
+
+  test("validate exits 1 on a misspelled nodeSelector, naming the key it meant", () => {
+    const config = file(NODE_SELECTER);
+    const r = validate(["--cloud-config", config]);
+    expect(r).toEqual({
+      status: 1,
+      stdout: "",
+      stderr: `${config}: error: transformations[0].nodeSelecter (line 3): unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")\n${config}: invalid (1 error)\n`,
+    });
+  });
+
+  test("the controller manager refuses to start on a misspelled nodeSelector, before touching the cluster", () => {
+    const config = file(NODE_SELECTER);
+    const r = spawnSync(ccmBinary(), [`--cloud-config=${config}`, "--kubeconfig=/nonexistent/kubeconfig"], {
+      encoding: "utf8",
+      env: { PATH: process.env.PATH, HOME: process.env.HOME },
+      timeout: 20_000,
+    });
+    expect(r.status).toBe(1);
+    // The log line quotes the message, so its quotes are escaped.
+    const problem = String.raw`transformations[0].nodeSelecter (line 3): unknown key \"nodeSelecter\": not allowed in a rule (closest known key: \"nodeSelector\")`;
+    const output = r.stdout + r.stderr;
+    expect(output).toContain("Cannot load cloud config: 1 problem:");
+    expect(output.split(problem)).toHaveLength(2); // said once
+    expect(output).not.toContain("kubeconfig");
   });
 
   test("validate exits 1 on invalid metadata", () => {
@@ -360,8 +397,28 @@ describe("validate on the reference's example configs", () => {
     );
   });
 
-  test("validate accepts the reference's docs/rules.yaml with its warnings and previews its OpenStack example", () => {
+  test("validate refuses the reference's docs/rules.yaml, naming each key no rule has", () => {
     const config = join(FIXTURES, "reference-rules.yaml");
+    const r = validate(["--cloud-config", config]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe("");
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines.filter((l) => !l.startsWith(`${config}: warning: `))).toEqual([
+      `${config}: error: transformations[0].nodeSelector[0].name (line 6): unknown key "name": not allowed in a rule (closest known key: "matchExpressions")`,
+      `${config}: error: transformations[0].nodeSelector[1].name (line 17): unknown key "name": not allowed in a rule (closest known key: "matchExpressions")`,
+      `${config}: error: transformations[1].nodeSelector[0].name (line 38): unknown key "name": not allowed in a rule (closest known key: "matchExpressions")`,
+      `${config}: error: transformations[1].features.publicIPPredict (line 65): unknown key "publicIPPredict": not allowed in a rule (closest known key: "publicIPDiscovery")`,
+      `${config}: invalid (4 errors)`,
+    ]);
+    // The warnings found on the way are listed too, once each.
+    expect(lines.filter((l) => l.startsWith(`${config}: warning: `)).map((l) => l.split(": ")[2])).toEqual([
+      'transformations[0].labels["talos.dev/zone\\""] (line 29)',
+      "document (line 71)",
+    ]);
+  });
+
+  test("validate accepts the reference's docs/rules.yaml once those keys are removed, and previews its OpenStack example", () => {
+    const config = file(withoutUnknownRuleKeys(readFileSync(join(FIXTURES, "reference-rules.yaml"), "utf8")));
     const openstack = join(FIXTURES, "rules", "reference-openstack.yaml");
     const r = validate(["--cloud-config", config, "--metadata", openstack, "-o", "json"]);
     expect(r.status).toBe(0);
@@ -371,11 +428,7 @@ describe("validate on the reference's example configs", () => {
         .split("\n")
         .map((l) => l.slice(0, l.indexOf(": ", config.length + 11))),
     ).toEqual([
-      `${config}: warning: transformations[0].nodeSelector[0].name (line 6)`,
-      `${config}: warning: transformations[0].nodeSelector[1].name (line 17)`,
       `${config}: warning: transformations[0].labels["talos.dev/zone\\""] (line 29)`,
-      `${config}: warning: transformations[1].nodeSelector[0].name (line 38)`,
-      `${config}: warning: transformations[1].features.publicIPPredict (line 65)`,
       `${config}: warning: document (line 71)`,
     ]);
     expect(JSON.parse(r.stdout)).toEqual(
@@ -411,7 +464,7 @@ describe("validate on the reference's example configs", () => {
   });
 
   test("validate previews the reference's Oracle example, whose misspelt label key is dropped", () => {
-    const config = join(FIXTURES, "reference-rules.yaml");
+    const config = file(withoutUnknownRuleKeys(readFileSync(join(FIXTURES, "reference-rules.yaml"), "utf8")));
     const oracle = join(FIXTURES, "rules", "reference-oracle.yaml");
     const preview = JSON.parse(
       validate(["--cloud-config", config, "--metadata", oracle, "-o", "json"]).stdout,

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -12,6 +12,10 @@ import {
   loadConfig,
   parseConfig,
 } from "../../lib/config.ts";
+import { matchSelector, selectorFields } from "../../lib/selector.ts";
+import { stressCases, writeCase } from "../support/config-stress.ts";
+import { platformMetadata } from "../support/fixtures.ts";
+import { withoutUnknownRuleKeys } from "../support/reference-configs.ts";
 
 const fixture = (name: string) => join(import.meta.dir, "..", "fixtures", name);
 
@@ -126,7 +130,7 @@ describe("parseConfig() global", () => {
   });
 });
 
-describe("parseConfig() unknown keys (weakness 3)", () => {
+describe("parseConfig() unknown keys outside rules are warnings (weakness 3)", () => {
   test("parseConfig() warns about the docs' PreferIPv6 with the key it meant, and does not apply it", () => {
     const c = parseConfig("global:\n  PreferIPv6: true\n");
     expect(c.global.preferIPv6).toBe(false);
@@ -143,11 +147,47 @@ describe("parseConfig() unknown keys (weakness 3)", () => {
     ["Global: {}", "Global", "global"],
     ["transformation: []", "transformation", "transformations"],
     ["global:\n  reconcil: true", "global.reconcil", "reconcile"],
+  ])("parseConfig() warns about %j at %s, naming %s", (text, path, near) => {
+    const c = parseConfig(text);
+    expect(c.warnings).toHaveLength(1);
+    expect(c.warnings[0]?.path).toBe(path);
+    expect(c.warnings[0]?.message).toContain(`"${near}"`);
+  });
+});
+
+describe("parseConfig() unknown keys inside a rule are errors: a rule never widens", () => {
+  test("parseConfig() refuses a misspelled nodeSelector, which would otherwise match every node", () => {
+    const err = fails(`transformations:
+  - name: gpu
+    nodeSelecter:
+      - matchExpressions:
+          - {key: hostname, operator: Regexp, values: ["^gpu-"]}
+    taints:
+      nvidia.com/gpu: "present:NoSchedule"
+`);
+    expect(err.issues).toEqual([
+      {
+        path: "transformations[0].nodeSelecter",
+        line: 3,
+        message: 'unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")',
+      },
+    ]);
+    expect(err.message).toBe(
+      'Cannot load cloud config: 1 problem:\n  transformations[0].nodeSelecter (line 3): unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")',
+    );
+  });
+
+  test.each([
     ["transformations:\n  - nodeSelectors: []", "transformations[0].nodeSelectors", "nodeSelector"],
     ["transformations:\n  - label: {}", "transformations[0].label", "labels"],
     [
       "transformations:\n  - nodeSelector:\n      - {matchExpression: [], matchExpressions: [{key: zone, operator: Exists}]}",
       "transformations[0].nodeSelector[0].matchExpression",
+      "matchExpressions",
+    ],
+    [
+      "transformations:\n  - nodeSelector:\n      - {name: a term, matchExpressions: [{key: zone, operator: Exists}]}",
+      "transformations[0].nodeSelector[0].name",
       "matchExpressions",
     ],
     [
@@ -160,25 +200,71 @@ describe("parseConfig() unknown keys (weakness 3)", () => {
       "transformations[0].features.publicIPPredict",
       "publicIPDiscovery",
     ],
-  ])("parseConfig() warns about %j at %s, naming %s", (text, path, near) => {
-    const c = parseConfig(text);
-    expect(c.warnings).toHaveLength(1);
-    expect(c.warnings[0]?.path).toBe(path);
-    expect(c.warnings[0]?.message).toContain(`"${near}"`);
+  ])("parseConfig() refuses %j at %s, naming %s", (text, path, near) => {
+    const err = fails(text);
+    expect(err.issues).toHaveLength(1);
+    expect(err.issues[0]?.path).toBe(path);
+    expect(err.issues[0]?.message).toStartWith(
+      `unknown key "${path.split(".").at(-1)}": not allowed in a rule`,
+    );
+    expect(err.issues[0]?.message).toContain(`"${near}"`);
   });
 
-  test("parseConfig() warns about selector keys no node has, naming the closest one", () => {
-    const c = parseConfig(
-      "transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - {key: instance-type, operator: Exists}\n",
+  test("parseConfig() says when only the case differs inside a rule: keys are case-sensitive", () => {
+    const err = fails("transformations:\n  - NodeSelector: []\n");
+    expect(err.issues.map((i) => i.message)).toEqual([
+      'unknown key "NodeSelector": not allowed in a rule; keys are case-sensitive, did you mean "nodeSelector"?',
+    ]);
+  });
+
+  test("parseConfig() refuses unknown keys a `<<` merge brings into a rule", () => {
+    const err = fails(
+      "base: &base {nodeSelecter: [], labels: {a: b}}\ntransformations:\n  - <<: *base\n    name: r\n",
     );
-    expect(c.warnings).toEqual([
+    expect(paths(err.issues)).toEqual(["transformations[0].nodeSelecter"]);
+    expect(paths(err.warnings)).toEqual(["base"]);
+  });
+
+  test("parseConfig() reports every unknown key and the other errors together, in file order", () => {
+    const err = fails(`global:
+  PreferIPv6: true
+transformations:
+  - nodeSelecter: []
+    labels: {a: '{{ .Nope '}
+  - featurs: {}
+`);
+    expect(err.issues.map((i) => [i.path, i.line])).toEqual([
+      ["transformations[0].nodeSelecter", 4],
+      ["transformations[0].labels.a", 5],
+      ["transformations[1].featurs", 6],
+    ]);
+    expect(paths(err.warnings)).toEqual(["global.PreferIPv6"]);
+  });
+
+  test("parseConfig() refuses selector keys no node has: DoesNotExist on one would match every node", () => {
+    const err = fails(
+      "transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - {key: instance-type, operator: DoesNotExist}\n",
+    );
+    expect(err.issues).toEqual([
       {
         path: "transformations[0].nodeSelector[0].matchExpressions[0].key",
         line: 4,
-        message:
-          'unknown selector key "instance-type": no node has it, so only DoesNotExist matches (closest known key: "instanceType")',
+        message: 'unknown selector key "instance-type": no node has it (closest known key: "instanceType")',
       },
     ]);
+  });
+
+  test.each([
+    ["a missing key", "{operator: DoesNotExist}", "key", 'unknown selector key "": no node has it'],
+    ["tags, a map", "{key: tags, operator: Exists}", "key", 'unknown selector key "tags": no node has it'],
+  ])("parseConfig() refuses a requirement with %s", (_name, expr, at, message) => {
+    const err = fails(
+      `transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - ${expr}\n`,
+    );
+    expect(err.issues.map((i) => i.path)).toEqual([
+      `transformations[0].nodeSelector[0].matchExpressions[0].${at}`,
+    ]);
+    expect(err.issues[0]?.message).toStartWith(message);
   });
 
   test("parseConfig() accepts selector keys in any case, as the reference does", () => {
@@ -187,6 +273,92 @@ describe("parseConfig() unknown keys (weakness 3)", () => {
     );
     expect(c.warnings).toEqual([]);
     expect(c.transformations[0]?.nodeSelector[0]?.matchExpressions[0]?.key).toBe("instancetype");
+  });
+
+  test.each([
+    [
+      "a nodeSelector that is a mapping",
+      "nodeSelector: {matchExpressions: []}",
+      "transformations[0].nodeSelector",
+      "expected a list, got a mapping",
+    ],
+    [
+      "a nodeSelector that is text",
+      "nodeSelector: platform=metal",
+      "transformations[0].nodeSelector",
+      'expected a list, got "platform=metal"',
+    ],
+    [
+      "matchExpressions that are a mapping",
+      "nodeSelector: [{matchExpressions: {key: zone}}]",
+      "transformations[0].nodeSelector[0].matchExpressions",
+      "expected a list, got a mapping",
+    ],
+    [
+      "a term that is a list",
+      "nodeSelector: [[{key: zone, operator: Exists}]]",
+      "transformations[0].nodeSelector[0]",
+      "expected a mapping, got a list",
+    ],
+  ])("parseConfig() refuses %s instead of matching every node", (_name, rule, path, message) => {
+    expect(fails(`transformations:\n  - ${rule}\n`).issues.map((i) => [i.path, i.message])).toEqual([
+      [path, message],
+    ]);
+  });
+
+  test.each([
+    ["an unknown operator", "{key: zone, operator: Matches, values: [a]}", "operator", "unknown operator"],
+    [
+      "an operator in the wrong case",
+      "{key: zone, operator: in, values: [a]}",
+      "operator",
+      'did you mean "In"?',
+    ],
+    ["no operator", "{key: zone}", "operator", 'unknown operator ""'],
+    ["In without values", "{key: zone, operator: In}", "values", "operator In needs at least one value"],
+    [
+      "In with an empty list",
+      "{key: zone, operator: In, values: []}",
+      "values",
+      "operator In needs at least one value",
+    ],
+    [
+      "NotIn without values",
+      "{key: zone, operator: NotIn, values: ~}",
+      "values",
+      "operator NotIn needs at least one value",
+    ],
+    [
+      "DoesNotExist with values",
+      "{key: zone, operator: DoesNotExist, values: [a]}",
+      "values",
+      "operator DoesNotExist takes no values",
+    ],
+    [
+      "Regexp without a pattern",
+      "{key: zone, operator: Regexp}",
+      "values",
+      "operator Regexp needs exactly one value, got 0",
+    ],
+  ])("parseConfig() refuses a requirement with %s", (_name, expr, at, message) => {
+    const err = fails(
+      `transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - ${expr}\n`,
+    );
+    expect(err.issues.map((i) => i.path)).toEqual([
+      `transformations[0].nodeSelector[0].matchExpressions[0].${at}`,
+    ]);
+    expect(err.issues[0]?.message).toContain(message);
+  });
+
+  test.each([
+    ["an empty term", "nodeSelector: [{}]"],
+    ["a term with null matchExpressions", "nodeSelector: [{matchExpressions: ~}]"],
+    ["a term with an empty matchExpressions", "nodeSelector: [{matchExpressions: []}]"],
+  ])("parseConfig() keeps a rule with %s, which matches no node, with a warning", (_name, rule) => {
+    const c = parseConfig(`transformations:\n  - ${rule}\n    labels: {a: b}\n`);
+    const fields = selectorFields(platformMetadata({ platform: "metal", hostname: "web-1" }));
+    expect(matchSelector(c.transformations[0]?.nodeSelector ?? [], fields)).toBe(false);
+    expect(c.warnings.map((w) => w.message)).toEqual(["a term without matchExpressions matches no node"]);
   });
 });
 
@@ -413,7 +585,7 @@ describe("parseConfig() entries", () => {
     ]);
   });
 
-  test("parseConfig() maps platformMetadata keys case-insensitively and refuses hostname and platform", () => {
+  test("parseConfig() maps platformMetadata keys case-insensitively and ignores hostname and platform", () => {
     const c = parseConfig(`transformations:
   - platformMetadata:
       Region: "{{ .Region }}-on-metal"
@@ -427,7 +599,6 @@ describe("parseConfig() entries", () => {
       Hostname: fake
       platform: fake
       tags: x
-      Regoin: typo
 `);
     expect(c.transformations[0]?.platformMetadata.map((o) => [o.key, o.field])).toEqual([
       ["Region", "region"],
@@ -443,10 +614,18 @@ describe("parseConfig() entries", () => {
       ["transformations[0].platformMetadata.Hostname", "entry ignored: Hostname cannot be overridden"],
       ["transformations[0].platformMetadata.platform", "entry ignored: platform cannot be overridden"],
       ["transformations[0].platformMetadata.tags", "entry ignored: tags cannot be overridden"],
-      [
-        "transformations[0].platformMetadata.Regoin",
-        'unknown platformMetadata field "Regoin": entry ignored (closest known key: "Region")',
-      ],
+    ]);
+  });
+
+  test("parseConfig() refuses an unknown platformMetadata field, naming the closest one", () => {
+    const err = fails("transformations:\n  - platformMetadata:\n      Zone: a\n      Regoin: typo\n");
+    expect(err.issues).toEqual([
+      {
+        path: "transformations[0].platformMetadata.Regoin",
+        line: 4,
+        message:
+          'unknown platformMetadata field "Regoin": not allowed in a rule (closest known key: "Region")',
+      },
     ]);
   });
 
@@ -473,6 +652,29 @@ describe("parseConfig() entries", () => {
 });
 
 describe("parseConfig() YAML features", () => {
+  test("parseConfig() resolves an alias to the last anchor of its name before it, as yaml.v3 does", () => {
+    const c = parseConfig("transformations:\n  - labels: {a: &v one, b: *v, c: &v two, d: *v}\n");
+    expect(c.transformations[0]?.labels.map((l) => l.value.source)).toEqual(["one", "one", "two", "two"]);
+  });
+
+  test("parseConfig() does not compose documents after the first: their errors do not count", () => {
+    const c = parseConfig("global: {clusterName: a}\n---\n[unclosed\n---\nx: 1\n");
+    expect(c.global.clusterName).toBe("a");
+    expect(c.warnings.map((w) => w.message)).toEqual([
+      "only the first YAML document is read; 2 more ignored",
+    ]);
+  });
+
+  test("parseConfig() quotes a long invalid regexp or template by its start only", () => {
+    const pattern = `(${"a".repeat(5000)}`;
+    const err = fails(
+      `transformations:\n  - nodeSelector: [{matchExpressions: [{key: zone, operator: Regexp, values: ['${pattern}']}]}]\n    labels: {a: '{{ ${"(".repeat(200)}'}\n`,
+    );
+    expect(err.issues).toHaveLength(2);
+    for (const issue of err.issues) expect(issue.message.length).toBeLessThan(400);
+    expect(err.issues[0]?.message).toContain("(5001 characters)");
+  });
+
   test("parseConfig() resolves anchors, aliases and << merges like yaml.v3", () => {
     const c = parseConfig(`metal: &metal {key: platform, operator: In, values: [metal]}
 transformations:
@@ -535,8 +737,41 @@ describe("reference example configs", () => {
     expect(rule?.labels.map((l) => [l.key, l.value.source])).toEqual([["node-role.kubernetes.io/web", ""]]);
   });
 
-  test("loadConfig() loads the reference's docs/rules.yaml unchanged, warning about what it ignores", () => {
-    const c = loadConfig(fixture("reference-rules.yaml"));
+  test("loadConfig() refuses the reference's docs/rules.yaml: its rules hold keys no rule has", () => {
+    const err = (() => {
+      try {
+        loadConfig(fixture("reference-rules.yaml"));
+      } catch (e) {
+        return e as ConfigError;
+      }
+      throw new Error("expected a ConfigError");
+    })();
+    expect(err.issues.map((i) => [i.path, i.line, i.message])).toEqual([
+      [
+        "transformations[0].nodeSelector[0].name",
+        6,
+        'unknown key "name": not allowed in a rule (closest known key: "matchExpressions")',
+      ],
+      [
+        "transformations[0].nodeSelector[1].name",
+        17,
+        'unknown key "name": not allowed in a rule (closest known key: "matchExpressions")',
+      ],
+      [
+        "transformations[1].nodeSelector[0].name",
+        38,
+        'unknown key "name": not allowed in a rule (closest known key: "matchExpressions")',
+      ],
+      [
+        "transformations[1].features.publicIPPredict",
+        65,
+        'unknown key "publicIPPredict": not allowed in a rule (closest known key: "publicIPDiscovery")',
+      ],
+    ]);
+  });
+
+  test("parseConfig() loads the reference's docs/rules.yaml once those keys are removed, warning about what it ignores", () => {
+    const c = parseConfig(withoutUnknownRuleKeys(readFileSync(fixture("reference-rules.yaml"), "utf8")));
     expect(c.transformations.map((r) => r.name)).toEqual(["oracle", "openstack"]);
     expect(c.transformations[0]?.nodeSelector.map((t) => t.matchExpressions.length)).toEqual([2, 1]);
     expect(c.transformations[1]?.platformMetadata.map((o) => o.field)).toEqual([
@@ -547,11 +782,7 @@ describe("reference example configs", () => {
     // The stray quote in `talos.dev/zone"` makes an invalid label key: that entry alone is dropped.
     expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["node-role.kubernetes.io/web"]);
     expect(c.warnings.map((w) => [w.path, w.line])).toEqual([
-      ["transformations[0].nodeSelector[0].name", 6],
-      ["transformations[0].nodeSelector[1].name", 17],
       ['transformations[0].labels["talos.dev/zone\\""]', 29],
-      ["transformations[1].nodeSelector[0].name", 38],
-      ["transformations[1].features.publicIPPredict", 65],
       ["", 71],
     ]);
   });
@@ -755,4 +986,28 @@ describe("parseConfig() fuzzing", () => {
       { numRuns: 200 },
     );
   });
+});
+
+describe("parseConfig() bounds: every stress file is accepted or refused for its real cause", () => {
+  // tests/support/config-stress.ts measures time and memory of the same files in the binary.
+  for (const c of stressCases()) {
+    test(`${c.name}: ${c.outcome === "accepted" ? "accepted" : `refused: ${c.outcome}`}`, () => {
+      const dir = mkdtempSync(join(tmpdir(), "ccm-stress-"));
+      const path = writeCase(dir, c, 0);
+      let outcome: string;
+      try {
+        const config = loadConfig(path);
+        const dropped = config.warnings.find((w) => w.message.startsWith("entry ignored"));
+        outcome = dropped ? "entry ignored" : "accepted";
+      } catch (err) {
+        if (!(err instanceof ConfigError)) throw err;
+        expect(err.issues).toHaveLength(1);
+        outcome = err.issues[0]?.message ?? "";
+      }
+      rmSync(dir, { recursive: true });
+      if (c.outcome === "accepted" || c.outcome === "entry ignored") expect(outcome).toBe(c.outcome);
+      else expect(outcome).toContain(c.outcome);
+      expect(outcome).not.toContain("call stack");
+    });
+  }
 });

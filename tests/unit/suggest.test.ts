@@ -1,6 +1,12 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { closestKey, editDistance, unknownKeyMessage } from "../../lib/suggest.ts";
+import {
+  closestKey,
+  editDistance,
+  quoteValue,
+  unknownKeyMessage,
+  withoutLongValue,
+} from "../../lib/suggest.ts";
 
 describe("editDistance()", () => {
   test.each([
@@ -57,5 +63,20 @@ describe("unknownKeyMessage()", () => {
     ["key", "anything", [], "ignored", 'unknown key "anything": ignored'],
   ])("unknownKeyMessage(%p, %p, …)", (what, key, known, consequence, message) => {
     expect(unknownKeyMessage(what, key, known, consequence)).toBe(message);
+  });
+});
+
+describe("quoteValue() and withoutLongValue()", () => {
+  test("quoteValue() quotes a short value whole and a long one by its start, with its length", () => {
+    expect(quoteValue('a "b"')).toBe('"a \\"b\\""');
+    expect(quoteValue("x".repeat(100))).toBe(`"${"x".repeat(80)}…" (100 characters)`);
+  });
+
+  test("withoutLongValue() replaces every repeat of a long value in a message by its excerpt", () => {
+    const long = "y".repeat(1000);
+    expect(withoutLongValue(`bad \`${long}\`: too large; \`${long}\``, long)).toBe(
+      `bad \`${quoteValue(long)}\`: too large; \`${quoteValue(long)}\``,
+    );
+    expect(withoutLongValue("short `ab`", "ab")).toBe("short `ab`");
   });
 });

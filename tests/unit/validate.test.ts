@@ -609,6 +609,44 @@ describe("validate()", () => {
         "c.yaml: invalid (1 error)",
       ],
     ],
+    [
+      "a rule with a misspelled nodeSelector (it would match every node)",
+      "transformations:\n  - labels: {a: b}\n    nodeSelecter: [{matchExpressions: [{key: zone, operator: Exists}]}]\n",
+      1,
+      "",
+      [
+        'c.yaml: error: transformations[0].nodeSelecter (line 3): unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")',
+        "c.yaml: invalid (1 error)",
+      ],
+    ],
+    [
+      "a rule with a selector key no node has, and a warning outside the rules",
+      "global: {PreferIPv6: true}\ntransformations:\n  - nodeSelector: [{matchExpressions: [{key: hostnme, operator: DoesNotExist}]}]\n",
+      1,
+      "",
+      [
+        'c.yaml: error: transformations[0].nodeSelector[0].matchExpressions[0].key (line 3): unknown selector key "hostnme": no node has it (closest known key: "hostname")',
+        'c.yaml: warning: global.PreferIPv6 (line 1): unknown key "PreferIPv6": ignored; keys are case-sensitive, did you mean "preferIPv6"?',
+        "c.yaml: invalid (1 error)",
+      ],
+    ],
+    [
+      "a config over the size limit",
+      `# ${"x".repeat(1024 * 1024)}\n`,
+      1,
+      "",
+      [
+        "c.yaml: error: document: the config is larger than 1048576 bytes (1 MiB, the size limit of a ConfigMap)",
+        "c.yaml: invalid (1 error)",
+      ],
+    ],
+    [
+      "100,000 nested brackets, by their nesting, once",
+      "[".repeat(100_000),
+      1,
+      "",
+      ["c.yaml: error: document (line 1): YAML nesting deeper than 64 levels", "c.yaml: invalid (1 error)"],
+    ],
   ])("validate() without metadata checks %s", (_name, configText, exitCode, stdout, stderr) => {
     const r = validate({ configPath: "c.yaml", configText }, { registry });
     expect(r.exitCode).toBe(exitCode);

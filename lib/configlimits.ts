@@ -1,0 +1,195 @@
+// Bounds on the cloud-config input, so that no file up to the ConfigMap size limit (a YAML alias
+// bomb, 100,000 nested brackets, a million tiny nodes, a megabyte of double-quoted text, thousands
+// of regexps) can stall the process or exhaust its memory. The size is checked before the file is
+// read; the YAML is lexed and parsed with bounds on tokens, nesting and double-quoted text before
+// any node is built, and only its first document is composed; regexps and templates are compiled
+// against a budget. Each refusal names its cause. tests/support/config-stress.ts measures the worst
+// files these bounds let through.
+
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { Composer, type CST, type Document, Lexer, type LineCounter, Parser } from "yaml";
+import type { ConfigIssue } from "./config.ts";
+
+/** Largest cloud-config file accepted, in bytes: the size limit of a ConfigMap. */
+export const MAX_CONFIG_BYTES = 1_048_576;
+
+/**
+ * Most YAML tokens in a file: keys, values, indicators, indentation, comments and line breaks
+ * (including those inside multi-line values), as {@link yamlTokens} counts them. The YAML library
+ * builds objects for each; past a few thousand, most of the peak memory (~10 MiB) is the JIT
+ * compiling its lexer and parser. The largest file in rules/ has 454 tokens, a realistic rule
+ * (selector on two keys, a label, a taint) about 110.
+ */
+export const MAX_YAML_TOKENS = 10_000;
+
+/** Deepest nesting of YAML collections; a cloud config needs 9 levels. */
+export const MAX_YAML_DEPTH = 64;
+
+/**
+ * Most characters of double-quoted scalars in a file: the YAML library decodes them one character at a
+ * time, at about 40 bytes of memory per character. Single-quoted, plain and block scalars cost
+ * next to nothing.
+ */
+export const MAX_DOUBLE_QUOTED_CHARS = 131_072;
+
+/** Most YAML nodes visited after alias expansion; bounds "billion laughs" documents. */
+export const MAX_YAML_NODES = 100_000;
+
+/**
+ * Most regexps and templates compiled from one file: each costs 20 to 40 KiB of memory while it is
+ * compiled. The rule sets in rules/ have about two dozen in all.
+ */
+export const MAX_COMPILED = 200;
+
+/**
+ * Most characters of regexp and template source compiled from one file: a compiled regexp costs
+ * about 0.5 KiB of memory per instruction, and each source character can make one.
+ */
+export const MAX_COMPILED_CHARS = 16_384;
+
+/** Bytes read at a time from the config file. */
+const READ_CHUNK_BYTES = 65_536;
+
+/** The input breaks one of the bounds; `issue` says which, and where when known. */
+export class ConfigLimitError extends Error {
+  constructor(readonly issue: ConfigIssue) {
+    super(issue.message);
+    this.name = "ConfigLimitError";
+  }
+}
+
+function tooLarge(what: string): ConfigLimitError {
+  return new ConfigLimitError({
+    path: "",
+    message: `${what} is larger than ${MAX_CONFIG_BYTES} bytes (1 MiB, the size limit of a ConfigMap)`,
+  });
+}
+
+/**
+ * Reads a config file, refusing it without reading it when it is larger than {@link MAX_CONFIG_BYTES},
+ * and never holding more than that limit plus one chunk when the size is unknown (stdin, a pipe) or
+ * grows while being read.
+ * @param path a file name, or a file descriptor (0 for stdin).
+ * @throws {ConfigLimitError} when the file is too large; the system's error when it cannot be read.
+ */
+export function readConfigFile(path: string | number): string {
+  const fd = typeof path === "number" ? path : openSync(path, "r");
+  try {
+    const { size } = fstatSync(fd);
+    if (size > MAX_CONFIG_BYTES) throw tooLarge(`the file (${size} bytes)`);
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(READ_CHUNK_BYTES);
+      const n = readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) break;
+      chunks.push(chunk.subarray(0, n));
+      total += n;
+      if (total > MAX_CONFIG_BYTES) throw tooLarge("the file");
+    }
+    return Buffer.concat(chunks, total).toString("utf8");
+  } finally {
+    if (typeof path !== "number") closeSync(fd);
+  }
+}
+
+/** The first YAML document of a file, and what follows it. */
+export interface FirstDocument {
+  /** Undefined when the file holds no document (empty, or only comments). */
+  doc: Document.Parsed | undefined;
+  /** How many more documents follow (they are not composed). */
+  more: number;
+  /** Offset where the second document's content starts, when there is one. */
+  moreOffset: number | undefined;
+}
+
+/**
+ * Parses the first YAML document of `text` within the bounds: the size, then, token by token as the
+ * parser reads them, {@link MAX_YAML_TOKENS}, {@link MAX_YAML_DEPTH} and
+ * {@link MAX_DOUBLE_QUOTED_CHARS}. Nothing is composed until the whole stream passed, so a refused
+ * input costs only its tokens. Later documents are parsed (to be counted) but not composed.
+ * @param lines receives the line starts, for positions.
+ * @throws {ConfigLimitError} naming the bound and the line where it was passed.
+ */
+export function parseFirstDocument(text: string, lines: LineCounter): FirstDocument {
+  // A string's length in UTF-16 units is at least its UTF-8 length divided by 3: skip the count when small.
+  if (text.length * 3 > MAX_CONFIG_BYTES && Buffer.byteLength(text, "utf8") > MAX_CONFIG_BYTES) {
+    throw tooLarge("the config");
+  }
+  const parser = new Parser(lines.addNewLine);
+  lines.addNewLine(0);
+  const first: CST.Token[] = [];
+  let documents = 0;
+  let moreOffset: number | undefined;
+  let tokens = 0;
+  let doubleQuoted = 0;
+  // Keeps what comes up to the first document, and counts the documents after it.
+  const collect = (token: CST.Token) => {
+    if (token.type === "document" && ++documents === 2) moreOffset = token.value?.offset;
+    if (documents === 0 || (documents === 1 && token.type === "document")) first.push(token);
+  };
+  const refuse = (message: string): never => {
+    throw new ConfigLimitError({ path: "", line: lines.linePos(parser.offset).line, message });
+  };
+  for (const lexeme of new Lexer().lex(text)) {
+    tokens += yamlTokens(lexeme);
+    if (tokens > MAX_YAML_TOKENS) {
+      refuse(
+        `more than ${MAX_YAML_TOKENS} YAML tokens (keys, values, indicators, indentation, comments and line breaks)`,
+      );
+    }
+    if (lexeme.startsWith('"')) {
+      doubleQuoted += lexeme.length;
+      if (doubleQuoted > MAX_DOUBLE_QUOTED_CHARS) {
+        refuse(
+          `more than ${MAX_DOUBLE_QUOTED_CHARS} characters of double-quoted text: write long values single-quoted or as block scalars (|)`,
+        );
+      }
+    }
+    for (const token of parser.next(lexeme)) collect(token);
+    if (parser.stack.length > MAX_YAML_DEPTH) refuse(`YAML nesting deeper than ${MAX_YAML_DEPTH} levels`);
+  }
+  for (const token of parser.end()) collect(token);
+  const composer = new Composer({ merge: true });
+  let doc: Document.Parsed | undefined;
+  for (const token of first) for (const d of composer.next(token)) doc ??= d;
+  for (const d of composer.end()) doc ??= d;
+  return { doc, more: Math.max(0, documents - 1), moreOffset };
+}
+
+/**
+ * The tokens one lexeme of the YAML lexer counts for against {@link MAX_YAML_TOKENS}: one, plus
+ * one per line break inside a multi-line value (each costs the YAML library as much as a token).
+ * @example yamlTokens("a\n  b") // 2
+ */
+export function yamlTokens(lexeme: string): number {
+  if (lexeme.length < 2 || lexeme === "\r\n") return 1;
+  let n = 1;
+  for (let i = lexeme.indexOf("\n"); i !== -1; i = lexeme.indexOf("\n", i + 1)) n++;
+  return n;
+}
+
+/**
+ * The budget for compiling regexps and templates from one file: {@link MAX_COMPILED} of them,
+ * {@link MAX_COMPILED_CHARS} characters of source in all.
+ */
+export class CompileBudget {
+  #count = 0;
+  #chars = 0;
+  #exceeded = false;
+
+  /**
+   * Spends the budget on one regexp or template.
+   * @returns undefined when it may be compiled; the reason the first time it may not; "" after that.
+   */
+  spend(source: string): string | undefined {
+    if (this.#exceeded) return "";
+    this.#count++;
+    this.#chars += source.length;
+    if (this.#count <= MAX_COMPILED && this.#chars <= MAX_COMPILED_CHARS) return undefined;
+    this.#exceeded = true;
+    return this.#count > MAX_COMPILED
+      ? `more than ${MAX_COMPILED} regexps and templates in the file`
+      : `more than ${MAX_COMPILED_CHARS} characters of regexps and templates in the file`;
+  }
+}
