@@ -215,17 +215,22 @@ export class TalosFactsReader {
     };
     let entry = this.#cache.get(name);
     if (!entry || entry.ips !== ips.join(",") || now - entry.at >= this.#ttlMs) {
-      // Identity first: the answering machine's own name decides whether the rest means anything.
-      const { nodeIP, value: nodename } = await this.#talos.firstAnswer(
+      // All from the one machine that answers, in one round trip; its own name (Nodename) decides
+      // in the policy whether the rest means anything.
+      const {
+        nodeIP,
+        value: [nodename, statuses, links, nodeIPConfig],
+      } = await this.#talos.firstAnswer(
         ips,
-        (ip, o) => this.#talos.nodename(ip, o),
+        (ip, o) =>
+          Promise.all([
+            this.#talos.nodename(ip, o),
+            this.#talos.addresses(ip, o),
+            this.#talos.links(ip, o),
+            this.#talos.nodeIPConfig(ip, o),
+          ]),
         opts,
       );
-      const [statuses, links, nodeIPConfig] = await Promise.all([
-        this.#talos.addresses(nodeIP, opts),
-        this.#talos.links(nodeIP, opts),
-        this.#talos.nodeIPConfig(nodeIP, opts),
-      ]);
       entry = {
         at: now,
         ips: ips.join(","),

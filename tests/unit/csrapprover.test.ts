@@ -352,6 +352,9 @@ describe("TalosFactsReader", () => {
     });
     expect(talos.calls).toEqual([
       "nodename 10.9.9.9",
+      "addresses 10.9.9.9",
+      "links 10.9.9.9",
+      "nodeIPConfig 10.9.9.9",
       "nodename fd00::1",
       "addresses fd00::1",
       "links fd00::1",
