@@ -17,6 +17,7 @@
 
 import * as v from "valibot";
 import { type Alias, type Document, isAlias, isMap, isScalar, isSeq, LineCounter, visit } from "yaml";
+import type { ConfigIssue } from "./configissue.ts";
 import {
   CompileBudget,
   ConfigLimitError,
@@ -28,18 +29,9 @@ import {
 import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
 import { quoteValue, unknownKeyMessage, withoutLongValue } from "./suggest.ts";
 import { parseTemplate, type Template } from "./template.ts";
-import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./transform.ts";
 import type { Features, PlatformMetadata } from "./types.ts";
 import { isAnnotationKey, isLabelValue, isQualifiedName, isTaintKey, parseTaint } from "./validation.ts";
-
-/** One problem found in the config file. */
-export interface ConfigIssue {
-  /** Where, as `global.preferIPv6` or `transformations[0].labels["example.com/a"]`; "" for the document. */
-  path: string;
-  /** 1-based line in the file, when known. */
-  line?: number;
-  message: string;
-}
+import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./wellknown.ts";
 
 /** The config file cannot be read or is invalid; `issues` lists every problem found. */
 export class ConfigError extends Error {

@@ -8,7 +8,7 @@
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { Composer, type CST, type Document, Lexer, type LineCounter, Parser } from "yaml";
-import type { ConfigIssue } from "./config.ts";
+import type { ConfigIssue } from "./configissue.ts";
 
 /** Largest cloud-config file accepted, in bytes: the size limit of a ConfigMap. */
 export const MAX_CONFIG_BYTES = 1_048_576;

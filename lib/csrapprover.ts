@@ -11,6 +11,7 @@
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { nodeIPs } from "./addresses.ts";
 import { type Handlers, Informer, type LeanNode } from "./cache.ts";
+import type { ControllerContext } from "./controller.ts";
 import {
   type CheckedCsr,
   type Claims,
@@ -33,7 +34,6 @@ import { CsrNetworks } from "./csrnetworks.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
 import { logger } from "./log.ts";
-import type { ControllerContext } from "./manager.ts";
 import type { Registry } from "./metrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";

@@ -7,7 +7,6 @@
 
 import { isIPv4, isIPv6 } from "node:net";
 import { type NodeIpamFlags, resolveNodeIpamConfig } from "./cidr.ts";
-import type { AllocatorType } from "./ipam.ts";
 import type { LogFormat } from "./log.ts";
 import { editDistance } from "./suggest.ts";
 
@@ -959,6 +958,9 @@ export interface NodeControllerOptions {
   /** `--concurrent-node-lifecycle-syncs`: lifecycle workers, default 1. */
   concurrentLifecycleSyncs: number;
 }
+
+/** `--cidr-allocator-type`: which allocator node-ipam runs (lib/ipam.ts). */
+export type AllocatorType = "RangeAllocator" | "CloudAllocator";
 
 /**
  * The node-ipam controller. The CIDR and mask fields are the flags as given, in the shape

@@ -26,11 +26,11 @@ import {
   tryParseIP,
   validateNodeIpamConfig,
 } from "./cidr.ts";
+import type { ControllerContext } from "./controller.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
-import type { IpamOptions } from "./flags.ts";
+import type { AllocatorType, IpamOptions } from "./flags.ts";
 import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
-import type { ControllerContext } from "./manager.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue, wait } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
@@ -80,9 +80,6 @@ export class CidrNotAvailableError extends Error {
     super(`Cannot allocate a pod CIDR for node ${node}: no free CIDR left in ${clusterCIDR}`);
   }
 }
-
-/** `--cidr-allocator-type`. */
-export type AllocatorType = "RangeAllocator" | "CloudAllocator";
 
 /** Options of an {@link Allocator}: a validated configuration (see `resolveNodeIpamConfig`) and its type. */
 export interface AllocatorOptions extends NodeIpamConfig {

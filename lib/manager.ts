@@ -6,61 +6,23 @@
 
 import { createHash, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
-import { type Informer, type LeanNode, nodeInformer } from "./cache.ts";
+import { nodeInformer } from "./cache.ts";
 import { type CompiledConfig, ConfigError, formatIssue, loadConfig, parseConfig } from "./config.ts";
 import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
+import { ConfigHolder, type ControllerContext, type StartController } from "./controller.ts";
 import { EventRecorder } from "./events.ts";
 import { type ControllerName, Controllers, PROGRAM_NAME, type RunOptions } from "./flags.ts";
 import { nodeIpamNeedsTalos } from "./ipam.ts";
 import { KubeClient, loadConnection } from "./kube.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
-import { type Registry, registerProcessMetrics, registry } from "./metrics.ts";
+import { registerProcessMetrics, registry } from "./metrics.ts";
 import { type SecureServer, startSecureServer } from "./serve.ts";
 import type { TalosClient } from "./talos.ts";
 import { loadTalosConfig } from "./talosconfig.ts";
 import { commit, version } from "./version.ts";
 
 const log = logger("manager");
-
-/** The current cloud config, replaced when the file changes. */
-export class ConfigHolder {
-  #config: CompiledConfig;
-  readonly #listeners = new Set<(c: CompiledConfig) => void>();
-  constructor(config: CompiledConfig) {
-    this.#config = config;
-  }
-  /** The config in effect now. */
-  get current(): CompiledConfig {
-    return this.#config;
-  }
-  /** Replaces the config and tells every listener. */
-  set(config: CompiledConfig): void {
-    this.#config = config;
-    for (const l of this.#listeners) l(config);
-  }
-  /** Registers a listener for changes; returns its removal. */
-  onChange(fn: (c: CompiledConfig) => void): () => void {
-    this.#listeners.add(fn);
-    return () => this.#listeners.delete(fn);
-  }
-}
-
-/** What a controller gets to work with. */
-export interface ControllerContext {
-  options: RunOptions;
-  client: KubeClient;
-  nodes: Informer<LeanNode>;
-  events: EventRecorder;
-  registry: Registry;
-  config: ConfigHolder;
-  /** The Talos client; undefined in CSR-only mode without a talosconfig. */
-  talos: TalosClient | undefined;
-  identity: string;
-}
-
-/** A controller module: runs until `signal` aborts. */
-export type StartController = (ctx: ControllerContext, signal: AbortSignal) => Promise<void>;
 
 /** Controllers that cannot work without the Talos API. */
 function needsTalos(enabled: readonly ControllerName[], opts: RunOptions): boolean {

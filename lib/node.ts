@@ -28,10 +28,10 @@ import {
 } from "./addresses.ts";
 import type { Informer, LeanNode } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
+import type { ControllerContext } from "./controller.ts";
 import type { EventRecorder } from "./events.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
-import type { ControllerContext } from "./manager.ts";
 import type { Registry } from "./metrics.ts";
 import { type Backoff, backoffDelay, runWorkers, WorkQueue } from "./queue.ts";
 import {
@@ -41,8 +41,6 @@ import {
   TalosPermissionError,
 } from "./talos.ts";
 import {
-  MANAGED_ANNOTATION,
-  MANAGED_DIGEST_LABEL,
   type ManagedRecordRead,
   planReconcile,
   type RecordProblem,
@@ -55,7 +53,12 @@ import {
   transform,
 } from "./transform.ts";
 import type { NodeAddress, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
-import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
+import {
+  MANAGED_ANNOTATION,
+  MANAGED_DIGEST_LABEL,
+  PROVIDED_NODE_IP_ANNOTATION,
+  UNINITIALIZED_TAINT,
+} from "./wellknown.ts";
 
 const log = logger("cloud-node");
 

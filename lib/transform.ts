@@ -22,6 +22,7 @@ import {
   isTaintKey,
   parseTaint,
 } from "./validation.ts";
+import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./wellknown.ts";
 
 /** A value a rule could not apply to a node. */
 export interface TransformError {
@@ -224,21 +225,6 @@ export function transform(
 
 // ---------------------------------------------------------------------------------------------
 // Reconcile-mode bookkeeping.
-
-/**
- * The Node annotation holding what the rules put on the node. Its value is compact JSON:
- * `{"v":1,"labels":[…],"annotations":[…],"taints":["<key>:<Effect>",…]}`, lists sorted, empty
- * lists left out.
- */
-export const MANAGED_ANNOTATION = "talos.dev/ccm-managed";
-
-/**
- * The Node label holding the digest of the {@link MANAGED_ANNOTATION} value, written in the same
- * patch. A kubelet may edit its own Node's annotations, but NodeRestriction admission refuses it
- * any change to labels under `node-restriction.kubernetes.io/`: a record whose digest is not in
- * this label was not written by the CCM, and what it names is never removed.
- */
-export const MANAGED_DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
 
 /** What the rules put on a node: label and annotation keys, taints as `<key>:<Effect>`. */
 export interface ManagedRecord {

@@ -25,15 +25,8 @@ import {
   type YAMLMap,
 } from "yaml";
 import type { LeanNode } from "./cache.ts";
-import {
-  byLine,
-  type CompiledConfig,
-  ConfigError,
-  type ConfigIssue,
-  formatIssue,
-  formatPath,
-  parseConfig,
-} from "./config.ts";
+import { byLine, type CompiledConfig, ConfigError, formatIssue, formatPath, parseConfig } from "./config.ts";
+import type { ConfigIssue } from "./configissue.ts";
 import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
 import type { ValidateOptions } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";

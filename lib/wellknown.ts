@@ -1,6 +1,6 @@
 // Well-known Kubernetes names that several parts of this CCM read or write (controllers, config
 // validation, generated manifests and their RBAC, test bed): Node taints and annotations, the kubelet
-// serving signer, the Events namespace. Kept in one place so that they cannot drift apart. Only
+// serving signer, the Events namespace, reconcile mode's record. Kept in one place so that they cannot drift apart. Only
 // names; what they mean for a controller lives with that controller.
 
 /** The taint a kubelet run with `--cloud-provider=external` registers its Node with; the CCM removes it. */
@@ -20,3 +20,18 @@ export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
 
 /** The namespace Kubernetes records Events about cluster-scoped objects (Nodes, CSRs) in. */
 export const EVENTS_NAMESPACE = "default";
+
+/**
+ * The Node annotation holding what the rules put on the node. Its value is compact JSON:
+ * `{"v":1,"labels":[…],"annotations":[…],"taints":["<key>:<Effect>",…]}`, lists sorted, empty
+ * lists left out.
+ */
+export const MANAGED_ANNOTATION = "talos.dev/ccm-managed";
+
+/**
+ * The Node label holding the digest of the {@link MANAGED_ANNOTATION} value, written in the same
+ * patch. A kubelet may edit its own Node's annotations, but NodeRestriction admission refuses it
+ * any change to labels under `node-restriction.kubernetes.io/`: a record whose digest is not in
+ * this label was not written by the CCM, and what it names is never removed.
+ */
+export const MANAGED_DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";

@@ -4,14 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { stringify } from "yaml";
-import {
-  type CompiledConfig,
-  ConfigError,
-  type ConfigIssue,
-  formatPath,
-  loadConfig,
-  parseConfig,
-} from "../../lib/config.ts";
+import { type CompiledConfig, ConfigError, formatPath, loadConfig, parseConfig } from "../../lib/config.ts";
+import type { ConfigIssue } from "../../lib/configissue.ts";
 import { matchSelector, selectorFields } from "../../lib/selector.ts";
 import { stressCases, writeCase } from "../support/config-stress.ts";
 import { platformMetadata } from "../support/fixtures.ts";

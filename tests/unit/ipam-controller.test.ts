@@ -6,6 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
 import { CidrError, formatPrefix } from "../../lib/cidr.ts";
+import type { ControllerContext } from "../../lib/controller.ts";
 import type { IpamOptions } from "../../lib/flags.ts";
 import {
   ipamAddresses,
@@ -16,7 +17,6 @@ import {
   startNodeIpam,
 } from "../../lib/ipam.ts";
 import { KubeError } from "../../lib/kube.ts";
-import type { ControllerContext } from "../../lib/manager.ts";
 import { Registry } from "../../lib/metrics.ts";
 import type { TalosClient } from "../../lib/talos.ts";
 import type { AddressStatus, ControllerManagerConfig } from "../../lib/types.ts";

@@ -13,10 +13,10 @@ import {
   prefixesOverlap,
   resolveNodeIpamConfig,
 } from "../../lib/cidr.ts";
+import type { AllocatorType } from "../../lib/flags.ts";
 import {
   type Allocation,
   Allocator,
-  type AllocatorType,
   CidrNotAvailableError,
   type NodeNetwork,
   publicIPv6Prefixes,

@@ -17,14 +17,14 @@ import {
   type TalosFactsClient,
 } from "../../lib/node.ts";
 import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
+import { managedRecordDigest, transform } from "../../lib/transform.ts";
+import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   MANAGED_ANNOTATION,
   MANAGED_DIGEST_LABEL,
-  managedRecordDigest,
-  transform,
-} from "../../lib/transform.ts";
-import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
-import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
+  PROVIDED_NODE_IP_ANNOTATION,
+  UNINITIALIZED_TAINT,
+} from "../../lib/wellknown.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Builders.

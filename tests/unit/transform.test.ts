@@ -3,8 +3,6 @@ import fc from "fast-check";
 import { type CompiledConfig, type CompiledRule, ConfigError, parseConfig } from "../../lib/config.ts";
 import { Registry } from "../../lib/metrics.ts";
 import {
-  MANAGED_ANNOTATION,
-  MANAGED_DIGEST_LABEL,
   type ManagedRecord,
   managedRecordDigest,
   type NodeState,
@@ -23,6 +21,7 @@ import {
 } from "../../lib/transform.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation, Taint } from "../../lib/types.ts";
 import { isLabelValue } from "../../lib/validation.ts";
+import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "../../lib/wellknown.ts";
 
 const metadata: PlatformMetadata = {
   platform: "metal",

@@ -1,9 +1,10 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { parse as parseYaml, stringify } from "yaml";
-import { type ConfigIssue, parseConfig } from "../../lib/config.ts";
+import { parseConfig } from "../../lib/config.ts";
+import type { ConfigIssue } from "../../lib/configissue.ts";
 import { Registry } from "../../lib/metrics.ts";
-import { MANAGED_DIGEST_LABEL, managedRecordDigest } from "../../lib/transform.ts";
+import { managedRecordDigest } from "../../lib/transform.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   formatPreview,
@@ -15,6 +16,7 @@ import {
   type SampleNode,
   validate,
 } from "../../lib/validate.ts";
+import { MANAGED_DIGEST_LABEL } from "../../lib/wellknown.ts";
 
 const PM_TYPE = "PlatformMetadatas.talos.dev";
 const SI_TYPE = "SystemInformations.hardware.talos.dev";

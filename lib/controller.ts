@@ -1,0 +1,50 @@
+// What every controller works with, shared by the manager that builds it (lib/manager.ts) and the
+// controllers it starts (lib/node.ts, lib/lifecycle.ts, lib/csrapprover.ts, lib/ipam.ts), so that no
+// controller imports the manager.
+
+import type { Informer, LeanNode } from "./cache.ts";
+import type { CompiledConfig } from "./config.ts";
+import type { EventRecorder } from "./events.ts";
+import type { RunOptions } from "./flags.ts";
+import type { KubeClient } from "./kube.ts";
+import type { Registry } from "./metrics.ts";
+import type { TalosClient } from "./talos.ts";
+
+/** The current cloud config, replaced when the file changes. */
+export class ConfigHolder {
+  #config: CompiledConfig;
+  readonly #listeners = new Set<(c: CompiledConfig) => void>();
+  constructor(config: CompiledConfig) {
+    this.#config = config;
+  }
+  /** The config in effect now. */
+  get current(): CompiledConfig {
+    return this.#config;
+  }
+  /** Replaces the config and tells every listener. */
+  set(config: CompiledConfig): void {
+    this.#config = config;
+    for (const l of this.#listeners) l(config);
+  }
+  /** Registers a listener for changes; returns its removal. */
+  onChange(fn: (c: CompiledConfig) => void): () => void {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+}
+
+/** What a controller gets to work with. */
+export interface ControllerContext {
+  options: RunOptions;
+  client: KubeClient;
+  nodes: Informer<LeanNode>;
+  events: EventRecorder;
+  registry: Registry;
+  config: ConfigHolder;
+  /** The Talos client; undefined in CSR-only mode without a talosconfig. */
+  talos: TalosClient | undefined;
+  identity: string;
+}
+
+/** A controller module: runs until `signal` aborts. */
+export type StartController = (ctx: ControllerContext, signal: AbortSignal) => Promise<void>;
