@@ -353,8 +353,8 @@ export function describeTransformErrors(errors: readonly TransformError[]): stri
 // ---------------------------------------------------------------------------------------------
 // Talos facts of every node, kept current by COSI watches.
 
-/** The Talos client calls {@link TalosFacts} makes (a subset, so that tests can fake it). */
-export type TalosFactsClient = Pick<
+/** The Talos client calls {@link TalosWatchCache} makes (a subset, so that tests can fake it). */
+export type TalosWatchClient = Pick<
   TalosClient,
   "watch" | "platformMetadata" | "addresses" | "systemInformation" | "version" | "firstAnswer" | "nodename"
 >;
@@ -385,9 +385,9 @@ export type FactsState =
       mismatch?: NodeMismatch;
     };
 
-/** Options of {@link TalosFacts}. */
-export interface TalosFactsOptions {
-  talos: TalosFactsClient;
+/** Options of {@link TalosWatchCache}. */
+export interface TalosWatchCacheOptions {
+  talos: TalosWatchClient;
   /** Called whenever a node's facts or watch state change (the controller re-queues the node). */
   onChange: (name: string) => void;
   /** `--node-status-update-frequency`: how often nodes whose watch is down are polled. */
@@ -495,8 +495,8 @@ class NodeWatch {
  * stalled, or ended on a non-retryable error) are polled by one shared timer every `refreshMs`;
  * healthy ones cost no periodic call.
  */
-export class TalosFacts {
-  readonly #talos: TalosFactsClient;
+export class TalosWatchCache {
+  readonly #talos: TalosWatchClient;
   readonly #onChange: (name: string) => void;
   readonly #refreshMs: number;
   readonly #stallMs: number;
@@ -506,8 +506,8 @@ export class TalosFacts {
   readonly #timer: ReturnType<typeof setInterval>;
   #closed = false;
 
-  constructor(opts: TalosFactsOptions) {
-    if (!(opts.refreshMs > 0)) throw new TypeError("TalosFacts: refreshMs must be positive");
+  constructor(opts: TalosWatchCacheOptions) {
+    if (!(opts.refreshMs > 0)) throw new TypeError("TalosWatchCache: refreshMs must be positive");
     this.#talos = opts.talos;
     this.#onChange = opts.onChange;
     this.#refreshMs = opts.refreshMs;
@@ -940,7 +940,7 @@ export interface CloudNodeOptions {
   events: Pick<EventRecorder, "record">;
   registry: Registry;
   config: { readonly current: CompiledConfig; onChange(fn: (c: CompiledConfig) => void): () => void };
-  talos: TalosFactsClient & { readonly clusterName: string };
+  talos: TalosWatchClient & { readonly clusterName: string };
   /** `--concurrent-node-syncs`. */
   workers: number;
   /** `--node-status-update-frequency`. */
@@ -984,7 +984,7 @@ function controllerMetrics(reg: Registry) {
 export class CloudNodeController {
   readonly #opts: CloudNodeOptions;
   readonly #queue: WorkQueue;
-  readonly #facts: TalosFacts;
+  readonly #facts: TalosWatchCache;
   readonly #m: ReturnType<typeof controllerMetrics>;
   readonly #log: Logger;
   /**
@@ -1006,7 +1006,7 @@ export class CloudNodeController {
     this.#opts = opts;
     this.#log = opts.log ?? log;
     this.#queue = new WorkQueue("cloud-node", { registry: opts.registry });
-    this.#facts = new TalosFacts({
+    this.#facts = new TalosWatchCache({
       talos: opts.talos,
       onChange: (name) => this.#queue.add(name),
       refreshMs: opts.statusUpdateFrequencyMs,

@@ -13,8 +13,8 @@ import {
   instanceFacts,
   type JsonPatchOp,
   nodePatch,
-  TalosFacts,
-  type TalosFactsClient,
+  TalosWatchCache,
+  type TalosWatchClient,
 } from "../../lib/node.ts";
 import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
 import { managedRecordDigest, transform } from "../../lib/transform.ts";
@@ -695,7 +695,7 @@ class FakeStream {
   }
 }
 
-class FakeTalos implements TalosFactsClient {
+class FakeTalos implements TalosWatchClient {
   readonly clusterName = "talos-cluster";
   readonly streams = new Map<string, FakeStream>();
   readonly calls: string[] = [];
@@ -716,21 +716,21 @@ class FakeTalos implements TalosFactsClient {
     this.calls.push(`watch ${kind} ${ip}`);
     const stream = this.stream(ip, kind);
     return { [Symbol.asyncIterator]: () => stream.iterate(opts.signal ?? new AbortController().signal) };
-  }) as TalosFactsClient["watch"];
+  }) as TalosWatchClient["watch"];
   platformMetadata = (async (ip: string) => {
     this.calls.push(`get platformmetadata ${ip}`);
     if (this.getFails) throw this.getFails;
     return this.pollMetadata;
-  }) as TalosFactsClient["platformMetadata"];
+  }) as TalosWatchClient["platformMetadata"];
   addresses = (async (ip: string) => {
     this.calls.push(`list addresses ${ip}`);
     if (this.getFails) throw this.getFails;
     return this.pollAddresses;
-  }) as TalosFactsClient["addresses"];
+  }) as TalosWatchClient["addresses"];
   systemInformation = (async (ip: string) => {
     this.calls.push(`get systeminformation ${ip}`);
     return this.systemInfo;
-  }) as TalosFactsClient["systemInformation"];
+  }) as TalosWatchClient["systemInformation"];
   /** The node name Talos reports per IP; node-1 elsewhere. */
   readonly nodenames = new Map<string, string>();
   nodenameFails: Error | undefined;
@@ -738,11 +738,11 @@ class FakeTalos implements TalosFactsClient {
     this.calls.push(`get nodename ${ip}`);
     if (this.nodenameFails) throw this.nodenameFails;
     return this.nodenames.get(ip) ?? "node-1";
-  }) as TalosFactsClient["nodename"];
+  }) as TalosWatchClient["nodename"];
   version = (async () => {
     this.calls.push("version");
     return { tag: "v1.13.0", sha: "", arch: "amd64", platform: "metal" };
-  }) as TalosFactsClient["version"];
+  }) as TalosWatchClient["version"];
   firstAnswer = (async (ips: readonly string[], fn: (ip: string, o: object) => Promise<unknown>) => {
     let last: unknown;
     for (const ip of ips) {
@@ -753,19 +753,19 @@ class FakeTalos implements TalosFactsClient {
       }
     }
     throw last;
-  }) as TalosFactsClient["firstAnswer"];
+  }) as TalosWatchClient["firstAnswer"];
 }
 
 const settle = () => new Promise((resolve) => setTimeout(resolve, 5));
 
-describe("TalosFacts", () => {
+describe("TalosWatchCache", () => {
   const needs = { systemInformation: true, talosVersion: false };
 
   function setup(opts: { refreshMs?: number } = {}) {
     let now = 1_000_000;
     const talos = new FakeTalos();
     const changes: string[] = [];
-    const facts = new TalosFacts({
+    const facts = new TalosWatchCache({
       talos,
       onChange: (n) => changes.push(n),
       refreshMs: opts.refreshMs ?? 60_000,
@@ -777,7 +777,7 @@ describe("TalosFacts", () => {
     return { talos, facts, changes, advance: (ms: number) => (now += ms) };
   }
 
-  test("TalosFacts builds the facts from the watches' bootstrap contents, one Nodename and one SystemInformation read", async () => {
+  test("TalosWatchCache builds the facts from the watches' bootstrap contents, one Nodename and one SystemInformation read", async () => {
     const { talos, facts, changes } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     expect(facts.facts("node-1", needs)).toEqual({ ready: false, waitingFor: "Talos on 10.0.0.5 to answer" });
@@ -807,7 +807,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts reports address changes after bootstrap and nothing while re-syncing identical contents", async () => {
+  test("TalosWatchCache reports address changes after bootstrap and nothing while re-syncing identical contents", async () => {
     const { talos, facts, changes } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     const s = talos.stream("10.0.0.5", "addresses");
@@ -826,7 +826,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts marks a failing watch down, polls it only after the refresh period, and recovers", async () => {
+  test("TalosWatchCache marks a failing watch down, polls it only after the refresh period, and recovers", async () => {
     const { talos, facts, changes, advance } = setup({ refreshMs: 60_000 });
     facts.track("node-1", ["10.0.0.5"]);
     await settle();
@@ -867,7 +867,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts makes no Talos call on a timer while watches are healthy", async () => {
+  test("TalosWatchCache makes no Talos call on a timer while watches are healthy", async () => {
     const { talos, facts, advance } = setup({ refreshMs: 1_000 });
     facts.track("node-1", ["10.0.0.5"]);
     talos
@@ -888,7 +888,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts treats a watch without any answer for the stall time as down", async () => {
+  test("TalosWatchCache treats a watch without any answer for the stall time as down", async () => {
     const { facts, advance } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     advance(29_000);
@@ -905,7 +905,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts reads a missing PlatformMetadata as 'not yet' and a node without SystemInformation as none", async () => {
+  test("TalosWatchCache reads a missing PlatformMetadata as 'not yet' and a node without SystemInformation as none", async () => {
     const { talos, facts } = setup();
     talos.systemInfo = undefined;
     facts.track("node-1", ["10.0.0.5"]);
@@ -930,7 +930,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts restarts the watches when the node's IPs change and stops them on forget", async () => {
+  test("TalosWatchCache restarts the watches when the node's IPs change and stops them on forget", async () => {
     const { talos, facts } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     facts.track("node-1", ["10.0.0.5"]);
@@ -949,7 +949,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts moves a dual-stack node's watches to its other IP when the first one fails", async () => {
+  test("TalosWatchCache moves a dual-stack node's watches to its other IP when the first one fails", async () => {
     const { talos, facts } = setup();
     facts.track("node-1", ["10.0.0.5", "fd00::5"]);
     talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
@@ -978,7 +978,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts retries a failed SystemInformation read after its backoff, announced by the timer", async () => {
+  test("TalosWatchCache retries a failed SystemInformation read after its backoff, announced by the timer", async () => {
     const { talos, facts, changes, advance } = setup();
     let fail = true;
     talos.systemInformation = (async (ip: string) => {
@@ -986,7 +986,7 @@ describe("TalosFacts", () => {
       if (fail)
         throw new TalosError("unavailable", "Cannot get SystemInformation: unavailable", { retryable: true });
       return SYSINFO;
-    }) as TalosFactsClient["systemInformation"];
+    }) as TalosWatchClient["systemInformation"];
     facts.track("node-1", ["10.0.0.5"]);
     talos
       .stream("10.0.0.5", "platformmetadata")
@@ -1023,7 +1023,7 @@ describe("TalosFacts", () => {
   }
   const bare = { systemInformation: false, talosVersion: false };
 
-  test("TalosFacts hands out no facts from an IP whose Talos is another node, and retries with backoff", async () => {
+  test("TalosWatchCache hands out no facts from an IP whose Talos is another node, and retries with backoff", async () => {
     const { talos, facts, changes, advance } = setup();
     talos.nodenames.set("10.0.0.5", "node-2");
     facts.track("node-1", ["10.0.0.5"]);
@@ -1058,7 +1058,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts waits, with the error, while Talos cannot say which node it is", async () => {
+  test("TalosWatchCache waits, with the error, while Talos cannot say which node it is", async () => {
     const { talos, facts } = setup();
     talos.nodenameFails = new TalosNotFoundError("Cannot get Nodenames.kubernetes.talos.dev: not found");
     facts.track("node-1", ["10.0.0.5"]);
@@ -1072,7 +1072,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts moves a node claiming another node's IP to its other IP, where Talos confirms it", async () => {
+  test("TalosWatchCache moves a node claiming another node's IP to its other IP, where Talos confirms it", async () => {
     const { talos, facts } = setup();
     talos.nodenames.set("10.0.0.9", "node-2");
     facts.track("node-1", ["10.0.0.9", "fd00::5"]);
@@ -1104,7 +1104,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts asks Talos on a node IP the confirmed machine lacks neither to fail over nor to poll", async () => {
+  test("TalosWatchCache asks Talos on a node IP the confirmed machine lacks neither to fail over nor to poll", async () => {
     const { talos, facts, advance } = setup({ refreshMs: 1_000 });
     talos.nodenames.set("10.0.0.9", "node-2");
     facts.track("node-1", ["10.0.0.9", "fd00::5"]);
@@ -1133,7 +1133,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts fails over to a node IP once the confirmed machine reports its address", async () => {
+  test("TalosWatchCache fails over to a node IP once the confirmed machine reports its address", async () => {
     const { talos, facts } = setup();
     facts.track("node-1", ["10.0.0.5", "fd00::5"]);
     const eth0 = address("10.0.0.5/24", "eth0");
@@ -1166,7 +1166,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts stops after trying each IP once when all lead to other nodes", async () => {
+  test("TalosWatchCache stops after trying each IP once when all lead to other nodes", async () => {
     const { talos, facts, advance } = setup();
     talos.nodenames.set("10.0.0.9", "node-2");
     talos.nodenames.set("fd00::9", "node-3");
@@ -1199,7 +1199,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts confirms the node again when the machine's identity changes, not on other metadata changes", async () => {
+  test("TalosWatchCache confirms the node again when the machine's identity changes, not on other metadata changes", async () => {
     const { talos, facts } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     bootstrapOn(talos, "10.0.0.5", metadata({ instanceId: "i-1" }));
@@ -1241,7 +1241,7 @@ describe("TalosFacts", () => {
     facts.close();
   });
 
-  test("TalosFacts falls back to polling when a watch ends on a non-retryable error", async () => {
+  test("TalosWatchCache falls back to polling when a watch ends on a non-retryable error", async () => {
     const { talos, facts, advance } = setup({ refreshMs: 1_000 });
     facts.track("node-1", ["10.0.0.5"]);
     talos
