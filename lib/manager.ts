@@ -24,6 +24,15 @@ import { commit, version } from "./version.ts";
 
 const log = logger("manager");
 
+/** After a shutdown begins, the process exits by this time whatever is still running. */
+const SHUTDOWN_HARD_STOP_MS = 4_500;
+/** How long releasing the leader Lease may take at shutdown. */
+const LEASE_RELEASE_TIMEOUT_MS = 2_000;
+/** How long the controllers get to finish their work in flight at shutdown. */
+const CONTROLLER_DRAIN_MS = 1_500;
+/** How often the cloud-config file is checked for a change. */
+const CLOUD_CONFIG_POLL_MS = 2_000;
+
 /** Controllers that cannot work without the Talos API. */
 function needsTalos(enabled: readonly ControllerName[], opts: RunOptions): boolean {
   return enabled.some(
@@ -261,11 +270,11 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     if (shuttingDown) return;
     shuttingDown = true;
     log.info("Shutting down", { reason: why });
-    const hardStop = setTimeout(() => process.exit(code), 4500);
+    const hardStop = setTimeout(() => process.exit(code), SHUTDOWN_HARD_STOP_MS);
     controllers.abort();
     stopCloudConfigWatch();
-    await elector?.release(2000);
-    await Promise.race([Promise.all(running), Bun.sleep(1500)]);
+    await elector?.release(LEASE_RELEASE_TIMEOUT_MS);
+    await Promise.race([Promise.all(running), Bun.sleep(CONTROLLER_DRAIN_MS)]);
     await nodes.stop().catch(() => {});
     await server?.stop().catch(() => {});
     talos?.close();
@@ -318,7 +327,7 @@ function watchCloudConfig(
   path: string | undefined,
   holder: ConfigHolder,
   loadedDigest: string,
-  periodMs = 2000,
+  periodMs = CLOUD_CONFIG_POLL_MS,
 ): () => void {
   if (!path) return () => {};
   const reloads = registry.counter(
