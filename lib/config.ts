@@ -664,16 +664,15 @@ export function loadConfig(path: string): CompiledConfig {
 /**
  * Reads a cloud-config file without parsing it, refusing one over the size limit before reading it
  * (see {@link readConfigFile}).
- * @param path a file name, or 0 for stdin.
+ * @param path a file name
  * @throws {ConfigError} when the file cannot be read or is too large.
  */
-export function readConfig(path: string | 0): string {
+export function readConfig(path: string): string {
   try {
     return readConfigFile(path);
   } catch (err) {
     if (err instanceof ConfigLimitError) throw new ConfigError([err.issue]);
     const reason = err instanceof Error ? err.message : String(err);
-    const name = path === 0 ? "stdin" : path;
-    throw new ConfigError([{ path: "", message: `cannot read ${name}: ${reason}` }], [], { cause: err });
+    throw new ConfigError([{ path: "", message: `cannot read ${path}: ${reason}` }], [], { cause: err });
   }
 }

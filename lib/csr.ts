@@ -10,18 +10,11 @@
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import {
-  formatIP,
-  type IPAddress,
-  ipFromBytes,
-  ipReadings,
-  tryParseCidr,
-  tryParseIP,
-  unmapIPv4,
-} from "./cidr.ts";
+import { formatIP, type IPAddress, ipFromBytes, ipReadings, tryParseIP, unmapIPv4 } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 import {
   canonicalDNS,
+  canonicalHost,
   entryHolding,
   type NetworkView,
   NO_NETWORKS,
@@ -757,12 +750,6 @@ function list(values: string[]): string {
 
 function deny(reason: DenyReason, message: string): Decision {
   return { action: "deny", reason, message };
-}
-
-/** Canonicalizes an address that may carry a prefix length (`10.0.0.5/24`, as Talos reports). */
-function canonicalHost(address: string): string | undefined {
-  const ip = tryParseCidr(address)?.ip ?? tryParseIP(address);
-  return ip && formatIP(unmapIPv4(ip));
 }
 
 function defined<T>(values: Array<T | undefined>): T[] {

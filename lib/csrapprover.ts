@@ -35,6 +35,7 @@ import type { EventRecorder, EventTarget } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
+import { addName, type Names, namesOf, removeName } from "./names.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";
@@ -292,8 +293,8 @@ interface NodeClaimList {
 export class NodeClaimIndex {
   readonly #byNode = new Map<string, NodeClaimList>();
   /** Claimants by name or IP: one Node name, or several when Nodes share it (rare). */
-  readonly #dns = new Map<string, Claimants>();
-  readonly #ips = new Map<string, Claimants>();
+  readonly #dns = new Map<string, Names>();
+  readonly #ips = new Map<string, Names>();
 
   /** Records (or replaces) what `node` claims. */
   set(node: NodeInput): void {
@@ -304,8 +305,8 @@ export class NodeClaimIndex {
     if (prev && sameList(prev.dns, next.dns) && sameList(prev.ips, next.ips)) return;
     if (prev) this.#unlink(node.name, prev);
     this.#byNode.set(node.name, next);
-    for (const d of next.dns) link(this.#dns, d, node.name);
-    for (const ip of next.ips) link(this.#ips, ip, node.name);
+    for (const d of next.dns) addName(this.#dns, d, node.name);
+    for (const ip of next.ips) addName(this.#ips, ip, node.name);
   }
 
   /** Forgets Node `name`. */
@@ -330,44 +331,20 @@ export class NodeClaimIndex {
    */
   claimants(wanted: Claims, self: string): string[] {
     const out = new Set<string>();
-    const add = (c: Claimants | undefined) => {
-      if (typeof c === "string") out.add(c);
-      else for (const n of c ?? []) out.add(n);
-    };
-    for (const d of wanted.dns) add(this.#dns.get(d));
-    for (const ip of wanted.ips) add(this.#ips.get(ip));
+    for (const d of wanted.dns) for (const n of namesOf(this.#dns.get(d))) out.add(n);
+    for (const ip of wanted.ips) for (const n of namesOf(this.#ips.get(ip))) out.add(n);
     out.delete(self);
     return [...out].sort();
   }
 
   #unlink(name: string, prev: NodeClaimList): void {
-    for (const d of prev.dns) unlink(this.#dns, d, name);
-    for (const ip of prev.ips) unlink(this.#ips, ip, name);
+    for (const d of prev.dns) removeName(this.#dns, d, name);
+    for (const ip of prev.ips) removeName(this.#ips, ip, name);
   }
 }
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((v, i) => v === b[i]);
-}
-
-// A string rather than a one-element collection per name and IP: thousands of Nodes stay cheap.
-type Claimants = string | string[];
-
-function link(index: Map<string, Claimants>, key: string, name: string): void {
-  const c = index.get(key);
-  if (c === undefined || c === name) index.set(key, name);
-  else if (typeof c === "string") index.set(key, [c, name]);
-  else if (!c.includes(name)) c.push(name);
-}
-
-function unlink(index: Map<string, Claimants>, key: string, name: string): void {
-  const c = index.get(key);
-  if (c === name) index.delete(key);
-  else if (Array.isArray(c)) {
-    const rest = c.filter((n) => n !== name);
-    if (rest.length === 1) index.set(key, rest[0] as string);
-    else index.set(key, rest);
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -385,7 +362,7 @@ export interface CsrApproverOptions {
   talos: TalosFactsClient | undefined;
   config: { readonly current: { global: { preferIPv6: boolean } } };
   registry: Registry;
-  /** The cluster's shared ranges, addresses and names (lib/csrnetworks.ts fills them). */
+  /** The cluster's Service and pod ranges and shared names (lib/csrnetworks.ts fills them). */
   networks: NetworkView;
   /** How long a CSR waits for its Node (default {@link NODE_WAIT_MS}). */
   nodeWaitMs?: number;

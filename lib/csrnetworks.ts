@@ -63,7 +63,7 @@ export function controlPlaneName(server: string): string[] {
 /** What {@link CsrNetworks} reads from. */
 export interface CsrNetworksOptions {
   client: KubeClient;
-  /** The flags' CIDRs (comma-separated entries allowed). */
+  /** The flags' CIDRs, as `RunOptions.ipam` holds them (split on commas). */
   ipam: { clusterCidrs: readonly string[]; serviceCidrs?: readonly string[] };
   talos: Pick<TalosClient, "controllerManagerConfig"> | undefined;
 }
@@ -100,13 +100,13 @@ export class CsrNetworks {
    * up on), so that no CSR is decided before the ranges are known.
    */
   async start(signal: AbortSignal): Promise<void> {
+    // The flags come split on commas (lib/flags.ts); an empty one is no entry.
+    const given = (v: readonly string[] | undefined) => (v ?? []).filter((s) => s !== "");
     const flags = this.#opts.ipam;
-    const list = (v: readonly string[] | undefined) =>
-      (v ?? []).flatMap((s) => s.split(",")).filter((s) => s.trim());
     this.#add("flag/service", "a Service CIDR (--service-cluster-ip-range)", {
-      cidrs: list(flags.serviceCidrs),
+      cidrs: given(flags.serviceCidrs),
     });
-    this.#add("flag/cluster", "the pod network (--cluster-cidr)", { cidrs: list(flags.clusterCidrs) });
+    this.#add("flag/cluster", "the pod network (--cluster-cidr)", { cidrs: given(flags.clusterCidrs) });
     this.#add("kubeconfig/server", "the API server endpoint this CCM connects to", {
       names: controlPlaneName(this.#opts.client.server),
     });

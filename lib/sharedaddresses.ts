@@ -15,12 +15,14 @@ import {
   isUnspecified,
   lastAddress,
   type Prefix,
+  prefixContains,
   prefixOf,
   tryParseCidr,
   tryParseIP,
   tryParsePrefix,
   unmapIPv4,
 } from "./cidr.ts";
+import { addName, type Names, namesOf, removeName } from "./names.ts";
 import type { AddressStatus } from "./types.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
 
@@ -64,6 +66,17 @@ export function reservedName(name: string): string | undefined {
 // ---------------------------------------------------------------------------------------------
 // Addresses every host has, or no host may claim
 
+/**
+ * The canonical text of an address that may carry a prefix length, as Talos reports addresses
+ * (`10.0.0.5/24`): IPv4-mapped IPv6 as IPv4, IPv6 zero-compressed.
+ * @returns undefined when `address` is no address
+ * @example canonicalHost("::ffff:10.0.0.5/120") // "10.0.0.5"
+ */
+export function canonicalHost(address: string): string | undefined {
+  const ip = tryParseCidr(address)?.ip ?? tryParseIP(address);
+  return ip && formatIP(unmapIPv4(ip));
+}
+
 /** IPv4 ranges that name no single machine, beyond what the `cidr.ts` predicates cover. */
 const SPECIAL_V4: ReadonlyArray<{ prefix: Prefix; what: string }> = [
   { prefix: builtInPrefix("0.0.0.0/8"), what: "in 0.0.0.0/8 (this network)" },
@@ -84,10 +97,6 @@ function builtInPrefix(text: string): Prefix {
   return p;
 }
 
-function inPrefix(p: Prefix, ip: IPAddress): boolean {
-  return ip.family === p.family && prefixOf(ip, p.bits).addr === p.addr;
-}
-
 /**
  * Why an IP SAN can identify no single machine whoever asks, or undefined: unspecified,
  * loopback, link-local (the same addresses on every link), multicast, broadcast and reserved
@@ -100,7 +109,7 @@ export function specialIP(address: IPAddress): string | undefined {
   if (isLoopback(ip)) return "a loopback address";
   if (isLinkLocal(ip)) return "a link-local address";
   if (isMulticast(ip)) return "a multicast address";
-  for (const r of ip.family === 4 ? SPECIAL_V4 : SPECIAL_V6) if (inPrefix(r.prefix, ip)) return r.what;
+  for (const r of ip.family === 4 ? SPECIAL_V4 : SPECIAL_V6) if (prefixContains(r.prefix, ip)) return r.what;
   return undefined;
 }
 
@@ -128,16 +137,24 @@ interface Group {
   what: string;
 }
 
+/** The networks of one prefix length in one family, by network address. */
+interface RangeLength {
+  family: 4 | 6;
+  bits: number;
+  nets: Map<bigint, Names>;
+}
+
 /**
  * The cluster's Service and pod ranges and its shared names, each from a named source (a flag, a
- * ServiceCIDR object, a Node's podCIDRs, Talos, the kubeconfig), replaced as the source changes. A lookup costs one map probe per distinct prefix length, so the pod CIDRs
- * of thousands of Nodes cost no scan per CSR.
+ * ServiceCIDR object, a Node's podCIDRs, Talos, the kubeconfig), replaced as the source changes.
+ * A lookup costs one map probe per distinct prefix length, so the pod CIDRs of thousands of Nodes
+ * cost no scan per CSR, and each costs one map entry.
  */
 export class ClusterNetworks implements NetworkView {
   readonly #groups = new Map<string, Group>();
-  /** By family and length: network address → the sources that hold it. */
-  readonly #ranges = new Map<string, Map<bigint, Set<string>>>();
-  readonly #names = new Map<string, Set<string>>();
+  /** Longest prefix length first, so that a lookup names the most specific range. */
+  #lengths: RangeLength[] = [];
+  readonly #names = new Map<string, Names>();
 
   /**
    * Sets (replaces) what source `group` says.
@@ -163,8 +180,8 @@ export class ClusterNetworks implements NetworkView {
     for (const name of entries.names ?? []) g.names.push(canonicalDNS(name));
     if (g.prefixes.length + g.names.length === 0) return bad;
     this.#groups.set(group, g);
-    for (const p of g.prefixes) addTo(this.#rangeIndex(p), p.addr, group);
-    for (const n of g.names) addTo(this.#names, n, group);
+    for (const p of g.prefixes) addName(this.#length(p).nets, p.addr, group);
+    for (const n of g.names) addName(this.#names, n, group);
     return bad;
   }
 
@@ -173,12 +190,9 @@ export class ClusterNetworks implements NetworkView {
     const g = this.#groups.get(group);
     if (!g) return;
     this.#groups.delete(group);
-    for (const p of g.prefixes) {
-      const key = `${p.family}/${p.bits}`;
-      const index = this.#ranges.get(key);
-      if (index && removeFrom(index, p.addr, group) && index.size === 0) this.#ranges.delete(key);
-    }
-    for (const n of g.names) removeFrom(this.#names, n, group);
+    for (const p of g.prefixes) removeName(this.#length(p).nets, p.addr, group);
+    if (g.prefixes.length) this.#lengths = this.#lengths.filter((l) => l.nets.size > 0);
+    for (const n of g.names) removeName(this.#names, n, group);
   }
 
   /** The sources currently known, for logs: group → description. */
@@ -188,11 +202,10 @@ export class ClusterNetworks implements NetworkView {
 
   rangeOf(address: IPAddress): string | undefined {
     const ip = unmapIPv4(address);
-    for (const [key, index] of this.#ranges) {
-      const [family, bits] = key.split("/").map(Number) as [number, number];
-      if (family !== ip.family) continue;
-      const p = prefixOf(ip, bits);
-      const groups = index.get(p.addr);
+    for (const l of this.#lengths) {
+      if (l.family !== ip.family) continue;
+      const p = prefixOf(ip, l.bits);
+      const groups = l.nets.get(p.addr);
       if (groups) return `in ${formatPrefix(p)}, ${this.#describe(groups)}`;
     }
     return undefined;
@@ -203,34 +216,21 @@ export class ClusterNetworks implements NetworkView {
     return groups && this.#describe(groups);
   }
 
-  #rangeIndex(p: Prefix): Map<bigint, Set<string>> {
-    const key = `${p.family}/${p.bits}`;
-    let index = this.#ranges.get(key);
-    if (!index) {
-      index = new Map();
-      this.#ranges.set(key, index);
+  /** The index of `p`'s family and length, made when missing. */
+  #length(p: Prefix): RangeLength {
+    let l = this.#lengths.find((x) => x.family === p.family && x.bits === p.bits);
+    if (!l) {
+      l = { family: p.family, bits: p.bits, nets: new Map() };
+      this.#lengths.push(l);
+      this.#lengths.sort((x, y) => y.bits - x.bits);
     }
-    return index;
+    return l;
   }
 
-  #describe(groups: Set<string>): string {
-    const [first] = groups;
+  #describe(groups: Names): string {
+    const [first] = namesOf(groups);
     return this.#groups.get(first as string)?.what ?? String(first);
   }
-}
-
-function addTo<K>(index: Map<K, Set<string>>, key: K, group: string): void {
-  const set = index.get(key);
-  if (set) set.add(group);
-  else index.set(key, new Set([group]));
-}
-
-/** Removes `group` under `key`; true when it was there. */
-function removeFrom<K>(index: Map<K, Set<string>>, key: K, group: string): boolean {
-  const set = index.get(key);
-  if (!set?.delete(group)) return false;
-  if (set.size === 0) index.delete(key);
-  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,9 +298,8 @@ export function addressesOnSharedLinks(
   const byName = new Map(links.map((l) => [l.name, l]));
   const out = new Map<string, string>();
   for (const a of addresses) {
-    const ip = tryParseCidr(a.address)?.ip ?? tryParseIP(a.address);
-    if (!ip) continue;
-    const key = formatIP(unmapIPv4(ip));
+    const key = canonicalHost(a.address);
+    if (!key) continue;
     const why = notOwnLink(a, byName.get(a.linkName));
     if (why && !out.has(key)) out.set(key, why);
   }
@@ -350,9 +349,7 @@ export function entryHolding(ip: IPAddress, entries: readonly string[]): string 
   for (const text of entries) {
     const t = text.trim();
     const c = tryParseCidr(t);
-    if (c && inPrefix(c.prefix, a)) return t;
-    const single = c ? undefined : tryParseIP(t);
-    if (single && formatIP(unmapIPv4(single)) === formatIP(a)) return t;
+    if (c ? prefixContains(c.prefix, a) : canonicalHost(t) === formatIP(a)) return t;
   }
   return undefined;
 }

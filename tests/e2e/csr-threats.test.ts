@@ -26,6 +26,9 @@ const VIP = "10.31.0.100";
 const LB_IP = "10.31.5.5";
 const POD_CIDR_A = "10.244.1.0/24";
 const CNI_GATEWAY = "10.244.1.1";
+/** The cluster's pod network as only Talos' ControllerManagerConfig tells it, and an address in it. */
+const TALOS_POD_CIDR = "10.245.0.0/16";
+const TALOS_POD_IP = "10.245.3.3";
 /** The test bed's kubernetes Service ClusterIP (first address of 10.96.0.0/16). */
 const KUBERNETES_SVC = "10.96.0.1";
 
@@ -106,7 +109,14 @@ async function warningReasons(name: string): Promise<string[]> {
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "csr-threats-"));
-  [cluster, apid] = await Promise.all([TestCluster.start(), FakeApid.start({ nodes: [machineA()] })]);
+  [cluster, apid] = await Promise.all([
+    TestCluster.start(),
+    FakeApid.start({
+      nodes: [machineA()],
+      // What the control-plane endpoint's Talos says of the cluster (read once, without a node).
+      controllerManagerConfig: { podCIDRs: [TALOS_POD_CIDR], serviceCIDRs: ["10.96.0.0/16"] },
+    }),
+  ]);
   talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
   port = await freePort();
   // The attacker's kubelet writes every address it wants a certificate for into its own status.
@@ -117,12 +127,21 @@ beforeAll(async () => {
     addresses: [
       { type: "InternalIP", address: IP.a },
       { type: "Hostname", address: "thr-a" },
-      ...["127.0.0.1", "::1", VIP, KUBERNETES_SVC, "10.96.0.10", LB_IP, CNI_GATEWAY, IP.b, "10.200.0.5"].map(
-        (address) => ({
-          type: "InternalIP",
-          address,
-        }),
-      ),
+      ...[
+        "127.0.0.1",
+        "::1",
+        VIP,
+        KUBERNETES_SVC,
+        "10.96.0.10",
+        LB_IP,
+        CNI_GATEWAY,
+        IP.b,
+        "10.200.0.5",
+        TALOS_POD_IP,
+      ].map((address) => ({
+        type: "InternalIP",
+        address,
+      })),
       ...["localhost", "thr-b.", "THR-B.lan"].map((address) => ({ type: "InternalDNS", address })),
     ],
   });
@@ -165,7 +184,7 @@ const BOTH: Case[] = [
     name: "the kubernetes Service ClusterIP (on kube-ipvs0)",
     ips: [IP.a, KUBERNETES_SVC],
     reason: "ClusterNetworkIP",
-    says: "10.96.0.",
+    says: "Service default/kubernetes",
   },
   {
     name: "another Service's ClusterIP, known from the ServiceCIDR object",
@@ -201,6 +220,12 @@ const BOTH: Case[] = [
 
 /** Denied with Talos; CSR-only mode has no evidence against them. */
 const TALOS_ONLY: Case[] = [
+  {
+    name: "an address in the pod network Talos' ControllerManagerConfig names",
+    ips: [IP.a, TALOS_POD_IP],
+    reason: "ClusterNetworkIP",
+    says: "Talos ControllerManagerConfig",
+  },
   {
     name: "a virtual IP the machine holds (Talos NodeIPConfig excludes it)",
     ips: [IP.a, VIP],

@@ -175,13 +175,19 @@ describe("ClusterNetworks", () => {
     expect(n.rangeOf(parseIP("10.1.2.3"))).toContain("X");
   });
 
-  test("ClusterNetworks looks up the pod CIDRs of 5,000 nodes by prefix length, not by scan", () => {
+  test("ClusterNetworks finds the one node whose pod CIDR holds an address among 5,000, and the most specific range first", () => {
     const n = new ClusterNetworks();
     for (let i = 0; i < 5000; i++) {
       n.set(`node/n${i}`, `the pod CIDR of node "n${i}"`, { cidrs: [`10.${64 + (i >> 8)}.${i & 255}.0/24`] });
     }
     expect(n.rangeOf(parseIP("10.83.135.1"))).toContain(`"n${(19 << 8) | 135}"`);
     expect(n.rangeOf(parseIP("10.200.0.1"))).toBeUndefined();
+    // A wider range over them all is named only for addresses no node's range holds.
+    n.set("flag/cluster", "the pod network (--cluster-cidr)", { cidrs: ["10.64.0.0/10"] });
+    expect(n.rangeOf(parseIP("10.83.135.1"))).toContain(`"n${(19 << 8) | 135}"`);
+    expect(n.rangeOf(parseIP("10.100.0.1"))).toBe("in 10.64.0.0/10, the pod network (--cluster-cidr)");
+    n.delete("flag/cluster");
+    expect(n.rangeOf(parseIP("10.100.0.1"))).toBeUndefined();
   });
 });
 

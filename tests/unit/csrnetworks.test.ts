@@ -1,0 +1,91 @@
+// The cluster's ranges as node-csr-approval reads them (lib/csrnetworks.ts): every source fills
+// the index, a source that cannot be read leaves the others in place, and Nodes' pod CIDRs follow
+// the Node cache. The ServiceCIDR watch itself runs against the real API server in
+// tests/e2e/csr-threats.test.ts.
+
+import { describe, expect, test } from "bun:test";
+import { leanNode } from "../../lib/cache.ts";
+import { parseIP } from "../../lib/cidr.ts";
+import { CsrNetworks, KUBERNETES_SERVICE_PATH, SERVICE_CIDR_PATH } from "../../lib/csrnetworks.ts";
+import { type KubeClient, KubeError } from "../../lib/kube.ts";
+import type { ControllerManagerConfig } from "../../lib/types.ts";
+
+/** A client that answers the kubernetes Service and refuses the ServiceCIDR list with `cidrStatus`. */
+function client(server: string, cidrStatus: number, service?: unknown): KubeClient {
+  const get = async (path: string) => {
+    if (path === KUBERNETES_SERVICE_PATH) {
+      if (service === undefined) throw new KubeError(403, "Forbidden", "services is forbidden");
+      return service;
+    }
+    if (path === SERVICE_CIDR_PATH) throw new KubeError(cidrStatus, "NotFound", `status ${cidrStatus}`);
+    throw new Error(`unexpected GET ${path}`);
+  };
+  return { server, get } as unknown as KubeClient;
+}
+
+function talos(cmc: ControllerManagerConfig | Error) {
+  return {
+    async controllerManagerConfig() {
+      if (cmc instanceof Error) throw cmc;
+      return cmc;
+    },
+  };
+}
+
+const signal = new AbortController().signal;
+
+describe("CsrNetworks", () => {
+  test("CsrNetworks reads the flags, Talos' CIDRs, the kubernetes Service and the kubeconfig's host name", async () => {
+    const nets = new CsrNetworks({
+      client: client("https://cp.example.com:6443", 404, {
+        spec: { clusterIPs: ["10.96.0.1", "fd00:96::1"] },
+      }),
+      ipam: { clusterCidrs: [], serviceCidrs: ["10.200.0.0/16", ""] },
+      talos: talos({ podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] }),
+    });
+    await nets.start(signal);
+    const n = nets.networks;
+    expect(n.rangeOf(parseIP("10.200.1.1"))).toContain("--service-cluster-ip-range");
+    expect(n.rangeOf(parseIP("10.244.7.7"))).toContain("pod network (Talos ControllerManagerConfig)");
+    expect(n.rangeOf(parseIP("10.96.5.5"))).toContain("Service CIDR (Talos ControllerManagerConfig)");
+    // The most specific range names the API server's own ClusterIP.
+    expect(n.rangeOf(parseIP("10.96.0.1"))).toContain("Service default/kubernetes");
+    expect(n.rangeOf(parseIP("fd00:96::1"))).toContain("Service default/kubernetes");
+    expect(n.sharedName("cp.example.com")).toContain("API server endpoint");
+    expect(n.rangeOf(parseIP("10.0.0.1"))).toBeUndefined();
+  });
+
+  test("CsrNetworks keeps every source it can read when Talos, the Service or the ServiceCIDR API fail", async () => {
+    for (const cidrStatus of [403, 404, 500]) {
+      const nets = new CsrNetworks({
+        client: client("https://10.0.0.100:6443", cidrStatus),
+        ipam: { clusterCidrs: ["10.244.0.0/16"] },
+        talos: talos(new Error("unreachable")),
+      });
+      await nets.start(signal);
+      expect(nets.networks.rangeOf(parseIP("10.244.1.1"))).toContain("--cluster-cidr");
+      // An IP host is no shared name: a VIP and a node's own address look alike here.
+      expect([...nets.networks.sources().keys()]).toEqual(["flag/cluster"]);
+    }
+  });
+
+  test("CsrNetworks follows each Node's podCIDRs through the Node cache's events", async () => {
+    const nets = new CsrNetworks({
+      client: client("https://127.0.0.1:6443", 404),
+      ipam: { clusterCidrs: [] },
+      talos: undefined,
+    });
+    const h = nets.nodeHandlers;
+    const node = (cidrs: string[]) =>
+      leanNode({ metadata: { name: "worker-a" }, spec: { podCIDR: cidrs[0], podCIDRs: cidrs } });
+    h.onAdd?.(node(["10.244.1.0/24"]));
+    expect(nets.networks.rangeOf(parseIP("10.244.1.1"))).toBe(
+      'in 10.244.1.0/24, the pod CIDR of node "worker-a"',
+    );
+    h.onUpdate?.(node(["10.244.1.0/24"]), node(["10.244.2.0/24", "fd00:244:2::/64"]));
+    expect(nets.networks.rangeOf(parseIP("10.244.1.1"))).toBeUndefined();
+    expect(nets.networks.rangeOf(parseIP("fd00:244:2::1"))).toContain('"worker-a"');
+    h.onDelete?.(node(["10.244.2.0/24"]));
+    expect(nets.networks.rangeOf(parseIP("10.244.2.1"))).toBeUndefined();
+  });
+});
