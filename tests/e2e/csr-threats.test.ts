@@ -113,8 +113,9 @@ beforeAll(async () => {
     TestCluster.start(),
     FakeApid.start({
       nodes: [machineA()],
-      // What the control-plane endpoint's Talos says of the cluster (read once, without a node).
-      controllerManagerConfig: { podCIDRs: [TALOS_POD_CIDR], serviceCIDRs: ["10.96.0.0/16"] },
+      // What the control-plane endpoint's Talos says of the cluster (read once, without a node); its
+      // Service range is wider than the ServiceCIDR object, which a denial names as the more specific.
+      controllerManagerConfig: { podCIDRs: [TALOS_POD_CIDR], serviceCIDRs: ["10.96.0.0/12"] },
     }),
   ]);
   talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
