@@ -4,9 +4,9 @@
 // fields or capacity), so thousands of nodes cost little memory.
 
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
+import { type Backoff, backoffDelay, wait } from "./backoff.ts";
 import { isGone, type KubeClient } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
-import { type Backoff, backoffDelay, wait } from "./queue.ts";
 
 /** The fields every cached object has. */
 export interface CachedMeta {

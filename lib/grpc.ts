@@ -13,9 +13,10 @@
 import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
+import { type Backoff, backoffDelay } from "./backoff.ts";
 import { logger } from "./log.ts";
-import { type Backoff, backoffDelay } from "./queue.ts";
-import { endpointTarget, GrpcStatus } from "./talosconfig.ts";
+import { endpointTarget } from "./talosconfig.ts";
+import { GrpcStatus } from "./taloserrors.ts";
 
 const log = logger("grpc");
 

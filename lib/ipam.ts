@@ -4,6 +4,7 @@
 // client is only used, and only loaded, when the configuration needs it.
 
 import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
+import { wait } from "./backoff.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
@@ -32,7 +33,7 @@ import type { AllocatorType, IpamOptions } from "./flags.ts";
 import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
-import { type ReconcileResult, runWorkers, WorkQueue, wait } from "./queue.ts";
+import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import type { AddressStatus } from "./types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";

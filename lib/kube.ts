@@ -8,9 +8,9 @@
 import { readFileSync } from "node:fs";
 import { dirname, isAbsolute, join } from "node:path";
 import { parse as parseYaml } from "yaml";
+import { wait } from "./backoff.ts";
 import { logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
-import { wait } from "./queue.ts";
 
 const log = logger("kube");
 

@@ -26,6 +26,7 @@ import {
   nodeIPs,
   nodeIPsOnMachine,
 } from "./addresses.ts";
+import { type Backoff, backoffDelay } from "./backoff.ts";
 import type { Informer, LeanNode } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
@@ -33,7 +34,7 @@ import type { EventRecorder } from "./events.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { type Backoff, backoffDelay, runWorkers, WorkQueue } from "./queue.ts";
+import { runWorkers, WorkQueue } from "./queue.ts";
 import {
   type TalosAddressStatus,
   type TalosClient,

@@ -2,40 +2,9 @@
 // processed is never handed to a second worker (a re-add while processing queues it again after),
 // failures come back with per-item exponential backoff, success forgets the backoff. `runWorkers`
 // drives a reconcile function with bounded concurrency. Metrics use client-go's workqueue names.
-// Also the retry helpers every loop outside a queue shares: jittered backoff and an abortable wait.
 
 import { type Logger, logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
-
-/** Exponential backoff bounds in milliseconds. */
-export interface Backoff {
-  initialMs: number;
-  maxMs: number;
-}
-
-/**
- * The delay before retry number `attempt` (0-based): exponential from `initialMs`, capped at
- * `maxMs`, with "equal jitter" (between half and all of it) so that clients do not retry in step.
- * @example backoffDelay(3, { initialMs: 250, maxMs: 30_000 }) // between 1000 and 2000
- */
-export function backoffDelay(attempt: number, b: Backoff, random: () => number = Math.random): number {
-  const full = Math.min(b.maxMs, b.initialMs * 2 ** Math.min(attempt, 30));
-  return full / 2 + (random() * full) / 2;
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts (then the caller checks `signal.aborted`). */
-export function wait(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
 
 /** What a reconcile may ask for besides success or failure. */
 export interface ReconcileResult {

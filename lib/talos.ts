@@ -11,21 +11,18 @@
 import { type FSWatcher, watch as fsWatch, statSync } from "node:fs";
 import { isIP } from "node:net";
 import { basename, dirname } from "node:path";
+import { type Backoff, backoffDelay, wait } from "./backoff.ts";
 import type { GrpcChannel, GrpcStream } from "./grpc.ts";
 import { logger } from "./log.ts";
 import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
-import { type Backoff, backoffDelay, wait } from "./queue.ts";
 import { GetRequest, ListRequest } from "./talos_pb.ts";
 import {
   endpointTarget,
-  GrpcStatus,
   type LoadTalosConfigOptions,
   loadTalosConfig,
   type TalosConfig,
-  TalosError,
-  TalosNotFoundError,
-  TalosPermissionError,
 } from "./talosconfig.ts";
+import { GrpcStatus, TalosError, TalosNotFoundError, TalosPermissionError } from "./taloserrors.ts";
 import {
   decodeGetResponse,
   decodeListResponse,
@@ -52,7 +49,7 @@ export {
   type TalosErrorCode,
   TalosNotFoundError,
   TalosPermissionError,
-} from "./talosconfig.ts";
+} from "./taloserrors.ts";
 export type {
   ResourceData,
   ResourceKind,

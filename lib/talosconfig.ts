@@ -1,6 +1,6 @@
 // talosconfig: where it is looked for, how it is parsed and validated (current context,
 // endpoints, PEM material with Talos' Ed25519 key label fixed, roles and expiry of the client
-// certificate), and the Talos error types every Talos module shares. Loaded at start-up, before
+// certificate). Loaded at start-up, before
 // and without the gRPC transport (lib/grpc.ts) or the protobuf code: a broken talosconfig is
 // reported before any call.
 
@@ -10,27 +10,7 @@ import { isIP } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
-
-/** gRPC status codes (kept here so that code inspecting errors need not load the gRPC transport). */
-export const GrpcStatus = {
-  OK: 0,
-  CANCELLED: 1,
-  UNKNOWN: 2,
-  INVALID_ARGUMENT: 3,
-  DEADLINE_EXCEEDED: 4,
-  NOT_FOUND: 5,
-  ALREADY_EXISTS: 6,
-  PERMISSION_DENIED: 7,
-  RESOURCE_EXHAUSTED: 8,
-  FAILED_PRECONDITION: 9,
-  ABORTED: 10,
-  OUT_OF_RANGE: 11,
-  UNIMPLEMENTED: 12,
-  INTERNAL: 13,
-  UNAVAILABLE: 14,
-  DATA_LOSS: 15,
-  UNAUTHENTICATED: 16,
-} as const;
+import { TalosConfigError } from "./taloserrors.ts";
 
 /** apid's port; endpoints without one get it (`https://host` without a port gets 443). */
 export const DEFAULT_PORT = 50000;
@@ -43,77 +23,6 @@ const ACCESS_HINT =
   "control-plane machine config (allowedRoles: [os:reader], allowedKubernetesNamespaces: the CCM's " +
   "namespace) and a talos.dev/v1alpha1 ServiceAccount with roles [os:reader] whose secret is mounted at " +
   "/var/run/secrets/talos.dev";
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-/** What went wrong, independent of the gRPC layer. */
-export type TalosErrorCode =
-  | "config"
-  | "not-found"
-  | "permission-denied"
-  | "unavailable"
-  | "deadline"
-  | "invalid"
-  | "unimplemented"
-  | "internal"
-  | "decode"
-  | "canceled"
-  | "closed";
-
-/** An error of the Talos client; `code` tells the kind, `grpcCode` the status when one came back. */
-export class TalosError extends Error {
-  override readonly name: string = "TalosError";
-  readonly code: TalosErrorCode;
-  readonly grpcCode: number | undefined;
-  /** Whether the same call may succeed later without a change of configuration. */
-  readonly retryable: boolean;
-  constructor(
-    code: TalosErrorCode,
-    message: string,
-    opts: { cause?: unknown; grpcCode?: number; retryable?: boolean } = {},
-  ) {
-    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
-    this.code = code;
-    this.grpcCode = opts.grpcCode;
-    this.retryable = opts.retryable ?? false;
-  }
-}
-
-/** The talosconfig is missing or broken; the message names the file and how to enable access. */
-export class TalosConfigError extends TalosError {
-  override readonly name = "TalosConfigError";
-  /** The file concerned, "" when none was found. */
-  readonly path: string;
-  constructor(path: string, message: string, opts: { cause?: unknown } = {}) {
-    super("config", message, opts);
-    this.path = path;
-  }
-}
-
-/** The resource does not exist (yet): Talos creates some of them late during boot. */
-export class TalosNotFoundError extends TalosError {
-  override readonly name = "TalosNotFoundError";
-  constructor(message: string, opts: { cause?: unknown } = {}) {
-    super("not-found", message, { ...opts, grpcCode: GrpcStatus.NOT_FOUND });
-  }
-}
-
-/** apid refused the call: a missing role or feature, never retried. */
-export class TalosPermissionError extends TalosError {
-  override readonly name = "TalosPermissionError";
-  constructor(message: string, opts: { cause?: unknown } = {}) {
-    super("permission-denied", message, { ...opts, grpcCode: GrpcStatus.PERMISSION_DENIED });
-  }
-}
-
-/** Bytes from the wire that do not decode into what Talos sends. */
-export class TalosDecodeError extends TalosError {
-  override readonly name = "TalosDecodeError";
-  constructor(message: string, opts: { cause?: unknown } = {}) {
-    super("decode", message, opts);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // talosconfig

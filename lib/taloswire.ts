@@ -26,7 +26,7 @@ import {
   WatchRequest,
   WatchResponse,
 } from "./talos_pb.ts";
-import { TalosDecodeError } from "./talosconfig.ts";
+import { TalosDecodeError } from "./taloserrors.ts";
 import type { AddressStatus, ControllerManagerConfig, PlatformMetadata, SystemInformation } from "./types.ts";
 
 /** gRPC method paths served by apid. */

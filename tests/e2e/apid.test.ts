@@ -23,7 +23,7 @@ import {
   WatchRequest,
   WatchResponse,
 } from "../../lib/talos_pb.ts";
-import { GrpcStatus } from "../../lib/talosconfig.ts";
+import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { FakeApid } from "../support/apid.ts";
 import { generateNodes, loadFixture } from "../support/fixtures.ts";

@@ -22,7 +22,8 @@ import {
 import { Registry } from "../../lib/metrics.ts";
 import { TalosClient, TalosError } from "../../lib/talos.ts";
 import { GetRequest, ListRequest } from "../../lib/talos_pb.ts";
-import { GrpcStatus, loadTalosConfig, type TalosConfig } from "../../lib/talosconfig.ts";
+import { loadTalosConfig, type TalosConfig } from "../../lib/talosconfig.ts";
+import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { encodeWatchRequest, PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { encodePlatformMetadata, FakeApid } from "../support/apid.ts";
 import { until } from "../support/cluster.ts";

@@ -18,7 +18,8 @@ import {
   TalosPermissionError,
   type TalosWatchEvent,
 } from "../../lib/talos.ts";
-import { GrpcStatus, loadTalosConfig } from "../../lib/talosconfig.ts";
+import { loadTalosConfig } from "../../lib/talosconfig.ts";
+import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
 import { until } from "../support/cluster.ts";

@@ -40,7 +40,7 @@ import {
   WatchRequest,
   WatchResponse,
 } from "../../lib/talos_pb.ts";
-import { GrpcStatus } from "../../lib/talosconfig.ts";
+import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import { freePort } from "./cluster.ts";

@@ -18,7 +18,7 @@ import {
   statusFromHttp,
 } from "../../lib/grpc.ts";
 import { statusError } from "../../lib/talos.ts";
-import { GrpcStatus } from "../../lib/talosconfig.ts";
+import { GrpcStatus } from "../../lib/taloserrors.ts";
 
 const bytes = (...b: number[]) => Uint8Array.from(b);
 const headers = (h: Readonly<Record<string, string | number>>) => h as Headers;

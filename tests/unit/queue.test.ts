@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
+import { backoffDelay, wait } from "../../lib/backoff.ts";
 import { Registry } from "../../lib/metrics.ts";
-import { backoffDelay, runWorkers, WorkQueue, wait } from "../../lib/queue.ts";
+import { runWorkers, WorkQueue } from "../../lib/queue.ts";
 
 const q = (opts: ConstructorParameters<typeof WorkQueue>[1] = {}) =>
   new WorkQueue("test", { registry: new Registry(), ...opts });

@@ -2,7 +2,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { statusError } from "../../lib/talos.ts";
-import { GrpcStatus, TalosError, TalosNotFoundError, TalosPermissionError } from "../../lib/talosconfig.ts";
+import { GrpcStatus, TalosError, TalosNotFoundError, TalosPermissionError } from "../../lib/taloserrors.ts";
 
 describe("statusError()", () => {
   test.each([

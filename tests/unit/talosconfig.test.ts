@@ -12,9 +12,9 @@ import {
   parseEndpoint,
   parseTalosConfig,
   SERVICE_ACCOUNT_TALOSCONFIG,
-  TalosConfigError,
   talosConfigCandidates,
 } from "../../lib/talosconfig.ts";
+import { TalosConfigError } from "../../lib/taloserrors.ts";
 import { createCA, type KeyPair } from "../support/pki.ts";
 
 const b64 = (s: string) => Buffer.from(s).toString("base64");

@@ -14,7 +14,7 @@ import {
   WatchRequest,
   WatchResponse,
 } from "../../lib/talos_pb.ts";
-import { TalosDecodeError } from "../../lib/talosconfig.ts";
+import { TalosDecodeError } from "../../lib/taloserrors.ts";
 import {
   decodeAddressStatus,
   decodeControllerManagerConfig,

@@ -13,7 +13,7 @@ import {
   VersionResponse,
   WatchResponse,
 } from "../../lib/talos_pb.ts";
-import { TalosDecodeError } from "../../lib/talosconfig.ts";
+import { TalosDecodeError } from "../../lib/taloserrors.ts";
 import {
   decodeAddressStatus,
   decodeControllerManagerConfig,
