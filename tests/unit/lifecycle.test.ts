@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { type LeanNode, leanNode } from "../../lib/cache.ts";
 import { parseConfig } from "../../lib/config.ts";
+import { LABELS } from "../../lib/desirednode.ts";
 import { KubeError } from "../../lib/kube.ts";
 import {
   decideLifecycle,
@@ -19,7 +20,6 @@ import {
   wantsProbe,
 } from "../../lib/lifecycle.ts";
 import { Registry } from "../../lib/metrics.ts";
-import { LABELS } from "../../lib/node.ts";
 import { TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 

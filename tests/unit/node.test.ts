@@ -3,16 +3,18 @@ import type { V1Taint } from "@kubernetes/client-node";
 import { nodeIPs, nodeIPsOnMachine } from "../../lib/addresses.ts";
 import type { LeanNode } from "../../lib/cache.ts";
 import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
-import { Registry } from "../../lib/metrics.ts";
 import {
-  CloudNodeController,
   type DesiredNode,
   type DesiredOptions,
   desiredNode,
-  type FactsState,
   instanceFacts,
   type JsonPatchOp,
   nodePatch,
+} from "../../lib/desirednode.ts";
+import { Registry } from "../../lib/metrics.ts";
+import {
+  CloudNodeController,
+  type FactsState,
   TalosWatchCache,
   type TalosWatchClient,
 } from "../../lib/node.ts";
