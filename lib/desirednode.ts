@@ -2,11 +2,12 @@
 // transform result to the Node as it should be (labels, annotations, taints, providerID, addresses),
 // and from there to the writes that bring it there (one status merge patch, one guarded JSON patch).
 //
-// The cloud-node controller (lib/node.ts) feeds it the facts its watch cache holds and the result of
-// lib/transform.ts `transform`, and sends the resulting patch; nothing here reads Talos or
-// Kubernetes. desiredNode applies the rules' result through lib/transform.ts `planReconcile` and
-// computes the addresses through lib/addresses.ts. The cloud-node-lifecycle controller
-// (lib/lifecycle.ts) and the `validate` preview (lib/validate.ts) reuse these helpers.
+// The cloud-node controller (lib/node.ts) feeds it the facts its watch cache
+// (lib/taloswatchcache.ts) holds and the result of lib/transform.ts `transform`, and sends the
+// resulting patch; nothing here reads Talos or Kubernetes. desiredNode applies the rules' result
+// through lib/transform.ts `planReconcile` and computes the addresses through lib/addresses.ts. The
+// cloud-node-lifecycle controller (lib/lifecycle.ts) and the `validate` preview (lib/validate.ts)
+// reuse these helpers.
 
 import type { V1Taint } from "@kubernetes/client-node";
 import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";

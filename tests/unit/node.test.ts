@@ -12,13 +12,9 @@ import {
   nodePatch,
 } from "../../lib/desirednode.ts";
 import { Registry } from "../../lib/metrics.ts";
-import {
-  CloudNodeController,
-  type FactsState,
-  TalosWatchCache,
-  type TalosWatchClient,
-} from "../../lib/node.ts";
+import { CloudNodeController } from "../../lib/node.ts";
 import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
+import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../lib/taloswatchcache.ts";
 import { managedRecordDigest, transform } from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {

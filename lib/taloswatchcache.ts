@@ -1,0 +1,563 @@
+// The Talos facts of every Node the cloud-node controller tracks, kept current by COSI watches.
+//
+// The controller (lib/node.ts) calls track(name, ips) and facts(name, needs) while reconciling a Node
+// and re-queues the Node whenever onChange reports it; the facts it gets go into the pure desired
+// state (lib/desirednode.ts). Nothing here reads or writes Kubernetes.
+//
+// Talos facts are watch-first: every Node with an IP gets one COSI Watch on its PlatformMetadata
+// and one on its AddressStatuses (streams multiplexed on the Talos client's shared channel); their
+// bootstrap contents initialize the node, later events re-queue it within moments. The Node's IPs are
+// its kubelet's to write, so no fact from an IP is used before Talos confirms that the machine
+// answering there is that node (its Nodename, read alongside the watches; again whenever the IP or
+// the machine's identity changes), and a node IP that machine does not have is not asked afterwards.
+// SystemInformation and the Talos version are read once per node, only when a rule's template reads
+// them. Nodes whose watch is down are polled every --node-status-update-frequency by one shared
+// timer; a healthy cluster makes no periodic Talos calls.
+
+import { ipsOnMachine } from "./addresses.ts";
+import { type Backoff, backoffDelay } from "./backoff.ts";
+import { logger } from "./log.ts";
+import {
+  type TalosAddressStatus,
+  type TalosClient,
+  TalosNotFoundError,
+  TalosPermissionError,
+} from "./talos.ts";
+import type { NodeFacts, PlatformMetadata, SystemInformation } from "./types.ts";
+
+// The cloud-node controller's component name: these are its watches.
+const log = logger("cloud-node");
+
+/** The Talos client calls {@link TalosWatchCache} makes (a subset, so that tests can fake it). */
+export type TalosWatchClient = Pick<
+  TalosClient,
+  "watch" | "platformMetadata" | "addresses" | "systemInformation" | "version" | "firstAnswer" | "nodename"
+>;
+
+/** Which optional facts the rules need (each costs a Talos call per node). */
+export interface FactsNeeds {
+  /** A rule's template may read a SystemInformation field. */
+  systemInformation: boolean;
+  /** A rule's template may read TalosVersion. */
+  talosVersion: boolean;
+}
+
+/** Talos on a node's IP is another node: the name it reported. */
+export interface NodeMismatch {
+  ip: string;
+  nodename: string;
+}
+
+/** A node's facts, or what they still wait for. */
+export type FactsState =
+  | { ready: true; facts: NodeFacts /** The IP Talos answered on. */; nodeIP: string }
+  | {
+      ready: false;
+      waitingFor: string;
+      /** Why Talos does not answer, when it fails. */
+      error?: string;
+      /** The facts came from another machine than the node (they are not used). */
+      mismatch?: NodeMismatch;
+    };
+
+/** Options of {@link TalosWatchCache}. */
+export interface TalosWatchCacheOptions {
+  talos: TalosWatchClient;
+  /** Called whenever a node's facts or watch state change (the controller re-queues the node). */
+  onChange: (name: string) => void;
+  /** `--node-status-update-frequency`: how often nodes whose watch is down are polled. */
+  refreshMs: number;
+  /** Period of the shared timer (default min(5 s, refreshMs)). */
+  tickMs?: number;
+  /** A watch without any answer for this long counts as down (default 30 s). */
+  stallMs?: number;
+  /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
+  retryBackoff?: Backoff;
+  now?: () => number;
+}
+
+type ReadKind = "systeminformation" | "version" | "nodename";
+
+/** A one-off read of a node (SystemInformation, Version, Nodename) that failed and waits to be retried. */
+interface FailedRead {
+  failures: number;
+  retryAtMs: number;
+  error: string;
+  /** The controller was told that the retry time has come. */
+  announced: boolean;
+}
+
+/** One node's watches and facts. Kept small: a thousand of them must stay cheap. */
+class NodeWatch {
+  ips: readonly string[];
+  ipIndex = 0;
+  /** The IP whose answers the facts came from (providerID fallback and one-off reads use it). */
+  answeredIP: string;
+  metadata: PlatformMetadata | undefined;
+  /** The PlatformMetadata watch told whether the resource exists. */
+  metadataKnown = false;
+  readonly addresses = new Map<string, TalosAddressStatus>();
+  /** The AddressStatus watch delivered its bootstrap contents. */
+  addressesKnown = false;
+  /** The IP on which Talos confirmed that the machine is this node: facts are used only from it. */
+  confirmedIP: string | undefined;
+  /** The last IP on which Talos said it is another node. */
+  mismatch: NodeMismatch | undefined;
+  /** IPs on which Talos said it is another node, until one confirms: the watches never return there. */
+  refusedIPs: Set<string> | undefined;
+  /** Platform, hostname, instance and provider ID last seen: when they change, so may the machine. */
+  identity: string | undefined;
+  /** Undefined until read; null when the node has none. */
+  systemInformation: SystemInformation | null | undefined;
+  talosVersion: string | undefined;
+  readonly reading = new Set<ReadKind>();
+  readonly failedReads = new Map<ReadKind, FailedRead>();
+  /** Which parts are down: "metadata", "addresses", "stalled", "ended" (non-retryable). */
+  readonly down = new Set<string>();
+  lastError = "";
+  startedMs: number;
+  /** The refresh period of a down node counts from here (outage start, then each poll). */
+  polledMs = 0;
+  failovers = 0;
+  failoverTimer: ReturnType<typeof setTimeout> | undefined;
+  abort: AbortController | undefined;
+
+  constructor(
+    readonly name: string,
+    ips: readonly string[],
+    now: number,
+  ) {
+    this.ips = ips;
+    this.answeredIP = ips[0] ?? "";
+    this.startedMs = now;
+  }
+
+  get watchIP(): string {
+    return this.ips[this.ipIndex] ?? "";
+  }
+
+  /**
+   * The IPs Talos may be asked on: all until a machine is confirmed as the node and its addresses
+   * are known, then only those that machine has (another one was claimed by the kubelet and may lead
+   * to someone else's Talos). Recomputed on each use, so an address that appears later counts.
+   */
+  askableIPs(): readonly string[] {
+    if (this.confirmedIP === undefined || !this.addressesKnown) return this.ips;
+    return ipsOnMachine(this.ips, this.confirmedIP, [...this.addresses.values()]);
+  }
+
+  /** The index of the next askable IP after the watched one, if there is another. */
+  nextIPIndex(): number | undefined {
+    const askable = this.askableIPs();
+    for (let step = 1; step < this.ips.length; step++) {
+      const i = (this.ipIndex + step) % this.ips.length;
+      if (askable.includes(this.ips[i] as string)) return i;
+    }
+    return undefined;
+  }
+}
+
+/**
+ * Every tracked node's Talos facts, from one PlatformMetadata watch (with the singleton id, so its
+ * first event is the current state) and one AddressStatus watch (bootstrap contents, then
+ * BOOTSTRAPPED) per node, both on the Talos client's shared channel. Facts are handed out only from
+ * an IP on which Talos confirmed the node's name (a Nodename read, made when the watches start on an
+ * IP, when the facts come from another IP, and when the machine's identity in its PlatformMetadata
+ * changes); on another name, a dual-stack node moves to its other IP, and the read is retried with
+ * backoff. SystemInformation and the Talos version are read once, when asked for. A dual-stack node
+ * whose watch fails moves to its other IP, unless the machine confirmed as the node does not have
+ * that IP ({@link NodeWatch.askableIPs}; polls skip it too). Nodes whose watch is down (failing,
+ * stalled, or ended on a non-retryable error) are polled by one shared timer every `refreshMs`;
+ * healthy ones cost no periodic call.
+ */
+export class TalosWatchCache {
+  readonly #talos: TalosWatchClient;
+  readonly #onChange: (name: string) => void;
+  readonly #refreshMs: number;
+  readonly #stallMs: number;
+  readonly #retryBackoff: Backoff;
+  readonly #now: () => number;
+  readonly #nodes = new Map<string, NodeWatch>();
+  readonly #timer: ReturnType<typeof setInterval>;
+  #closed = false;
+
+  constructor(opts: TalosWatchCacheOptions) {
+    if (!(opts.refreshMs > 0)) throw new TypeError("TalosWatchCache: refreshMs must be positive");
+    this.#talos = opts.talos;
+    this.#onChange = opts.onChange;
+    this.#refreshMs = opts.refreshMs;
+    this.#stallMs = opts.stallMs ?? 30_000;
+    this.#retryBackoff = opts.retryBackoff ?? { initialMs: 1_000, maxMs: 60_000 };
+    this.#now = opts.now ?? Date.now;
+    this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
+    (this.#timer as { unref?: () => void }).unref?.();
+  }
+
+  /** Starts watching node `name` on `ips` (preferred first); restarts when its IPs changed. */
+  track(name: string, ips: readonly string[]): void {
+    if (this.#closed) return;
+    const w = this.#nodes.get(name);
+    if (w && w.ips.join() === ips.join()) return;
+    if (w) this.#stop(w);
+    const next = new NodeWatch(name, ips, this.#now());
+    this.#nodes.set(name, next);
+    this.#start(next);
+  }
+
+  /** Stops watching node `name` and drops its facts. */
+  forget(name: string): void {
+    const w = this.#nodes.get(name);
+    if (!w) return;
+    this.#stop(w);
+    this.#nodes.delete(name);
+  }
+
+  /** Whether node `name` is tracked and its watch is down. */
+  isDown(name: string): boolean {
+    return (this.#nodes.get(name)?.down.size ?? 0) > 0;
+  }
+
+  /** Nodes tracked, and how many of them have a watch down. */
+  stats(): { nodes: number; down: number } {
+    let down = 0;
+    for (const w of this.#nodes.values()) if (w.down.size > 0) down++;
+    return { nodes: this.#nodes.size, down };
+  }
+
+  /**
+   * The facts of node `name`, when Talos confirmed the node's identity on the IP they came from and
+   * everything `needs` asks for is known; starts the one-off reads it lacks (their completion calls
+   * `onChange`). Last known facts stay usable while a watch is down.
+   */
+  facts(name: string, needs: FactsNeeds): FactsState {
+    const w = this.#nodes.get(name);
+    if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
+    const error = w.down.size > 0 ? w.lastError : undefined;
+    const waiting = (what: string, err = error): FactsState =>
+      err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
+    if (!w.metadataKnown || !w.addressesKnown) return waiting(`Talos on ${w.watchIP} to answer`);
+    if (!w.metadata) return waiting("Talos to publish its PlatformMetadata");
+    if (w.confirmedIP !== w.answeredIP) {
+      void this.#verify(w, w.answeredIP);
+      const what = `Talos to confirm that the machine on ${w.answeredIP} is node ${name}`;
+      if (w.mismatch?.ip === w.answeredIP)
+        return { ready: false, waitingFor: what, mismatch: { ...w.mismatch } };
+      return waiting(what, w.failedReads.get("nodename")?.error ?? error);
+    }
+    if (needs.systemInformation && w.systemInformation === undefined) {
+      this.#read(w, "systeminformation");
+      return waiting("its SystemInformation", w.failedReads.get("systeminformation")?.error ?? error);
+    }
+    if (needs.talosVersion && w.talosVersion === undefined) {
+      this.#read(w, "version");
+      return waiting("its Talos version", w.failedReads.get("version")?.error ?? error);
+    }
+    const facts: NodeFacts = { platformMetadata: w.metadata, addresses: [...w.addresses.values()] };
+    if (needs.systemInformation && w.systemInformation) facts.systemInformation = w.systemInformation;
+    if (needs.talosVersion && w.talosVersion !== undefined) facts.talosVersion = w.talosVersion;
+    return { ready: true, facts, nodeIP: w.answeredIP };
+  }
+
+  /**
+   * One pass of the shared timer: marks watches without any answer for too long as down, polls
+   * down nodes whose refresh period has passed, and announces one-off reads due for a retry.
+   * Called by the timer; exposed for tests.
+   */
+  tick(): void {
+    const now = this.#now();
+    for (const w of this.#nodes.values()) {
+      if (
+        (!w.metadataKnown || !w.addressesKnown) &&
+        w.down.size === 0 &&
+        now - w.startedMs >= this.#stallMs
+      ) {
+        this.#failed(
+          w,
+          "stalled",
+          `no answer from Talos on ${w.watchIP} for ${Math.round(this.#stallMs / 1000)} s`,
+        );
+      }
+      if (w.down.size > 0 && now - w.polledMs >= this.#refreshMs) {
+        w.polledMs = now;
+        void this.#poll(w);
+      }
+      for (const [kind, failed] of w.failedReads) {
+        if (failed.announced || now < failed.retryAtMs || w.reading.has(kind)) continue;
+        failed.announced = true;
+        this.#onChange(w.name);
+      }
+    }
+  }
+
+  /** Stops every watch and the timer. */
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    for (const w of this.#nodes.values()) this.#stop(w);
+    this.#nodes.clear();
+  }
+
+  #tracked(w: NodeWatch): boolean {
+    return !this.#closed && this.#nodes.get(w.name) === w;
+  }
+
+  #stop(w: NodeWatch): void {
+    w.abort?.abort();
+    clearTimeout(w.failoverTimer);
+    w.failoverTimer = undefined;
+  }
+
+  #start(w: NodeWatch): void {
+    w.abort?.abort();
+    const abort = new AbortController();
+    w.abort = abort;
+    w.down.delete("ended");
+    w.down.delete("stalled");
+    w.startedMs = this.#now();
+    void this.#watchMetadata(w, w.watchIP, abort.signal);
+    void this.#watchAddresses(w, w.watchIP, abort.signal);
+    // Alongside the watches, so that confirming the node costs no round trip of its own.
+    if (w.confirmedIP !== w.watchIP) void this.#verify(w, w.watchIP);
+  }
+
+  /** Takes PlatformMetadata from `ip`; another machine identity there must be confirmed again. */
+  #setMetadata(w: NodeWatch, ip: string, metadata: PlatformMetadata | undefined): void {
+    w.metadata = metadata;
+    w.metadataKnown = true;
+    w.answeredIP = ip;
+    if (!metadata) return;
+    const identity = JSON.stringify([
+      metadata.platform,
+      metadata.hostname,
+      metadata.instanceId,
+      metadata.providerId,
+    ]);
+    if (w.identity !== undefined && w.identity !== identity) {
+      log.v(2).info("Talos machine identity changed; confirming the node again", { node: w.name, ip });
+      w.confirmedIP = undefined;
+      w.systemInformation = undefined;
+      w.talosVersion = undefined;
+      void this.#verify(w, ip);
+    }
+    w.identity = identity;
+  }
+
+  /**
+   * Asks Talos on `ip` for its node name (one read at a time, failures and refusals retried with
+   * backoff). The name of the node confirms `ip`; another name is a mismatch, and a node with an IP
+   * not refused yet moves its watches there at once. Once every IP was refused, the watches stay and
+   * only that IP is asked again: new Node addresses (track()) start over.
+   */
+  async #verify(w: NodeWatch, ip: string): Promise<void> {
+    const failed = w.failedReads.get("nodename");
+    if (w.reading.has("nodename") || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading.add("nodename");
+    let moveTo: number | undefined;
+    const fail = (error: string, retryNow: boolean) => {
+      const failures = (failed?.failures ?? 0) + 1;
+      w.failedReads.set("nodename", {
+        failures,
+        retryAtMs: this.#now() + (retryNow ? 0 : backoffDelay(failures - 1, this.#retryBackoff)),
+        error,
+        announced: retryNow,
+      });
+    };
+    try {
+      const nodename = await this.#talos.nodename(ip);
+      if (!this.#tracked(w)) return;
+      if (nodename === w.name) {
+        w.confirmedIP = ip;
+        w.mismatch = undefined;
+        w.refusedIPs = undefined;
+        w.failedReads.delete("nodename");
+      } else {
+        log.v(2).info("Talos on the node's IP is another node", { node: w.name, ip, nodename });
+        w.mismatch = { ip, nodename };
+        w.refusedIPs ??= new Set();
+        w.refusedIPs.add(ip);
+        if (w.confirmedIP === ip) w.confirmedIP = undefined;
+        const next = (w.ips.indexOf(ip) + 1) % w.ips.length;
+        if (ip === w.watchIP && !w.refusedIPs.has(w.ips[next] as string)) moveTo = next;
+        fail(`Talos on ${ip} is node ${JSON.stringify(nodename)}`, moveTo !== undefined);
+      }
+    } catch (err) {
+      if (!this.#tracked(w)) return;
+      fail((err as Error).message, false);
+    } finally {
+      w.reading.delete("nodename");
+    }
+    if (moveTo !== undefined) {
+      // What the other machine reported must not linger until the next IP answers.
+      w.metadata = undefined;
+      w.metadataKnown = false;
+      w.identity = undefined;
+      w.addresses.clear();
+      w.addressesKnown = false;
+      w.ipIndex = moveTo;
+      this.#start(w);
+    }
+    this.#onChange(w.name);
+  }
+
+  async #watchMetadata(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
+    try {
+      for await (const ev of this.#talos.watch(ip, "platformmetadata", { signal })) {
+        if (signal.aborted) return;
+        if (ev.type === "errored") {
+          this.#failed(w, "metadata", ev.error);
+          continue;
+        }
+        if (ev.type === "created" || ev.type === "updated") this.#setMetadata(w, ip, ev.resource);
+        else if (ev.type === "destroyed") this.#setMetadata(w, ip, undefined);
+        else continue;
+        this.#recovered(w, "metadata");
+        this.#onChange(w.name);
+      }
+    } catch (err) {
+      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
+    }
+  }
+
+  async #watchAddresses(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
+    // While (re)delivering its contents after a (re)connect, the watch reports once, at BOOTSTRAPPED.
+    let syncing = true;
+    let changed = false;
+    try {
+      for await (const ev of this.#talos.watch(ip, "addresses", { signal })) {
+        if (signal.aborted) return;
+        switch (ev.type) {
+          case "errored":
+            syncing = true;
+            this.#failed(w, "addresses", ev.error);
+            continue;
+          case "created":
+          case "updated": {
+            const old = w.addresses.get(ev.id);
+            const a = ev.resource;
+            if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
+              changed = true;
+            }
+            w.addresses.set(ev.id, a);
+            break;
+          }
+          case "destroyed":
+            changed = w.addresses.delete(ev.id) || changed;
+            break;
+          case "bootstrapped":
+            syncing = false;
+            changed = true;
+            w.addressesKnown = true;
+            this.#recovered(w, "addresses");
+            break;
+        }
+        if (changed && !syncing) {
+          changed = false;
+          this.#onChange(w.name);
+        }
+      }
+    } catch (err) {
+      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
+    }
+  }
+
+  #failed(w: NodeWatch, part: string, error: string): void {
+    if (!this.#tracked(w)) return;
+    if (w.down.size === 0) w.polledMs = this.#now();
+    w.down.add(part);
+    w.lastError = error;
+    log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
+    this.#onChange(w.name);
+    if (part !== "ended" && w.failoverTimer === undefined && w.nextIPIndex() !== undefined) {
+      // The watch keeps retrying this IP; after a backoff, try the node's other IP instead.
+      w.failoverTimer = setTimeout(
+        () => {
+          w.failoverTimer = undefined;
+          const next = w.nextIPIndex();
+          if (!this.#tracked(w) || w.down.size === 0 || next === undefined) return;
+          w.ipIndex = next;
+          this.#start(w);
+        },
+        backoffDelay(w.failovers++, this.#retryBackoff),
+      );
+      (w.failoverTimer as { unref?: () => void }).unref?.();
+    }
+  }
+
+  #recovered(w: NodeWatch, part: string): void {
+    w.down.delete(part);
+    w.down.delete("stalled");
+    if (w.down.size === 0) {
+      w.failovers = 0;
+      clearTimeout(w.failoverTimer);
+      w.failoverTimer = undefined;
+    }
+  }
+
+  /** Reads PlatformMetadata (first askable IP that answers) and AddressStatuses of a node whose watch is down. */
+  async #poll(w: NodeWatch): Promise<void> {
+    try {
+      const { nodeIP, value } = await this.#talos.firstAnswer(
+        w.askableIPs(),
+        (ip, o) => this.#talos.platformMetadata(ip, o),
+        { attempts: 1 },
+      );
+      const list = await this.#talos.addresses(nodeIP, { attempts: 1 });
+      if (!this.#tracked(w)) return;
+      this.#setMetadata(w, nodeIP, value);
+      w.addresses.clear();
+      for (const a of list) w.addresses.set(a.id, a);
+      w.addressesKnown = true;
+      if (w.down.has("ended")) {
+        // The watches ended on an error that may be gone now (e.g. a fixed role): try them again.
+        w.ipIndex = Math.max(0, w.ips.indexOf(nodeIP));
+        this.#start(w);
+      }
+    } catch (err) {
+      if (!this.#tracked(w)) return;
+      w.lastError = (err as Error).message;
+      if (err instanceof TalosNotFoundError) {
+        w.metadata = undefined;
+        w.metadataKnown = true;
+      }
+    }
+    this.#onChange(w.name);
+  }
+
+  #read(w: NodeWatch, kind: ReadKind): void {
+    const failed = w.failedReads.get(kind);
+    if (w.reading.has(kind) || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading.add(kind);
+    const ip = w.answeredIP;
+    const read =
+      kind === "systeminformation"
+        ? this.#talos.systemInformation(ip).then((si) => {
+            w.systemInformation = si ?? null;
+          })
+        : this.#talos.version({ nodeIP: ip }).then((v) => {
+            w.talosVersion = v.tag;
+          });
+    read
+      .then(
+        () => w.failedReads.delete(kind),
+        (err: unknown) => {
+          if (kind === "systeminformation" && err instanceof TalosPermissionError) {
+            // Talos releases before SystemInformation existed refuse the type: the node has none.
+            w.systemInformation = null;
+            w.failedReads.delete(kind);
+            return;
+          }
+          const failures = (failed?.failures ?? 0) + 1;
+          w.failedReads.set(kind, {
+            failures,
+            retryAtMs: this.#now() + backoffDelay(failures - 1, this.#retryBackoff),
+            error: (err as Error).message,
+            announced: false,
+          });
+        },
+      )
+      .finally(() => {
+        w.reading.delete(kind);
+        if (this.#tracked(w)) this.#onChange(w.name);
+      });
+  }
+}
