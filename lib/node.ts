@@ -1,14 +1,17 @@
 // The cloud-node controller: initializes Nodes that a kubelet registered with
 // `--cloud-provider=external` from what Talos knows about them, and keeps them current.
 //
-// One Node's path: informer event (lib/cache.ts) → WorkQueue("cloud-node") (lib/queue.ts) →
-// reconcile(name): read the cached Node → its Talos facts (from the watch cache,
-// lib/taloswatchcache.ts) → transform (lib/transform.ts, pure) → desiredNode (lib/desirednode.ts,
-// pure: labels, annotations, taints, providerID, addresses via lib/addresses.ts) → nodePatch
-// (lib/desirednode.ts, pure diff) → at most two writes through the kube client (lib/kube.ts): status
-// addresses, then one JSON patch of metadata and spec that also removes the uninitialized taint →
-// Events. The watch cache re-queues a Node whenever its facts change; config reloads re-queue every
-// Node.
+// One Node's path, readable in three files: informer event (lib/cache.ts) → WorkQueue("cloud-node")
+// (lib/queue.ts) → CloudNodeController.reconcile(name) here, whose steps read top to bottom:
+//   1. #readNode: the Node as the informer caches it;
+//   2. #factsOf: its Talos facts from the watch cache (lib/taloswatchcache.ts TalosWatchCache.facts);
+//   3. #desired: instanceFacts → transform (lib/transform.ts) → desiredNode (lib/desirednode.ts, pure:
+//      labels, annotations, taints through planReconcile, providerID, addresses via lib/addresses.ts);
+//   4. nodePatch (lib/desirednode.ts, pure diff);
+//   5. #write: at most two writes through the kube client (lib/kube.ts): status addresses, then one
+//      JSON patch of metadata and spec that also removes the uninitialized taint;
+//   6. #reportWritten: Event, metrics, log.
+// The watch cache re-queues a Node whenever its facts change; config reloads re-queue every Node.
 //
 // The Node's IPs are its kubelet's to write: no fact is used before Talos confirms, on the IP it came
 // from, that the machine answering there is the node (the watch cache's job), and a node IP that
@@ -19,11 +22,13 @@ import type { Informer, LeanNode } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
+  type DesiredNode,
   describeTransformErrors,
   desiredNode,
   instanceFacts,
   isForeign,
   isUninitialized,
+  type NodePatch,
   nodePatch,
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
@@ -31,13 +36,20 @@ import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
-import { type FactsNeeds, TalosWatchCache, type TalosWatchClient } from "./taloswatchcache.ts";
 import {
+  type FactsNeeds,
+  type FactsState,
+  TalosWatchCache,
+  type TalosWatchClient,
+} from "./taloswatchcache.ts";
+import {
+  type ManagedRecordRead,
   type RecordProblem,
   readManagedRecord,
   rulesMayRead,
   SYSTEM_INFORMATION_FIELDS,
   TALOS_VERSION_FIELD,
+  type TransformResult,
   transform,
 } from "./transform.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
@@ -86,6 +98,25 @@ function relevantChange(a: LeanNode, b: LeanNode): boolean {
     ]);
   return view(a) !== view(b);
 }
+
+/** One reconcile pass over one Node: what its steps share. */
+interface Pass {
+  /** The queue's key: the Node's name. */
+  name: string;
+  node: LeanNode;
+  /** The config this pass applies (read once, at its start). */
+  config: CompiledConfig;
+  /** The Node still has the uninitialized taint. */
+  initializing: boolean;
+  /** The action its Events name: InitializeNode or UpdateNode. */
+  action: string;
+}
+
+/** A Node's Talos facts, ready to use. */
+type ReadyFacts = Extract<FactsState, { ready: true }>;
+
+/** What a Node's Talos facts still wait for. */
+type WaitingFacts = Extract<FactsState, { ready: false }>;
 
 /** What {@link CloudNodeController} works with (the controller context's parts it uses). */
 export interface CloudNodeOptions {
@@ -202,6 +233,174 @@ export class CloudNodeController {
     }
   }
 
+  /**
+   * Brings one Node in line with its Talos facts and the rules, in six steps: read the Node (1), its
+   * facts (2), its desired state (3), the patch to it (4, {@link nodePatch}), write (5), report (6);
+   * the methods below follow in that order. Safe to run twice; returns without writing when the Node is gone, when facts are missing
+   * (their arrival re-queues the node) or when nothing differs.
+   * @throws when a write fails (the queue retries with backoff).
+   */
+  async reconcile(name: string): Promise<void> {
+    const pass = this.#readNode(name);
+    if (!pass) return;
+    const found = this.#factsOf(pass);
+    if (!found) return;
+    const want = this.#desired(pass, found.ips, found.state);
+    const patch = nodePatch(pass.node, want);
+    if (!(await this.#write(pass, patch))) return;
+    this.#reportWritten(pass, patch, want, found.state.nodeIP);
+  }
+
+  /**
+   * Step 1: node `name` as the informer caches it, and what this pass does to it. Undefined when the
+   * Node is gone or being deleted (everything held about it is dropped), or when the cache does not
+   * show our last write yet.
+   */
+  #readNode(name: string): Pass | undefined {
+    const node = this.#opts.nodes.get(name);
+    if (!node || node.metadata.deletionTimestamp) {
+      this.#forget(name);
+      return undefined;
+    }
+    // Our last write is not in the cache yet; the informer's update re-queues the node.
+    if (this.#stale.get(name)?.has(node.metadata.resourceVersion)) return undefined;
+    this.#stale.delete(name);
+    const initializing = isUninitialized(node);
+    return {
+      name,
+      node,
+      config: this.#opts.config.current,
+      initializing,
+      action: initializing ? "InitializeNode" : "UpdateNode",
+    };
+  }
+
+  /**
+   * Step 2: the Node's IPs, and its Talos facts from the watch cache (which watches those IPs from
+   * now on). Undefined, after reporting why, while there are no usable facts; their arrival
+   * re-queues the node.
+   */
+  #factsOf(pass: Pass): { ips: NodeIPs; state: ReadyFacts } | undefined {
+    const { name, node, config } = pass;
+    const ips = nodeIPs(
+      { annotations: node.metadata.annotations, addresses: node.status.addresses },
+      config.global.preferIPv6,
+    );
+    if (ips.ips.length === 0) {
+      // Watches on addresses the node no longer claims would follow some other machine.
+      this.#forget(name);
+      this.#reportNoNodeIP(pass);
+      return undefined;
+    }
+    this.#facts.track(name, ips.ips);
+    if (this.#needs?.config !== config) this.#needs = { config, needs: factsNeeds(config) };
+    const state = this.#facts.facts(name, this.#needs.needs);
+    if (!state.ready) {
+      this.#reportWaiting(pass, ips, state);
+      return undefined;
+    }
+    return { ips, state };
+  }
+
+  /**
+   * Step 3: the Node as it should be. The node IPs the confirmed machine has, the facts as the rules
+   * see them ({@link instanceFacts}) and the rules' result ({@link transform}) go into
+   * {@link desiredNode}. Reports IPs left out, rule values that failed and an untrustworthy record.
+   */
+  #desired(pass: Pass, ips: NodeIPs, state: ReadyFacts): DesiredNode {
+    const { name, node, config } = pass;
+    const g = config.global;
+    const split = nodeIPsOnMachine(ips, state.nodeIP, state.facts.addresses);
+    this.#reportNotOnMachine(node, pass.action, ips.source, split, state.nodeIP);
+    const facts = instanceFacts(state.facts, state.nodeIP, name);
+    const result = transform(config, facts, name, { registry: this.#opts.registry });
+    const managed = readManagedRecord(node.metadata);
+    this.#reportRuleProblems(pass, result, managed);
+    return desiredNode(
+      node,
+      facts,
+      result,
+      {
+        preferIPv6: g.preferIPv6,
+        reconcile: g.reconcile,
+        skipForeignNode: g.skipForeignNode,
+        clusterName: g.clusterName || this.#opts.talos.clusterName,
+      },
+      split.onMachine,
+      managed,
+    );
+  }
+
+  /**
+   * Step 5: sends the patch (step 4, {@link nodePatch}) through the kube client.
+   * @returns false when the Node is gone.
+   * @throws {Error} when a write fails otherwise (the cause attached).
+   */
+  async #write(pass: Pass, patch: NodePatch): Promise<boolean> {
+    try {
+      await this.#patchNode(pass, patch);
+      return true;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      if (pass.initializing) this.#m.failed.inc({ reason: "kubernetes" });
+      // A failed `test` of the guarded patch answers 422: the Node changed since it was read.
+      const hint =
+        err instanceof KubeError && err.status === 422 ? " (the Node changed since it was read?)" : "";
+      throw new Error(
+        `Cannot ${pass.initializing ? "initialize" : "update"} node ${pass.name}: ${(err as Error).message}${hint}`,
+        { cause: err },
+      );
+    }
+  }
+
+  /**
+   * The writes of a {@link NodePatch}: the status addresses (merge patch), then the JSON patch of
+   * metadata and spec. Remembers the resourceVersions that do not show them yet.
+   */
+  async #patchNode({ name, node }: Pass, patch: NodePatch): Promise<void> {
+    const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
+    // Reconciles on these versions would redo our writes; the informer delivers the final one.
+    const stale = new Set([node.metadata.resourceVersion]);
+    if (patch.addresses) {
+      const res = await this.#opts.client.patch<{ metadata?: { resourceVersion?: string } }>(
+        `${path}/status`,
+        { status: { addresses: patch.addresses } },
+        PATCH.merge,
+      );
+      const rv = res?.metadata?.resourceVersion;
+      if (rv !== node.metadata.resourceVersion) this.#stale.set(name, stale);
+      if (rv !== undefined && patch.ops.length > 0) stale.add(rv);
+    }
+    if (patch.ops.length > 0) {
+      await this.#opts.client.patch(path, patch.ops, PATCH.json);
+      this.#stale.set(name, stale);
+    }
+  }
+
+  /** Step 6: the Event, metrics and log line of a pass that wrote (or found nothing to write). */
+  #reportWritten(pass: Pass, patch: NodePatch, want: DesiredNode, nodeIP: string): void {
+    const { name, node, action } = pass;
+    if (pass.initializing) {
+      this.#m.initialized.inc();
+      const created = Date.parse(node.metadata.creationTimestamp);
+      if (Number.isFinite(created))
+        this.#m.duration.observe(undefined, Math.max(0, Date.now() - created) / 1000);
+      const target = { kind: "Node", name, uid: node.metadata.uid };
+      void this.#opts.events.record(target, "Normal", "Synced", action, "Node synced successfully");
+      this.#log.info("Initialized node", {
+        node: name,
+        providerID: want.providerID ?? node.spec.providerID ?? "",
+        nodeIP,
+      });
+    } else if (patch.addresses || patch.ops.length > 0) {
+      this.#log.v(2).info("Updated node", {
+        node: name,
+        addresses: patch.addresses !== undefined,
+        metadataOps: patch.ops.length,
+      });
+    }
+  }
+
   #warn(node: LeanNode, reason: string, action: string, note: string): void {
     const target = { kind: "Node", name: node.metadata.name, uid: node.metadata.uid };
     void this.#opts.events.record(target, "Warning", reason, action, note);
@@ -212,6 +411,64 @@ export class CloudNodeController {
     this.#facts.forget(name);
     this.#stale.delete(name);
     this.#notOnMachine.delete(name);
+  }
+
+  /** Reports a Node without any IP to ask Talos on (only while it waits for its initialization). */
+  #reportNoNodeIP({ node, initializing, action }: Pass): void {
+    if (!initializing) return;
+    this.#m.failed.inc({ reason: "nodeip" });
+    this.#warn(
+      node,
+      "NodeIPUnknown",
+      action,
+      `The node has no ${PROVIDED_NODE_IP_ANNOTATION} annotation and no InternalIP address: ` +
+        "run the kubelet with --cloud-provider=external and --node-ip",
+    );
+  }
+
+  /**
+   * Reports why a Node's facts are not usable yet: Talos on one of its IPs is another node, or
+   * (while initializing) Talos fails; otherwise only logs what they wait for.
+   */
+  #reportWaiting({ name, node, initializing, action }: Pass, ips: NodeIPs, state: WaitingFacts): void {
+    if (state.mismatch) {
+      const { ip, nodename } = state.mismatch;
+      if (initializing) this.#m.failed.inc({ reason: "identity" });
+      this.#warn(
+        node,
+        "TalosNodeMismatch",
+        action,
+        `Talos on ${ip}, an IP of this node (${PROVIDED_NODE_IP_ANNOTATION} or InternalIP), is node ` +
+          `${JSON.stringify(nodename)}: its facts are not used, and the node ` +
+          `${initializing ? "stays tainted" : "keeps its current state"} until Talos on one of its IPs confirms its ` +
+          "name (retried with backoff)",
+      );
+      return;
+    }
+    if (initializing && state.error !== undefined) {
+      this.#m.failed.inc({ reason: "talos" });
+      this.#warn(
+        node,
+        "TalosAPIError",
+        action,
+        `Cannot read the node's facts from Talos (${ips.ips.join(", ")}): ${state.error}; the node stays tainted until Talos answers`,
+      );
+    }
+    this.#log.v(4).info("Waiting for Talos facts", { node: name, for: state.waitingFor });
+  }
+
+  /** Reports rule values that failed and a record that is not believed (not on a skipped foreign node). */
+  #reportRuleProblems(
+    { node, config, action }: Pass,
+    result: TransformResult,
+    managed: ManagedRecordRead,
+  ): void {
+    if (result.errors.length > 0)
+      this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
+    if (managed.problem !== undefined && !(config.global.skipForeignNode && isForeign(node))) {
+      const [reason, note] = RECORD_PROBLEMS[managed.problem];
+      this.#warn(node, reason, action, note);
+    }
   }
 
   /**
@@ -251,150 +508,6 @@ export class CloudNodeController {
         `InternalIPs are ${split.onMachine.ips.join(", ")}. A kubelet only announces addresses of its own host ` +
         "(--node-ip); the IP is used once Talos reports it on the machine",
     );
-  }
-
-  /**
-   * Brings one Node in line with its Talos facts and the rules. Safe to run twice; returns without
-   * writing when facts are missing (their arrival re-queues the node) or nothing differs.
-   * @throws when a write fails (the queue retries with backoff).
-   */
-  async reconcile(name: string): Promise<void> {
-    const node = this.#opts.nodes.get(name);
-    if (!node || node.metadata.deletionTimestamp) {
-      this.#forget(name);
-      return;
-    }
-    // Our last write is not in the cache yet; the informer's update re-queues the node.
-    if (this.#stale.get(name)?.has(node.metadata.resourceVersion)) return;
-    this.#stale.delete(name);
-
-    const config = this.#opts.config.current;
-    const g = config.global;
-    const initializing = isUninitialized(node);
-    const action = initializing ? "InitializeNode" : "UpdateNode";
-    const ips = nodeIPs(
-      { annotations: node.metadata.annotations, addresses: node.status.addresses },
-      g.preferIPv6,
-    );
-    if (ips.ips.length === 0) {
-      // Watches on addresses the node no longer claims would follow some other machine.
-      this.#forget(name);
-      if (initializing) {
-        this.#m.failed.inc({ reason: "nodeip" });
-        this.#warn(
-          node,
-          "NodeIPUnknown",
-          action,
-          `The node has no ${PROVIDED_NODE_IP_ANNOTATION} annotation and no InternalIP address: ` +
-            "run the kubelet with --cloud-provider=external and --node-ip",
-        );
-      }
-      return;
-    }
-    this.#facts.track(name, ips.ips);
-    if (this.#needs?.config !== config) this.#needs = { config, needs: factsNeeds(config) };
-    const state = this.#facts.facts(name, this.#needs.needs);
-    if (!state.ready) {
-      if (state.mismatch) {
-        const { ip, nodename } = state.mismatch;
-        if (initializing) this.#m.failed.inc({ reason: "identity" });
-        this.#warn(
-          node,
-          "TalosNodeMismatch",
-          action,
-          `Talos on ${ip}, an IP of this node (${PROVIDED_NODE_IP_ANNOTATION} or InternalIP), is node ` +
-            `${JSON.stringify(nodename)}: its facts are not used, and the node ` +
-            `${initializing ? "stays tainted" : "keeps its current state"} until Talos on one of its IPs confirms its ` +
-            "name (retried with backoff)",
-        );
-        return;
-      }
-      if (initializing && state.error !== undefined) {
-        this.#m.failed.inc({ reason: "talos" });
-        this.#warn(
-          node,
-          "TalosAPIError",
-          action,
-          `Cannot read the node's facts from Talos (${ips.ips.join(", ")}): ${state.error}; the node stays tainted until Talos answers`,
-        );
-      }
-      this.#log.v(4).info("Waiting for Talos facts", { node: name, for: state.waitingFor });
-      return;
-    }
-
-    const split = nodeIPsOnMachine(ips, state.nodeIP, state.facts.addresses);
-    this.#reportNotOnMachine(node, action, ips.source, split, state.nodeIP);
-    const facts = instanceFacts(state.facts, state.nodeIP, name);
-    const result = transform(config, facts, name, { registry: this.#opts.registry });
-    if (result.errors.length > 0)
-      this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
-    const managed = readManagedRecord(node.metadata);
-    if (managed.problem !== undefined && !(g.skipForeignNode && isForeign(node))) {
-      const [reason, note] = RECORD_PROBLEMS[managed.problem];
-      this.#warn(node, reason, action, note);
-    }
-    const want = desiredNode(
-      node,
-      facts,
-      result,
-      {
-        preferIPv6: g.preferIPv6,
-        reconcile: g.reconcile,
-        skipForeignNode: g.skipForeignNode,
-        clusterName: g.clusterName || this.#opts.talos.clusterName,
-      },
-      split.onMachine,
-      managed,
-    );
-    const patch = nodePatch(node, want);
-    const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
-    // Reconciles on these versions would redo our writes; the informer delivers the final one.
-    const stale = new Set([node.metadata.resourceVersion]);
-    try {
-      if (patch.addresses) {
-        const res = await this.#opts.client.patch<{ metadata?: { resourceVersion?: string } }>(
-          `${path}/status`,
-          { status: { addresses: patch.addresses } },
-          PATCH.merge,
-        );
-        const rv = res?.metadata?.resourceVersion;
-        if (rv !== node.metadata.resourceVersion) this.#stale.set(name, stale);
-        if (rv !== undefined && patch.ops.length > 0) stale.add(rv);
-      }
-      if (patch.ops.length > 0) {
-        await this.#opts.client.patch(path, patch.ops, PATCH.json);
-        this.#stale.set(name, stale);
-      }
-    } catch (err) {
-      if (isNotFound(err)) return;
-      if (initializing) this.#m.failed.inc({ reason: "kubernetes" });
-      // A failed `test` of the guarded patch answers 422: the Node changed since it was read.
-      const hint =
-        err instanceof KubeError && err.status === 422 ? " (the Node changed since it was read?)" : "";
-      throw new Error(
-        `Cannot ${initializing ? "initialize" : "update"} node ${name}: ${(err as Error).message}${hint}`,
-        { cause: err },
-      );
-    }
-    if (initializing) {
-      this.#m.initialized.inc();
-      const created = Date.parse(node.metadata.creationTimestamp);
-      if (Number.isFinite(created))
-        this.#m.duration.observe(undefined, Math.max(0, Date.now() - created) / 1000);
-      const target = { kind: "Node", name, uid: node.metadata.uid };
-      void this.#opts.events.record(target, "Normal", "Synced", action, "Node synced successfully");
-      this.#log.info("Initialized node", {
-        node: name,
-        providerID: want.providerID ?? node.spec.providerID ?? "",
-        nodeIP: state.nodeIP,
-      });
-    } else if (patch.addresses || patch.ops.length > 0) {
-      this.#log.v(2).info("Updated node", {
-        node: name,
-        addresses: patch.addresses !== undefined,
-        metadataOps: patch.ops.length,
-      });
-    }
   }
 }
 
