@@ -382,63 +382,105 @@ export function planReconcile(
   node: NodeState,
   options: PlanOptions,
 ): ReconcilePlan {
-  const held = (field: TransformError["field"]) =>
-    new Set(result.errors.filter((e) => e.field === field).map((e) => e.key));
-  const keep = (key: string, heldKeys: Set<string>, present: boolean) =>
-    heldKeys.has(key) || (!options.reconcile && present);
-
+  const labels = planMap(previous.labels, result.labels, node.labels, failedKeys(result, "labels"), options);
+  const annotations = planMap(
+    previous.annotations,
+    result.annotations,
+    node.annotations,
+    failedKeys(result, "annotations"),
+    options,
+  );
+  const taints = planTaints(previous.taints, result, node.taints, options);
   const plan: ReconcilePlan = {
-    setLabels: {},
-    removeLabels: [],
-    setAnnotations: {},
-    removeAnnotations: [],
-    addTaints: [],
-    removeTaints: [],
-    record: { labels: [], annotations: [], taints: [] },
+    setLabels: labels.set,
+    removeLabels: labels.remove,
+    setAnnotations: annotations.set,
+    removeAnnotations: annotations.remove,
+    addTaints: taints.add,
+    removeTaints: taints.remove,
+    record: { labels: labels.recorded, annotations: annotations.recorded, taints: taints.recorded },
   };
+  signRecord(plan, node);
+  return plan;
+}
 
-  const maps = [
-    ["labels", result.labels, node.labels, plan.setLabels, plan.removeLabels],
-    ["annotations", result.annotations, node.annotations, plan.setAnnotations, plan.removeAnnotations],
-  ] as const;
-  for (const [field, want, have, set, remove] of maps) {
-    const heldKeys = held(field);
-    for (const [k, val] of Object.entries(want)) if (have[k] !== val) set[k] = val;
-    const recorded = new Set(Object.keys(want));
-    for (const k of previous[field]) {
-      if (recorded.has(k)) continue;
-      const present = Object.hasOwn(have, k);
-      if (keep(k, heldKeys, present)) recorded.add(k);
-      else if (present) remove.push(k);
-    }
-    plan.record[field] = [...recorded].sort();
+/** The keys of `field` whose value failed this time: they stay as they are, and recorded. */
+function failedKeys(result: TransformResult, field: TransformError["field"]): Set<string> {
+  return new Set(result.errors.filter((e) => e.field === field).map((e) => e.key));
+}
+
+/**
+ * Whether a key the record names, which the rules no longer produce, stays recorded (and on the
+ * node): when its value failed this time, or, without reconcile, while the node still has it.
+ */
+function keepRecorded(key: string, failed: Set<string>, present: boolean, options: PlanOptions): boolean {
+  return failed.has(key) || (!options.reconcile && present);
+}
+
+/** The labels or annotations part of {@link planReconcile}: what to set and remove, and the new record. */
+function planMap(
+  previous: readonly string[],
+  want: Readonly<Record<string, string>>,
+  have: Readonly<Record<string, string>>,
+  failed: Set<string>,
+  options: PlanOptions,
+): { set: Record<string, string>; remove: string[]; recorded: string[] } {
+  const set: Record<string, string> = {};
+  const remove: string[] = [];
+  for (const [k, val] of Object.entries(want)) if (have[k] !== val) set[k] = val;
+  const recorded = new Set(Object.keys(want));
+  for (const k of previous) {
+    if (recorded.has(k)) continue;
+    const present = Object.hasOwn(have, k);
+    if (keepRecorded(k, failed, present, options)) recorded.add(k);
+    else if (present) remove.push(k);
   }
+  return { set, remove, recorded: [...recorded].sort() };
+}
 
-  const applyTaints = options.reconcile || options.initializing;
-  const heldTaints = held("taints");
-  const current = new Map(node.taints.map((t) => [taintId(t), t]));
-  const recordedTaints = new Set<string>();
-  if (applyTaints) {
+/**
+ * The taints part of {@link planReconcile}: the rules' taints are applied only at initialization or
+ * in reconcile mode; otherwise a recorded taint the rules still produce stays recorded.
+ */
+function planTaints(
+  previous: readonly string[],
+  result: TransformResult,
+  have: readonly Taint[],
+  options: PlanOptions,
+): { add: Taint[]; remove: Array<Pick<Taint, "key" | "effect">>; recorded: string[] } {
+  const add: Taint[] = [];
+  const remove: Array<Pick<Taint, "key" | "effect">> = [];
+  const apply = options.reconcile || options.initializing;
+  const failed = failedKeys(result, "taints");
+  const current = new Map(have.map((t) => [taintId(t), t]));
+  const recorded = new Set<string>();
+  if (apply) {
     for (const t of result.taints) {
       const id = taintId(t);
-      recordedTaints.add(id);
-      const have = current.get(id);
-      if (!have || (have.value ?? "") !== (t.value ?? "")) plan.addTaints.push(t);
+      recorded.add(id);
+      const now = current.get(id);
+      if (!now || (now.value ?? "") !== (t.value ?? "")) add.push(t);
     }
   }
-  for (const id of previous.taints) {
-    if (recordedTaints.has(id)) continue;
+  for (const id of previous) {
+    if (recorded.has(id)) continue;
     const key = id.slice(0, id.lastIndexOf(":"));
     const present = current.has(id);
-    const wanted = !applyTaints && result.taints.some((t) => taintId(t) === id);
-    if (wanted || keep(key, heldTaints, present)) recordedTaints.add(id);
+    const wanted = !apply && result.taints.some((t) => taintId(t) === id);
+    if (wanted || keepRecorded(key, failed, present, options)) recorded.add(id);
     else if (present) {
       const t = current.get(id) as Taint;
-      plan.removeTaints.push({ key: t.key, effect: t.effect });
+      remove.push({ key: t.key, effect: t.effect });
     }
   }
-  plan.record.taints = [...recordedTaints].sort();
+  return { add, remove, recorded: [...recorded].sort() };
+}
 
+/**
+ * Puts the plan's record and its digest label into the plan (after the rules' own keys), or removes
+ * both from the node when the record is empty.
+ */
+function signRecord(plan: ReconcilePlan, node: NodeState): void {
   const serialized = serializeManagedRecord(plan.record);
   const empty = serialized === serializeManagedRecord({ labels: [], annotations: [], taints: [] });
   const existing = node.annotations[MANAGED_ANNOTATION];
@@ -451,5 +493,4 @@ export function planReconcile(
     const digest = managedRecordDigest(serialized);
     if (signed !== digest) plan.setLabels[MANAGED_DIGEST_LABEL] = digest;
   }
-  return plan;
 }
