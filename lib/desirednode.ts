@@ -15,6 +15,7 @@ import type { LeanNode } from "./cache.ts";
 import {
   type ManagedRecordRead,
   planReconcile,
+  type ReconcilePlan,
   readManagedRecord,
   type TransformError,
   type TransformResult,
@@ -182,32 +183,55 @@ export function desiredNode(
     { reconcile: opts.reconcile, initializing },
   );
 
-  for (const k of plan.removeLabels) delete want.labels[k];
-  Object.assign(want.labels, plan.setLabels);
-  for (const [k, v] of Object.entries(talosLabels(meta, opts.clusterName))) {
-    if (!Object.hasOwn(result.labels, k)) want.labels[k] = v;
-  }
-  if (initializing || opts.reconcile) Object.assign(want.labels, topologyLabels(meta));
-  else {
-    for (const [legacy, ga] of LEGACY_PAIRS) {
-      const v = want.labels[legacy];
-      if (v !== undefined) want.labels[ga] = v;
-    }
-  }
-
+  applyLabels(want.labels, plan, result, opts.clusterName, initializing || opts.reconcile);
   for (const k of plan.removeAnnotations) delete want.annotations[k];
   Object.assign(want.annotations, plan.setAnnotations);
-
-  const gone = (t: V1Taint) => plan.removeTaints.some((r) => r.key === t.key && r.effect === t.effect);
-  want.taints = want.taints.filter((t) => !gone(t));
-  for (const t of plan.addTaints) {
-    const at = want.taints.findIndex((x) => x.key === t.key && x.effect === t.effect);
-    if (at >= 0) want.taints[at] = t;
-    else want.taints.push(t);
-  }
-
+  want.taints = applyTaints(want.taints, plan);
   if ((node.spec.providerID ?? "") === "" && meta.providerId !== "") want.providerID = meta.providerId;
   return want;
+}
+
+/**
+ * The labels step of {@link desiredNode}, on `labels` in place: the plan's, then the
+ * platform/lifecycle/clustername labels (a rule's label of the same key wins), then either the
+ * topology labels from the facts (`topology`: at initialization or in reconcile mode) or the
+ * legacy → GA sync of upstream `reconcileNodeLabels`.
+ */
+function applyLabels(
+  labels: Record<string, string>,
+  plan: ReconcilePlan,
+  result: TransformResult,
+  clusterName: string,
+  topology: boolean,
+): void {
+  const meta = result.platformMetadata;
+  for (const k of plan.removeLabels) delete labels[k];
+  Object.assign(labels, plan.setLabels);
+  for (const [k, v] of Object.entries(talosLabels(meta, clusterName))) {
+    if (!Object.hasOwn(result.labels, k)) labels[k] = v;
+  }
+  if (topology) Object.assign(labels, topologyLabels(meta));
+  else {
+    for (const [legacy, ga] of LEGACY_PAIRS) {
+      const v = labels[legacy];
+      if (v !== undefined) labels[ga] = v;
+    }
+  }
+}
+
+/**
+ * The taints step of {@link desiredNode}: `taints` less the plan's removals, with its additions
+ * (each replaces the taint of the same key and effect in place, or is appended).
+ */
+function applyTaints(taints: readonly V1Taint[], plan: ReconcilePlan): V1Taint[] {
+  const gone = (t: V1Taint) => plan.removeTaints.some((r) => r.key === t.key && r.effect === t.effect);
+  const out = taints.filter((t) => !gone(t));
+  for (const t of plan.addTaints) {
+    const at = out.findIndex((x) => x.key === t.key && x.effect === t.effect);
+    if (at >= 0) out[at] = t;
+    else out.push(t);
+  }
+  return out;
 }
 
 /** One JSON Patch (RFC 6902) operation. */
