@@ -10,7 +10,15 @@
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { formatIP, type IPAddress, ipFromBytes, ipReadings, tryParseIP, unmapIPv4 } from "./cidr.ts";
+import {
+  canonicalIP,
+  formatIP,
+  type IPAddress,
+  ipFromBytes,
+  ipReadings,
+  tryParseIP,
+  unmapIPv4,
+} from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 import {
   canonicalDNS,
@@ -147,7 +155,7 @@ export type PublicKeyInfo =
   | { type: "ed25519" }
   | { type: "unsupported"; algorithm: string };
 
-/** A decoded PKCS#10 request. Strings are as encoded; IPs are canonical text (see `canonicalIP`). */
+/** A decoded PKCS#10 request. Strings are as encoded; IPs are canonical text (`canonicalIP()` of lib/cidr.ts). */
 export interface ParsedCsr {
   /** Every subject CN, in order (a well-formed request has exactly one). */
   commonNames: string[];
@@ -167,22 +175,6 @@ export interface ParsedCsr {
 /** Thrown by `parseCertificateRequest` for any input that is not one well-formed DER request. */
 export class CsrParseError extends Error {
   override readonly name = "CsrParseError";
-}
-
-// ---------------------------------------------------------------------------------------------
-// IP addresses
-
-/**
- * The canonical text of an IP literal, so that equal addresses compare equal as strings:
- * IPv4-mapped IPv6 becomes dotted IPv4 and IPv6 is lower-case and zero-compressed (RFC 5952).
- * Parsing is strict: no leading zeros in IPv4 parts, no zones, no prefixes.
- * @param text an address such as `10.0.0.1`, `2001:DB8:0::1` or `::ffff:10.0.0.1`
- * @returns the canonical form, or undefined when `text` is not an IP literal
- * @example canonicalIP("::ffff:10.0.0.1") // "10.0.0.1"
- */
-export function canonicalIP(text: string): string | undefined {
-  const ip = tryParseIP(text);
-  return ip && formatIP(unmapIPv4(ip));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,7 +514,7 @@ interface Sans {
   otherNames: string[];
 }
 
-/** The IP literal of a 4- or 16-byte iPAddress, canonical (see `canonicalIP`). */
+/** The IP literal of a 4- or 16-byte iPAddress, canonical as `canonicalIP()` writes it. */
 function ipOf(bytes: Uint8Array): string {
   if (bytes.length !== 4 && bytes.length !== 16)
     throw new CsrParseError("Cannot parse subjectAltName: IP address is not 4 or 16 bytes");

@@ -8,10 +8,10 @@ import "reflect-metadata";
 import { beforeAll, describe, expect, test } from "bun:test";
 import * as x509 from "@peculiar/x509";
 import fc from "fast-check";
+import { canonicalIP } from "../../lib/cidr.ts";
 import {
   type CsrInput,
   CsrParseError,
-  canonicalIP,
   checkCsr,
   claims,
   type Decision,

@@ -6,11 +6,11 @@ import { generateKeyPairSync, sign } from "node:crypto";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { GeneralName, OtherName } from "@peculiar/asn1-x509";
 import { leanNode } from "../../lib/cache.ts";
+import { canonicalIP } from "../../lib/cidr.ts";
 import {
   APPROVE_REASON,
   type CsrInput,
   CsrParseError,
-  canonicalIP,
   checkCsr,
   claims,
   csrInputFrom,
