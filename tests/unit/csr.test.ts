@@ -10,23 +10,21 @@ import { canonicalIP } from "../../lib/cidr.ts";
 import {
   APPROVE_REASON,
   type CsrInput,
-  CsrParseError,
   checkCsr,
   claims,
   csrInputFrom,
   csrMetrics,
   type DenyReason,
   decide,
-  MAX_REQUEST_BYTES,
   type NodeInput,
   nodeInputFrom,
   nodeNameFromUsername,
-  parseCertificateRequest,
   requestedClaims,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { CsrParseError, MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import {
   type CsrOptions,
