@@ -10,7 +10,7 @@
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { canonicalIP, formatIP, type IPAddress, ipReadings, tryParseIP } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
-import { MAX_REQUEST_BYTES, type ParsedCsr, parseCertificateRequest } from "./pkcs10.ts";
+import { MAX_REQUEST_BYTES, type ParsedCsr, type PublicKeyInfo, parseCertificateRequest } from "./pkcs10.ts";
 import {
   canonicalDNS,
   canonicalHost,
@@ -170,23 +170,23 @@ function defined<T>(values: Array<T | undefined>): T[] {
   return values.filter((v): v is T => v !== undefined);
 }
 
-/** The checks that need only the CSR, in order; returns the parsed request when they all pass. */
-function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
-  const usages = csr.usages ?? [];
+/** Usages: digital signature and server auth, optionally key encipherment, nothing else. */
+function checkUsages(usages: string[]): Decision | undefined {
   const stray = usages.filter((u) => !ALLOWED_USAGES.has(u));
   const missing = REQUIRED_USAGES.filter((u) => !usages.includes(u));
-  if (stray.length || missing.length) {
-    const what = [
-      ...(missing.length ? [`missing ${list(missing)}`] : []),
-      ...(stray.length ? [`not allowed ${list(stray)}`] : []),
-    ];
-    return deny(
-      "BadUsages",
-      `usages must be digital signature and server auth, optionally key encipherment: ${what.join("; ")}`,
-    );
-  }
+  if (stray.length === 0 && missing.length === 0) return undefined;
+  const what = [
+    ...(missing.length ? [`missing ${list(missing)}`] : []),
+    ...(stray.length ? [`not allowed ${list(stray)}`] : []),
+  ];
+  return deny(
+    "BadUsages",
+    `usages must be digital signature and server auth, optionally key encipherment: ${what.join("; ")}`,
+  );
+}
 
-  const request = csr.request ?? "";
+/** Decodes `spec.request` (base64 of PEM, within `MAX_REQUEST_BYTES`) and parses it. */
+function parseRequest(request: string): Decision | ParsedCsr {
   const maxBase64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
   if (request.length > maxBase64) {
     return deny(
@@ -197,14 +197,15 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(request) || request.length % 4 !== 0) {
     return deny("InvalidRequest", "request is not base64");
   }
-  let parsed: ParsedCsr;
   try {
-    parsed = parseCertificateRequest(Buffer.from(request, "base64").toString("latin1"));
+    return parseCertificateRequest(Buffer.from(request, "base64").toString("latin1"));
   } catch (err) {
     return deny("InvalidRequest", err instanceof Error ? err.message : String(err));
   }
+}
 
-  const key = parsed.publicKey;
+/** The key: RSA of 2048 to 8192 bits with an odd exponent from 3 to below 2^32, P-256, P-384 or Ed25519. */
+function checkKey(key: PublicKeyInfo): Decision | undefined {
   if (key.type === "unsupported")
     return deny("WeakKey", `public key algorithm ${key.algorithm} is not accepted`);
   if (key.type === "rsa" && (key.bits < MIN_RSA_BITS || key.bits > MAX_RSA_BITS)) {
@@ -219,10 +220,11 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (key.type === "ec" && key.curve !== "P-256" && key.curve !== "P-384") {
     return deny("WeakKey", `ECDSA curve ${key.curve} is not accepted; P-256 or P-384 are`);
   }
-  if (!parsed.signature.valid) {
-    return deny("BadSignature", parsed.signature.problem ?? "signature does not verify");
-  }
+  return undefined;
+}
 
+/** The subject: exactly one CN, the requester's username, and O exactly [system:nodes]. */
+function checkSubject(parsed: ParsedCsr, username: string): Decision | undefined {
   const [cn, ...moreCN] = parsed.commonNames;
   if (cn !== username || moreCN.length) {
     return deny(
@@ -236,7 +238,14 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
       `subject O must be exactly [${NODES_GROUP}]; got [${list(parsed.organizations)}]`,
     );
   }
+  return undefined;
+}
 
+/**
+ * The SANs on their own: DNS and IP only, at least one; no wildcard, no name of `reservedName()`,
+ * no IP of `specialIP()`.
+ */
+function checkSans(parsed: ParsedCsr): Decision | undefined {
   const foreign = [
     ...parsed.emailAddresses.map((e) => `email ${q(e)}`),
     ...parsed.uris.map((u) => `URI ${q(u)}`),
@@ -258,7 +267,24 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (parsed.dnsNames.length === 0 && parsed.ipAddresses.length === 0) {
     return deny("NoSAN", "at least one DNS or IP SAN is required");
   }
-  return parsed;
+  return undefined;
+}
+
+/**
+ * The checks that need only the CSR, in order: usages, the request parsed, its key, proof of
+ * possession, subject, SANs. Returns the parsed request when they all pass.
+ */
+function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
+  const badUsages = checkUsages(csr.usages ?? []);
+  if (badUsages) return badUsages;
+  const parsed = parseRequest(csr.request ?? "");
+  if ("action" in parsed) return parsed;
+  const badKey = checkKey(parsed.publicKey);
+  if (badKey) return badKey;
+  if (!parsed.signature.valid) {
+    return deny("BadSignature", parsed.signature.problem ?? "signature does not verify");
+  }
+  return checkSubject(parsed, username) ?? checkSans(parsed) ?? parsed;
 }
 
 /** DNS names (`canonicalDNS()`) and IPs (canonical text), as `claims()` and `requestedClaims()` spell them. */

@@ -139,3 +139,11 @@ export function oidOf(der: Uint8Array, t: Tlv): string {
 export function isDerBoolean(content: Uint8Array): boolean {
   return content.length === 1 && (content[0] === 0x00 || content[0] === 0xff);
 }
+
+/**
+ * Whether a BIT STRING's content holds whole octets: it is not empty and its first octet, the
+ * count of unused bits in the last one, is 0. Keys and signatures are whole octets.
+ */
+export function hasWholeOctets(der: Uint8Array, bits: Tlv): boolean {
+  return bits.end !== bits.contentStart && der[bits.contentStart] === 0;
+}

@@ -8,7 +8,17 @@
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import { formatIP, ipFromBytes, unmapIPv4 } from "./cidr.ts";
-import { checkDer, children, contentOf, DerError, isDerBoolean, oidOf, shaped, type Tlv } from "./der.ts";
+import {
+  checkDer,
+  children,
+  contentOf,
+  DerError,
+  hasWholeOctets,
+  isDerBoolean,
+  oidOf,
+  shaped,
+  type Tlv,
+} from "./der.ts";
 
 /**
  * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen
@@ -23,7 +33,10 @@ export type PublicKeyInfo =
   | { type: "ed25519" }
   | { type: "unsupported"; algorithm: string };
 
-/** A decoded PKCS#10 request. Strings are as encoded; IPs are canonical text (`canonicalIP()` of lib/cidr.ts). */
+/**
+ * A decoded PKCS#10 request. Strings are as encoded; IPs are canonical text (`canonicalIP()` of
+ * lib/cidr.ts).
+ */
 export interface ParsedCsr {
   /** Every subject CN, in order (a well-formed request has exactly one). */
   commonNames: string[];
@@ -371,6 +384,109 @@ function pemBody(pem: string): Uint8Array {
   return new Uint8Array(Buffer.from(body, "base64"));
 }
 
+/** The elements of a CertificationRequest's outline that are read further. */
+interface Outline {
+  /** certificationRequestInfo: the part the signature covers. */
+  tbs: Tlv;
+  version: Tlv;
+  subject: Tlv;
+  /** subjectPKInfo, whole, and its AlgorithmIdentifier. */
+  spki: Tlv;
+  keyAlgorithm: Tlv;
+  /** The `[0] attributes` of the request info. */
+  attributes: Tlv;
+  signatureAlgorithm: Tlv;
+  /** The signature BIT STRING, whole octets. */
+  signatureBits: Tlv;
+}
+
+/**
+ * Checks that `der` is one DER CertificationRequest outline and returns its parts. Go checks
+ * every tag of the outline, so an outline it would refuse is refused here. Both BIT STRINGs hold
+ * whole octets (every accepted key and signature does), so no unused bits.
+ */
+function outlineOf(der: Uint8Array): Outline {
+  const root = checkDer(der);
+  const top = children(der, root);
+  const [tbs, signatureAlgorithm, signatureBits] = top;
+  const fields = tbs && tbs.tag === 0x30 ? children(der, tbs) : [];
+  const [version, subject, spki, attributes] = fields;
+  const spkiFields = spki && spki.tag === 0x30 ? children(der, spki) : [];
+  const [keyAlgorithm, keyBits] = spkiFields;
+  if (
+    root.tag !== 0x30 ||
+    !shaped(top, [0x30, 0x30, 0x03]) ||
+    !shaped(fields, [0x02, 0x30, 0x30, 0xa0]) ||
+    !shaped(spkiFields, [0x30, 0x03]) ||
+    !tbs ||
+    !signatureAlgorithm ||
+    !version ||
+    !subject ||
+    !spki ||
+    !attributes ||
+    !keyAlgorithm ||
+    !signatureBits ||
+    !hasWholeOctets(der, signatureBits) ||
+    !keyBits ||
+    !hasWholeOctets(der, keyBits)
+  ) {
+    throw new CsrParseError("Cannot parse request: not a CertificationRequest");
+  }
+  return { tbs, version, subject, spki, keyAlgorithm, attributes, signatureAlgorithm, signatureBits };
+}
+
+/** Refuses any version but 0 (v1), the only one PKCS#10 defines. */
+function checkVersion(der: Uint8Array, version: Tlv): void {
+  const v = contentOf(der, version);
+  if (v.length !== 1 || v[0] !== 0) {
+    const shown = v.length === 1 ? String(v[0]) : `of ${v.length} bytes`;
+    throw new CsrParseError(`Cannot parse request: version field ${shown} is not 0 (v1)`);
+  }
+}
+
+/** The request's public key, as node:crypto reads its subjectPKInfo. */
+function publicKeyOf(der: Uint8Array, spki: Tlv): KeyObject {
+  try {
+    return createPublicKey({
+      key: Buffer.from(der.subarray(spki.start, spki.end)),
+      format: "der",
+      type: "spki",
+    });
+  } catch (cause) {
+    throw new CsrParseError("Cannot parse request: public key is malformed", { cause });
+  }
+}
+
+/**
+ * Reads a DER request: the outline, the subject, both algorithms, the version, the key, the
+ * signature over the request info with that key, then the SANs.
+ */
+function readRequest(der: Uint8Array): ParsedCsr {
+  const outline = outlineOf(der);
+  const names = nameStrings(der, outline.subject, [OID.commonName, OID.organization]);
+  const keyAlgorithm = algorithmOf(der, outline.keyAlgorithm).algorithm;
+  const signatureAlgorithm = algorithmOf(der, outline.signatureAlgorithm);
+  checkVersion(der, outline.version);
+  const key = publicKeyOf(der, outline.spki);
+  const publicKey = publicKeyInfo(keyAlgorithm, key);
+  const { tbs, signatureBits } = outline;
+  const signature = checkSignature(
+    der,
+    signatureAlgorithm,
+    key,
+    publicKey,
+    der.subarray(tbs.start, tbs.end),
+    der.subarray(signatureBits.contentStart + 1, signatureBits.end),
+  );
+  return {
+    commonNames: names.get(OID.commonName) ?? [],
+    organizations: names.get(OID.organization) ?? [],
+    ...requestedSans(der, outline.attributes),
+    publicKey,
+    signature,
+  };
+}
+
 /**
  * Parses and verifies one PEM-encoded PKCS#10 request. Structural problems throw; policy facts
  * (key strength, signature validity, names) are returned for `decide()` to judge.
@@ -388,70 +504,7 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     );
   }
   try {
-    const der = pemBody(pem);
-    const root = checkDer(der);
-    const top = children(der, root);
-    const [tbs, sigAlg, sigBits] = top;
-    const fields = tbs && tbs.tag === 0x30 ? children(der, tbs) : [];
-    const [version, subject, spki, attributes] = fields;
-    const spkiFields = spki && spki.tag === 0x30 ? children(der, spki) : [];
-    const keyBits = spkiFields[1];
-    // Go checks every tag of the outline, so an outline it would refuse is refused here. Both BIT
-    // STRINGs hold whole octets (every accepted key and signature does), so no unused bits.
-    if (
-      root.tag !== 0x30 ||
-      !shaped(top, [0x30, 0x30, 0x03]) ||
-      !shaped(fields, [0x02, 0x30, 0x30, 0xa0]) ||
-      !shaped(spkiFields, [0x30, 0x03]) ||
-      !tbs ||
-      !sigAlg ||
-      !version ||
-      !subject ||
-      !spki ||
-      !attributes ||
-      !sigBits ||
-      sigBits.end === sigBits.contentStart ||
-      der[sigBits.contentStart] !== 0 ||
-      !keyBits ||
-      keyBits.end === keyBits.contentStart ||
-      der[keyBits.contentStart] !== 0
-    ) {
-      throw new CsrParseError("Cannot parse request: not a CertificationRequest");
-    }
-    const names = nameStrings(der, subject, [OID.commonName, OID.organization]);
-    const keyAlgorithm = algorithmOf(der, spkiFields[0] as Tlv).algorithm;
-    const signatureAlgorithm = algorithmOf(der, sigAlg);
-    const v = contentOf(der, version);
-    if (v.length !== 1 || v[0] !== 0) {
-      const shown = v.length === 1 ? String(v[0]) : `of ${v.length} bytes`;
-      throw new CsrParseError(`Cannot parse request: version field ${shown} is not 0 (v1)`);
-    }
-    let key: KeyObject;
-    try {
-      key = createPublicKey({
-        key: Buffer.from(der.subarray(spki.start, spki.end)),
-        format: "der",
-        type: "spki",
-      });
-    } catch (cause) {
-      throw new CsrParseError("Cannot parse request: public key is malformed", { cause });
-    }
-    const publicKey = publicKeyInfo(keyAlgorithm, key);
-    const signature = checkSignature(
-      der,
-      signatureAlgorithm,
-      key,
-      publicKey,
-      der.subarray(tbs.start, tbs.end),
-      der.subarray(sigBits.contentStart + 1, sigBits.end),
-    );
-    return {
-      commonNames: names.get(OID.commonName) ?? [],
-      organizations: names.get(OID.organization) ?? [],
-      ...requestedSans(der, attributes),
-      publicKey,
-      signature,
-    };
+    return readRequest(pemBody(pem));
   } catch (err) {
     if (err instanceof CsrParseError) throw err;
     if (err instanceof DerError) throw new CsrParseError(err.message, { cause: err });
