@@ -5,7 +5,7 @@
 // and order Kubernetes gets: the reference CCM's list, then re-sorted the way the cloud-provider
 // framework puts the provided node IPs first.
 
-import { formatIP, isPublicUnicast, tryParseCidr, tryParseIP } from "./cidr.ts";
+import { canonicalIP, formatIP, isPublicUnicast, tryParseCidr } from "./cidr.ts";
 import type { AddressStatus, NodeAddress } from "./types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
@@ -33,12 +33,12 @@ export function isForeignLink(linkName: string): boolean {
 export const ADDRESS_PERMANENT = 0x80;
 
 /**
- * Normalizes an IP address the way Go's netip prints it.
- * @returns undefined when `s` is not an address.
+ * Whether canonical IP text is IPv6: IPv6 text always holds a colon, IPv4 text never. Node IPs here
+ * are read as `canonicalIP(text.trim(), "keep")`: spaces around a list entry dropped, and an
+ * IPv4-mapped address kept IPv6 as Go's netip prints it (the family the kubelet gives it).
  */
-function canonicalIP(s: string): { ip: string; family: 4 | 6 } | undefined {
-  const ip = tryParseIP(s.trim());
-  return ip ? { ip: formatIP(ip), family: ip.family } : undefined;
+function isIPv6Text(canonical: string): boolean {
+  return canonical.includes(":");
 }
 
 /**
@@ -50,9 +50,10 @@ export function preferredDualStack(ips: Iterable<string>, preferIPv6: boolean): 
   let v4: string | undefined;
   let v6: string | undefined;
   for (const raw of ips) {
-    const parsed = canonicalIP(raw);
-    if (parsed?.family === 4) v4 ??= parsed.ip;
-    else if (parsed?.family === 6) v6 ??= parsed.ip;
+    const ip = canonicalIP(raw.trim(), "keep");
+    if (ip === undefined) continue;
+    if (isIPv6Text(ip)) v6 ??= ip;
+    else v4 ??= ip;
   }
   const ordered = preferIPv6 ? [v6, v4] : [v4, v6];
   return ordered.filter((ip): ip is string => ip !== undefined);
@@ -117,12 +118,12 @@ export function ipsOnMachine(
   confirmedIP: string,
   addresses: readonly AddressStatus[],
 ): string[] {
-  const own = new Set([canonicalIP(confirmedIP)?.ip ?? confirmedIP]);
+  const own = new Set([canonicalIP(confirmedIP.trim(), "keep") ?? confirmedIP]);
   for (const a of addresses) {
     const cidr = tryParseCidr(a.address);
     if (cidr) own.add(formatIP(cidr.ip));
   }
-  return ips.filter((ip) => own.has(canonicalIP(ip)?.ip ?? ip));
+  return ips.filter((ip) => own.has(canonicalIP(ip.trim(), "keep") ?? ip));
 }
 
 /** A node's IPs split by whether the machine Talos confirmed as the node has them. */
@@ -158,8 +159,8 @@ export function nodeIPsOnMachine(
 /** Whether the first address of a comma-separated list is IPv6 (the kubelet's primary family). */
 function isIPv6First(list: string): boolean {
   for (const raw of list.split(",")) {
-    const parsed = canonicalIP(raw);
-    if (parsed) return parsed.family === 6;
+    const ip = canonicalIP(raw.trim(), "keep");
+    if (ip !== undefined) return isIPv6Text(ip);
   }
   return false;
 }
@@ -234,7 +235,7 @@ export function orderByNodeIPs(
     const byType = new Map<NodeAddress["type"], string[]>();
     for (const a of list) {
       const bucket = byType.get(a.type) ?? [];
-      if (canonicalIP(a.address)?.ip === nodeIP) bucket.unshift(a.address);
+      if (canonicalIP(a.address.trim(), "keep") === nodeIP) bucket.unshift(a.address);
       else bucket.push(a.address);
       byType.set(a.type, bucket);
     }

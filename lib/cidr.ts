@@ -389,6 +389,24 @@ export function formatIP(ip: IPAddress): string {
   return ip.family === 4 ? formatV4(ip.value) : formatV6(ip.value);
 }
 
+/**
+ * The canonical text of an IP literal, so that equal addresses compare equal as strings: IPv6 is
+ * lower-case and zero-compressed (RFC 5952). Parsing is {@link tryParseIP}'s: no leading zeros in
+ * IPv4 parts, no zones, no prefixes, no surrounding spaces (a caller reading a list trims).
+ * @param text an address such as `10.0.0.1`, `2001:DB8:0::1` or `::ffff:10.0.0.1`
+ * @param mapped what becomes of an IPv4-mapped IPv6 address. `unmap` (the default) writes the
+ *   dotted IPv4 it carries, so that a machine's IPv4 has one spelling whichever way it is written
+ *   (the CSR policy compares SANs and Node addresses so). `keep` leaves it IPv6, as Go's netip
+ *   prints it: a node IP so written stays an IPv6 node IP (lib/addresses.ts).
+ * @returns the canonical form, or undefined when `text` is not an IP literal
+ * @example canonicalIP("::ffff:10.0.0.1") // "10.0.0.1"
+ * @example canonicalIP("::FFFF:10.0.0.1", "keep") // "::ffff:10.0.0.1"
+ */
+export function canonicalIP(text: string, mapped: "unmap" | "keep" = "unmap"): string | undefined {
+  const ip = tryParseIP(text);
+  return ip && formatIP(mapped === "unmap" ? unmapIPv4(ip) : ip);
+}
+
 /** Formats a prefix canonically, e.g. `10.244.0.0/16`, `2001:db8::/64`. */
 export function formatPrefix(p: Prefix): string {
   return `${formatIP({ family: p.family, value: p.addr })}/${p.bits}`;

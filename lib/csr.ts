@@ -1,17 +1,16 @@
-// Kubelet serving CSR policy: strict PKCS#10 parsing and the pure decision whether a
-// `kubernetes.io/kubelet-serving` CertificateSigningRequest may be approved for the node that asks.
+// Kubelet serving CSR policy: the pure decision whether a `kubernetes.io/kubelet-serving`
+// CertificateSigningRequest may be approved for the node that asks, and its metrics.
 // This file is the project's security boundary: it does no I/O, never throws from `decide()` or
 // `screen()`, and fails closed. What the kubelet itself writes (its Node's addresses and
 // provided-node-ip) is checked against what no kubelet controls: the other Nodes, and Talos —
 // whose answer counts only when the answering machine names itself as the requester.
-// The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
-// The DER is read here rather than with an ASN.1 library: a CSR's few structures are quickly
-// walked, and the library cost ~1.4 ms of CPU per request in the binary and memory at every start.
+// The request itself is read and its signature verified by lib/pkcs10.ts; this file judges what it
+// says. The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
 
-import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { formatIP, type IPAddress, ipFromBytes, ipReadings, tryParseIP, unmapIPv4 } from "./cidr.ts";
+import { canonicalIP, formatIP, type IPAddress, ipReadings, tryParseIP } from "./cidr.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
+import { MAX_REQUEST_BYTES, type ParsedCsr, type PublicKeyInfo, parseCertificateRequest } from "./pkcs10.ts";
 import {
   canonicalDNS,
   canonicalHost,
@@ -25,18 +24,11 @@ import {
 import { isDNS1123Subdomain } from "./validation.ts";
 import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
-/**
- * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen
- * SANs is under 3 KiB; the limit bounds parsing and verification work for hostile input.
- */
-export const MAX_REQUEST_BYTES = 16 * 1024;
-
 /** Condition reason written with an approval. */
 export const APPROVE_REASON = "TalosCCMApprove";
 
 const USERNAME_PREFIX = "system:node:";
 const NODES_GROUP = "system:nodes";
-const MAX_DER_DEPTH = 32;
 const MIN_RSA_BITS = 2048;
 // Verification cost grows with the modulus; nothing legitimate asks for more.
 const MAX_RSA_BITS = 8192;
@@ -140,584 +132,6 @@ export type Decision =
   | { action: "approve"; reason: typeof APPROVE_REASON; message: string }
   | { action: "deny"; reason: DenyReason; message: string };
 
-/** The public key of a request, as far as the policy cares. */
-export type PublicKeyInfo =
-  | { type: "rsa"; bits: number; exponent: bigint }
-  | { type: "ec"; curve: string }
-  | { type: "ed25519" }
-  | { type: "unsupported"; algorithm: string };
-
-/** A decoded PKCS#10 request. Strings are as encoded; IPs are canonical text (see `canonicalIP`). */
-export interface ParsedCsr {
-  /** Every subject CN, in order (a well-formed request has exactly one). */
-  commonNames: string[];
-  /** Every subject O, in order. */
-  organizations: string[];
-  dnsNames: string[];
-  ipAddresses: string[];
-  emailAddresses: string[];
-  uris: string[];
-  /** Kinds of any other SAN present (`otherName`, `directoryName`, `registeredID`, ...). */
-  otherNames: string[];
-  publicKey: PublicKeyInfo;
-  /** Proof of possession: whether the signature verifies with the request's own key. */
-  signature: { algorithm: string; valid: boolean; problem?: string };
-}
-
-/** Thrown by `parseCertificateRequest` for any input that is not one well-formed DER request. */
-export class CsrParseError extends Error {
-  override readonly name = "CsrParseError";
-}
-
-// ---------------------------------------------------------------------------------------------
-// IP addresses
-
-/**
- * The canonical text of an IP literal, so that equal addresses compare equal as strings:
- * IPv4-mapped IPv6 becomes dotted IPv4 and IPv6 is lower-case and zero-compressed (RFC 5952).
- * Parsing is strict: no leading zeros in IPv4 parts, no zones, no prefixes.
- * @param text an address such as `10.0.0.1`, `2001:DB8:0::1` or `::ffff:10.0.0.1`
- * @returns the canonical form, or undefined when `text` is not an IP literal
- * @example canonicalIP("::ffff:10.0.0.1") // "10.0.0.1"
- */
-export function canonicalIP(text: string): string | undefined {
-  const ip = tryParseIP(text);
-  return ip && formatIP(unmapIPv4(ip));
-}
-
-// ---------------------------------------------------------------------------------------------
-// DER
-
-interface Tlv {
-  /** The identifier octet. */
-  tag: number;
-  start: number;
-  contentStart: number;
-  end: number;
-}
-
-/** Reads one DER element at `offset`, ending at or before `limit`. */
-function readTlv(der: Uint8Array, offset: number, limit: number): Tlv {
-  const tag = der[offset];
-  const first = der[offset + 1];
-  if (tag === undefined || first === undefined || offset + 2 > limit) {
-    throw new CsrParseError("Cannot parse DER: truncated element");
-  }
-  if ((tag & 0x1f) === 0x1f) throw new CsrParseError("Cannot parse DER: high tag numbers are not used");
-  // End-of-contents only closes an indefinite length, which DER does not have.
-  if (tag === 0) throw new CsrParseError("Cannot parse DER: end-of-contents marker");
-  let length = first;
-  let contentStart = offset + 2;
-  if (first & 0x80) {
-    const n = first & 0x7f;
-    if (n === 0) throw new CsrParseError("Cannot parse DER: indefinite length");
-    if (n > 3) throw new CsrParseError("Cannot parse DER: length too large");
-    if (contentStart + n > limit) throw new CsrParseError("Cannot parse DER: truncated length");
-    length = 0;
-    for (let i = 0; i < n; i++) length = length * 256 + (der[contentStart + i] as number);
-    if (der[contentStart] === 0 || length < 0x80) {
-      throw new CsrParseError("Cannot parse DER: length not minimally encoded");
-    }
-    contentStart += n;
-  }
-  const end = contentStart + length;
-  if (end > limit) throw new CsrParseError("Cannot parse DER: element overruns its container");
-  return { tag, start: offset, contentStart, end };
-}
-
-/** The elements inside a constructed element. */
-function children(der: Uint8Array, parent: Tlv): Tlv[] {
-  const out: Tlv[] = [];
-  for (let at = parent.contentStart; at < parent.end; ) {
-    const child = readTlv(der, at, parent.end);
-    out.push(child);
-    at = child.end;
-  }
-  return out;
-}
-
-/** Whether `elements` carry exactly `tags`, in order. */
-function shaped(elements: Tlv[], tags: number[]): boolean {
-  return elements.length === tags.length && elements.every((e, i) => e.tag === tags[i]);
-}
-
-/**
- * Checks that `der` is exactly one element in distinguished encoding (definite minimal lengths,
- * primitive strings), so that this parser and Go's, which issues the certificate, cannot read
- * different things from the same bytes.
- */
-function checkDer(der: Uint8Array): Tlv {
-  const root = readTlv(der, 0, der.length);
-  if (root.end !== der.length) throw new CsrParseError("Cannot parse DER: trailing data");
-  const walk = (tlv: Tlv, depth: number): void => {
-    if (!(tlv.tag & 0x20)) return;
-    if (depth > MAX_DER_DEPTH) throw new CsrParseError("Cannot parse DER: nesting too deep");
-    const universal = (tlv.tag & 0xc0) === 0;
-    if (universal && tlv.tag !== 0x30 && tlv.tag !== 0x31) {
-      throw new CsrParseError("Cannot parse DER: constructed string encoding");
-    }
-    for (const c of children(der, tlv)) walk(c, depth + 1);
-  };
-  walk(root, 0);
-  return root;
-}
-
-// ---------------------------------------------------------------------------------------------
-// PKCS#10
-
-const OID = {
-  commonName: "2.5.4.3",
-  organization: "2.5.4.10",
-  extensionRequest: "1.2.840.113549.1.9.14",
-  rsaEncryption: "1.2.840.113549.1.1.1",
-  ecPublicKey: "1.2.840.10045.2.1",
-  ed25519: "1.3.101.112",
-  rsaPss: "1.2.840.113549.1.1.10",
-  mgf1: "1.2.840.113549.1.1.8",
-  subjectAltName: "2.5.29.17",
-  sha256: "2.16.840.1.101.3.4.2.1",
-  sha384: "2.16.840.1.101.3.4.2.2",
-  sha512: "2.16.840.1.101.3.4.2.3",
-} as const;
-
-const HASHES: Record<string, { name: string; bytes: number }> = {
-  [OID.sha256]: { name: "sha256", bytes: 32 },
-  [OID.sha384]: { name: "sha384", bytes: 48 },
-  [OID.sha512]: { name: "sha512", bytes: 64 },
-};
-
-type KeyKind = "rsa" | "ec" | "ed25519";
-
-// SHA-1 and MD5 signatures are refused: a collision would let a request prove possession of
-// nothing.
-const SIGNATURES: Record<string, { name: string; key: KeyKind; hash: string | null }> = {
-  "1.2.840.113549.1.1.11": { name: "sha256WithRSAEncryption", key: "rsa", hash: "sha256" },
-  "1.2.840.113549.1.1.12": { name: "sha384WithRSAEncryption", key: "rsa", hash: "sha384" },
-  "1.2.840.113549.1.1.13": { name: "sha512WithRSAEncryption", key: "rsa", hash: "sha512" },
-  "1.2.840.10045.4.3.2": { name: "ecdsa-with-SHA256", key: "ec", hash: "sha256" },
-  "1.2.840.10045.4.3.3": { name: "ecdsa-with-SHA384", key: "ec", hash: "sha384" },
-  "1.2.840.10045.4.3.4": { name: "ecdsa-with-SHA512", key: "ec", hash: "sha512" },
-  [OID.ed25519]: { name: "Ed25519", key: "ed25519", hash: null },
-};
-
-// Named only so that the denial says what was refused.
-const REFUSED_SIGNATURES: Record<string, string> = {
-  "1.2.840.113549.1.1.4": "md5WithRSAEncryption",
-  "1.2.840.113549.1.1.5": "sha1WithRSAEncryption",
-  "1.2.840.10045.4.1": "ecdsa-with-SHA1",
-};
-
-const CURVES: Record<string, string> = { prime256v1: "P-256", secp384r1: "P-384", secp521r1: "P-521" };
-
-/** The content octets of `t`. */
-function contentOf(der: Uint8Array, t: Tlv): Uint8Array {
-  return der.subarray(t.contentStart, t.end);
-}
-
-/**
- * Decodes an OBJECT IDENTIFIER as dotted text. Refused, as Go refuses them: an empty one, a
- * sub-identifier that is not minimally encoded or that does not end, and (beyond Go's 31 bits,
- * short of losing precision) an arc over 2^53.
- */
-function oidOf(der: Uint8Array, t: Tlv): string {
-  if (t.tag !== 0x06) throw new CsrParseError("Cannot parse DER: expected an object identifier");
-  const arcs: number[] = [];
-  let value = 0;
-  let fresh = true;
-  for (const b of contentOf(der, t)) {
-    if (fresh && b === 0x80)
-      throw new CsrParseError("Cannot parse DER: object identifier not minimally encoded");
-    if (value > (Number.MAX_SAFE_INTEGER - 0x7f) / 0x80) {
-      throw new CsrParseError("Cannot parse DER: object identifier arc too large");
-    }
-    value = value * 0x80 + (b & 0x7f);
-    fresh = !(b & 0x80);
-    if (fresh) {
-      arcs.push(value);
-      value = 0;
-    }
-  }
-  const [first, ...rest] = arcs;
-  if (first === undefined || !fresh) throw new CsrParseError("Cannot parse DER: truncated object identifier");
-  const top = first < 40 ? 0 : first < 80 ? 1 : 2;
-  return [top, first - 40 * top, ...rest].join(".");
-}
-
-/** A BOOLEAN's content as DER (and Go) have it: one octet, 0x00 or 0xFF. */
-function isDerBoolean(content: Uint8Array): boolean {
-  return content.length === 1 && (content[0] === 0x00 || content[0] === 0xff);
-}
-
-/** An AlgorithmIdentifier: its OID and, when present, its parameters element. */
-interface Algorithm {
-  algorithm: string;
-  parameters?: Tlv;
-}
-
-function algorithmOf(der: Uint8Array, t: Tlv): Algorithm {
-  const [oid, parameters, ...extra] = t.tag === 0x30 ? children(der, t) : [];
-  if (!oid || extra.length) throw new CsrParseError("Cannot parse DER: malformed AlgorithmIdentifier");
-  const algorithm = oidOf(der, oid);
-  return parameters ? { algorithm, parameters } : { algorithm };
-}
-
-const latin1 = (bytes: Uint8Array) =>
-  Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString("latin1");
-const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-
-/**
- * The string types Go reads a name attribute as, by tag, and how each is read here. A UTF8String
- * that is not UTF-8 is refused, as Go refuses it; PrintableString, IA5String and TeletexString are
- * read byte by byte; BMPString is big-endian UTF-16. Go drops a value of any other type (the
- * certificate would not carry it), so such a value is not a string here either.
- */
-const STRING_TYPES = new Map<number, (bytes: Uint8Array) => string>([
-  [
-    0x0c, // UTF8String
-    (b) => {
-      try {
-        return utf8.decode(b);
-      } catch {
-        throw new CsrParseError("Cannot parse subject: UTF8String is not UTF-8");
-      }
-    },
-  ],
-  [0x13, latin1], // PrintableString
-  [0x14, latin1], // TeletexString
-  [0x16, latin1], // IA5String
-  [
-    0x1e, // BMPString
-    (b) => {
-      if (b.length % 2) throw new CsrParseError("Cannot parse subject: BMPString of odd length");
-      let s = "";
-      for (let i = 0; i < b.length; i += 2)
-        s += String.fromCharCode(((b[i] as number) << 8) | (b[i + 1] as number));
-      return s;
-    },
-  ],
-]);
-
-/**
- * Reads a Name (SEQUENCE OF SET OF {type, value}), checking every attribute's shape.
- * @returns every value of the attributes whose type is in `wanted`, by type, in order
- * @throws {CsrParseError} when the Name is malformed or a wanted value is not a string
- */
-function nameStrings(der: Uint8Array, name: Tlv, wanted: readonly string[]): Map<string, string[]> {
-  const out = new Map(wanted.map((type) => [type, [] as string[]]));
-  if (name.tag !== 0x30) throw new CsrParseError("Cannot parse subject: not a Name");
-  for (const rdn of children(der, name)) {
-    if (rdn.tag !== 0x31) throw new CsrParseError("Cannot parse subject: relative name is not a SET");
-    for (const atv of children(der, rdn)) {
-      const [type, value, ...extra] = atv.tag === 0x30 ? children(der, atv) : [];
-      if (!type || !value || extra.length)
-        throw new CsrParseError("Cannot parse subject: malformed attribute");
-      const oid = oidOf(der, type);
-      const values = out.get(oid);
-      if (!values) continue;
-      const read = STRING_TYPES.get(value.tag);
-      if (!read) throw new CsrParseError(`Cannot parse subject: attribute ${oid} is not a string`);
-      values.push(read(contentOf(der, value)));
-    }
-  }
-  return out;
-}
-
-/**
- * Reads RSASSA-PSS parameters. Only what Go's crypto/x509 accepts is accepted: an explicit SHA-2
- * hash, MGF1 over the same hash, salt length equal to the hash length, trailer field 1.
- */
-function pssHash(der: Uint8Array, params: Tlv | undefined): { name: string; saltLength: number } {
-  if (!params) throw new Error("RSASSA-PSS parameters are missing");
-  let hash: string | undefined;
-  let mgfHash: string | undefined;
-  let salt = 20;
-  for (const field of children(der, params)) {
-    const [inner] = children(der, field);
-    if (!inner) throw new Error("empty RSASSA-PSS parameter");
-    switch (field.tag) {
-      case 0xa0:
-        hash = algorithmOf(der, inner).algorithm;
-        break;
-      case 0xa1: {
-        const mgf = algorithmOf(der, inner);
-        if (mgf.algorithm !== OID.mgf1 || !mgf.parameters) throw new Error("mask generation is not MGF1");
-        mgfHash = algorithmOf(der, mgf.parameters).algorithm;
-        break;
-      }
-      case 0xa2:
-      case 0xa3: {
-        if (inner.tag !== 0x02 || inner.end - inner.contentStart > 2) throw new Error("bad integer");
-        let n = 0;
-        for (const x of contentOf(der, inner)) n = n * 256 + x;
-        if (field.tag === 0xa2) salt = n;
-        else if (n !== 1) throw new Error("trailer field is not 1");
-        break;
-      }
-      default:
-        throw new Error("unknown RSASSA-PSS parameter");
-    }
-  }
-  const h = hash === undefined ? undefined : HASHES[hash];
-  if (!h) throw new Error("RSASSA-PSS hash is not SHA-256, SHA-384 or SHA-512");
-  if (mgfHash !== hash) throw new Error("RSASSA-PSS MGF1 hash differs from the signature hash");
-  if (salt !== h.bytes) throw new Error("RSASSA-PSS salt length differs from the hash length");
-  return { name: h.name, saltLength: salt };
-}
-
-function publicKeyInfo(algorithm: string, key: KeyObject): PublicKeyInfo {
-  const details = key.asymmetricKeyDetails ?? {};
-  if (algorithm === OID.rsaEncryption && key.asymmetricKeyType === "rsa") {
-    return { type: "rsa", bits: details.modulusLength ?? 0, exponent: details.publicExponent ?? 0n };
-  }
-  if (algorithm === OID.ecPublicKey && key.asymmetricKeyType === "ec") {
-    const curve = details.namedCurve ?? "";
-    return { type: "ec", curve: CURVES[curve] ?? curve };
-  }
-  if (algorithm === OID.ed25519 && key.asymmetricKeyType === "ed25519") return { type: "ed25519" };
-  return { type: "unsupported", algorithm };
-}
-
-function checkSignature(
-  der: Uint8Array,
-  alg: Algorithm,
-  key: KeyObject,
-  keyInfo: PublicKeyInfo,
-  tbs: Uint8Array,
-  sig: Uint8Array,
-): ParsedCsr["signature"] {
-  const known = SIGNATURES[alg.algorithm];
-  const name =
-    alg.algorithm === OID.rsaPss
-      ? "RSASSA-PSS"
-      : (known?.name ?? REFUSED_SIGNATURES[alg.algorithm] ?? alg.algorithm);
-  const fail = (problem: string) => ({ algorithm: name, valid: false, problem });
-  if (!known && alg.algorithm !== OID.rsaPss) return fail(`signature algorithm ${name} is not accepted`);
-  const keyKind = known?.key ?? "rsa";
-  if (keyInfo.type !== keyKind)
-    return fail(`signature algorithm ${name} does not match the ${keyInfo.type} key`);
-  try {
-    let ok: boolean;
-    if (alg.algorithm === OID.rsaPss) {
-      const pss = pssHash(der, alg.parameters);
-      ok = verify(
-        pss.name,
-        tbs,
-        { key, padding: constants.RSA_PKCS1_PSS_PADDING, saltLength: pss.saltLength },
-        sig,
-      );
-    } else {
-      ok = verify(known?.hash ?? null, tbs, key, sig);
-    }
-    return ok ? { algorithm: name, valid: true } : fail("signature does not verify with the request's key");
-  } catch (err) {
-    return fail(`signature cannot be checked: ${err instanceof Error ? err.message : String(err)}`);
-  }
-}
-
-interface Sans {
-  dnsNames: string[];
-  ipAddresses: string[];
-  emailAddresses: string[];
-  uris: string[];
-  otherNames: string[];
-}
-
-/** The IP literal of a 4- or 16-byte iPAddress, canonical (see `canonicalIP`). */
-function ipOf(bytes: Uint8Array): string {
-  if (bytes.length !== 4 && bytes.length !== 16)
-    throw new CsrParseError("Cannot parse subjectAltName: IP address is not 4 or 16 bytes");
-  return formatIP(unmapIPv4(ipFromBytes(bytes)));
-}
-
-const OTHER_SAN_KINDS = new Map([
-  [0xa0, "otherName"],
-  [0xa3, "x400Address"],
-  [0xa4, "directoryName"],
-  [0xa5, "ediPartyName"],
-  [0x88, "registeredID"],
-]);
-
-/** Reads a subjectAltName extension's value (GeneralNames) into `into`. */
-function parseSans(der: Uint8Array, into: Sans): void {
-  const root = checkDer(der);
-  if (root.tag !== 0x30) throw new CsrParseError("Cannot parse subjectAltName: not a SEQUENCE");
-  for (const gn of children(der, root)) {
-    const value = contentOf(der, gn);
-    switch (gn.tag) {
-      case 0x82:
-        // An IA5String, as Go requires of a dNSName: a byte above 0x7f is refused, never folded.
-        if (value.some((b) => b > 0x7f))
-          throw new CsrParseError("Cannot parse subjectAltName: dNSName is malformed");
-        into.dnsNames.push(latin1(value));
-        break;
-      case 0x87:
-        into.ipAddresses.push(ipOf(value));
-        break;
-      case 0x81:
-        into.emailAddresses.push(latin1(value));
-        break;
-      case 0x86:
-        into.uris.push(latin1(value));
-        break;
-      default: {
-        // Kinds Go skips; any of them is a ForbiddenSAN, so their insides need no reading.
-        const kind = OTHER_SAN_KINDS.get(gn.tag);
-        if (!kind) {
-          throw new CsrParseError(
-            `Cannot parse subjectAltName: unknown name of tag 0x${gn.tag.toString(16)}`,
-          );
-        }
-        into.otherNames.push(kind);
-      }
-    }
-  }
-}
-
-/**
- * The SANs of every extensionRequest attribute (`[0] attributes`, required as Go requires it). Every
- * Extension is checked; duplicate extensions are refused, as Go does.
- */
-function requestedSans(der: Uint8Array, attributes: Tlv): Sans {
-  const sans: Sans = { dnsNames: [], ipAddresses: [], emailAddresses: [], uris: [], otherNames: [] };
-  const seen = new Set<string>();
-  for (const attr of children(der, attributes)) {
-    const [type, values, ...extra] = attr.tag === 0x30 ? children(der, attr) : [];
-    if (!type || values?.tag !== 0x31 || extra.length) {
-      throw new CsrParseError("Cannot parse attributes: malformed attribute");
-    }
-    if (oidOf(der, type) !== OID.extensionRequest) continue;
-    // Go reads only the first value; reading all of them means nothing Go sees escapes the checks.
-    for (const value of children(der, values)) {
-      if (value.tag !== 0x30) throw new CsrParseError("Cannot parse extensions: not a SEQUENCE");
-      for (const ext of children(der, value)) {
-        const fields = ext.tag === 0x30 ? children(der, ext) : [];
-        const [id, critical, octets] = fields.length === 2 ? [fields[0], undefined, fields[1]] : fields;
-        if (
-          !id ||
-          octets?.tag !== 0x04 ||
-          fields.length > 3 ||
-          (critical && (critical.tag !== 0x01 || !isDerBoolean(contentOf(der, critical))))
-        ) {
-          throw new CsrParseError("Cannot parse extensions: malformed Extension");
-        }
-        const extnID = oidOf(der, id);
-        if (seen.has(extnID)) throw new CsrParseError(`Cannot parse extensions: ${extnID} appears twice`);
-        seen.add(extnID);
-        if (extnID === OID.subjectAltName) parseSans(contentOf(der, octets), sans);
-      }
-    }
-  }
-  return sans;
-}
-
-/** Decodes the body of exactly one `CERTIFICATE REQUEST` PEM block with nothing around it. */
-function pemBody(pem: string): Uint8Array {
-  const text = pem.trim();
-  const begin = /^-----BEGIN ([A-Z0-9 ]*)-----\r?\n/.exec(text);
-  if (!begin) throw new CsrParseError("Cannot parse PEM: no BEGIN line at the start");
-  if (begin[1] !== "CERTIFICATE REQUEST") {
-    throw new CsrParseError(
-      `Cannot parse PEM: block is ${JSON.stringify(begin[1])}, not CERTIFICATE REQUEST`,
-    );
-  }
-  const endLine = "-----END CERTIFICATE REQUEST-----";
-  if (!text.endsWith(endLine)) throw new CsrParseError("Cannot parse PEM: no matching END line at the end");
-  const body = text.slice(begin[0].length, text.length - endLine.length).replace(/[ \t\r\n]/g, "");
-  if (body.includes("-----")) throw new CsrParseError("Cannot parse PEM: more than one block");
-  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(body) || body.length % 4 !== 0 || body.length === 0) {
-    throw new CsrParseError("Cannot parse PEM: body is not base64");
-  }
-  return new Uint8Array(Buffer.from(body, "base64"));
-}
-
-/**
- * Parses and verifies one PEM-encoded PKCS#10 request. Structural problems throw; policy facts
- * (key strength, signature validity, names) are returned for `decide()` to judge.
- * @param pem the PEM text: exactly one `CERTIFICATE REQUEST` block, optional surrounding whitespace
- * @returns the request's names, key and proof-of-possession result
- * @throws {CsrParseError} for anything else: size over `MAX_REQUEST_BYTES`, other labels, several
- *   blocks, bad base64, non-DER or truncated DER, trailing data, malformed names or extensions
- * @example const csr = parseCertificateRequest(pem); if (!csr.signature.valid) deny(csr.signature.problem)
- */
-export function parseCertificateRequest(pem: string): ParsedCsr {
-  if (typeof pem !== "string") throw new CsrParseError("Cannot parse PEM: not a string");
-  if (pem.length > MAX_REQUEST_BYTES) {
-    throw new CsrParseError(
-      `Cannot parse PEM: ${pem.length} bytes is over the ${MAX_REQUEST_BYTES}-byte limit`,
-    );
-  }
-  try {
-    const der = pemBody(pem);
-    const root = checkDer(der);
-    const top = children(der, root);
-    const [tbs, sigAlg, sigBits] = top;
-    const fields = tbs && tbs.tag === 0x30 ? children(der, tbs) : [];
-    const [version, subject, spki, attributes] = fields;
-    const spkiFields = spki && spki.tag === 0x30 ? children(der, spki) : [];
-    const keyBits = spkiFields[1];
-    // Go checks every tag of the outline, so an outline it would refuse is refused here. Both BIT
-    // STRINGs hold whole octets (every accepted key and signature does), so no unused bits.
-    if (
-      root.tag !== 0x30 ||
-      !shaped(top, [0x30, 0x30, 0x03]) ||
-      !shaped(fields, [0x02, 0x30, 0x30, 0xa0]) ||
-      !shaped(spkiFields, [0x30, 0x03]) ||
-      !tbs ||
-      !sigAlg ||
-      !version ||
-      !subject ||
-      !spki ||
-      !attributes ||
-      !sigBits ||
-      sigBits.end === sigBits.contentStart ||
-      der[sigBits.contentStart] !== 0 ||
-      !keyBits ||
-      keyBits.end === keyBits.contentStart ||
-      der[keyBits.contentStart] !== 0
-    ) {
-      throw new CsrParseError("Cannot parse request: not a CertificationRequest");
-    }
-    const names = nameStrings(der, subject, [OID.commonName, OID.organization]);
-    const keyAlgorithm = algorithmOf(der, spkiFields[0] as Tlv).algorithm;
-    const signatureAlgorithm = algorithmOf(der, sigAlg);
-    const v = contentOf(der, version);
-    if (v.length !== 1 || v[0] !== 0) {
-      const shown = v.length === 1 ? String(v[0]) : `of ${v.length} bytes`;
-      throw new CsrParseError(`Cannot parse request: version field ${shown} is not 0 (v1)`);
-    }
-    let key: KeyObject;
-    try {
-      key = createPublicKey({
-        key: Buffer.from(der.subarray(spki.start, spki.end)),
-        format: "der",
-        type: "spki",
-      });
-    } catch (cause) {
-      throw new CsrParseError("Cannot parse request: public key is malformed", { cause });
-    }
-    const publicKey = publicKeyInfo(keyAlgorithm, key);
-    const signature = checkSignature(
-      der,
-      signatureAlgorithm,
-      key,
-      publicKey,
-      der.subarray(tbs.start, tbs.end),
-      der.subarray(sigBits.contentStart + 1, sigBits.end),
-    );
-    return {
-      commonNames: names.get(OID.commonName) ?? [],
-      organizations: names.get(OID.organization) ?? [],
-      ...requestedSans(der, attributes),
-      publicKey,
-      signature,
-    };
-  } catch (err) {
-    if (err instanceof CsrParseError) throw err;
-    const detail = err instanceof Error ? err.message : String(err);
-    throw new CsrParseError(`Cannot parse request: ${detail}`, { cause: err });
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Policy
 
@@ -756,23 +170,23 @@ function defined<T>(values: Array<T | undefined>): T[] {
   return values.filter((v): v is T => v !== undefined);
 }
 
-/** The checks that need only the CSR, in order; returns the parsed request when they all pass. */
-function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
-  const usages = csr.usages ?? [];
+/** Usages: digital signature and server auth, optionally key encipherment, nothing else. */
+function checkUsages(usages: string[]): Decision | undefined {
   const stray = usages.filter((u) => !ALLOWED_USAGES.has(u));
   const missing = REQUIRED_USAGES.filter((u) => !usages.includes(u));
-  if (stray.length || missing.length) {
-    const what = [
-      ...(missing.length ? [`missing ${list(missing)}`] : []),
-      ...(stray.length ? [`not allowed ${list(stray)}`] : []),
-    ];
-    return deny(
-      "BadUsages",
-      `usages must be digital signature and server auth, optionally key encipherment: ${what.join("; ")}`,
-    );
-  }
+  if (stray.length === 0 && missing.length === 0) return undefined;
+  const what = [
+    ...(missing.length ? [`missing ${list(missing)}`] : []),
+    ...(stray.length ? [`not allowed ${list(stray)}`] : []),
+  ];
+  return deny(
+    "BadUsages",
+    `usages must be digital signature and server auth, optionally key encipherment: ${what.join("; ")}`,
+  );
+}
 
-  const request = csr.request ?? "";
+/** Decodes `spec.request` (base64 of PEM, within `MAX_REQUEST_BYTES`) and parses it. */
+function parseRequest(request: string): Decision | ParsedCsr {
   const maxBase64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
   if (request.length > maxBase64) {
     return deny(
@@ -783,14 +197,15 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(request) || request.length % 4 !== 0) {
     return deny("InvalidRequest", "request is not base64");
   }
-  let parsed: ParsedCsr;
   try {
-    parsed = parseCertificateRequest(Buffer.from(request, "base64").toString("latin1"));
+    return parseCertificateRequest(Buffer.from(request, "base64").toString("latin1"));
   } catch (err) {
     return deny("InvalidRequest", err instanceof Error ? err.message : String(err));
   }
+}
 
-  const key = parsed.publicKey;
+/** The key: RSA of 2048 to 8192 bits with an odd exponent from 3 to below 2^32, P-256, P-384 or Ed25519. */
+function checkKey(key: PublicKeyInfo): Decision | undefined {
   if (key.type === "unsupported")
     return deny("WeakKey", `public key algorithm ${key.algorithm} is not accepted`);
   if (key.type === "rsa" && (key.bits < MIN_RSA_BITS || key.bits > MAX_RSA_BITS)) {
@@ -805,10 +220,11 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (key.type === "ec" && key.curve !== "P-256" && key.curve !== "P-384") {
     return deny("WeakKey", `ECDSA curve ${key.curve} is not accepted; P-256 or P-384 are`);
   }
-  if (!parsed.signature.valid) {
-    return deny("BadSignature", parsed.signature.problem ?? "signature does not verify");
-  }
+  return undefined;
+}
 
+/** The subject: exactly one CN, the requester's username, and O exactly [system:nodes]. */
+function checkSubject(parsed: ParsedCsr, username: string): Decision | undefined {
   const [cn, ...moreCN] = parsed.commonNames;
   if (cn !== username || moreCN.length) {
     return deny(
@@ -822,7 +238,14 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
       `subject O must be exactly [${NODES_GROUP}]; got [${list(parsed.organizations)}]`,
     );
   }
+  return undefined;
+}
 
+/**
+ * The SANs on their own: DNS and IP only, at least one; no wildcard, no name of `reservedName()`,
+ * no IP of `specialIP()`.
+ */
+function checkSans(parsed: ParsedCsr): Decision | undefined {
   const foreign = [
     ...parsed.emailAddresses.map((e) => `email ${q(e)}`),
     ...parsed.uris.map((u) => `URI ${q(u)}`),
@@ -844,7 +267,24 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (parsed.dnsNames.length === 0 && parsed.ipAddresses.length === 0) {
     return deny("NoSAN", "at least one DNS or IP SAN is required");
   }
-  return parsed;
+  return undefined;
+}
+
+/**
+ * The checks that need only the CSR, in order: usages, the request parsed, its key, proof of
+ * possession, subject, SANs. Returns the parsed request when they all pass.
+ */
+function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
+  const badUsages = checkUsages(csr.usages ?? []);
+  if (badUsages) return badUsages;
+  const parsed = parseRequest(csr.request ?? "");
+  if ("action" in parsed) return parsed;
+  const badKey = checkKey(parsed.publicKey);
+  if (badKey) return badKey;
+  if (!parsed.signature.valid) {
+    return deny("BadSignature", parsed.signature.problem ?? "signature does not verify");
+  }
+  return checkSubject(parsed, username) ?? checkSans(parsed) ?? parsed;
 }
 
 /** DNS names (`canonicalDNS()`) and IPs (canonical text), as `claims()` and `requestedClaims()` spell them. */

@@ -33,6 +33,7 @@ import {
 import { CsrNetworks } from "./csrnetworks.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
+import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./names.ts";
@@ -341,10 +342,6 @@ export class NodeClaimIndex {
     for (const d of prev.dns) removeName(this.#dns, d, name);
     for (const ip of prev.ips) removeName(this.#ips, ip, name);
   }
-}
-
-function sameList(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((v, i) => v === b[i]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import type { ControllerContext } from "./controller.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import type { AllocatorType, IpamOptions } from "./flags.ts";
 import { type KubeClient, KubeError, PATCH } from "./kube.ts";
+import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
@@ -620,10 +621,6 @@ function isRefusal(err: unknown): boolean {
     err.status !== 408 &&
     err.status !== 429
   );
-}
-
-function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
-  return (a ?? []).length === (b ?? []).length && (a ?? []).every((x, i) => x === b?.[i]);
 }
 
 /** What the controller works with. */

@@ -3,6 +3,7 @@ import fc from "fast-check";
 import {
   CidrError,
   CidrSet,
+  canonicalIP,
   cloudSubnet,
   formatIP,
   formatPrefix,
@@ -126,6 +127,20 @@ describe("ipFromBytes()", () => {
     const v6 = Uint8Array.of(0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 1);
     expect(formatIP(ipFromBytes(v6))).toBe("2001:db8::1");
     for (const n of [0, 3, 5, 15, 17]) expect(() => ipFromBytes(new Uint8Array(n))).toThrow(RangeError);
+  });
+});
+
+describe("canonicalIP()", () => {
+  // The default (IPv4-mapped as IPv4) is tested with the CSR policy, in csr.test.ts.
+  test("canonicalIP() keeps an IPv4-mapped address IPv6 when asked, and parses as strictly", () => {
+    expect(canonicalIP("::FFFF:10.0.0.1", "keep")).toBe("::ffff:10.0.0.1");
+    expect(canonicalIP("::ffff:a00:1", "keep")).toBe("::ffff:10.0.0.1");
+    expect(canonicalIP("::ffff:a00:1", "unmap")).toBe("10.0.0.1");
+    expect(canonicalIP("2001:DB8:0::1", "keep")).toBe("2001:db8::1");
+    expect(canonicalIP("10.0.0.1", "keep")).toBe("10.0.0.1");
+    for (const bad of [" 10.0.0.1", "010.0.0.1", "fe80::1%eth0", "10.0.0.1/24"]) {
+      expect(canonicalIP(bad, "keep")).toBeUndefined();
+    }
   });
 });
 

@@ -8,20 +8,19 @@ import "reflect-metadata";
 import { beforeAll, describe, expect, test } from "bun:test";
 import * as x509 from "@peculiar/x509";
 import fc from "fast-check";
+import { canonicalIP } from "../../lib/cidr.ts";
 import {
   type CsrInput,
-  CsrParseError,
-  canonicalIP,
   checkCsr,
   claims,
   type Decision,
   decide,
   type NodeInput,
-  parseCertificateRequest,
   requestedClaims,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
+import { CsrParseError, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
 

@@ -6,27 +6,25 @@ import { generateKeyPairSync, sign } from "node:crypto";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { GeneralName, OtherName } from "@peculiar/asn1-x509";
 import { leanNode } from "../../lib/cache.ts";
+import { canonicalIP } from "../../lib/cidr.ts";
 import {
   APPROVE_REASON,
   type CsrInput,
-  CsrParseError,
-  canonicalIP,
   checkCsr,
   claims,
   csrInputFrom,
   csrMetrics,
   type DenyReason,
   decide,
-  MAX_REQUEST_BYTES,
   type NodeInput,
   nodeInputFrom,
   nodeNameFromUsername,
-  parseCertificateRequest,
   requestedClaims,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { CsrParseError, MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import {
   type CsrOptions,
