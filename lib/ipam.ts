@@ -4,7 +4,6 @@
 // client is only used, and only loaded, when the configuration needs it.
 
 import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
-import { wait } from "./backoff.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
@@ -506,9 +505,12 @@ export class Allocator {
 
 const log = logger("node-ipam");
 
-/** Attempts of the podCIDRs patch within one reconcile (Kubernetes' cidrUpdateRetries). */
-const PATCH_ATTEMPTS = 3;
-const PATCH_RETRY_DELAY_MS = 250;
+/**
+ * Failed podCIDRs patches of unknown outcome per `CIDRAssignmentFailed` Event: upstream's
+ * range and cloud allocators try the patch `cidrUpdateRetries` = 3 times before they record one.
+ */
+const PATCH_ATTEMPTS_PER_EVENT = 3;
+
 /** Reconciles in parallel: each mostly waits for the API server or Talos; the allocator never does. */
 const WORKERS = 10;
 
@@ -756,33 +758,33 @@ class NodeIpamController {
   }
 
   /**
-   * Patches the node's pod CIDRs, retrying; on a refusal the API server's Node decides (someone else
-   * set them, or it is gone); a definite failure releases the range, an unknown outcome keeps it for
-   * the next attempt (the allocator hands the node the same CIDRs again).
+   * Patches the node's pod CIDRs once; a failure is thrown back to the queue, which retries the node
+   * with per-item backoff. On a refusal the API server's Node decides (someone else set them, or it is
+   * gone) and a definite failure releases the range; an unknown outcome keeps it for the next attempt
+   * (the allocator hands the node the same CIDRs again) and records `CIDRAssignmentFailed` every
+   * {@link PATCH_ATTEMPTS_PER_EVENT} attempts.
    */
   async #setPodCIDRs(node: LeanNode, podCIDRs: string[], signal: AbortSignal): Promise<void> {
     const name = node.metadata.name;
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
-    let last: unknown;
-    for (let attempt = 1; attempt <= PATCH_ATTEMPTS; attempt++) {
-      try {
-        await this.#client.patch(path, podCIDRsPatch(podCIDRs), PATCH.json, { signal });
-        log.info("Set node PodCIDR", { node: name, podCIDRs: podCIDRs.join(",") });
-        return;
-      } catch (err) {
-        last = err;
-        if (signal.aborted || isRefusal(err)) break;
-        if (attempt < PATCH_ATTEMPTS) await wait(PATCH_RETRY_DELAY_MS * attempt, signal);
+    try {
+      await this.#client.patch(path, podCIDRsPatch(podCIDRs), PATCH.json, { signal });
+      log.info("Set node PodCIDR", { node: name, podCIDRs: podCIDRs.join(",") });
+    } catch (err) {
+      if (signal.aborted) throw err;
+      const refused = isRefusal(err);
+      if (refused) {
+        if (await this.#settle(name, signal)) return;
+        this.#release(name);
       }
+      const message = `Cannot set pod CIDRs ${podCIDRs.join(",")} of node ${name}: ${(err as Error).message}`;
+      // The queue counts this node's failed reconciles in a row; this attempt is not counted yet.
+      const attempt = this.#queue.failures(name) + 1;
+      if (refused || attempt % PATCH_ATTEMPTS_PER_EVENT === 0) {
+        this.#event(node, "Warning", "CIDRAssignmentFailed", "AllocateCIDR", message);
+      }
+      throw new Error(message, { cause: err });
     }
-    if (signal.aborted) throw last;
-    if (isRefusal(last)) {
-      if (await this.#settle(name, signal)) return;
-      this.#release(name);
-    }
-    const message = `Cannot set pod CIDRs ${podCIDRs.join(",")} of node ${name}: ${(last as Error).message}`;
-    this.#event(node, "Warning", "CIDRAssignmentFailed", "AllocateCIDR", message);
-    throw new Error(message, { cause: last });
   }
 
   /**
