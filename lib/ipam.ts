@@ -511,8 +511,15 @@ const log = logger("node-ipam");
  */
 const PATCH_ATTEMPTS_PER_EVENT = 3;
 
-/** Reconciles in parallel: each mostly waits for the API server or Talos; the allocator never does. */
-const WORKERS = 10;
+/**
+ * Reconciles in parallel: each mostly waits for the API server or Talos; the allocator never does.
+ * Upstream hard-codes its worker count and no flag sets it: `cidrUpdateWorkers = 30` in
+ * k8s.io/kubernetes `pkg/controller/nodeipam/ipam/cidr_allocator.go`, copied by the Go Talos CCM's
+ * `pkg/nodeipam/ipam/cidr_allocator.go`; `NodeIPAMControllerConfiguration` holds only the CIDR and
+ * mask settings. So this is a constant too; it stays at this CCM's 10 rather than upstream's 30
+ * (with the CloudAllocator each reconcile reads the node's addresses from Talos).
+ */
+export const NODE_IPAM_WORKERS = 10;
 
 /**
  * Whether node-ipam with these flags talks to Talos at all: for the pod and service CIDRs when
@@ -695,7 +702,7 @@ class NodeIpamController {
       },
       onDelete: (n) => this.#release(n.metadata.name),
     });
-    await runWorkers(this.#queue, WORKERS, (name) => this.#reconcile(name, signal), log);
+    await runWorkers(this.#queue, NODE_IPAM_WORKERS, (name) => this.#reconcile(name, signal), log);
     signal.removeEventListener("abort", stop);
     log.info("Stopped node IPAM");
   }

@@ -10,6 +10,7 @@ import type { ControllerContext } from "../../lib/controller.ts";
 import type { IpamOptions } from "../../lib/flags.ts";
 import {
   ipamAddresses,
+  NODE_IPAM_WORKERS,
   nodeIPsOf,
   nodeIpamConfig,
   nodeIpamNeedsTalos,
@@ -401,9 +402,17 @@ describe("startNodeIpam()", () => {
 
   test("startNodeIpam() never gives two nodes handled concurrently the same range", async () => {
     const world = new FakeWorld();
-    world.beforePatch = () => Bun.sleep(Math.random() * 20);
+    // Each patch waits until the test lets it through: every worker holds an allocated node at once,
+    // and the batch completes in reverse order.
+    const held: Array<() => void> = [];
+    world.beforePatch = () => new Promise<void>((resolve) => held.push(resolve));
     for (let i = 0; i < 60; i++) world.add(`n${i}`);
     const stop = world.start({});
+    for (let left = 60; left > 0; left -= NODE_IPAM_WORKERS) {
+      const batch = Math.min(NODE_IPAM_WORKERS, left);
+      await until(() => held.length === batch, `${batch} patches in flight`, 2_000);
+      for (const release of held.splice(0).reverse()) release();
+    }
     await until(() => world.patches.length === 60, "60 patches");
     const cidrs = world.patches.map((p) => p.podCIDRs[0]);
     expect(new Set(cidrs).size).toBe(60);
@@ -495,9 +504,9 @@ describe("startNodeIpam()", () => {
   test("startNodeIpam() does nothing without --allocate-node-cidrs", async () => {
     const world = new FakeWorld();
     world.add("n");
-    const stop = world.start({ allocateNodeCidrs: false });
-    await Bun.sleep(50);
+    world.start({ allocateNodeCidrs: false });
+    // It returns without being stopped: no controller was started.
+    await world.finished;
     expect(world.patches).toEqual([]);
-    await stop();
   });
 });
