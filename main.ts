@@ -2,7 +2,9 @@
 // subcommand. Everything else is imported lazily, so `--version` stays fast and a subcommand or a
 // disabled controller costs no memory.
 
-import { FlagError, helpText, parseCommandLine, usage } from "./lib/flags.ts";
+import { parseCommandLine } from "./lib/flags.ts";
+import { helpText, usage } from "./lib/help.ts";
+import { FlagError } from "./lib/pflag.ts";
 import { commit, version } from "./lib/version.ts";
 
 let parsed: ReturnType<typeof parseCommandLine>;

@@ -4,7 +4,6 @@
 // client is only used, and only loaded, when the configuration needs it.
 
 import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
-import { wait } from "./backoff.ts";
 import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
@@ -507,11 +506,21 @@ export class Allocator {
 
 const log = logger("node-ipam");
 
-/** Attempts of the podCIDRs patch within one reconcile (Kubernetes' cidrUpdateRetries). */
-const PATCH_ATTEMPTS = 3;
-const PATCH_RETRY_DELAY_MS = 250;
-/** Reconciles in parallel: each mostly waits for the API server or Talos; the allocator never does. */
-const WORKERS = 10;
+/**
+ * Failed podCIDRs patches of unknown outcome per `CIDRAssignmentFailed` Event: upstream's
+ * range and cloud allocators try the patch `cidrUpdateRetries` = 3 times before they record one.
+ */
+const PATCH_ATTEMPTS_PER_EVENT = 3;
+
+/**
+ * Reconciles in parallel: each mostly waits for the API server or Talos; the allocator never does.
+ * Upstream hard-codes its worker count and no flag sets it: `cidrUpdateWorkers = 30` in
+ * k8s.io/kubernetes `pkg/controller/nodeipam/ipam/cidr_allocator.go`, copied by the Go Talos CCM's
+ * `pkg/nodeipam/ipam/cidr_allocator.go`; `NodeIPAMControllerConfiguration` holds only the CIDR and
+ * mask settings. So this is a constant too; it stays at this CCM's 10 rather than upstream's 30
+ * (with the CloudAllocator each reconcile reads the node's addresses from Talos).
+ */
+export const NODE_IPAM_WORKERS = 10;
 
 /**
  * Whether node-ipam with these flags talks to Talos at all: for the pod and service CIDRs when
@@ -690,7 +699,7 @@ class NodeIpamController {
       },
       onDelete: (n) => this.#release(n.metadata.name),
     });
-    await runWorkers(this.#queue, WORKERS, (name) => this.#reconcile(name, signal), log);
+    await runWorkers(this.#queue, NODE_IPAM_WORKERS, (name) => this.#reconcile(name, signal), log);
     signal.removeEventListener("abort", stop);
     log.info("Stopped node IPAM");
   }
@@ -753,33 +762,33 @@ class NodeIpamController {
   }
 
   /**
-   * Patches the node's pod CIDRs, retrying; on a refusal the API server's Node decides (someone else
-   * set them, or it is gone); a definite failure releases the range, an unknown outcome keeps it for
-   * the next attempt (the allocator hands the node the same CIDRs again).
+   * Patches the node's pod CIDRs once; a failure is thrown back to the queue, which retries the node
+   * with per-item backoff. On a refusal the API server's Node decides (someone else set them, or it is
+   * gone) and a definite failure releases the range; an unknown outcome keeps it for the next attempt
+   * (the allocator hands the node the same CIDRs again) and records `CIDRAssignmentFailed` every
+   * {@link PATCH_ATTEMPTS_PER_EVENT} attempts.
    */
   async #setPodCIDRs(node: LeanNode, podCIDRs: string[], signal: AbortSignal): Promise<void> {
     const name = node.metadata.name;
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
-    let last: unknown;
-    for (let attempt = 1; attempt <= PATCH_ATTEMPTS; attempt++) {
-      try {
-        await this.#client.patch(path, podCIDRsPatch(podCIDRs), PATCH.json, { signal });
-        log.info("Set node PodCIDR", { node: name, podCIDRs: podCIDRs.join(",") });
-        return;
-      } catch (err) {
-        last = err;
-        if (signal.aborted || isRefusal(err)) break;
-        if (attempt < PATCH_ATTEMPTS) await wait(PATCH_RETRY_DELAY_MS * attempt, signal);
+    try {
+      await this.#client.patch(path, podCIDRsPatch(podCIDRs), PATCH.json, { signal });
+      log.info("Set node PodCIDR", { node: name, podCIDRs: podCIDRs.join(",") });
+    } catch (err) {
+      if (signal.aborted) throw err;
+      const refused = isRefusal(err);
+      if (refused) {
+        if (await this.#settle(name, signal)) return;
+        this.#release(name);
       }
+      const message = `Cannot set pod CIDRs ${podCIDRs.join(",")} of node ${name}: ${(err as Error).message}`;
+      // The queue counts this node's failed reconciles in a row; this attempt is not counted yet.
+      const attempt = this.#queue.failures(name) + 1;
+      if (refused || attempt % PATCH_ATTEMPTS_PER_EVENT === 0) {
+        this.#event(node, "Warning", "CIDRAssignmentFailed", "AllocateCIDR", message);
+      }
+      throw new Error(message, { cause: err });
     }
-    if (signal.aborted) throw last;
-    if (isRefusal(last)) {
-      if (await this.#settle(name, signal)) return;
-      this.#release(name);
-    }
-    const message = `Cannot set pod CIDRs ${podCIDRs.join(",")} of node ${name}: ${(last as Error).message}`;
-    this.#event(node, "Warning", "CIDRAssignmentFailed", "AllocateCIDR", message);
-    throw new Error(message, { cause: last });
   }
 
   /**

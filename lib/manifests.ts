@@ -8,13 +8,9 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Document, isMap, isScalar, isSeq, type Node } from "yaml";
-import {
-  type ControllerName,
-  Controllers,
-  type ManifestsOptions,
-  PROGRAM_NAME,
-  parseCommandLine,
-} from "./flags.ts";
+import { type ControllerName, Controllers } from "./controllernames.ts";
+import { type ManifestsOptions, parseCommandLine } from "./flags.ts";
+import { PROGRAM_NAME } from "./help.ts";
 import { configureLogging, logger } from "./log.ts";
 import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talosconfig.ts";
 import { version as buildVersion } from "./version.ts";

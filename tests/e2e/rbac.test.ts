@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
-import { type ControllerName, Controllers } from "../../lib/flags.ts";
+import { type ControllerName, Controllers } from "../../lib/controllernames.ts";
 import { isNotFound, PATCH } from "../../lib/kube.ts";
 import {
   APP_NAME,

@@ -1,16 +1,11 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import {
-  FlagError,
-  helpText,
-  listFlags,
-  type ParseResult,
-  parseCommandLine,
-  parseGoDuration,
-  type RunOptions,
-  resolveControllers,
-  usage,
-} from "../../lib/flags.ts";
+import { resolveControllers } from "../../lib/controllernames.ts";
+import { type ParseResult, parseCommandLine, type RunOptions } from "../../lib/flags.ts";
+import { listFlags } from "../../lib/flagtable.ts";
+import { parseGoDuration } from "../../lib/flagvalues.ts";
+import { helpText, usage } from "../../lib/help.ts";
+import { FlagError } from "../../lib/pflag.ts";
 
 function run(argv: string[], env: Record<string, string | undefined> = {}): RunOptions {
   const r = parseCommandLine(argv, env);

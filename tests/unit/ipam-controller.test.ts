@@ -10,6 +10,7 @@ import type { ControllerContext } from "../../lib/controller.ts";
 import type { IpamOptions } from "../../lib/flags.ts";
 import {
   ipamAddresses,
+  NODE_IPAM_WORKERS,
   nodeIPsOf,
   nodeIpamConfig,
   nodeIpamNeedsTalos,
@@ -279,6 +280,10 @@ class FakeWorld {
   readonly raw = new Map<string, RawNode>();
   readonly events: Array<{ name: string; type: string; reason: string; note: string }> = [];
   readonly patches: Array<{ name: string; podCIDRs: string[] }> = [];
+  /** The controller's metrics: the work queue's and the CIDR sets'. */
+  readonly registry = new Registry();
+  /** Settles when startNodeIpam returns: when stopped, or at once if it runs no controller. */
+  finished: Promise<void> = Promise.resolve();
   #handlers: Array<Handlers<LeanNode>> = [];
   #rv = 1;
   /** Runs before a PATCH is applied; throwing fails it. */
@@ -359,6 +364,11 @@ class FakeWorld {
     },
   };
 
+  /** A counter of the controller's registry, e.g. `workqueue_retries_total` by queue name. */
+  counter(name: string, labels: Record<string, string>): number {
+    return this.registry.counter(name, "", Object.keys(labels)).get(labels);
+  }
+
   /** Starts the controller; returns its stop function (which waits for it to finish). */
   start(over: Partial<IpamOptions>): () => Promise<void> {
     const abort = new AbortController();
@@ -367,13 +377,13 @@ class FakeWorld {
       client: this.client,
       nodes: this.nodes,
       events: this.recorder,
-      registry: new Registry(),
+      registry: this.registry,
       talos: undefined,
     } as unknown as ControllerContext;
-    const done = startNodeIpam(ctx, abort.signal);
+    this.finished = startNodeIpam(ctx, abort.signal);
     return async () => {
       abort.abort();
-      await done;
+      await this.finished;
     };
   }
 }
@@ -392,9 +402,17 @@ describe("startNodeIpam()", () => {
 
   test("startNodeIpam() never gives two nodes handled concurrently the same range", async () => {
     const world = new FakeWorld();
-    world.beforePatch = () => Bun.sleep(Math.random() * 20);
+    // Each patch waits until the test lets it through: every worker holds an allocated node at once,
+    // and the batch completes in reverse order.
+    const held: Array<() => void> = [];
+    world.beforePatch = () => new Promise<void>((resolve) => held.push(resolve));
     for (let i = 0; i < 60; i++) world.add(`n${i}`);
     const stop = world.start({});
+    for (let left = 60; left > 0; left -= NODE_IPAM_WORKERS) {
+      const batch = Math.min(NODE_IPAM_WORKERS, left);
+      await until(() => held.length === batch, `${batch} patches in flight`, 2_000);
+      for (const release of held.splice(0).reverse()) release();
+    }
     await until(() => world.patches.length === 60, "60 patches");
     const cidrs = world.patches.map((p) => p.podCIDRs[0]);
     expect(new Set(cidrs).size).toBe(60);
@@ -417,6 +435,8 @@ describe("startNodeIpam()", () => {
     expect(world.events.filter((e) => e.reason === "CIDRAssignmentFailed").map((e) => e.name)).toEqual([
       "slow",
     ]);
+    // Each failed patch went back to the queue (with backoff) rather than being retried in the worker.
+    expect(world.counter("workqueue_retries_total", { name: "cidrallocator_node" })).toBe(3);
     await stop();
   });
 
@@ -446,13 +466,17 @@ describe("startNodeIpam()", () => {
     };
     world.add("raced");
     const stop = world.start({});
-    await until(() => world.podCIDRs("raced").length > 0, "the raced node");
-    await Bun.sleep(50);
+    // The range tentatively taken for "raced" goes back to the pool once the refused patch is settled.
+    const releases = { clusterCIDR: "10.244.0.0/16" };
+    await until(
+      () => world.counter("node_ipam_controller_cidrset_cidrs_releases_total", releases) === 1,
+      "the release of the tentative range",
+      2_000,
+    );
     world.add("next");
     await until(() => world.podCIDRs("next").length > 0, "the next node");
     expect(world.podCIDRs("raced")).toEqual(["10.244.7.0/24"]);
     expect(world.patches.map((p) => p.name)).toEqual(["next"]);
-    // The range tentatively taken for "raced" went back to the pool: it is the next one handed out.
     expect(world.podCIDRs("next")).toEqual(["10.244.1.0/24"]);
     await stop();
   });
@@ -480,9 +504,9 @@ describe("startNodeIpam()", () => {
   test("startNodeIpam() does nothing without --allocate-node-cidrs", async () => {
     const world = new FakeWorld();
     world.add("n");
-    const stop = world.start({ allocateNodeCidrs: false });
-    await Bun.sleep(50);
+    world.start({ allocateNodeCidrs: false });
+    // It returns without being stopped: no controller was started.
+    await world.finished;
     expect(world.patches).toEqual([]);
-    await stop();
   });
 });

@@ -3,7 +3,8 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { parse, parseAllDocuments } from "yaml";
-import { type ControllerName, Controllers, parseCommandLine, resolveControllers } from "../../lib/flags.ts";
+import { type ControllerName, Controllers, resolveControllers } from "../../lib/controllernames.ts";
+import { parseCommandLine } from "../../lib/flags.ts";
 import {
   APP_NAME,
   BINARY_PATH,
