@@ -2,7 +2,7 @@
 // load without errors or warnings, so the documentation cannot drift from what the binary accepts.
 
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { formatIssue, parseConfig } from "../../lib/config.ts";
 import { DENY_REASONS } from "../../lib/csr.ts";
@@ -47,5 +47,28 @@ describe("README CSR security model", () => {
   const rows = [...section.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1]);
   test("the CSR table lists every denial reason the policy has, in its order, and no other", () => {
     expect(rows).toEqual([...DENY_REASONS]);
+  });
+});
+
+describe("README layout table", () => {
+  const section = readme.slice(readme.indexOf("### Layout and data flow"), readme.indexOf("## License"));
+  const rows = section.split("\n").filter((l) => l.startsWith("| `"));
+  const named = rows.flatMap((row) =>
+    [...(row.split(" | ")[0] as string).matchAll(/`(?:lib\/)?([a-z0-9_]+\.(?:ts|proto))`/g)].map(
+      (m) => m[1] as string,
+    ),
+  );
+  const libDir = join(import.meta.dir, "..", "..", "lib");
+  const files = readdirSync(libDir).filter((f) => f.endsWith(".ts") || f.endsWith(".proto"));
+
+  test("names every file in lib/ exactly once", () => {
+    expect(files.length).toBeGreaterThan(40);
+    const counts = new Map<string, number>();
+    for (const f of named) counts.set(f, (counts.get(f) ?? 0) + 1);
+    expect(files.filter((f) => counts.get(f) !== 1)).toEqual([]);
+  });
+
+  test("names no file that does not exist", () => {
+    expect(named.filter((f) => f !== "main.ts" && !files.includes(f))).toEqual([]);
   });
 });
