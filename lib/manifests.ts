@@ -153,6 +153,7 @@ export interface Grant {
 
 const { cloudNode, cloudNodeLifecycle, nodeCsrApproval, nodeIpam } = Controllers;
 
+// biome-ignore lint/complexity/noExcessiveLinesPerFunction: a data table, one row per grant
 function allGrants(leaseName: string): Grant[] {
   // `resource` is "<apiGroup>:<resource>"; `verbs` is comma-separated.
   const row = (
@@ -345,61 +346,158 @@ export function daemonSetArgs(s: ManifestSettings): string[] {
   ];
 }
 
-/**
- * Every object of an installation, in apply order, with comments.
- * @example manifests(defaultSettings("0.1.0")).map((m) => m.object.kind)
- */
-export function manifests(s: ManifestSettings): Manifest[] {
-  const ns = s.namespace;
+/** What every object of one installation shares: its settings, image and labels. */
+interface Install {
+  s: ManifestSettings;
+  image: string;
+  /** The pods' selector labels. */
+  selector: Record<string, string>;
+  /** Every object's labels. */
+  labels: Record<string, string>;
+  /** Whether the Talos secret is required (some enabled controller cannot work without Talos). */
+  talosRequired: boolean;
+}
+
+function install(s: ManifestSettings): Install {
   const image = s.image ?? defaultImage(s.version);
   const selector = { "app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": APP_NAME };
   const labels = { ...selector, "app.kubernetes.io/version": imageTag(image) };
-  const meta = (name: string, namespace?: string) => ({
-    name,
-    ...(namespace === undefined ? {} : { namespace }),
-    labels,
-  });
-  const subject = [{ kind: "ServiceAccount", name: APP_NAME, namespace: ns }];
-  const grants = rbacGrants(s.enabledControllers);
-  const role = (
-    kind: "ClusterRole" | "Role",
-    name: string,
-    scope: GrantScope,
-    namespace: string | undefined,
-    comment: string,
-  ): Manifest[] => {
-    const rules = rulesFor(grants.filter((g) => g.scope === scope));
-    const binding = kind === "ClusterRole" ? "ClusterRoleBinding" : "RoleBinding";
-    return [
-      {
-        comment,
-        object: {
-          apiVersion: "rbac.authorization.k8s.io/v1",
-          kind,
-          metadata: meta(name, namespace),
-          rules: rules.map((r) => r.rule),
-        },
-        notes: rules.map((r, i) => ({ path: ["rules", i], text: r.why })),
-      },
-      {
-        object: {
-          apiVersion: "rbac.authorization.k8s.io/v1",
-          kind: binding,
-          metadata: meta(name, namespace),
-          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind, name },
-          subjects: subject,
-        },
-      },
-    ];
-  };
+  return { s, image, selector, labels, talosRequired: needsTalos(s.enabledControllers) };
+}
 
-  const talosRequired = needsTalos(s.enabledControllers);
-  const container = {
+function meta(at: Install, name: string, namespace?: string): KubeObject["metadata"] {
+  return { name, ...(namespace === undefined ? {} : { namespace }), labels: at.labels };
+}
+
+/** A Role or ClusterRole holding the grants of one scope, and its binding to the ServiceAccount. */
+function role(
+  at: Install,
+  kind: "ClusterRole" | "Role",
+  name: string,
+  scope: GrantScope,
+  namespace: string | undefined,
+  comment: string,
+): Manifest[] {
+  const rules = rulesFor(rbacGrants(at.s.enabledControllers).filter((g) => g.scope === scope));
+  const rbac = "rbac.authorization.k8s.io";
+  const subjects = [{ kind: "ServiceAccount", name: APP_NAME, namespace: at.s.namespace }];
+  const metadata = meta(at, name, namespace);
+  return [
+    {
+      comment,
+      object: { apiVersion: `${rbac}/v1`, kind, metadata, rules: rules.map((r) => r.rule) },
+      notes: rules.map((r, i) => ({ path: ["rules", i], text: r.why })),
+    },
+    {
+      object: {
+        apiVersion: `${rbac}/v1`,
+        kind: kind === "ClusterRole" ? "ClusterRoleBinding" : "RoleBinding",
+        metadata,
+        roleRef: { apiGroup: rbac, kind, name },
+        subjects,
+      },
+    },
+  ];
+}
+
+/** The RBAC objects: one role per grant scope in use. */
+function rbacManifests(at: Install): Manifest[] {
+  const apiserver = rbacGrants(at.s.enabledControllers).some((g) => g.scope === "apiserver");
+  return [
+    ...role(
+      at,
+      "ClusterRole",
+      `system:${APP_NAME}`,
+      "cluster",
+      undefined,
+      " Only what the enabled controllers use. No serviceaccounts/token: this CCM acts with its own\n" +
+        " identity and never mints tokens.",
+    ),
+    ...role(
+      at,
+      "Role",
+      `${APP_NAME}:leader-election`,
+      "leader-election",
+      at.s.namespace,
+      " The Lease the replicas elect a leader with.",
+    ),
+    ...role(
+      at,
+      "Role",
+      `${APP_NAME}:events`,
+      "events",
+      EVENTS_NAMESPACE,
+      " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
+    ),
+    ...(apiserver
+      ? role(
+          at,
+          "Role",
+          `${APP_NAME}:apiserver`,
+          "apiserver",
+          "default",
+          " node-csr-approval reads the API server's own Service, kubernetes, and nothing else in default.",
+        )
+      : []),
+  ];
+}
+
+/** The ServiceAccounts (Kubernetes and Talos) and the ConfigMap holding the cloud config. */
+function identityManifests(at: Install): Manifest[] {
+  const ns = at.s.namespace;
+  return [
+    { object: { apiVersion: "v1", kind: "ServiceAccount", metadata: meta(at, APP_NAME, ns) } },
+    {
+      comment:
+        " Talos answers this (machine.features.kubernetesTalosAPIAccess, role os:reader allowed for this\n" +
+        ` namespace) with a Secret of the same name holding a talosconfig, mounted at ${TALOS_SECRET_DIR}.`,
+      object: {
+        apiVersion: "talos.dev/v1alpha1",
+        kind: "ServiceAccount",
+        metadata: meta(at, TALOS_SECRET_NAME, ns),
+        spec: { roles: ["os:reader"] },
+      },
+    },
+    {
+      object: {
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: meta(at, APP_NAME, ns),
+        data: { [CONFIG_KEY]: at.s.cloudConfig ?? DEFAULT_CLOUD_CONFIG },
+      },
+    },
+  ];
+}
+
+/** The headless Service in front of /metrics. */
+function metricsService(at: Install): Manifest {
+  return {
+    comment:
+      " For Prometheus. /metrics needs a bearer token whose identity may get the non-resource URL\n" +
+      " /metrics, e.g. a ClusterRole with rules [{nonResourceURLs: [/metrics], verbs: [get]}] bound to\n" +
+      " the scraper's ServiceAccount; the certificate is self-signed unless --tls-cert-file is given.",
+    object: {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: meta(at, APP_NAME, at.s.namespace),
+      spec: {
+        clusterIP: "None",
+        selector: at.selector,
+        ports: [{ name: "metrics", port: SECURE_PORT, targetPort: "metrics", protocol: "TCP" }],
+      },
+    },
+  };
+}
+
+/** The CCM's container: non-root, read-only, talking to its own node's apid and API server. */
+function container(at: Install): Record<string, unknown> {
+  const probe = (path: string) => ({ path, port: "metrics", scheme: "HTTPS" });
+  return {
     name: APP_NAME,
-    image,
+    image: at.image,
     imagePullPolicy: "IfNotPresent",
     command: [BINARY_PATH],
-    args: daemonSetArgs(s),
+    args: daemonSetArgs(at.s),
     env: [
       { name: "TALOS_ENDPOINTS", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
       { name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG },
@@ -408,16 +506,12 @@ export function manifests(s: ManifestSettings): Manifest[] {
     ],
     ports: [{ name: "metrics", containerPort: SECURE_PORT, protocol: "TCP" }],
     livenessProbe: {
-      httpGet: { path: "/livez", port: "metrics", scheme: "HTTPS" },
+      httpGet: probe("/livez"),
       initialDelaySeconds: 20,
       periodSeconds: 30,
       timeoutSeconds: 5,
     },
-    readinessProbe: {
-      httpGet: { path: "/readyz", port: "metrics", scheme: "HTTPS" },
-      periodSeconds: 10,
-      timeoutSeconds: 5,
-    },
+    readinessProbe: { httpGet: probe("/readyz"), periodSeconds: 10, timeoutSeconds: 5 },
     resources: { requests: { cpu: "10m", memory: "64Mi" } },
     securityContext: {
       allowPrivilegeEscalation: false,
@@ -430,148 +524,97 @@ export function manifests(s: ManifestSettings): Manifest[] {
       { name: "talos-secrets", mountPath: TALOS_SECRET_DIR, readOnly: true },
     ],
   };
+}
+
+/** The pod: one per control-plane node, host network, non-root, the config and Talos secret mounted. */
+function podSpec(at: Install): Record<string, unknown> {
+  return {
+    serviceAccountName: APP_NAME,
+    hostNetwork: true,
+    dnsPolicy: "ClusterFirstWithHostNet",
+    priorityClassName: "system-cluster-critical",
+    nodeSelector: { "node-role.kubernetes.io/control-plane": "" },
+    tolerations: [
+      { key: "node-role.kubernetes.io/control-plane", operator: "Exists", effect: "NoSchedule" },
+      { key: UNINITIALIZED_TAINT, operator: "Exists", effect: "NoSchedule" },
+      { key: NOT_READY_TAINT_KEY, operator: "Exists", effect: "NoSchedule" },
+    ],
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: NONROOT_ID,
+      runAsGroup: NONROOT_ID,
+      fsGroup: NONROOT_ID,
+      fsGroupChangePolicy: "OnRootMismatch",
+    },
+    containers: [container(at)],
+    volumes: [
+      { name: "cloud-config", configMap: { name: APP_NAME, defaultMode: 0o640 } },
+      {
+        name: "talos-secrets",
+        secret: {
+          secretName: TALOS_SECRET_NAME,
+          defaultMode: 0o640,
+          ...(at.talosRequired ? {} : { optional: true }),
+        },
+      },
+    ],
+  };
+}
+
+/** The comments printed inside the DaemonSet, at the fields they explain. */
+function daemonSetNotes(at: Install): NonNullable<Manifest["notes"]> {
   const podPath = ["spec", "template", "spec"];
   const containerPath = [...podPath, "containers", 0];
-
   return [
-    { object: { apiVersion: "v1", kind: "ServiceAccount", metadata: meta(APP_NAME, ns) } },
     {
-      comment:
-        " Talos answers this (machine.features.kubernetesTalosAPIAccess, role os:reader allowed for this\n" +
-        ` namespace) with a Secret of the same name holding a talosconfig, mounted at ${TALOS_SECRET_DIR}.`,
-      object: {
-        apiVersion: "talos.dev/v1alpha1",
-        kind: "ServiceAccount",
-        metadata: meta(TALOS_SECRET_NAME, ns),
-        spec: { roles: ["os:reader"] },
-      },
+      path: [...containerPath, "args"],
+      text:
+        " No --use-service-account-credentials: this CCM acts with its own ServiceAccount only, so it\n" +
+        " needs no permission to mint tokens (the flag is still accepted). /metrics is not always\n" +
+        " allowed: scrapers authenticate with a token.",
     },
     {
-      object: {
-        apiVersion: "v1",
-        kind: "ConfigMap",
-        metadata: meta(APP_NAME, ns),
-        data: { [CONFIG_KEY]: s.cloudConfig ?? DEFAULT_CLOUD_CONFIG },
-      },
+      path: [...containerPath, "env"],
+      text: " This node's apid and API server (Talos serves it on 6443 on every control-plane node).",
     },
-    ...role(
-      "ClusterRole",
-      `system:${APP_NAME}`,
-      "cluster",
-      undefined,
-      " Only what the enabled controllers use. No serviceaccounts/token: this CCM acts with its own\n" +
-        " identity and never mints tokens.",
-    ),
-    ...role(
-      "Role",
-      `${APP_NAME}:leader-election`,
-      "leader-election",
-      ns,
-      " The Lease the replicas elect a leader with.",
-    ),
-    ...role(
-      "Role",
-      `${APP_NAME}:events`,
-      "events",
-      EVENTS_NAMESPACE,
-      " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
-    ),
-    ...(grants.some((g) => g.scope === "apiserver")
-      ? role(
-          "Role",
-          `${APP_NAME}:apiserver`,
-          "apiserver",
-          "default",
-          " node-csr-approval reads the API server's own Service, kubernetes, and nothing else in default.",
-        )
-      : []),
-    {
-      comment:
-        " For Prometheus. /metrics needs a bearer token whose identity may get the non-resource URL\n" +
-        " /metrics, e.g. a ClusterRole with rules [{nonResourceURLs: [/metrics], verbs: [get]}] bound to\n" +
-        " the scraper's ServiceAccount; the certificate is self-signed unless --tls-cert-file is given.",
-      object: {
-        apiVersion: "v1",
-        kind: "Service",
-        metadata: meta(APP_NAME, ns),
-        spec: {
-          clusterIP: "None",
-          selector,
-          ports: [{ name: "metrics", port: SECURE_PORT, targetPort: "metrics", protocol: "TCP" }],
-        },
-      },
-    },
-    {
-      comment:
-        " One replica per control-plane node on the host network, talking to the API server and apid of\n" +
-        " its own node, so it works before any CNI is up; the replicas elect a leader.",
-      object: {
-        apiVersion: "apps/v1",
-        kind: "DaemonSet",
-        metadata: meta(APP_NAME, ns),
-        spec: {
-          selector: { matchLabels: selector },
-          updateStrategy: { type: "RollingUpdate", rollingUpdate: { maxUnavailable: 1 } },
-          template: {
-            metadata: { labels },
-            spec: {
-              serviceAccountName: APP_NAME,
-              hostNetwork: true,
-              dnsPolicy: "ClusterFirstWithHostNet",
-              priorityClassName: "system-cluster-critical",
-              nodeSelector: { "node-role.kubernetes.io/control-plane": "" },
-              tolerations: [
-                { key: "node-role.kubernetes.io/control-plane", operator: "Exists", effect: "NoSchedule" },
-                { key: UNINITIALIZED_TAINT, operator: "Exists", effect: "NoSchedule" },
-                { key: NOT_READY_TAINT_KEY, operator: "Exists", effect: "NoSchedule" },
-              ],
-              securityContext: {
-                runAsNonRoot: true,
-                runAsUser: NONROOT_ID,
-                runAsGroup: NONROOT_ID,
-                fsGroup: NONROOT_ID,
-                fsGroupChangePolicy: "OnRootMismatch",
-              },
-              containers: [container],
-              volumes: [
-                { name: "cloud-config", configMap: { name: APP_NAME, defaultMode: 0o640 } },
-                {
-                  name: "talos-secrets",
-                  secret: {
-                    secretName: TALOS_SECRET_NAME,
-                    defaultMode: 0o640,
-                    ...(talosRequired ? {} : { optional: true }),
-                  },
-                },
-              ],
-            },
+    { path: [...podPath, "volumes"], text: " Mode 0640: readable through the pod's fsGroup only." },
+    ...(at.talosRequired
+      ? []
+      : [
+          {
+            path: [...podPath, "volumes", 1, "secret", "optional"],
+            text: " CSR approval works without Talos API access (IP SANs are checked against Node status).",
           },
-        },
-      },
-      notes: [
-        {
-          path: [...containerPath, "args"],
-          text:
-            " No --use-service-account-credentials: this CCM acts with its own ServiceAccount only, so it\n" +
-            " needs no permission to mint tokens (the flag is still accepted). /metrics is not always\n" +
-            " allowed: scrapers authenticate with a token.",
-        },
-        {
-          path: [...containerPath, "env"],
-          text: " This node's apid and API server (Talos serves it on 6443 on every control-plane node).",
-        },
-        { path: [...podPath, "volumes"], text: " Mode 0640: readable through the pod's fsGroup only." },
-        ...(talosRequired
-          ? []
-          : [
-              {
-                path: [...podPath, "volumes", 1, "secret", "optional"],
-                text: " CSR approval works without Talos API access (IP SANs are checked against Node status).",
-              },
-            ]),
-      ],
-    },
+        ]),
   ];
+}
+
+function daemonSet(at: Install): Manifest {
+  return {
+    comment:
+      " One replica per control-plane node on the host network, talking to the API server and apid of\n" +
+      " its own node, so it works before any CNI is up; the replicas elect a leader.",
+    object: {
+      apiVersion: "apps/v1",
+      kind: "DaemonSet",
+      metadata: meta(at, APP_NAME, at.s.namespace),
+      spec: {
+        selector: { matchLabels: at.selector },
+        updateStrategy: { type: "RollingUpdate", rollingUpdate: { maxUnavailable: 1 } },
+        template: { metadata: { labels: at.labels }, spec: podSpec(at) },
+      },
+    },
+    notes: daemonSetNotes(at),
+  };
+}
+
+/**
+ * Every object of an installation, in apply order, with comments.
+ * @example manifests(defaultSettings("0.1.0")).map((m) => m.object.kind)
+ */
+export function manifests(s: ManifestSettings): Manifest[] {
+  const at = install(s);
+  return [...identityManifests(at), ...rbacManifests(at), metricsService(at), daemonSet(at)];
 }
 
 // ---------------------------------------------------------------------------------------------------
