@@ -68,27 +68,86 @@ function fatal(message: string, err?: unknown, fields?: Record<string, unknown>)
   process.exit(1);
 }
 
+/** What `run` needs to talk to the Kubernetes API, each client with a rate limiter of its own. */
+interface KubeClients {
+  /** The controllers' client. */
+  client: KubeClient;
+  /** Lease renewals; undefined when leader election is off. */
+  lease: KubeClient | undefined;
+  /** Credential reviews for the serving port; undefined when serving is off. */
+  reviews: { authentication: KubeClient; authorization: KubeClient } | undefined;
+}
+
 /**
- * Runs the controller manager until SIGTERM (exit 0) or lost leadership (exit 1).
+ * Runs the controller manager until SIGTERM (exit 0) or lost leadership (exit 1). Every input is
+ * validated before the cluster is touched.
  */
 export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   configureLogging({ format: opts.logging.format, verbosity: opts.logging.verbosity });
   log.info("Starting talos-cloud-controller-manager", { version, commit, bun: Bun.version });
   for (const w of warnings) log.warn(w);
   registerProcessMetrics(registry);
-  const enabled = [...opts.enabledControllers];
-  // Until there is something to clean up, a SIGTERM simply ends start-up, with 0 as after a clean stop
-  // (without a handler the runtime would die of the signal: exit 143).
-  let onSignal: (why: string) => void = (why) => {
+  const signals = trapSignals();
+  // The file's digest is taken before it is read for use: a change in between is then seen by the
+  // reload poller instead of being lost.
+  const configDigest = opts.cloudConfig ? fileDigest(opts.cloudConfig) : "";
+  const cloudConfig = loadCloudConfig(opts);
+  const enabled = enabledControllers(opts, cloudConfig);
+  const talos = await connectTalos(opts, enabled, cloudConfig);
+  const kube = kubeClients(opts);
+  const identity = `${hostname()}_${randomUUID()}`;
+  const nodes = nodeInformer(kube.client);
+  const elector = kube.lease ? leaderElector(kube.lease, opts, identity) : undefined;
+  const server = kube.reviews ? await serve(opts, kube.reviews, nodes) : undefined;
+  await logApiServer(kube.client);
+  nodes.start();
+  const config = new ConfigHolder(cloudConfig);
+  const manager = new Manager(enabled, {
+    options: opts,
+    client: kube.client,
+    nodes,
+    events: new EventRecorder(kube.client, { controller: PROGRAM_NAME, instance: identity }),
+    registry,
+    config,
+    talos,
+    identity,
+  });
+  const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config, configDigest);
+  manager.onStop(async () => {
+    stopCloudConfigWatch();
+    await elector?.release(LEASE_RELEASE_TIMEOUT_MS);
+  });
+  manager.onStopped(async () => {
+    await nodes.stop().catch(() => {});
+    await server?.stop().catch(() => {});
+  });
+  signals.handle((why) => void manager.shutdown(0, why));
+  if (!elector) return manager.launch();
+  elector.run({
+    onStartedLeading: (signal) => manager.launch(signal),
+    onStoppedLeading: (reason) => {
+      if (reason === "lost") void manager.shutdown(1, "leader election lost");
+    },
+    onNewLeader: (who) => log.info("New leader elected", { identity: who }),
+  });
+}
+
+/**
+ * Handles SIGTERM and SIGINT. Until `handle` is given something to run, a signal simply ends start-up
+ * with 0 as after a clean stop (without a handler the runtime would die of the signal: exit 143).
+ */
+function trapSignals(): { handle(onSignal: (why: string) => void): void } {
+  let onSignal = (why: string): void => {
     log.info("Shutting down", { reason: why });
     process.exit(0);
   };
   process.once("SIGTERM", () => onSignal("SIGTERM"));
   process.once("SIGINT", () => onSignal("SIGINT"));
+  return { handle: (f) => (onSignal = f) };
+}
 
-  // Every input is validated before the cluster is touched. The file's digest is taken before it is
-  // read for use: a change in between is then seen by the reload poller instead of being lost.
-  const configDigest = opts.cloudConfig ? fileDigest(opts.cloudConfig) : "";
+/** The cloud config from --cloud-config (empty without one), or exits naming every problem. */
+function loadCloudConfig(opts: RunOptions): CompiledConfig {
   let cloudConfig: CompiledConfig;
   try {
     cloudConfig = opts.cloudConfig ? loadConfig(opts.cloudConfig) : parseConfig("");
@@ -98,58 +157,74 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     fatal("Cannot load cloud config", err, { file: opts.cloudConfig });
   }
   logConfigWarnings(cloudConfig, opts.cloudConfig);
+  return cloudConfig;
+}
+
+/** The controllers to run: --controllers, plus node-csr-approval when the config file asks for it. */
+function enabledControllers(opts: RunOptions, cloudConfig: CompiledConfig): ControllerName[] {
+  const enabled = [...opts.enabledControllers];
   // Older reference releases switched CSR approval on from the config file; keep such files working.
   if (cloudConfig.global.approveNodeCSR && !enabled.includes(Controllers.nodeCsrApproval)) {
     enabled.push(Controllers.nodeCsrApproval);
     log.info("global.approveNodeCSR is set: enabling node-csr-approval (prefer --controllers)");
   }
   log.info("Controllers enabled", { controllers: enabled.join(",") || "(none)" });
-  const config = new ConfigHolder(cloudConfig);
+  return enabled;
+}
 
-  let talos: TalosClient | undefined;
+/**
+ * The Talos client, when an enabled controller uses one. Exits when a controller that cannot work
+ * without it has no usable talosconfig; node-csr-approval alone goes on without.
+ */
+async function connectTalos(
+  opts: RunOptions,
+  enabled: readonly ControllerName[],
+  cloudConfig: CompiledConfig,
+): Promise<TalosClient | undefined> {
   const talosRequired = needsTalos(enabled, opts);
-  if (talosRequired || enabled.includes(Controllers.nodeCsrApproval)) {
-    const t = await import("./talos.ts");
-    const loadOpts = {
-      ...(opts.talos.configPath ? { path: opts.talos.configPath } : {}),
-      // TALOS_ENDPOINTS wins over the config file's (older) global.endpoints, as in the reference.
-      env: {
-        ...process.env,
-        TALOS_ENDPOINTS:
-          (opts.talos.endpoints.length ? opts.talos.endpoints : cloudConfig.global.endpoints).join(",") ||
-          undefined,
-      },
-    };
-    try {
-      const talosConfig = loadTalosConfig(loadOpts);
-      talos = new t.TalosClient({ config: talosConfig, load: () => loadTalosConfig(loadOpts) });
-      talos.watchConfigFile();
-      log.info("Talos API configured", {
-        file: talosConfig.path,
-        endpoints: talosConfig.endpoints.map((e) => `${e.host}:${e.port}`).join(","),
-        roles: talosConfig.roles.join(","),
-      });
-    } catch (err) {
-      if (talosRequired) fatal((err as Error).message);
-      log.info("No usable talosconfig: node-csr-approval checks IP SANs against Node status only", {
-        reason: (err as Error).message,
-      });
-    }
+  if (!talosRequired && !enabled.includes(Controllers.nodeCsrApproval)) return undefined;
+  const t = await import("./talos.ts");
+  const loadOpts = {
+    ...(opts.talos.configPath ? { path: opts.talos.configPath } : {}),
+    // TALOS_ENDPOINTS wins over the config file's (older) global.endpoints, as in the reference.
+    env: {
+      ...process.env,
+      TALOS_ENDPOINTS:
+        (opts.talos.endpoints.length ? opts.talos.endpoints : cloudConfig.global.endpoints).join(",") ||
+        undefined,
+    },
+  };
+  try {
+    const talosConfig = loadTalosConfig(loadOpts);
+    const talos = new t.TalosClient({ config: talosConfig, load: () => loadTalosConfig(loadOpts) });
+    talos.watchConfigFile();
+    log.info("Talos API configured", {
+      file: talosConfig.path,
+      endpoints: talosConfig.endpoints.map((e) => `${e.host}:${e.port}`).join(","),
+      roles: talosConfig.roles.join(","),
+    });
+    return talos;
+  } catch (err) {
+    if (talosRequired) fatal((err as Error).message);
+    log.info("No usable talosconfig: node-csr-approval checks IP SANs against Node status only", {
+      reason: (err as Error).message,
+    });
+    return undefined;
   }
+}
 
-  let client: KubeClient;
-  let leaseClient: KubeClient | undefined;
-  let reviews: { authentication: KubeClient; authorization: KubeClient } | undefined;
+/** The Kubernetes clients from --kubeconfig/--master, or exits naming the problem. */
+function kubeClients(opts: RunOptions): KubeClients {
   try {
     const conn = loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master });
     const limits = { qps: opts.kubeApiQps, burst: opts.kubeApiBurst };
     const agent = `${PROGRAM_NAME}/${version}`;
-    client = new KubeClient(conn, { ...limits, userAgent: agent });
     // Lease renewals get a client (rate limiter and connections) of their own, as upstream's
     // "leader-election" client: queued behind a burst of controller writes and Events, a renewal
     // would miss its deadline and a busy leader would lose its lease.
-    if (opts.leaderElection.enabled)
-      leaseClient = new KubeClient(conn, { ...limits, userAgent: `${agent} leader-election` });
+    const lease = opts.leaderElection.enabled
+      ? new KubeClient(conn, { ...limits, userAgent: `${agent} leader-election` })
+      : undefined;
     // Credential reviews for /metrics come from anyone who can reach the port: they get clients of
     // their own so a flood of tokens cannot use up the controllers' rate limit.
     const reviewClient = (kubeconfig: string | undefined, what: string) =>
@@ -157,147 +232,151 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
         ...limits,
         userAgent: `${agent} ${what}`,
       });
-    if (opts.serving.securePort !== 0) {
-      const authentication = reviewClient(opts.serving.authenticationKubeconfig, "authentication");
-      reviews = {
-        authentication,
-        authorization:
-          opts.serving.authorizationKubeconfig === opts.serving.authenticationKubeconfig
-            ? authentication
-            : reviewClient(opts.serving.authorizationKubeconfig, "authorization"),
-      };
+    let reviews: KubeClients["reviews"];
+    const serving = opts.serving;
+    if (serving.securePort !== 0) {
+      const authentication = reviewClient(serving.authenticationKubeconfig, "authentication");
+      const authorization =
+        serving.authorizationKubeconfig === serving.authenticationKubeconfig
+          ? authentication
+          : reviewClient(serving.authorizationKubeconfig, "authorization");
+      reviews = { authentication, authorization };
     }
+    return { client: new KubeClient(conn, { ...limits, userAgent: agent }), lease, reviews };
   } catch (err) {
     fatal((err as Error).message);
   }
+}
 
-  const identity = `${hostname()}_${randomUUID()}`;
-  const events = new EventRecorder(client, { controller: PROGRAM_NAME, instance: identity });
-  const nodes = nodeInformer(client);
-  let elector: LeaderElector | undefined;
-  if (leaseClient) {
-    try {
-      elector = new LeaderElector(leaseClient, {
-        namespace: opts.leaderElection.resourceNamespace,
-        name: opts.leaderElection.resourceName,
-        identity,
-        leaseDurationMs: opts.leaderElection.leaseDurationMs,
-        renewDeadlineMs: opts.leaderElection.renewDeadlineMs,
-        retryPeriodMs: opts.leaderElection.retryPeriodMs,
-      });
-    } catch (err) {
-      fatal((err as Error).message);
-    }
-  }
-
-  let server: SecureServer | undefined;
-  // The review clients exist only when serving is on (--secure-port not 0).
-  if (reviews) {
-    try {
-      server = await startSecureServer({
-        bindAddress: opts.serving.bindAddress,
-        port: opts.serving.securePort,
-        certFile: opts.serving.tlsCertFile,
-        keyFile: opts.serving.tlsPrivateKeyFile,
-        alwaysAllowPaths: opts.serving.alwaysAllowPaths,
-        registry,
-        reviews,
-        cacheTtlMs: {
-          authentication: opts.serving.tokenReviewCacheTtlMs,
-          authorized: opts.serving.authorizedCacheTtlMs,
-          unauthorized: opts.serving.unauthorizedCacheTtlMs,
-        },
-        tlsMinVersion: opts.serving.tlsMinVersion,
-        livez: [{ name: "ping", check: () => undefined }],
-        readyz: [
-          { name: "ping", check: () => undefined },
-          { name: "informer-sync", check: () => (nodes.hasSynced ? undefined : "Node cache not synced yet") },
-        ],
-      });
-    } catch (err) {
-      fatal(`Cannot serve on ${opts.serving.bindAddress}:${opts.serving.securePort}`, err);
-    }
-  }
-
-  const version_ = await client.get<{ gitVersion: string }>("/version").catch((err) => {
-    log.error("Cannot reach the Kubernetes API server yet", err, { server: client.server });
-    return undefined;
-  });
-  if (version_)
-    log.info("Connected to the Kubernetes API server", {
-      server: client.server,
-      version: version_.gitVersion,
-    });
-  nodes.start();
-
-  const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config, configDigest);
-  const controllers = new AbortController();
-  const running: Promise<void>[] = [];
-  const startControllers = async (signal: AbortSignal) => {
-    await nodes.waitForSync();
-    const ctx: ControllerContext = {
-      options: opts,
-      client,
-      nodes,
-      events,
-      registry,
-      config,
-      talos,
+/** The leader elector for the Lease the flags name, or exits when the timings are inconsistent. */
+function leaderElector(client: KubeClient, opts: RunOptions, identity: string): LeaderElector {
+  try {
+    return new LeaderElector(client, {
+      namespace: opts.leaderElection.resourceNamespace,
+      name: opts.leaderElection.resourceName,
       identity,
-    };
-    for (const name of enabled) {
+      leaseDurationMs: opts.leaderElection.leaseDurationMs,
+      renewDeadlineMs: opts.leaderElection.renewDeadlineMs,
+      retryPeriodMs: opts.leaderElection.retryPeriodMs,
+    });
+  } catch (err) {
+    fatal((err as Error).message);
+  }
+}
+
+/** Serves health and metrics on --secure-port, or exits when it cannot. */
+async function serve(
+  opts: RunOptions,
+  reviews: NonNullable<KubeClients["reviews"]>,
+  nodes: ControllerContext["nodes"],
+): Promise<SecureServer> {
+  const serving = opts.serving;
+  try {
+    return await startSecureServer({
+      bindAddress: serving.bindAddress,
+      port: serving.securePort,
+      certFile: serving.tlsCertFile,
+      keyFile: serving.tlsPrivateKeyFile,
+      alwaysAllowPaths: serving.alwaysAllowPaths,
+      registry,
+      reviews,
+      cacheTtlMs: {
+        authentication: serving.tokenReviewCacheTtlMs,
+        authorized: serving.authorizedCacheTtlMs,
+        unauthorized: serving.unauthorizedCacheTtlMs,
+      },
+      tlsMinVersion: serving.tlsMinVersion,
+      livez: [{ name: "ping", check: () => undefined }],
+      readyz: [
+        { name: "ping", check: () => undefined },
+        { name: "informer-sync", check: () => (nodes.hasSynced ? undefined : "Node cache not synced yet") },
+      ],
+    });
+  } catch (err) {
+    fatal(`Cannot serve on ${serving.bindAddress}:${serving.securePort}`, err);
+  }
+}
+
+/** Logs the API server's version, or that it cannot be reached yet (the informer keeps trying). */
+async function logApiServer(client: KubeClient): Promise<void> {
+  try {
+    const v = await client.get<{ gitVersion: string }>("/version");
+    log.info("Connected to the Kubernetes API server", { server: client.server, version: v.gitVersion });
+  } catch (err) {
+    log.error("Cannot reach the Kubernetes API server yet", err, { server: client.server });
+  }
+}
+
+/**
+ * Starts the enabled controllers (once the Node cache has synced) and stops them: a controller that
+ * fails, like lost leadership, ends the process with 1; a signal with 0.
+ */
+class Manager {
+  readonly #enabled: readonly ControllerName[];
+  readonly #ctx: ControllerContext;
+  readonly #controllers = new AbortController();
+  readonly #running: Promise<void>[] = [];
+  #stopping: (() => Promise<void>)[] = [];
+  #stopped: (() => Promise<void>)[] = [];
+  #shuttingDown = false;
+
+  constructor(enabled: readonly ControllerName[], ctx: ControllerContext) {
+    this.#enabled = enabled;
+    this.#ctx = ctx;
+  }
+
+  /** Runs `f` when shutdown begins, before the controllers drain. */
+  onStop(f: () => Promise<void>): void {
+    this.#stopping.push(f);
+  }
+
+  /** Runs `f` after the controllers drained. */
+  onStopped(f: () => Promise<void>): void {
+    this.#stopped.push(f);
+  }
+
+  /**
+   * Starts the controllers until `signal` (or shutdown) aborts them. Loading a controller module can
+   * fail too (a broken build): that is fatal like a failing controller.
+   */
+  launch(signal?: AbortSignal): void {
+    const all = signal ? AbortSignal.any([signal, this.#controllers.signal]) : this.#controllers.signal;
+    this.#start(all).catch((err) => {
+      log.error("Cannot start the controllers", err);
+      void this.shutdown(1, `cannot start the controllers: ${(err as Error).message}`);
+    });
+  }
+
+  async #start(signal: AbortSignal): Promise<void> {
+    await this.#ctx.nodes.waitForSync();
+    for (const name of this.#enabled) {
       const start = await loadController(name);
       log.info("Starting controller", { controller: name });
-      running.push(
-        start(ctx, signal).catch((err) => {
+      this.#running.push(
+        start(this.#ctx, signal).catch((err) => {
           if (signal.aborted) return;
           // As upstream: a controller that cannot run is fatal, so the pod restarts visibly.
           log.error("Controller failed", err, { controller: name });
-          void shutdown(1, `controller ${name} failed: ${(err as Error).message}`);
+          void this.shutdown(1, `controller ${name} failed: ${(err as Error).message}`);
         }),
       );
     }
-  };
+  }
 
-  // Loading a controller module can fail too (a broken build): that is fatal like a failing controller.
-  const launch = (signal: AbortSignal) => {
-    startControllers(signal).catch((err) => {
-      log.error("Cannot start the controllers", err);
-      void shutdown(1, `cannot start the controllers: ${(err as Error).message}`);
-    });
-  };
-
-  let shuttingDown = false;
-  const shutdown = async (code: number, why: string) => {
-    if (shuttingDown) return;
-    shuttingDown = true;
+  /** Stops everything in order and exits with `code`; by SHUTDOWN_HARD_STOP_MS whatever still runs. */
+  async shutdown(code: number, why: string): Promise<void> {
+    if (this.#shuttingDown) return;
+    this.#shuttingDown = true;
     log.info("Shutting down", { reason: why });
     const hardStop = setTimeout(() => process.exit(code), SHUTDOWN_HARD_STOP_MS);
-    controllers.abort();
-    stopCloudConfigWatch();
-    await elector?.release(LEASE_RELEASE_TIMEOUT_MS);
-    await Promise.race([Promise.all(running), Bun.sleep(CONTROLLER_DRAIN_MS)]);
-    await nodes.stop().catch(() => {});
-    await server?.stop().catch(() => {});
-    talos?.close();
-    events.close();
+    this.#controllers.abort();
+    for (const f of this.#stopping) await f();
+    await Promise.race([Promise.all(this.#running), Bun.sleep(CONTROLLER_DRAIN_MS)]);
+    for (const f of this.#stopped) await f();
+    this.#ctx.talos?.close();
+    this.#ctx.events.close();
     clearTimeout(hardStop);
     process.exit(code);
-  };
-  onSignal = (why) => void shutdown(0, why);
-
-  if (elector) {
-    elector.run({
-      onStartedLeading: (signal) => {
-        launch(AbortSignal.any([signal, controllers.signal]));
-      },
-      onStoppedLeading: (reason) => {
-        if (reason === "lost") void shutdown(1, "leader election lost");
-      },
-      onNewLeader: (who) => log.info("New leader elected", { identity: who }),
-    });
-  } else {
-    launch(controllers.signal);
   }
 }
 
