@@ -254,6 +254,8 @@ interface WatchSession {
   channel: GrpcChannel | undefined;
   reconnecting: boolean;
   call: GrpcStream | undefined;
+  /** Leaves the generation the stream runs on; set while subscribed. */
+  leave: (() => void) | undefined;
 }
 
 /** Deadline and cancellation of one attempt. */
@@ -782,6 +784,7 @@ export class TalosClient {
       channel: undefined,
       reconnecting: false,
       call: undefined,
+      leave: undefined,
     };
     const onAbort = () => session.call?.cancel();
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -789,52 +792,10 @@ export class TalosClient {
     let failures = 0;
     try {
       while (!signal?.aborted && !this.#closed) {
-        let leave: (() => void) | undefined;
         try {
-          const release = await this.#sem.acquire(signal);
-          let call: GrpcStream;
-          let first: Uint8Array | undefined;
-          try {
-            const gen = await this.#currentGeneration();
-            leave = this.#enter(gen);
-            session.generation = gen;
-            session.reconnecting = false;
-            session.channel = this.#pick(gen);
-            call = session.channel.serverStream(PATHS.watch, request, { metadata: { node } });
-            session.call = call;
-            // The first response (empty from Talos) means the watch is established: free the slot.
-            first = await call.next();
-          } finally {
-            release();
-          }
+          const { call, first } = await this.#subscribe(session, node, request, signal);
           failures = 0;
-          const seen = known && new Set<string>();
-          for (let b = first; b !== undefined; b = await call.next()) {
-            let events: Array<TalosWatchEvent<ResourceData[K]>>;
-            try {
-              events = decodeWatchResponse(kind, b);
-            } catch (err) {
-              yield { type: "errored", error: (err as Error).message };
-              continue;
-            }
-            for (const ev of events) {
-              if (ev.type === "created" || ev.type === "updated") {
-                known?.set(ev.id, ev.resource);
-                seen?.add(ev.id);
-              } else if (ev.type === "destroyed") {
-                known?.delete(ev.id);
-              } else if (ev.type === "bootstrapped" && known && seen) {
-                for (const [gone, resource] of known) {
-                  if (seen.has(gone)) continue;
-                  known.delete(gone);
-                  yield { type: "destroyed", id: gone, resource };
-                }
-              } else if (ev.type === "errored") {
-                throw new TalosError("unavailable", `Cannot ${what}: ${ev.error}`, { retryable: true });
-              }
-              yield ev;
-            }
-          }
+          yield* watchEvents(kind, call, first, known, what);
           throw new TalosError("unavailable", `Cannot ${what}: stream ended`, { retryable: true });
         } catch (err) {
           if (signal?.aborted || this.#closed) return;
@@ -843,21 +804,98 @@ export class TalosClient {
           this.#errors.inc({ request: `watch_${kind}` });
           if (!e.retryable) throw e;
           if (failures++ === 0) yield { type: "errored", error: e.message };
-          log.v(2).info("Resubscribing Talos watch", { node, type, attempt: failures, err: e.message });
-          if (e.code === "unavailable" && session.channel)
-            await this.#maybeReloadAfterFailure(session.channel);
-          await sleep(backoffDelay(failures - 1, this.#watchBackoff, this.#random), signal).catch(
-            () => undefined,
-          );
+          await this.#resubscribeDelay(session, node, type, failures, e, signal);
         } finally {
           session.call?.cancel();
           session.call = undefined;
-          leave?.();
+          session.leave?.();
+          session.leave = undefined;
         }
       }
     } finally {
       signal?.removeEventListener("abort", onAbort);
       this.#watches.delete(session);
+    }
+  }
+
+  /**
+   * Opens the watch stream on the current generation's channel, holding a concurrency slot until the
+   * first response (empty from Talos) says the watch is established.
+   */
+  async #subscribe(
+    session: WatchSession,
+    node: string,
+    request: Uint8Array,
+    signal: AbortSignal | undefined,
+  ): Promise<{ call: GrpcStream; first: Uint8Array | undefined }> {
+    const release = await this.#sem.acquire(signal);
+    try {
+      const gen = await this.#currentGeneration();
+      session.leave = this.#enter(gen);
+      session.generation = gen;
+      session.reconnecting = false;
+      session.channel = this.#pick(gen);
+      const call = session.channel.serverStream(PATHS.watch, request, { metadata: { node } });
+      session.call = call;
+      return { call, first: await call.next() };
+    } finally {
+      release();
+    }
+  }
+
+  /** Waits out the backoff before a watch resubscribes, re-reading the talosconfig if it may help. */
+  async #resubscribeDelay(
+    session: WatchSession,
+    node: string,
+    type: string,
+    failures: number,
+    e: TalosError,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    log.v(2).info("Resubscribing Talos watch", { node, type, attempt: failures, err: e.message });
+    if (e.code === "unavailable" && session.channel) await this.#maybeReloadAfterFailure(session.channel);
+    await sleep(backoffDelay(failures - 1, this.#watchBackoff, this.#random), signal).catch(() => undefined);
+  }
+}
+
+/**
+ * The events of one watch stream, from its first response on. A list watch's `known` map gets what
+ * was delivered; at bootstrap, whatever it holds that the new stream did not list is reported
+ * destroyed (it vanished while the watch resubscribed). An `errored` event from Talos ends the stream
+ * as a retryable failure; a response that does not decode is reported and skipped.
+ */
+async function* watchEvents<K extends ResourceKind>(
+  kind: K,
+  call: GrpcStream,
+  first: Uint8Array | undefined,
+  known: Map<string, ResourceData[K]> | undefined,
+  what: string,
+): AsyncGenerator<TalosWatchEvent<ResourceData[K]>> {
+  const seen = known && new Set<string>();
+  for (let b = first; b !== undefined; b = await call.next()) {
+    let events: Array<TalosWatchEvent<ResourceData[K]>>;
+    try {
+      events = decodeWatchResponse(kind, b);
+    } catch (err) {
+      yield { type: "errored", error: (err as Error).message };
+      continue;
+    }
+    for (const ev of events) {
+      if (ev.type === "created" || ev.type === "updated") {
+        known?.set(ev.id, ev.resource);
+        seen?.add(ev.id);
+      } else if (ev.type === "destroyed") {
+        known?.delete(ev.id);
+      } else if (ev.type === "bootstrapped" && known && seen) {
+        for (const [gone, resource] of known) {
+          if (seen.has(gone)) continue;
+          known.delete(gone);
+          yield { type: "destroyed", id: gone, resource };
+        }
+      } else if (ev.type === "errored") {
+        throw new TalosError("unavailable", `Cannot ${what}: ${ev.error}`, { retryable: true });
+      }
+      yield ev;
     }
   }
 }
