@@ -142,6 +142,8 @@ interface Decision {
 
 /** Reviews in flight at most; beyond, requests are answered 429 rather than queued without bound. */
 const MAX_REVIEWS_IN_FLIGHT = 16;
+/** How often the serving certificate and key files are checked for a change. */
+const CERT_RELOAD_MS = 10_000;
 /** Cached decisions at most per cache (oldest evicted first). */
 const MAX_CACHED_DECISIONS = 4096;
 
@@ -290,103 +292,138 @@ export async function startSecureServer(opts: ServeOptions): Promise<SecureServe
   const delegator = opts.reviews ? new Delegator(opts.reviews, opts.cacheTtlMs) : undefined;
   const handle = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
-    const path = url.pathname;
-    if (!pathAllowed(path, opts.alwaysAllowPaths)) {
-      const auth = req.headers.get("authorization") ?? "";
-      const token = auth.match(/^Bearer\s+(\S+)$/i)?.[1];
-      if (!token || !delegator) return new Response("Unauthorized\n", { status: 401 });
-      try {
-        const who = await delegator.authenticate(token);
-        if (!who) return TOO_MANY();
-        if (!who.ok || !who.user) return new Response("Unauthorized\n", { status: 401 });
-        const allowed = await delegator.authorize(who.user, path);
-        if (allowed === undefined) return TOO_MANY();
-        if (!allowed) {
-          log.v(2).info("Forbidden", { user: who.user.username, path });
-          return new Response(`Forbidden: user "${who.user.username}" cannot get path "${path}"\n`, {
-            status: 403,
-          });
-        }
-      } catch (err) {
-        log.error("Cannot check the request's credentials", err, { path });
-        return new Response("Internal Server Error: cannot check credentials\n", { status: 500 });
-      }
-    }
-    const verbose = url.searchParams.has("verbose");
-    switch (path) {
-      case "/healthz":
-      case "/livez":
-        return healthResponse(opts.livez, verbose);
-      case "/readyz":
-        return healthResponse(opts.readyz, verbose);
-      case "/metrics":
-        return new Response(opts.registry.expose(), {
-          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
-        });
-      default:
-        return new Response("404 page not found\n", { status: 404 });
-    }
+    const denied = await checkAccess(req, url.pathname, opts, delegator);
+    return denied ?? route(url, opts);
   };
-
-  const readFiles = (): ServingCert => ({
-    cert: readFileSync(opts.certFile as string, "utf8"),
-    key: readFileSync(opts.keyFile as string, "utf8"),
-  });
   const fromFiles = Boolean(opts.certFile && opts.keyFile);
-  let tls = fromFiles
-    ? readFiles()
-    : selfSignedCertificate(
-        [...new Set(["localhost", "127.0.0.1", hostname(), opts.bindAddress])].filter(
-          (h) => h && h !== "0.0.0.0" && h !== "::",
-        ),
-      );
+  const tls = fromFiles ? readServingFiles(opts) : selfSignedCertificate(servingNames(opts.bindAddress));
   const secureOptions = secureOptionsFor(opts.tlsMinVersion);
   const withMin = (cert: ServingCert) => (secureOptions === undefined ? cert : { ...cert, secureOptions });
-  let server = Bun.serve({ ...listenOptions(opts, handle), port: opts.port, tls: withMin(tls) });
-  const port = server.port as number;
+  const listening = {
+    tls,
+    server: Bun.serve({ ...listenOptions(opts, handle), port: opts.port, tls: withMin(tls) }),
+  };
+  const port = listening.server.port as number;
   log.info("Serving securely", { address: `${opts.bindAddress}:${port}`, selfSigned: !fromFiles });
-
-  let timer: ReturnType<typeof setInterval> | undefined;
-  if (fromFiles) {
-    const stamp = () => {
-      try {
-        const a = statSync(opts.certFile as string);
-        const b = statSync(opts.keyFile as string);
-        return `${a.mtimeMs}:${a.size}:${b.mtimeMs}:${b.size}`;
-      } catch {
-        return "";
-      }
-    };
-    let last = stamp();
-    timer = setInterval(() => {
-      const now = stamp();
-      if (!now || now === last) return;
-      last = now;
-      try {
-        const next = readFiles();
-        if (next.cert === tls.cert && next.key === tls.key) return;
-        // Bind the new certificate first (SO_REUSEPORT), then let the old listener drain.
-        const replacement = Bun.serve({ ...listenOptions(opts, handle), port, tls: withMin(next) });
-        const old = server;
-        server = replacement;
-        tls = next;
-        void old.stop(false);
-        log.info("Reloaded serving certificate", { certFile: opts.certFile });
-      } catch (err) {
-        log.error("Cannot reload serving certificate, keeping the current one", err, {
-          certFile: opts.certFile,
-        });
-      }
-    }, opts.certReloadMs ?? 10_000);
-    (timer as { unref?: () => void }).unref?.();
-  }
+  // Bind the new certificate first (SO_REUSEPORT), then let the old listener drain.
+  const rebind = (next: ServingCert) => {
+    const old = listening.server;
+    listening.server = Bun.serve({ ...listenOptions(opts, handle), port, tls: withMin(next) });
+    listening.tls = next;
+    void old.stop(false);
+  };
+  const timer = fromFiles ? watchServingFiles(opts, () => listening.tls, rebind) : undefined;
   return {
     port,
     async stop() {
       if (timer) clearInterval(timer);
-      await server.stop(true);
+      await listening.server.stop(true);
     },
   };
+}
+
+/**
+ * Authenticates and authorizes a request for a path that is not always allowed, by TokenReview and
+ * SubjectAccessReview; undefined when it may go on, else the refusal.
+ */
+async function checkAccess(
+  req: Request,
+  path: string,
+  opts: ServeOptions,
+  delegator: Delegator | undefined,
+): Promise<Response | undefined> {
+  if (pathAllowed(path, opts.alwaysAllowPaths)) return undefined;
+  const auth = req.headers.get("authorization") ?? "";
+  const token = auth.match(/^Bearer\s+(\S+)$/i)?.[1];
+  if (!token || !delegator) return new Response("Unauthorized\n", { status: 401 });
+  try {
+    const who = await delegator.authenticate(token);
+    if (!who) return TOO_MANY();
+    if (!who.ok || !who.user) return new Response("Unauthorized\n", { status: 401 });
+    const allowed = await delegator.authorize(who.user, path);
+    if (allowed === undefined) return TOO_MANY();
+    if (allowed) return undefined;
+    log.v(2).info("Forbidden", { user: who.user.username, path });
+    return new Response(`Forbidden: user "${who.user.username}" cannot get path "${path}"\n`, {
+      status: 403,
+    });
+  } catch (err) {
+    log.error("Cannot check the request's credentials", err, { path });
+    return new Response("Internal Server Error: cannot check credentials\n", { status: 500 });
+  }
+}
+
+/** Answers an admitted request: health checks, metrics, or 404. */
+function route(url: URL, opts: ServeOptions): Response {
+  const verbose = url.searchParams.has("verbose");
+  switch (url.pathname) {
+    case "/healthz":
+    case "/livez":
+      return healthResponse(opts.livez, verbose);
+    case "/readyz":
+      return healthResponse(opts.readyz, verbose);
+    case "/metrics":
+      return new Response(opts.registry.expose(), {
+        headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+      });
+    default:
+      return new Response("404 page not found\n", { status: 404 });
+  }
+}
+
+/** The names a self-signed serving certificate holds: loopback, the host name and the bind address. */
+function servingNames(bindAddress: string): string[] {
+  return [...new Set(["localhost", "127.0.0.1", hostname(), bindAddress])].filter(
+    (h) => h && h !== "0.0.0.0" && h !== "::",
+  );
+}
+
+function readServingFiles(opts: ServeOptions): ServingCert {
+  return {
+    cert: readFileSync(opts.certFile as string, "utf8"),
+    key: readFileSync(opts.keyFile as string, "utf8"),
+  };
+}
+
+/** Size and modification time of the certificate and key files; "" when either cannot be read. */
+function servingFilesStamp(opts: ServeOptions): string {
+  try {
+    const a = statSync(opts.certFile as string);
+    const b = statSync(opts.keyFile as string);
+    return `${a.mtimeMs}:${a.size}:${b.mtimeMs}:${b.size}`;
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Checks the certificate and key files every `certReloadMs` and hands a changed pair to `rebind`;
+ * a pair that cannot be read or bound is logged and the current one kept.
+ */
+function watchServingFiles(
+  opts: ServeOptions,
+  current: () => ServingCert,
+  rebind: (next: ServingCert) => void,
+): ReturnType<typeof setInterval> {
+  let last = servingFilesStamp(opts);
+  const timer = setInterval(() => {
+    const now = servingFilesStamp(opts);
+    if (!now || now === last) return;
+    last = now;
+    try {
+      const next = readServingFiles(opts);
+      const tls = current();
+      if (next.cert === tls.cert && next.key === tls.key) return;
+      rebind(next);
+      log.info("Reloaded serving certificate", { certFile: opts.certFile });
+    } catch (err) {
+      log.error("Cannot reload serving certificate, keeping the current one", err, {
+        certFile: opts.certFile,
+      });
+    }
+  }, opts.certReloadMs ?? CERT_RELOAD_MS);
+  (timer as { unref?: () => void }).unref?.();
+  return timer;
 }
 
 function listenOptions(opts: ServeOptions, handle: (req: Request) => Promise<Response>) {
