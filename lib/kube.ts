@@ -74,12 +74,39 @@ function fromFileOrData(base: string, file: unknown, data: unknown, what: string
  * @throws KubeConfigError naming the file and what is wrong with it.
  */
 export function kubeconfigFromFile(path: string, context?: string): KubeConnection {
+  const doc = readKubeconfig(path);
+  const fail = (why: string) => new KubeConfigError(`Cannot load kubeconfig ${path}: ${why}`);
+  const find = <T>(list: unknown, key: "cluster" | "user" | "context", name: string): T | undefined => {
+    if (!Array.isArray(list)) return undefined;
+    const item = (list as RawNamed<T>[]).find((x) => x?.name === name);
+    return item?.[key];
+  };
+  const ctxName = context ?? str(doc["current-context"]);
+  if (!ctxName) throw fail("no current-context");
+  const ctx = find<Dict>(doc.contexts, "context", ctxName);
+  if (!ctx) throw fail(`context "${ctxName}" not found`);
+  const clusterName = str(ctx.cluster) ?? "";
+  const cluster = find<Dict>(doc.clusters, "cluster", clusterName);
+  if (!cluster) throw fail(`cluster "${clusterName}" not found`);
+  const user = find<Dict>(doc.users, "user", str(ctx.user) ?? "") ?? {};
+  const server = str(cluster.server);
+  if (!server) throw fail(`cluster "${clusterName}" has no server`);
+  const base = dirname(path);
+  return {
+    server: server.replace(/\/+$/, ""),
+    ...clusterTls(base, cluster),
+    ...clientCertificate(base, user, fail),
+    auth: userAuth(base, user, { kind: "plugin", kubeconfigPath: path, context: ctxName }),
+  };
+}
+
+/** The kubeconfig file as YAML. Its errors name the line, never quote the file (keys and tokens). */
+function readKubeconfig(path: string): Dict {
   let text = "";
-  let doc: Dict;
   try {
     text = readFileSync(path, "utf8");
     // Not yaml's pretty errors: their code frame quotes the file, which holds keys and tokens.
-    doc = (parseYaml(text, { prettyErrors: false }) ?? {}) as Dict;
+    return (parseYaml(text, { prettyErrors: false }) ?? {}) as Dict;
   } catch (cause) {
     const pos = (cause as { pos?: [number, number] }).pos;
     const line = pos ? ` (line ${text.slice(0, pos[0]).split("\n").length})` : "";
@@ -87,35 +114,33 @@ export function kubeconfigFromFile(path: string, context?: string): KubeConnecti
       cause,
     });
   }
-  const find = <T>(list: unknown, key: "cluster" | "user" | "context", name: string): T | undefined => {
-    if (!Array.isArray(list)) return undefined;
-    const item = (list as RawNamed<T>[]).find((x) => x?.name === name);
-    return item?.[key];
-  };
-  const ctxName = context ?? str(doc["current-context"]);
-  if (!ctxName) throw new KubeConfigError(`Cannot load kubeconfig ${path}: no current-context`);
-  const ctx = find<Dict>(doc.contexts, "context", ctxName);
-  if (!ctx) throw new KubeConfigError(`Cannot load kubeconfig ${path}: context "${ctxName}" not found`);
-  const clusterName = str(ctx.cluster) ?? "";
-  const cluster = find<Dict>(doc.clusters, "cluster", clusterName);
-  if (!cluster)
-    throw new KubeConfigError(`Cannot load kubeconfig ${path}: cluster "${clusterName}" not found`);
-  const user = find<Dict>(doc.users, "user", str(ctx.user) ?? "") ?? {};
-  const server = str(cluster.server);
-  if (!server)
-    throw new KubeConfigError(`Cannot load kubeconfig ${path}: cluster "${clusterName}" has no server`);
-  const base = dirname(path);
-  const conn: KubeConnection = { server: server.replace(/\/+$/, ""), auth: { kind: "none" } };
+}
+
+/** How a kubeconfig cluster's server is verified: CA, skip-verify, server name. */
+function clusterTls(
+  base: string,
+  cluster: Dict,
+): Pick<KubeConnection, "ca" | "insecureSkipVerify" | "serverName"> {
+  const out: Pick<KubeConnection, "ca" | "insecureSkipVerify" | "serverName"> = {};
   const ca = fromFileOrData(
     base,
     cluster["certificate-authority"],
     cluster["certificate-authority-data"],
     "CA",
   );
-  if (ca) conn.ca = ca;
-  if (cluster["insecure-skip-tls-verify"] === true) conn.insecureSkipVerify = true;
+  if (ca) out.ca = ca;
+  if (cluster["insecure-skip-tls-verify"] === true) out.insecureSkipVerify = true;
   const serverName = str(cluster["tls-server-name"]);
-  if (serverName) conn.serverName = serverName;
+  if (serverName) out.serverName = serverName;
+  return out;
+}
+
+/** A kubeconfig user's client certificate and key: both or neither. */
+function clientCertificate(
+  base: string,
+  user: Dict,
+  fail: (why: string) => Error,
+): Pick<KubeConnection, "cert" | "key"> {
   const cert = fromFileOrData(
     base,
     user["client-certificate"],
@@ -123,28 +148,25 @@ export function kubeconfigFromFile(path: string, context?: string): KubeConnecti
     "client certificate",
   );
   const key = fromFileOrData(base, user["client-key"], user["client-key-data"], "client key");
-  if (cert) conn.cert = cert;
-  if (key) conn.key = key;
-  if (Boolean(cert) !== Boolean(key)) {
-    throw new KubeConfigError(
-      `Cannot load kubeconfig ${path}: user needs both client-certificate and client-key`,
-    );
-  }
+  if (Boolean(cert) !== Boolean(key)) throw fail("user needs both client-certificate and client-key");
+  return cert && key ? { cert, key } : {};
+}
+
+/**
+ * How a kubeconfig user authenticates besides a client certificate, in the order client-go tries:
+ * token, token file, an exec or auth-provider plugin, basic credentials; else none.
+ */
+function userAuth(base: string, user: Dict, plugin: KubeConnection["auth"]): KubeConnection["auth"] {
   const token = str(user.token);
   const tokenFile = str(user.tokenFile);
-  if (token) conn.auth = { kind: "token", token };
-  else if (tokenFile)
-    conn.auth = { kind: "tokenFile", path: isAbsolute(tokenFile) ? tokenFile : join(base, tokenFile) };
-  else if (user.exec || user["auth-provider"])
-    conn.auth = { kind: "plugin", kubeconfigPath: path, context: ctxName };
-  else if (str(user.username) && str(user.password)) {
-    conn.auth = {
-      kind: "basic",
-      username: str(user.username) as string,
-      password: str(user.password) as string,
-    };
-  }
-  return conn;
+  const username = str(user.username);
+  const password = str(user.password);
+  if (token) return { kind: "token", token };
+  if (tokenFile)
+    return { kind: "tokenFile", path: isAbsolute(tokenFile) ? tokenFile : join(base, tokenFile) };
+  if (user.exec || user["auth-provider"]) return plugin;
+  if (username && password) return { kind: "basic", username, password };
+  return { kind: "none" };
 }
 
 /**
