@@ -568,67 +568,11 @@ function compileRule(raw: RawRule, index: number, c: Compiler): CompiledRule {
  * @example parseConfig("global:\n  preferIPv6: true\n").global.preferIPv6 // true
  */
 export function parseConfig(text: string): CompiledConfig {
-  const lines = new LineCounter();
-  const errors: ConfigIssue[] = [];
-  const warnings: ConfigIssue[] = [];
-  const lineOf = new Map<string, number>();
-  let first: FirstDocument;
-  try {
-    first = parseFirstDocument(text, lines);
-  } catch (err) {
-    if (err instanceof ConfigLimitError) throw new ConfigError([err.issue]);
-    throw err;
-  }
-  const { doc } = first;
-
-  let plain: Plain = null;
-  if (doc) {
-    for (const e of doc.errors)
-      errors.push({ path: "", line: lines.linePos(e.pos[0]).line, message: e.message });
-    for (const w of doc.warnings)
-      warnings.push({ path: "", line: lines.linePos(w.pos[0]).line, message: w.message });
-    if (first.more > 0) {
-      warnings.push({
-        path: "",
-        ...(first.moreOffset === undefined ? {} : { line: lines.linePos(first.moreOffset).line }),
-        message: `only the first YAML document is read; ${first.more} more ignored`,
-      });
-    }
-    if (errors.length > 0) throw new ConfigError(byLine(errors), byLine(warnings));
-    const walk: Walk = {
-      lines,
-      lineOf,
-      budget: MAX_YAML_NODES,
-      open: new Set(),
-      anchors: resolveAliases(doc),
-      aliasDepth: 0,
-      errors,
-    };
-    try {
-      plain = toPlain(doc.contents, walk, []);
-    } catch (err) {
-      if (!(err instanceof TooLargeError)) throw err;
-      throw new ConfigError([
-        { path: "", message: `document has more than ${MAX_YAML_NODES} nodes after alias expansion` },
-      ]);
-    }
-  }
-
-  const issue = (path: Path, message: string): ConfigIssue => {
-    for (let n = path.length; n >= 0; n--) {
-      const line = lineOf.get(formatPath(path.slice(0, n)));
-      if (line !== undefined) return { path: formatPath(path), line, message };
-    }
-    return { path: formatPath(path), message };
-  };
-  const c: Compiler = {
-    error: (path, message) => errors.push(issue(path, message)),
-    warn: (path, message) => warnings.push(issue(path, message)),
-    budget: new CompileBudget(),
-  };
-
-  reportUnknownKeys(ConfigSchema as unknown as SchemaShape, plain, [], c);
-  const parsed = v.safeParse(ConfigSchema, plain, { abortEarly: false });
+  const doc = plainDocument(text);
+  const { errors, warnings } = doc;
+  const c = compilerFor(doc);
+  reportUnknownKeys(ConfigSchema as unknown as SchemaShape, doc.plain, [], c);
+  const parsed = v.safeParse(ConfigSchema, doc.plain, { abortEarly: false });
   if (!parsed.success) {
     for (const i of parsed.issues) c.error(i.path?.map((p) => p.key as string | number) ?? [], i.message);
     throw new ConfigError(byLine(errors), byLine(warnings));
@@ -643,6 +587,79 @@ export function parseConfig(text: string): CompiledConfig {
   const transformations = raw.transformations.map((rule, i) => compileRule(rule, i, c));
   if (errors.length > 0) throw new ConfigError(byLine(errors), byLine(warnings));
   return { global: raw.global, transformations, warnings: byLine(warnings) };
+}
+
+/** A cloud-config document as plain data, the line of each path, and the issues found so far. */
+interface PlainDocument {
+  plain: Plain;
+  /** The line of each formatted path. */
+  lineOf: Map<string, number>;
+  errors: ConfigIssue[];
+  warnings: ConfigIssue[];
+}
+
+/**
+ * The first YAML document of `text` as plain data, aliases expanded within the node budget.
+ * @throws {ConfigError} on YAML errors, a file over the limits, or too many nodes.
+ */
+function plainDocument(text: string): PlainDocument {
+  const lines = new LineCounter();
+  const out: PlainDocument = { plain: null, lineOf: new Map(), errors: [], warnings: [] };
+  let first: FirstDocument;
+  try {
+    first = parseFirstDocument(text, lines);
+  } catch (err) {
+    if (err instanceof ConfigLimitError) throw new ConfigError([err.issue]);
+    throw err;
+  }
+  const { doc } = first;
+  if (!doc) return out;
+  for (const e of doc.errors)
+    out.errors.push({ path: "", line: lines.linePos(e.pos[0]).line, message: e.message });
+  for (const w of doc.warnings)
+    out.warnings.push({ path: "", line: lines.linePos(w.pos[0]).line, message: w.message });
+  if (first.more > 0) {
+    out.warnings.push({
+      path: "",
+      ...(first.moreOffset === undefined ? {} : { line: lines.linePos(first.moreOffset).line }),
+      message: `only the first YAML document is read; ${first.more} more ignored`,
+    });
+  }
+  if (out.errors.length > 0) throw new ConfigError(byLine(out.errors), byLine(out.warnings));
+  const walk: Walk = {
+    lines,
+    lineOf: out.lineOf,
+    budget: MAX_YAML_NODES,
+    open: new Set(),
+    anchors: resolveAliases(doc),
+    aliasDepth: 0,
+    errors: out.errors,
+  };
+  try {
+    out.plain = toPlain(doc.contents, walk, []);
+  } catch (err) {
+    if (!(err instanceof TooLargeError)) throw err;
+    throw new ConfigError([
+      { path: "", message: `document has more than ${MAX_YAML_NODES} nodes after alias expansion` },
+    ]);
+  }
+  return out;
+}
+
+/** A Compiler that files each issue under its path with the line of the nearest path that has one. */
+function compilerFor(doc: PlainDocument): Compiler {
+  const issue = (path: Path, message: string): ConfigIssue => {
+    for (let n = path.length; n >= 0; n--) {
+      const line = doc.lineOf.get(formatPath(path.slice(0, n)));
+      if (line !== undefined) return { path: formatPath(path), line, message };
+    }
+    return { path: formatPath(path), message };
+  };
+  return {
+    error: (path, message) => doc.errors.push(issue(path, message)),
+    warn: (path, message) => doc.warnings.push(issue(path, message)),
+    budget: new CompileBudget(),
+  };
 }
 
 /**
