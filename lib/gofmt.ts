@@ -417,50 +417,64 @@ function parseNum(s: string, i: number): { num: number; ok: boolean; next: numbe
  * @example sprintf("%05.1f|%-4s|%x", [3.14159, "ab", 255n]) // "003.1|ab  |ff"
  */
 export function sprintf(format: string, args: unknown[]): string {
-  const p = new Printer();
-  let argNum = 0;
-  let reordered = false;
-  let goodArgNum = true;
-  const argNumber = (i: number): { i: number; found: boolean } => {
-    if (format[i] !== "[") return { i, found: false };
-    reordered = true;
-    const close = format.indexOf("]", i + 1);
-    if (format.length - i < 3 || close < 0) {
-      goodArgNum = false;
-      return { i: i + 1, found: false };
+  return new Sprintf(format, args).run();
+}
+
+/** One run of fmt.Sprintf: the scan position in the format and the argument state of Go's pp. */
+class Sprintf {
+  readonly #p = new Printer();
+  readonly #format: string;
+  readonly #args: unknown[];
+  /** The position in the format. */
+  #i = 0;
+  #argNum = 0;
+  #reordered = false;
+  #goodArgNum = true;
+
+  constructor(format: string, args: unknown[]) {
+    this.#format = format;
+    this.#args = args;
+  }
+
+  run(): string {
+    const format = this.#format;
+    while (this.#i < format.length) {
+      this.#goodArgNum = true;
+      const pct = format.indexOf("%", this.#i);
+      if (pct < 0) {
+        this.#p.out.write(format.slice(this.#i));
+        break;
+      }
+      this.#p.out.write(format.slice(this.#i, pct));
+      this.#i = pct + 1;
+      if (!this.#directive()) break;
     }
-    const n = parseNum(format, i + 1);
-    if (!n.ok || n.next !== close) {
-      goodArgNum = false;
-      return { i: close + 1, found: false };
-    }
-    if (n.num - 1 >= 0 && n.num - 1 < args.length) {
-      argNum = n.num - 1;
-      return { i: close + 1, found: true };
-    }
-    goodArgNum = false;
-    return { i: close + 1, found: true };
-  };
-  const intArg = (): number | undefined => {
-    if (argNum >= args.length) return undefined;
-    const v = args[argNum++];
-    if (typeof v !== "bigint" || v > 1_000_000n || v < -1_000_000n) return undefined;
-    return Number(v);
-  };
-  let i = 0;
-  while (i < format.length) {
-    goodArgNum = true;
-    const pct = format.indexOf("%", i);
-    if (pct < 0) {
-      p.out.write(format.slice(i));
-      break;
-    }
-    p.out.write(format.slice(i, pct));
-    i = pct + 1;
+    if (!this.#reordered && this.#argNum < this.#args.length) this.#extra();
+    return this.#p.out.text;
+  }
+
+  /** Prints one `%` directive; false when the format ended before its verb. */
+  #directive(): boolean {
     const f: FmtFlags = { ...NO_FLAGS };
-    p.flags = f;
-    for (; i < format.length; i++) {
-      const c = format[i];
+    this.#p.flags = f;
+    this.#flags(f);
+    let afterIndex = this.#width(f, this.#argNumber());
+    if (this.#i + 1 < this.#format.length && this.#format[this.#i] === ".")
+      afterIndex = this.#precision(f, afterIndex);
+    if (!afterIndex) this.#argNumber();
+    if (this.#i >= this.#format.length) {
+      this.#p.out.write("%!(NOVERB)");
+      return false;
+    }
+    const verb = String.fromCodePoint(this.#format.codePointAt(this.#i) as number);
+    this.#i += verb.length;
+    this.#verb(f, verb);
+    return true;
+  }
+
+  #flags(f: FmtFlags): void {
+    for (; this.#i < this.#format.length; this.#i++) {
+      const c = this.#format[this.#i];
       if (c === "#") f.sharp = true;
       else if (c === "0") f.zero = !f.minus;
       else if (c === "+") f.plus = true;
@@ -468,15 +482,16 @@ export function sprintf(format: string, args: unknown[]): string {
         f.minus = true;
         f.zero = false;
       } else if (c === " ") f.space = true;
-      else break;
+      else return;
     }
-    let idx = argNumber(i);
-    i = idx.i;
-    let afterIndex = idx.found;
-    if (format[i] === "*") {
-      i++;
-      const w = intArg();
-      if (w === undefined) p.out.write("%!(BADWIDTH)");
+  }
+
+  /** Reads a width (digits or `*`); returns whether an argument index still applies to the verb. */
+  #width(f: FmtFlags, afterIndex: boolean): boolean {
+    if (this.#format[this.#i] === "*") {
+      this.#i++;
+      const w = this.#intArg();
+      if (w === undefined) this.#p.out.write("%!(BADWIDTH)");
       else {
         f.width = Math.abs(w);
         if (w < 0) {
@@ -484,44 +499,38 @@ export function sprintf(format: string, args: unknown[]): string {
           f.zero = false;
         }
       }
-      afterIndex = false;
-    } else {
-      const n = parseNum(format, i);
-      if (n.ok) f.width = n.num;
-      i = n.next;
-      if (afterIndex && n.ok) goodArgNum = false;
+      return false;
     }
-    if (i + 1 < format.length && format[i] === ".") {
-      i++;
-      if (afterIndex) goodArgNum = false;
-      idx = argNumber(i);
-      i = idx.i;
-      afterIndex = idx.found;
-      if (format[i] === "*") {
-        i++;
-        const prec = intArg();
-        if (prec === undefined || prec < 0) p.out.write("%!(BADPREC)");
-        else f.prec = prec;
-        afterIndex = false;
-      } else {
-        const n = parseNum(format, i);
-        f.prec = n.ok ? n.num : 0;
-        i = n.next;
-      }
+    const n = parseNum(this.#format, this.#i);
+    if (n.ok) f.width = n.num;
+    this.#i = n.next;
+    if (afterIndex && n.ok) this.#goodArgNum = false;
+    return afterIndex;
+  }
+
+  /** Reads `.` and a precision (digits, `*` or `[n]*`); returns whether an argument index applies. */
+  #precision(f: FmtFlags, afterIndex: boolean): boolean {
+    this.#i++;
+    if (afterIndex) this.#goodArgNum = false;
+    const found = this.#argNumber();
+    if (this.#format[this.#i] === "*") {
+      this.#i++;
+      const prec = this.#intArg();
+      if (prec === undefined || prec < 0) this.#p.out.write("%!(BADPREC)");
+      else f.prec = prec;
+      return false;
     }
-    if (!afterIndex) {
-      idx = argNumber(i);
-      i = idx.i;
-    }
-    if (i >= format.length) {
-      p.out.write("%!(NOVERB)");
-      break;
-    }
-    const verb = String.fromCodePoint(format.codePointAt(i) as number);
-    i += verb.length;
-    if (verb === "%") p.out.write("%");
-    else if (!goodArgNum) p.out.write(`%!${verb}(BADINDEX)`);
-    else if (argNum >= args.length) p.out.write(`%!${verb}(MISSING)`);
+    const n = parseNum(this.#format, this.#i);
+    f.prec = n.ok ? n.num : 0;
+    this.#i = n.next;
+    return found;
+  }
+
+  #verb(f: FmtFlags, verb: string): void {
+    const out = this.#p.out;
+    if (verb === "%") out.write("%");
+    else if (!this.#goodArgNum) out.write(`%!${verb}(BADINDEX)`);
+    else if (this.#argNum >= this.#args.length) out.write(`%!${verb}(MISSING)`);
     else {
       if (verb === "v") {
         f.sharpV = f.sharp;
@@ -529,17 +538,50 @@ export function sprintf(format: string, args: unknown[]): string {
         f.plusV = f.plus;
         f.plus = false;
       }
-      p.printArg(args[argNum++], verb);
+      this.#p.printArg(this.#args[this.#argNum++], verb);
     }
   }
-  if (!reordered && argNum < args.length) {
+
+  /** Reads an `[n]` argument index at the position; returns whether one was found. */
+  #argNumber(): boolean {
+    const format = this.#format;
+    const i = this.#i;
+    if (format[i] !== "[") return false;
+    this.#reordered = true;
+    const close = format.indexOf("]", i + 1);
+    if (format.length - i < 3 || close < 0) {
+      this.#goodArgNum = false;
+      this.#i = i + 1;
+      return false;
+    }
+    this.#i = close + 1;
+    const n = parseNum(format, i + 1);
+    if (!n.ok || n.next !== close) {
+      this.#goodArgNum = false;
+      return false;
+    }
+    if (n.num - 1 >= 0 && n.num - 1 < this.#args.length) this.#argNum = n.num - 1;
+    else this.#goodArgNum = false;
+    return true;
+  }
+
+  /** The next argument as a `*` width or precision: an int within ±10^6, else undefined. */
+  #intArg(): number | undefined {
+    if (this.#argNum >= this.#args.length) return undefined;
+    const v = this.#args[this.#argNum++];
+    if (typeof v !== "bigint" || v > 1_000_000n || v < -1_000_000n) return undefined;
+    return Number(v);
+  }
+
+  /** Go's `%!(EXTRA type=value, …)` for arguments no verb used. */
+  #extra(): void {
+    const p = this.#p;
     p.flags = { ...NO_FLAGS };
     p.out.write("%!(EXTRA ");
-    args.slice(argNum).forEach((arg, j) => {
+    this.#args.slice(this.#argNum).forEach((arg, j) => {
       if (j > 0) p.out.write(", ");
       p.printTyped(arg);
     });
     p.out.write(")");
   }
-  return p.out.text;
 }
