@@ -290,78 +290,105 @@ function decodeDocument(contents: unknown, r: Reader): DocResult | undefined {
     r.error([], contents, `expected a talosctl resource or a spec mapping, got ${describeNode(contents)}`);
     return undefined;
   }
-  const line = r.lineOf(contents);
   const top = new Map(pairs(contents, [], r).map(([k, keyNode, value]) => [k, { keyNode, value }]));
-  if (!top.has("spec") && !top.has("metadata")) {
-    const kind = kindByKeys(contents);
-    if (kind === undefined) {
-      r.error([], contents, "neither a talosctl resource nor a PlatformMetadata or SystemInformation spec");
-      return undefined;
-    }
-    if (kind === "mixed") {
-      r.error(
-        [],
-        contents,
-        "a bare spec holds keys of both PlatformMetadata and SystemInformation: put them in two documents",
-      );
-      return undefined;
-    }
-    return { kind, ...(line === undefined ? {} : { line }), ...decodeSpec(kind, contents, [], r) };
-  }
+  return !top.has("spec") && !top.has("metadata")
+    ? decodeBareSpec(contents, r)
+    : decodeResource(contents, top, r);
+}
 
+/** A document that is a spec alone, its kind told by its keys. */
+function decodeBareSpec(contents: YAMLMap, r: Reader): DocResult | undefined {
+  const line = r.lineOf(contents);
+  const kind = kindByKeys(contents);
+  if (kind === undefined) {
+    r.error([], contents, "neither a talosctl resource nor a PlatformMetadata or SystemInformation spec");
+    return undefined;
+  }
+  if (kind === "mixed") {
+    r.error(
+      [],
+      contents,
+      "a bare spec holds keys of both PlatformMetadata and SystemInformation: put them in two documents",
+    );
+    return undefined;
+  }
+  return { kind, ...(line === undefined ? {} : { line }), ...decodeSpec(kind, contents, [], r) };
+}
+
+/** A talosctl resource: `node`, `metadata` (its `type` says the kind) and `spec`. */
+function decodeResource(
+  contents: YAMLMap,
+  top: Map<string, { keyNode: unknown; value: unknown }>,
+  r: Reader,
+): DocResult | undefined {
   for (const [key, { keyNode }] of top) {
     if (!RESOURCE_KEYS.includes(key)) r.warn([key], keyNode, unknownKey(key, RESOURCE_KEYS));
   }
   const node = scalarText(top.get("node")?.value, ["node"], r);
-  let type: string | undefined;
-  let typeNode: unknown;
-  const meta = top.get("metadata")?.value;
-  if (isMap(meta)) {
-    for (const [key, keyNode, value] of pairs(meta, ["metadata"], r)) {
-      if (key === "type") {
-        type = scalarText(value, ["metadata", "type"], r);
-        typeNode = value;
-      } else if (!METADATA_KEYS.includes(key))
-        r.warn(["metadata", key], keyNode, unknownKey(key, METADATA_KEYS));
-    }
-  } else if (meta !== undefined && meta !== null) {
-    r.error(["metadata"], meta, `expected a mapping, got ${describeNode(meta)}`);
-  }
+  const type = metadataType(top.get("metadata")?.value, r);
   const spec = top.get("spec")?.value;
   if (!isMap(spec)) {
     r.error(["spec"], spec ?? contents, `expected a mapping, got ${describeNode(spec)}`);
     return undefined;
   }
-  let kind: Kind | undefined;
-  if (type === undefined || type === "") {
-    const byKeys = kindByKeys(spec);
-    kind = byKeys === "mixed" ? undefined : byKeys;
-    if (kind === undefined) {
-      r.error(
-        ["spec"],
-        spec,
-        "cannot tell the resource type: no metadata.type, and the spec keys do not say",
-      );
-      return undefined;
-    }
-  } else {
-    kind = TYPES[type];
-    if (kind === undefined) {
-      const known = Object.keys(TYPES).join(" or ");
-      r.warn(
-        ["metadata", "type"],
-        typeNode,
-        `document of type ${JSON.stringify(type)} ignored: validate reads ${known}`,
-      );
-      return undefined;
-    }
-  }
+  const kind = resourceKind(type, spec, r);
+  if (kind === undefined) return undefined;
+  const line = r.lineOf(contents);
   return {
     kind,
     ...(node === undefined || node === "" ? {} : { node }),
     ...(line === undefined ? {} : { line }),
     ...decodeSpec(kind, spec, ["spec"], r),
   };
+}
+
+/** A resource's `metadata.type` and the node holding it; other metadata keys are checked by name. */
+function metadataType(meta: unknown, r: Reader): { type: string | undefined; node: unknown } {
+  const out: { type: string | undefined; node: unknown } = { type: undefined, node: undefined };
+  if (isMap(meta)) {
+    for (const [key, keyNode, value] of pairs(meta, ["metadata"], r)) {
+      if (key === "type") {
+        out.type = scalarText(value, ["metadata", "type"], r);
+        out.node = value;
+      } else if (!METADATA_KEYS.includes(key))
+        r.warn(["metadata", key], keyNode, unknownKey(key, METADATA_KEYS));
+    }
+  } else if (meta !== undefined && meta !== null) {
+    r.error(["metadata"], meta, `expected a mapping, got ${describeNode(meta)}`);
+  }
+  return out;
+}
+
+/**
+ * The kind of a resource: by its `metadata.type`, or by its spec's keys without one. An unknown type
+ * is a warning and the document is skipped; a spec that does not say is an error.
+ */
+function resourceKind(
+  type: { type: string | undefined; node: unknown },
+  spec: YAMLMap,
+  r: Reader,
+): Kind | undefined {
+  if (type.type === undefined || type.type === "") {
+    const byKeys = kindByKeys(spec);
+    const kind = byKeys === "mixed" ? undefined : byKeys;
+    if (kind === undefined)
+      r.error(
+        ["spec"],
+        spec,
+        "cannot tell the resource type: no metadata.type, and the spec keys do not say",
+      );
+    return kind;
+  }
+  const kind = TYPES[type.type];
+  if (kind === undefined) {
+    const known = Object.keys(TYPES).join(" or ");
+    r.warn(
+      ["metadata", "type"],
+      type.node,
+      `document of type ${JSON.stringify(type.type)} ignored: validate reads ${known}`,
+    );
+  }
+  return kind;
 }
 
 /**
