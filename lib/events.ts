@@ -36,18 +36,152 @@ export interface EventRecorderOptions {
   now?: () => number;
 }
 
-interface Entry {
+/** A remembered event: the Event object written for it and its series so far. */
+export interface SeriesEntry {
+  /** The Event object's name and namespace. */
   name: string;
   namespace: string;
+  /** Occurrences in the series (1 for the Event itself). */
   count: number;
   firstMs: number;
   lastMs: number;
+  /** When the Event or its series was last written. */
   lastWriteMs: number;
+  /** The scheduled series update, if any. */
   pending?: ReturnType<typeof setTimeout>;
 }
 
-function truncate(s: string, n: number): string {
+// Pure decisions (no I/O; the clock and randomness are arguments): the recorder below asks these
+// and writes what they build.
+
+/** `s` cut to at most `n` UTF-16 code units, the cut marked by a trailing "...". */
+export function truncate(s: string, n: number): string {
   return s.length <= n ? s : `${s.slice(0, n - 3)}...`;
+}
+
+/** The namespace an Event about `target` lives in: the target's own, else {@link EVENTS_NAMESPACE}. */
+export function eventNamespace(target: EventTarget): string {
+  return target.namespace ?? EVENTS_NAMESPACE;
+}
+
+/**
+ * What makes two events the same, so that the second joins the first one's series: the target
+ * (kind, namespace, name, uid) and the type, reason, action and note, all of them.
+ */
+export function eventKey(
+  target: EventTarget,
+  type: EventType,
+  reason: string,
+  action: string,
+  note: string,
+): string {
+  const id = [target.kind, eventNamespace(target), target.name, target.uid ?? ""];
+  return [...id, type, reason, action, note].join("\u0000");
+}
+
+/**
+ * A fresh Event name: the target's name, then `now` and a random 16-bit suffix in hex, so that
+ * events about one object at the same millisecond differ. `random` is in [0, 1).
+ */
+export function eventName(targetName: string, now: number, random: () => number = Math.random): string {
+  return `${targetName}.${now.toString(16)}${Math.floor(random() * 0xffff).toString(16)}`;
+}
+
+/** The Event's `regarding` reference: apiVersion defaults to "v1"; uid and namespace only when known. */
+export function regardingOf(target: EventTarget): Record<string, string> {
+  const regarding: Record<string, string> = {
+    kind: target.kind,
+    name: target.name,
+    apiVersion: target.apiVersion ?? "v1",
+  };
+  if (target.uid) regarding.uid = target.uid;
+  if (target.namespace) regarding.namespace = target.namespace;
+  return regarding;
+}
+
+/** What one new Event says, besides where it goes. */
+export interface EventFacts {
+  target: EventTarget;
+  type: EventType;
+  reason: string;
+  action: string;
+  note: string;
+}
+
+/**
+ * The events.k8s.io/v1 Event created for `facts` at `now`, reported by `controller` from
+ * `instance` (cut to the API's 128 characters).
+ */
+export function eventBody(
+  name: string,
+  now: number,
+  reporter: { controller: string; instance: string },
+  facts: EventFacts,
+) {
+  return {
+    apiVersion: "events.k8s.io/v1",
+    kind: "Event",
+    metadata: { name, namespace: eventNamespace(facts.target) },
+    eventTime: microTime(now),
+    reportingController: reporter.controller,
+    reportingInstance: truncate(reporter.instance, 128),
+    action: facts.action,
+    reason: facts.reason,
+    note: facts.note,
+    type: facts.type,
+    regarding: regardingOf(facts.target),
+  };
+}
+
+/**
+ * Counts a repeat at `now` into the entry under `key` when it was last seen within `windowMs`,
+ * moving it to the most recently used end of `entries`; returns it, or undefined when a new Event
+ * is due instead.
+ */
+export function foldRepeat(
+  entries: Map<string, SeriesEntry>,
+  key: string,
+  now: number,
+  windowMs: number,
+): SeriesEntry | undefined {
+  const existing = entries.get(key);
+  if (!existing || now - existing.lastMs >= windowMs) return undefined;
+  existing.count++;
+  existing.lastMs = now;
+  entries.delete(key);
+  entries.set(key, existing);
+  return existing;
+}
+
+/**
+ * Remembers `entry` under `key` (a replaced key keeps its place) and drops the least recently used
+ * entries beyond `maxEntries`; returns the dropped ones, whose pending updates the caller cancels.
+ */
+export function remember(
+  entries: Map<string, SeriesEntry>,
+  key: string,
+  entry: SeriesEntry,
+  maxEntries: number,
+): SeriesEntry[] {
+  entries.set(key, entry);
+  const dropped: SeriesEntry[] = [];
+  while (entries.size > maxEntries) {
+    const oldest = entries.keys().next().value as string;
+    const e = entries.get(oldest);
+    if (e) dropped.push(e);
+    entries.delete(oldest);
+  }
+  return dropped;
+}
+
+/** How long to wait before writing a series last written at `lastWriteMs`: none once `updateMs` passed. */
+export function seriesDelayMs(lastWriteMs: number, updateMs: number, now: number): number {
+  return Math.max(0, lastWriteMs + updateMs - now);
+}
+
+/** The merge patch that brings an Event's series up to `entry`. */
+export function seriesPatch(entry: Pick<SeriesEntry, "count" | "lastMs">) {
+  return { series: { count: entry.count, lastObservedTime: microTime(entry.lastMs) } };
 }
 
 /** Records Events; one per process, shared by the controllers. */
@@ -55,7 +189,7 @@ export class EventRecorder {
   readonly #client: KubeClient;
   readonly #opts: Required<Omit<EventRecorderOptions, "now">>;
   readonly #now: () => number;
-  readonly #entries = new Map<string, Entry>();
+  readonly #entries = new Map<string, SeriesEntry>();
 
   constructor(client: KubeClient, opts: EventRecorderOptions) {
     this.#client = client;
@@ -82,61 +216,33 @@ export class EventRecorder {
     note: string,
   ): Promise<void> {
     const now = this.#now();
-    const namespace = target.namespace ?? EVENTS_NAMESPACE;
-    const key = [target.kind, namespace, target.name, target.uid ?? "", type, reason, action, note].join(
-      "\u0000",
-    );
-    const existing = this.#entries.get(key);
-    if (existing && now - existing.lastMs < this.#opts.seriesWindowMs) {
-      existing.count++;
-      existing.lastMs = now;
-      // Refresh recency for the LRU bound.
-      this.#entries.delete(key);
-      this.#entries.set(key, existing);
+    const key = eventKey(target, type, reason, action, note);
+    const existing = foldRepeat(this.#entries, key, now, this.#opts.seriesWindowMs);
+    if (existing) {
       this.#scheduleSeries(existing);
       return;
     }
-    const name = `${target.name}.${now.toString(16)}${Math.floor(Math.random() * 0xffff).toString(16)}`;
-    const regarding: Record<string, string> = {
-      kind: target.kind,
-      name: target.name,
-      apiVersion: target.apiVersion ?? "v1",
-    };
-    if (target.uid) regarding.uid = target.uid;
-    if (target.namespace) regarding.namespace = target.namespace;
-    const entry: Entry = { name, namespace, count: 1, firstMs: now, lastMs: now, lastWriteMs: now };
-    this.#entries.set(key, entry);
-    while (this.#entries.size > this.#opts.maxEntries) {
-      const oldest = this.#entries.keys().next().value as string;
-      const e = this.#entries.get(oldest);
-      if (e?.pending) clearTimeout(e.pending);
-      this.#entries.delete(oldest);
-    }
-    await this.#client.create(`/apis/events.k8s.io/v1/namespaces/${namespace}/events`, {
-      apiVersion: "events.k8s.io/v1",
-      kind: "Event",
-      metadata: { name, namespace },
-      eventTime: microTime(now),
-      reportingController: this.#opts.controller,
-      reportingInstance: truncate(this.#opts.instance, 128),
-      action,
-      reason,
-      note,
-      type,
-      regarding,
-    });
+    const name = eventName(target.name, now);
+    const namespace = eventNamespace(target);
+    const entry: SeriesEntry = { name, namespace, count: 1, firstMs: now, lastMs: now, lastWriteMs: now };
+    for (const e of remember(this.#entries, key, entry, this.#opts.maxEntries))
+      if (e.pending) clearTimeout(e.pending);
+    await this.#client.create(
+      `/apis/events.k8s.io/v1/namespaces/${namespace}/events`,
+      eventBody(name, now, this.#opts, { target, type, reason, action, note }),
+    );
   }
 
-  #scheduleSeries(entry: Entry): void {
+  #scheduleSeries(entry: SeriesEntry): void {
     if (entry.pending) return;
-    const wait = Math.max(0, entry.lastWriteMs + this.#opts.seriesUpdateMs - this.#now());
+    const wait = seriesDelayMs(entry.lastWriteMs, this.#opts.seriesUpdateMs, this.#now());
     entry.pending = setTimeout(() => {
       entry.pending = undefined as never;
       entry.lastWriteMs = this.#now();
       void this.#client
         .patch(
           `/apis/events.k8s.io/v1/namespaces/${entry.namespace}/events/${entry.name}`,
-          { series: { count: entry.count, lastObservedTime: microTime(entry.lastMs) } },
+          seriesPatch(entry),
           PATCH.merge,
         )
         .catch((err) =>

@@ -10,7 +10,9 @@ import { registry as defaultRegistry, type Registry } from "./metrics.ts";
 const log = logger("leader-election");
 
 /** A Lease as it travels on the wire (times are RFC 3339 strings with microseconds). */
-interface Lease {
+export interface Lease {
+  apiVersion?: string;
+  kind?: string;
   metadata?: { name?: string; namespace?: string; resourceVersion?: string };
   spec?: {
     holderIdentity?: string;
@@ -43,12 +45,25 @@ export interface LeaderCallbacks {
   onNewLeader?(identity: string): void;
 }
 
-const jitter = (ms: number) => ms * (1 + Math.random() * 0.2);
+// Pure decisions (no I/O, no clock of their own): the elector below reads the Lease, asks these,
+// and writes what they build.
 
-/** Checks leader-election timings the way client-go's NewLeaderElector does. */
-function validateTimings(
+/**
+ * The wait before the next acquire attempt: the retry period plus up to 20 % jitter, so that
+ * standbys do not ask in step. `random` is in [0, 1).
+ */
+export function retryDelayMs(retryPeriodMs: number, random: () => number = Math.random): number {
+  return retryPeriodMs * (1 + random() * 0.2);
+}
+
+/**
+ * Checks leader-election timings the way client-go's NewLeaderElector does: the lease outlasts the
+ * renew deadline, which outlasts 1.2 retry periods, which are positive.
+ * @throws {Error} naming the flag that is out of bounds.
+ */
+export function validateTimings(
   o: Pick<LeaderElectionOptions, "leaseDurationMs" | "renewDeadlineMs" | "retryPeriodMs">,
-) {
+): void {
   if (o.leaseDurationMs <= o.renewDeadlineMs) {
     throw new Error(
       "Cannot elect a leader: --leader-elect-lease-duration must be greater than --leader-elect-renew-deadline",
@@ -63,13 +78,132 @@ function validateTimings(
     throw new Error("Cannot elect a leader: --leader-elect-retry-period must be positive");
 }
 
+/** The spec fields every acquire or renew attempt writes. */
+export interface LeaseClaim {
+  holderIdentity: string;
+  leaseDurationSeconds: number;
+  renewTime: string;
+}
+
+/** The claim of `identity` at `now` (ms since the epoch): the duration in whole seconds, at least 1. */
+export function leaseClaim(identity: string, leaseDurationMs: number, now: number): LeaseClaim {
+  return {
+    holderIdentity: identity,
+    leaseDurationSeconds: Math.max(1, Math.round(leaseDurationMs / 1000)),
+    renewTime: microTime(now),
+  };
+}
+
+/** The Lease created when none exists: held by the claimant since `now`, no transitions yet. */
+export function newLease(namespace: string, name: string, claim: LeaseClaim, now: number): Lease {
+  return {
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: { name, namespace },
+    spec: { ...claim, acquireTime: microTime(now), leaseTransitions: 0 },
+  };
+}
+
+/**
+ * Whether `identity` may write the lease now: it has no holder, is already ours, or its holder has
+ * not renewed it for the lease duration since this replica saw it change (`observedAt`, on this
+ * replica's own clock, never the renewTime written by another machine's clock).
+ */
+export function mayAcquire(
+  holder: string,
+  identity: string,
+  observedAt: number,
+  leaseDurationMs: number,
+  now: number,
+): boolean {
+  return !holder || holder === identity || observedAt + leaseDurationMs <= now;
+}
+
+/**
+ * The existing `lease` with the claim written over it: a renewal keeps its acquireTime and
+ * transition count; a takeover starts acquireTime at `now` and counts one more transition.
+ */
+export function claimedLease(lease: Lease, claim: LeaseClaim, now: number): Lease {
+  const renewing = lease.spec?.holderIdentity === claim.holderIdentity;
+  return {
+    ...lease,
+    spec: {
+      ...lease.spec,
+      ...claim,
+      acquireTime: renewing ? (lease.spec?.acquireTime ?? microTime(now)) : microTime(now),
+      leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (renewing ? 0 : 1),
+    },
+  };
+}
+
+/** The `lease` a leader gives up at `now`: no holder and a 1 s duration, so a standby takes over at once. */
+export function releasedLease(lease: Lease, now: number): Lease {
+  return {
+    ...lease,
+    spec: {
+      ...lease.spec,
+      holderIdentity: "",
+      leaseDurationSeconds: 1,
+      renewTime: microTime(now),
+      acquireTime: microTime(now),
+    },
+  };
+}
+
+/** What a replica remembers of the Lease it last read or wrote. */
+export interface LeaseObservation {
+  holder: string;
+  renewTime: string;
+  resourceVersion: string;
+}
+
+/** The observation of `lease` (missing fields read as empty). */
+export function observeLease(lease: Lease): LeaseObservation {
+  return {
+    holder: lease.spec?.holderIdentity ?? "",
+    renewTime: String(lease.spec?.renewTime ?? ""),
+    resourceVersion: lease.metadata?.resourceVersion ?? "",
+  };
+}
+
+/**
+ * Whether `next` shows the lease renewed or changed hands since `prev` (or first seen): then its
+ * expiry is counted again from this replica's now. A new resourceVersion alone does not count.
+ */
+export function leaseRenewed(prev: LeaseObservation | undefined, next: LeaseObservation): boolean {
+  return !prev || prev.holder !== next.holder || prev.renewTime !== next.renewTime;
+}
+
+/**
+ * How long a renewal started at `started` may take: what is left of the renew deadline since the
+ * last successful renewal (`lastRenew`), so that a hanging attempt ends before a standby may take over.
+ */
+export function renewTimeoutMs(renewDeadlineMs: number, lastRenew: number, started: number): number {
+  return renewDeadlineMs - (started - lastRenew);
+}
+
+/**
+ * Whether a leader whose renewal just failed has lost: the renew deadline has passed since its
+ * last successful renewal, or the lease was last seen held by someone else (`observedHolder`,
+ * undefined when it was never read).
+ */
+export function leadershipLost(
+  now: number,
+  lastRenew: number,
+  renewDeadlineMs: number,
+  observedHolder: string | undefined,
+  identity: string,
+): boolean {
+  return now - lastRenew >= renewDeadlineMs || (observedHolder !== undefined && observedHolder !== identity);
+}
+
 /** Runs the election for one replica. */
 export class LeaderElector {
   readonly #client: KubeClient;
   readonly #o: LeaderElectionOptions;
   readonly #now: () => number;
   readonly #status;
-  #observed?: { holder: string; renewTime: string; resourceVersion: string };
+  #observed?: LeaseObservation;
   #observedAt = 0;
   #lease?: Lease;
   #leading = false;
@@ -126,7 +260,7 @@ export class LeaderElector {
       if (holder && holder !== lastHolder && holder !== this.#o.identity) cb.onNewLeader?.(holder);
       lastHolder = holder;
       if (ok) break;
-      await this.#sleep(jitter(this.#o.retryPeriodMs));
+      await this.#sleep(retryDelayMs(this.#o.retryPeriodMs));
     }
     if (this.#stopped) return;
     this.#leading = true;
@@ -145,21 +279,18 @@ export class LeaderElector {
       // (a dead connection, a stalled API server) is abandoned in time to stop leading before a
       // standby may take over.
       const started = this.#now();
-      const ok = await this.#tryAcquireOrRenew(this.#o.renewDeadlineMs - (started - lastRenew)).catch(
-        (err) => {
-          log.v(2).info("Cannot renew the lease", { err: (err as Error).message });
-          return false;
-        },
-      );
+      const timeoutMs = renewTimeoutMs(this.#o.renewDeadlineMs, lastRenew, started);
+      const ok = await this.#tryAcquireOrRenew(timeoutMs).catch((err) => {
+        log.v(2).info("Cannot renew the lease", { err: (err as Error).message });
+        return false;
+      });
       if (ok) {
         // The renewal holds from when it was sent (its renewTime), not from when it was answered.
         lastRenew = started;
         continue;
       }
-      if (
-        this.#now() - lastRenew >= this.#o.renewDeadlineMs ||
-        (this.#observed && this.#observed.holder !== this.#o.identity)
-      ) {
+      const { renewDeadlineMs, identity } = this.#o;
+      if (leadershipLost(this.#now(), lastRenew, renewDeadlineMs, this.#observed?.holder, identity)) {
         this.#leading = false;
         this.#status.set({ name: this.#o.name }, 0);
         log.error("Leader election lost", undefined, { lease: `${this.#o.namespace}/${this.#o.name}` });
@@ -174,27 +305,15 @@ export class LeaderElector {
   async #tryAcquireOrRenew(timeoutMs: number): Promise<boolean> {
     const signal = AbortSignal.timeout(Math.max(1, timeoutMs));
     const now = this.#now();
-    const spec = {
-      holderIdentity: this.#o.identity,
-      leaseDurationSeconds: Math.max(1, Math.round(this.#o.leaseDurationMs / 1000)),
-      renewTime: microTime(now),
-    };
+    const claim = leaseClaim(this.#o.identity, this.#o.leaseDurationMs, now);
     let lease: Lease;
     try {
       lease = await this.#client.get<Lease>(`${this.#path}/${this.#o.name}`, { signal });
     } catch (err) {
       if (!isNotFound(err)) throw err;
       try {
-        this.#lease = await this.#client.create<Lease>(
-          this.#path,
-          {
-            apiVersion: "coordination.k8s.io/v1",
-            kind: "Lease",
-            metadata: { name: this.#o.name, namespace: this.#o.namespace },
-            spec: { ...spec, acquireTime: microTime(now), leaseTransitions: 0 },
-          },
-          { signal },
-        );
+        const created = newLease(this.#o.namespace, this.#o.name, claim, now);
+        this.#lease = await this.#client.create<Lease>(this.#path, created, { signal });
       } catch (e) {
         if (isConflict(e)) return false;
         throw e;
@@ -204,17 +323,8 @@ export class LeaderElector {
     }
     this.#observe(lease, now);
     const holder = lease.spec?.holderIdentity ?? "";
-    const iHold = holder === this.#o.identity;
-    if (holder && !iHold && this.#observedAt + this.#o.leaseDurationMs > now) return false;
-    const next: Lease = {
-      ...lease,
-      spec: {
-        ...lease.spec,
-        ...spec,
-        acquireTime: iHold ? (lease.spec?.acquireTime ?? microTime(now)) : microTime(now),
-        leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (iHold ? 0 : 1),
-      },
-    };
+    if (!mayAcquire(holder, this.#o.identity, this.#observedAt, this.#o.leaseDurationMs, now)) return false;
+    const next = claimedLease(lease, claim, now);
     try {
       this.#lease = await this.#client.update<Lease>(`${this.#path}/${this.#o.name}`, next, { signal });
     } catch (err) {
@@ -226,13 +336,8 @@ export class LeaderElector {
   }
 
   #observe(lease: Lease, now: number): void {
-    const rec = {
-      holder: lease.spec?.holderIdentity ?? "",
-      renewTime: String(lease.spec?.renewTime ?? ""),
-      resourceVersion: lease.metadata?.resourceVersion ?? "",
-    };
-    const o = this.#observed;
-    if (!o || o.holder !== rec.holder || o.renewTime !== rec.renewTime) this.#observedAt = now;
+    const rec = observeLease(lease);
+    if (leaseRenewed(this.#observed, rec)) this.#observedAt = now;
     this.#observed = rec;
   }
 
@@ -249,17 +354,7 @@ export class LeaderElector {
     this.#leadership?.abort();
     if (wasLeading) this.#cb?.onStoppedLeading("released");
     if (!wasLeading || !this.#lease) return;
-    const now = this.#now();
-    const released: Lease = {
-      ...this.#lease,
-      spec: {
-        ...this.#lease.spec,
-        holderIdentity: "",
-        leaseDurationSeconds: 1,
-        renewTime: microTime(now),
-        acquireTime: microTime(now),
-      },
-    };
+    const released = releasedLease(this.#lease, this.#now());
     const timeout = AbortSignal.timeout(timeoutMs);
     await this.#client
       .update(`${this.#path}/${this.#o.name}`, released, { signal: timeout })

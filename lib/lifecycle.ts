@@ -339,6 +339,14 @@ export interface LifecycleControllerOptions {
   workers: number;
   /** Clock (ms since the epoch); tests inject one. */
   now?: () => number;
+  /** Calls `fn` every `ms` until the returned stop function is called (default: setInterval). */
+  every?: (fn: () => void, ms: number) => () => void;
+}
+
+/** {@link LifecycleControllerOptions.every} on the real timers. */
+function everyInterval(fn: () => void, ms: number): () => void {
+  const timer = setInterval(fn, ms);
+  return () => clearInterval(timer);
 }
 
 interface ProbeEntry {
@@ -404,9 +412,9 @@ export class LifecycleController {
       }
       for (const uid of this.#probes.keys()) if (!uids.has(uid)) this.#probes.delete(uid);
     };
-    const timer = setInterval(scan, this.#opts.periodMs);
+    const stopScans = (this.#opts.every ?? everyInterval)(scan, this.#opts.periodMs);
     const stop = () => {
-      clearInterval(timer);
+      stopScans();
       queue.shutDown();
     };
     if (signal.aborted) stop();

@@ -186,6 +186,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
   const csrs = new FakeCache<LeanCsr>();
   const nodes = new FakeCache<LeanNode>();
   const writes: Write[] = [];
+  const writeWaiters: Array<(w: Write) => void> = [];
   const events: Array<{ name: string; type: string; reason: string; note: string }> = [];
   const talos = new FakeTalos();
   talos.machines.set("10.0.0.1", {
@@ -206,6 +207,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
         const w = { path, body: body as V1CertificateSigningRequest };
         opts.update?.(w);
         writes.push(w);
+        for (const resolve of writeWaiters.splice(0)) resolve(w);
         return body as T;
       },
     },
@@ -235,6 +237,8 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
     setNow: (t: number) => {
       now = t;
     },
+    /** Resolves with the next /approval write (call before the change that causes it). */
+    nextWrite: () => new Promise<Write>((resolve) => writeWaiters.push(resolve)),
     /** Reconciles everything queued, as the workers would. */
     async drain(): Promise<Array<{ name: string; result: unknown }>> {
       const out: Array<{ name: string; result: unknown }> = [];
@@ -734,8 +738,10 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
     const stop = new AbortController();
     const running = f.approver.run(stop.signal);
-    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
-    for (let i = 0; i < 100 && f.writes.length === 0; i++) await Bun.sleep(10);
+    const pem = await pemA();
+    const written = f.nextWrite();
+    f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
+    await written;
     expect(f.writes).toHaveLength(1);
     stop.abort();
     await running;
@@ -748,8 +754,10 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-b", ["10.0.0.2"]));
     const stop = new AbortController();
     const running = f.approver.run(stop.signal);
-    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.2"] }))));
-    for (let i = 0; i < 100 && f.writes.length === 0; i++) await Bun.sleep(10);
+    const pem = await pemA({ ips: ["10.0.0.1", "10.0.0.2"] });
+    const written = f.nextWrite();
+    f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
+    await written;
     stop.abort();
     await running;
     expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({

@@ -962,13 +962,14 @@ describe("LifecycleController", () => {
   });
 
   test("run() scans at once, then every period, and resolves when aborted", async () => {
-    const listed: number[] = [];
+    let listed = 0;
+    const ticker = { fn: undefined as (() => void) | undefined, ms: 0, stopped: false };
     const controller = new LifecycleController({
       client: {} as never,
       nodes: {
         get: () => undefined,
         list: () => {
-          listed.push(Date.now());
+          listed++;
           return [];
         },
       },
@@ -978,15 +979,23 @@ describe("LifecycleController", () => {
       registry: new Registry(),
       periodMs: 20,
       workers: 2,
+      every: (fn, ms) => {
+        Object.assign(ticker, { fn, ms });
+        return () => {
+          ticker.stopped = true;
+        };
+      },
     });
     const abort = new AbortController();
     const done = controller.run(abort.signal);
-    expect(listed).toHaveLength(1);
-    while (listed.length < 3) await Bun.sleep(5);
+    expect(listed).toBe(1);
+    expect(ticker.ms).toBe(20);
+    ticker.fn?.();
+    ticker.fn?.();
+    expect(listed).toBe(3);
+    expect(ticker.stopped).toBe(false);
     abort.abort();
     await done;
-    const after = listed.length;
-    await Bun.sleep(60);
-    expect(listed.length).toBe(after);
+    expect(ticker.stopped).toBe(true);
   });
 });

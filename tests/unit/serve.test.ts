@@ -31,9 +31,19 @@ class ScriptedReviews {
   readonly calls: Array<{ path: string; body: unknown }> = [];
   hold = false;
   readonly #held: Array<() => void> = [];
+  readonly #counting: Array<{ n: number; resolve: () => void }> = [];
   constructor(readonly answer: (path: string, body: unknown) => unknown) {}
+  /** Resolves once `n` calls have been made. */
+  called(n: number): Promise<void> {
+    if (this.calls.length >= n) return Promise.resolve();
+    return new Promise((resolve) => this.#counting.push({ n, resolve }));
+  }
   async create<T>(path: string, body: unknown): Promise<T> {
     this.calls.push({ path, body });
+    for (const c of this.#counting.filter((c) => this.calls.length >= c.n)) {
+      this.#counting.splice(this.#counting.indexOf(c), 1);
+      c.resolve();
+    }
     if (this.hold) await new Promise<void>((r) => this.#held.push(r));
     return this.answer(path, body) as T;
   }
@@ -164,7 +174,7 @@ describe("startSecureServer()", () => {
     expect((await get(server, "/metrics", "user-admin")).status).toBe(200);
     authentication.hold = true;
     const pending = Array.from({ length: 16 }, (_, i) => get(server, "/metrics", `user-u${i}`));
-    for (let i = 0; i < 100 && authentication.calls.length < 17; i++) await Bun.sleep(5);
+    await authentication.called(17);
     expect(authentication.calls).toHaveLength(17);
     const refused = await get(server, "/metrics", "user-one-too-many");
     expect(refused.status).toBe(429);
