@@ -21,7 +21,7 @@ import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 
 const MANAGED = "talos.dev/ccm-managed";
 const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
@@ -168,19 +168,17 @@ beforeAll(async () => {
   cloudConfig = join(dir, "ccm-config.yaml");
   writeConfig(RULES);
   port = await freePort();
-  ccm = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=cloud-node",
-      `--cloud-config=${cloudConfig}`,
-      "--leader-elect=false",
-      "--bind-address=127.0.0.1",
-      `--secure-port=${port}`,
-      "--authorization-always-allow-paths=/metrics",
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
+  ccm = await startCcm(
+    {
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "cloud-node",
+      talosconfig,
+      cloudConfig,
+      securePort: port,
+      alwaysAllowPaths: "/metrics",
+    },
+    /Starting controller.*cloud-node/,
   );
-  await ccm.waitForLog(/Starting controller.*cloud-node/);
   await Promise.all([register(FORGER), register(VICTIM)]);
 });
 

@@ -15,7 +15,7 @@ import { FakeApid } from "../support/apid.ts";
 import { TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 
 const MANAGED = "talos.dev/ccm-managed";
 
@@ -107,19 +107,17 @@ beforeAll(async () => {
   const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
   cloudConfig = join(dir, "ccm-config.yaml");
   writeConfig(RULES_A_AND_B);
-  ccm = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=cloud-node",
-      `--cloud-config=${cloudConfig}`,
-      "--leader-elect=false",
-      "--secure-port=0",
+  ccm = await startCcm(
+    {
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "cloud-node",
+      talosconfig,
+      cloudConfig,
       // Short, so that a window of a few seconds would show any periodic Talos call.
-      "--node-status-update-frequency=1s",
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
+      args: ["--node-status-update-frequency=1s"],
+    },
+    /Starting controller.*cloud-node/,
   );
-  await ccm.waitForLog(/Starting controller.*cloud-node/);
   for (const s of [DOWN, WATCHED]) {
     kubelets.push(await SimulatedKubelet.register(cluster, { name: s.name, ips: s.nodeIPs, heartbeatMs: 0 }));
   }

@@ -23,7 +23,7 @@ import {
   platformMetadata,
 } from "../support/fixtures.ts";
 import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, ccmProcess, startCcm } from "../support/process.ts";
 
 const CLUSTER_NAME = "e2e-cluster";
 const MANAGED = "talos.dev/ccm-managed";
@@ -434,21 +434,18 @@ beforeAll(async () => {
   const cloudConfig = join(dir, "ccm-config.yaml");
   writeFileSync(cloudConfig, CLOUD_CONFIG);
   port = await freePort();
-  ccm = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=cloud-node",
-      `--cloud-config=${cloudConfig}`,
-      "--leader-elect=false",
-      "--bind-address=127.0.0.1",
-      `--secure-port=${port}`,
-      "--authorization-always-allow-paths=/metrics",
-      "--kube-api-qps=100",
-      "--kube-api-burst=100",
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
+  ccm = await startCcm(
+    {
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "cloud-node",
+      talosconfig,
+      cloudConfig,
+      securePort: port,
+      alwaysAllowPaths: "/metrics",
+      kubeApiQps: 100,
+    },
+    /Starting controller.*cloud-node/,
   );
-  await ccm.waitForLog(/Starting controller.*cloud-node/);
   // As a real kubelet does, each registers with its first status in the Node create: otherwise the CCM
   // can initialize a node before its addresses exist and write them a second time.
   for (const spec of specs.values()) {
@@ -640,16 +637,7 @@ describe("cloud-node refuses a broken config before touching the cluster", () =>
       ].join("\n"),
     );
     const callsBefore = apid.calls();
-    const p = new CcmProcess(
-      [
-        `--kubeconfig=${kubeconfig}`,
-        "--controllers=cloud-node",
-        `--cloud-config=${bad}`,
-        "--leader-elect=false",
-        "--secure-port=0",
-      ],
-      { env: { TALOSCONFIG: talosconfig } },
-    );
+    const p = ccmProcess({ kubeconfig, controllers: "cloud-node", talosconfig, cloudConfig: bad });
     try {
       expect(await p.proc.exited).toBe(1);
       expect(p.output).toContain(bad);

@@ -16,7 +16,7 @@ import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 
 const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const IP = { a: "10.31.0.1", b: "10.31.0.2" };
@@ -68,19 +68,17 @@ let port: number;
 let ccm: CcmProcess;
 let a: SimulatedKubelet;
 
-async function startCcm(withTalos: boolean, extra: string[] = []): Promise<void> {
-  ccm = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=node-csr-approval",
-      "--leader-elect=false",
-      "--bind-address=127.0.0.1",
-      `--secure-port=${port}`,
-      ...extra,
-    ],
-    { env: withTalos ? { TALOSCONFIG: talosconfig } : {} },
+async function startCsrCcm(withTalos: boolean, extra: string[] = []): Promise<void> {
+  ccm = await startCcm(
+    {
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "node-csr-approval",
+      ...(withTalos ? { talosconfig } : {}),
+      securePort: port,
+      args: extra,
+    },
+    /Approving kubelet serving CSRs/,
   );
-  await ccm.waitForLog(/Approving kubelet serving CSRs/);
 }
 
 async function decided(name: string): Promise<V1CertificateSigningRequestCondition> {
@@ -247,7 +245,7 @@ async function expectDenied(c: Case): Promise<void> {
 }
 
 describe("with Talos, every SAN that does not identify the requesting machine alone is denied", () => {
-  beforeAll(() => startCcm(true));
+  beforeAll(() => startCsrCcm(true));
 
   for (const c of [...BOTH, ...TALOS_ONLY]) {
     test(`${c.name} is denied as ${c.reason}, with an Event`, () => expectDenied(c));
@@ -262,7 +260,7 @@ describe("with Talos, every SAN that does not identify the requesting machine al
 describe("in CSR-only mode the same rules apply, with the Nodes and the cluster as evidence", () => {
   beforeAll(async () => {
     expect(await ccm.stop("SIGTERM")).toBe(0);
-    await startCcm(false, ["--service-cluster-ip-range=10.200.0.0/16"]);
+    await startCsrCcm(false, ["--service-cluster-ip-range=10.200.0.0/16"]);
     expect(ccm.output).toContain("CSR-only mode");
   });
 

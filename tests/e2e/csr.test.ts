@@ -29,7 +29,7 @@ import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
 import { createCSR, createRawCSR, sanExtension } from "../support/pki.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, type CcmSetup, startCcm } from "../support/process.ts";
 
 const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const CN = "2.5.4.3";
@@ -84,20 +84,18 @@ let ccm: CcmProcess;
 const kubelets: SimulatedKubelet[] = [];
 let a: SimulatedKubelet;
 
-function ccmArgs(): string[] {
-  return [
-    `--kubeconfig=${cluster.adminKubeconfig}`,
-    "--controllers=node-csr-approval",
-    "--leader-elect=false",
-    "--bind-address=127.0.0.1",
-    `--secure-port=${port}`,
-    "--authorization-always-allow-paths=/metrics",
-  ];
+function csrCcm(withTalos: boolean): CcmSetup {
+  return {
+    kubeconfig: cluster.adminKubeconfig,
+    controllers: "node-csr-approval",
+    ...(withTalos ? { talosconfig } : {}),
+    securePort: port,
+    alwaysAllowPaths: "/metrics",
+  };
 }
 
-async function startCcm(withTalos: boolean): Promise<void> {
-  ccm = new CcmProcess(ccmArgs(), { env: withTalos ? { TALOSCONFIG: talosconfig } : {} });
-  await ccm.waitForLog(/Approving kubelet serving CSRs/);
+async function startCsrCcm(withTalos: boolean): Promise<void> {
+  ccm = await startCcm(csrCcm(withTalos), /Approving kubelet serving CSRs/);
 }
 
 async function register(name: string, ips: string[], extra: Array<{ type: string; address: string }> = []) {
@@ -192,7 +190,7 @@ beforeAll(async () => {
   ]);
   talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
   port = await freePort();
-  await startCcm(true);
+  await startCsrCcm(true);
   a = await register(
     "csr-a",
     [IP.a],
@@ -511,7 +509,7 @@ describe("node-csr-approval across a restart", () => {
       [approvedByAdmin, deniedByAdmin, clientSigner].map((c) => getCsr(c.metadata?.name as string)),
     );
 
-    await startCcm(true);
+    await startCsrCcm(true);
     expect(await decided(honest.metadata?.name as string)).toMatchObject({ type: "Approved" });
     expect(await decided(attack.metadata?.name as string)).toMatchObject({
       type: "Denied",
@@ -533,7 +531,7 @@ describe("node-csr-approval across a restart", () => {
 describe("node-csr-approval in CSR-only mode", () => {
   test("without a talosconfig an honest CSR is approved on Node status, and another Node's IP is denied", async () => {
     expect(await ccm.stop("SIGTERM")).toBe(0);
-    await startCcm(false);
+    await startCsrCcm(false);
     expect(ccm.output).toContain("No usable talosconfig");
     expect(ccm.output).toContain("CSR-only mode");
     const calls = apid.calls();

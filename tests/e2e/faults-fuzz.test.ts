@@ -35,7 +35,7 @@ import {
 } from "../support/fixtures.ts";
 import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { createCSR, createRawCSR, derToPem, pemToDer, sanExtension } from "../support/pki.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 
 /** One seed for every generator: a failure names its sample, and a rerun reproduces it. */
 const SEED = 20_261_121;
@@ -128,23 +128,20 @@ beforeAll(async () => {
   cloudConfig = join(dir, "ccm-config.yaml");
   writeConfig(GOOD_CONFIG);
   port = await freePort();
-  ccm = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=cloud-node,node-csr-approval",
-      `--cloud-config=${cloudConfig}`,
-      "--leader-elect=false",
-      "--bind-address=127.0.0.1",
-      `--secure-port=${port}`,
-      "--authorization-always-allow-paths=/healthz",
-      "--node-status-update-frequency=2s",
-      "--kube-api-qps=100",
-      "--kube-api-burst=100",
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
+  ccm = await startCcm(
+    {
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "cloud-node,node-csr-approval",
+      talosconfig,
+      cloudConfig,
+      securePort: port,
+      alwaysAllowPaths: "/healthz",
+      kubeApiQps: 100,
+      args: ["--node-status-update-frequency=2s"],
+    },
+    /Starting controller.*node-csr-approval/,
+    /Starting controller.*cloud-node/,
   );
-  await ccm.waitForLog(/Starting controller.*node-csr-approval/);
-  await ccm.waitForLog(/Starting controller.*cloud-node/);
 });
 
 afterAll(async () => {

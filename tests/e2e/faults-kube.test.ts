@@ -17,7 +17,7 @@ import { FakeApid } from "../support/apid.ts";
 import { type AuditEvent, freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { type FakeNodeSpec, generateNodes } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, ccmProcess } from "../support/process.ts";
 import { ApiProxy } from "../support/proxy.ts";
 
 /** Node writes are logged with their bodies (to tell initialization from pod-CIDR patches). */
@@ -66,17 +66,14 @@ async function kubeconfigFor(user: string): Promise<string> {
 
 /** Starts the binary with `kubeconfig` and the given arguments after the common ones. */
 function ccm(kubeconfig: string, args: string[]): CcmProcess {
-  const p = new CcmProcess(
-    [
-      `--kubeconfig=${kubeconfig}`,
-      "--bind-address=127.0.0.1",
-      "--authorization-always-allow-paths=/healthz",
-      "--kube-api-qps=100",
-      "--kube-api-burst=100",
-      ...args,
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
-  );
+  const p = ccmProcess({
+    kubeconfig,
+    talosconfig,
+    leaderElect: true,
+    alwaysAllowPaths: "/healthz",
+    kubeApiQps: 100,
+    args,
+  });
   procs.add(p);
   return p;
 }

@@ -14,7 +14,7 @@ import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, generateNodes, normalizeAddress } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 
 /** A rule reads SystemInformation: every node costs that read besides its watches and Nodename read. */
 const CLOUD_CONFIG = `
@@ -42,20 +42,18 @@ beforeAll(async () => {
   const cloudConfig = join(dir, "ccm-config.yaml");
   writeFileSync(cloudConfig, CLOUD_CONFIG);
   port = await freePort();
-  ccm = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=cloud-node",
-      `--cloud-config=${cloudConfig}`,
-      "--leader-elect=false",
-      "--bind-address=127.0.0.1",
-      `--secure-port=${port}`,
-      "--authorization-always-allow-paths=/healthz",
-      `--node-status-update-frequency=${REFRESH_MS / 1000}s`,
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
+  ccm = await startCcm(
+    {
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "cloud-node",
+      talosconfig,
+      cloudConfig,
+      securePort: port,
+      alwaysAllowPaths: "/healthz",
+      args: [`--node-status-update-frequency=${REFRESH_MS / 1000}s`],
+    },
+    /Starting controller.*cloud-node/,
   );
-  await ccm.waitForLog(/Starting controller.*cloud-node/);
 });
 
 afterAll(async () => {

@@ -30,7 +30,7 @@ import {
   normalizeAddress,
 } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, ccmProcess } from "../support/process.ts";
 
 const TEST_LABEL = "ipam-e2e";
 /** What the fake apid serves as the cluster's ControllerManagerConfig. */
@@ -62,20 +62,15 @@ afterAll(async () => {
 
 /** Starts the binary with node-ipam only; `args` add the IPAM flags; /metrics is open on `securePort`. */
 function ccm(args: string[], securePort = 0): CcmProcess {
-  const p = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=nodeipam",
-      "--leader-elect=false",
-      `--secure-port=${securePort}`,
-      "--authorization-always-allow-paths=/healthz,/metrics",
-      "--allocate-node-cidrs",
-      "--kube-api-qps=200",
-      "--kube-api-burst=200",
-      ...args,
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
-  );
+  const p = ccmProcess({
+    kubeconfig: cluster.adminKubeconfig,
+    controllers: "nodeipam",
+    talosconfig,
+    securePort,
+    alwaysAllowPaths: "/healthz,/metrics",
+    kubeApiQps: 200,
+    args: ["--allocate-node-cidrs", ...args],
+  });
   running.add(p);
   return p;
 }

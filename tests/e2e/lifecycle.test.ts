@@ -13,7 +13,7 @@ import { FakeApid } from "../support/apid.ts";
 import { TestCluster, waitFor } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, ccmProcess } from "../support/process.ts";
 
 const SHUTDOWN = { key: "node.cloudprovider.kubernetes.io/shutdown", effect: "NoSchedule" };
 const GCP_SPOT = {
@@ -93,17 +93,12 @@ const kubelets: SimulatedKubelet[] = [];
 const procs: CcmProcess[] = [];
 
 function startCcm(period: string, verbosity = 4): CcmProcess {
-  const p = new CcmProcess(
-    [
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      "--controllers=cloud-node-lifecycle",
-      "--leader-elect=false",
-      "--secure-port=0",
-      `--node-monitor-period=${period}`,
-      `--v=${verbosity}`,
-    ],
-    { env: { TALOSCONFIG: talosconfig } },
-  );
+  const p = ccmProcess({
+    kubeconfig: cluster.adminKubeconfig,
+    controllers: "cloud-node-lifecycle",
+    talosconfig,
+    args: [`--node-monitor-period=${period}`, `--v=${verbosity}`],
+  });
   procs.push(p);
   return p;
 }

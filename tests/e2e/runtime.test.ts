@@ -11,7 +11,7 @@ import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
-import { CcmProcess } from "../support/process.ts";
+import { CcmProcess, ccmProcess } from "../support/process.ts";
 
 let cluster: TestCluster;
 let apid: FakeApid;
@@ -45,6 +45,7 @@ async function kubeconfigFor(user: string): Promise<string> {
   return writeKubeconfig(join(cluster.dir, `${user}.kubeconfig`), conn);
 }
 
+/** Runs a raw command line: these tests are about the flags themselves (see ccmProcess elsewhere). */
 function ccm(args: string[], env: Record<string, string> = {}): CcmProcess {
   const p = new CcmProcess(args, { env: { TALOSCONFIG: talosconfig, ...env } });
   procs.push(p);
@@ -137,15 +138,11 @@ describe("command line", () => {
   });
 
   test("CSR-only mode starts without any talosconfig", async () => {
-    const p = new CcmProcess(
-      [
-        `--kubeconfig=${cluster.adminKubeconfig}`,
-        "--controllers=node-csr-approval",
-        "--leader-elect=false",
-        "--secure-port=0",
-      ],
-      { env: { HOME: cluster.dir } },
-    );
+    const p = ccmProcess({
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "node-csr-approval",
+      env: { HOME: cluster.dir },
+    });
     procs.push(p);
     await p.waitForLog(/node-csr-approval checks IP SANs against Node status only/);
     await p.waitForLog(/Starting controller.*node-csr-approval/);
@@ -153,12 +150,7 @@ describe("command line", () => {
   });
 
   test("cloud-node without a talosconfig refuses to start and says how to enable Talos API access", async () => {
-    const p = new CcmProcess(
-      [`--kubeconfig=${cluster.adminKubeconfig}`, "--leader-elect=false", "--secure-port=0"],
-      {
-        env: { HOME: cluster.dir },
-      },
-    );
+    const p = ccmProcess({ kubeconfig: cluster.adminKubeconfig, env: { HOME: cluster.dir } });
     procs.push(p);
     expect(await p.proc.exited).toBe(1);
     expect(p.output).toContain("kubernetesTalosAPIAccess");

@@ -113,3 +113,56 @@ export class CcmProcess {
     return kb * 1024;
   }
 }
+
+/** How an end-to-end test runs the CCM: the flags every such test sets the same way, and its own. */
+export interface CcmSetup {
+  kubeconfig: string;
+  /** `--controllers`, e.g. "cloud-node". */
+  controllers?: string;
+  /** The talosconfig, given as TALOSCONFIG; none runs without Talos API access. */
+  talosconfig?: string;
+  /** `--cloud-config`. */
+  cloudConfig?: string;
+  /** `--secure-port`; 0 (the default) turns serving off. Serving binds 127.0.0.1 only. */
+  securePort?: number;
+  /** `--authorization-always-allow-paths`, e.g. "/healthz,/metrics". */
+  alwaysAllowPaths?: string;
+  /** `--kube-api-qps` and `--kube-api-burst`. */
+  kubeApiQps?: number;
+  /** `--leader-elect`; off unless set. */
+  leaderElect?: boolean;
+  /** More flags, after the common ones (a flag repeated here wins). */
+  args?: string[];
+  env?: Record<string, string | undefined>;
+  echo?: boolean;
+}
+
+/** The command line of {@link CcmSetup}. */
+export function ccmArgs(s: CcmSetup): string[] {
+  return [
+    `--kubeconfig=${s.kubeconfig}`,
+    ...(s.controllers === undefined ? [] : [`--controllers=${s.controllers}`]),
+    ...(s.cloudConfig === undefined ? [] : [`--cloud-config=${s.cloudConfig}`]),
+    `--leader-elect=${s.leaderElect ?? false}`,
+    "--bind-address=127.0.0.1",
+    `--secure-port=${s.securePort ?? 0}`,
+    ...(s.alwaysAllowPaths === undefined ? [] : [`--authorization-always-allow-paths=${s.alwaysAllowPaths}`]),
+    ...(s.kubeApiQps === undefined
+      ? []
+      : [`--kube-api-qps=${s.kubeApiQps}`, `--kube-api-burst=${s.kubeApiQps}`]),
+    ...(s.args ?? []),
+  ];
+}
+
+/** Starts the CCM of {@link CcmSetup} without waiting for it. */
+export function ccmProcess(s: CcmSetup): CcmProcess {
+  const env = { ...(s.talosconfig === undefined ? {} : { TALOSCONFIG: s.talosconfig }), ...s.env };
+  return new CcmProcess(ccmArgs(s), { env, ...(s.echo === undefined ? {} : { echo: s.echo }) });
+}
+
+/** Starts the CCM of {@link CcmSetup} and resolves once it has logged each of `ready`, in order. */
+export async function startCcm(s: CcmSetup, ...ready: RegExp[]): Promise<CcmProcess> {
+  const p = ccmProcess(s);
+  for (const re of ready) await p.waitForLog(re);
+  return p;
+}
