@@ -74,6 +74,15 @@ export interface TalosWatchCacheOptions {
   /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
   retryBackoff?: Backoff;
   now?: () => number;
+  /** Runs `fn` after `ms`; returns its cancellation (default: a timer that does not hold the process). */
+  schedule?: (fn: () => void, ms: number) => () => void;
+}
+
+/** {@link TalosWatchCacheOptions.schedule}'s default. */
+function scheduleTimer(fn: () => void, ms: number): () => void {
+  const timer = setTimeout(fn, ms);
+  (timer as { unref?: () => void }).unref?.();
+  return () => clearTimeout(timer);
 }
 
 type ReadKind = "systeminformation" | "version" | "nodename";
@@ -119,7 +128,8 @@ class NodeWatch {
   /** The refresh period of a down node counts from here (outage start, then each poll). */
   polledMs = 0;
   failovers = 0;
-  failoverTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Cancels the pending move to the node's next IP. */
+  cancelFailover: (() => void) | undefined;
   abort: AbortController | undefined;
 
   constructor(
@@ -177,6 +187,7 @@ export class TalosWatchCache {
   readonly #stallMs: number;
   readonly #retryBackoff: Backoff;
   readonly #now: () => number;
+  readonly #schedule: (fn: () => void, ms: number) => () => void;
   readonly #nodes = new Map<string, NodeWatch>();
   readonly #timer: ReturnType<typeof setInterval>;
   #closed = false;
@@ -189,6 +200,7 @@ export class TalosWatchCache {
     this.#stallMs = opts.stallMs ?? 30_000;
     this.#retryBackoff = opts.retryBackoff ?? { initialMs: 1_000, maxMs: 60_000 };
     this.#now = opts.now ?? Date.now;
+    this.#schedule = opts.schedule ?? scheduleTimer;
     this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
     (this.#timer as { unref?: () => void }).unref?.();
   }
@@ -303,8 +315,8 @@ export class TalosWatchCache {
 
   #stop(w: NodeWatch): void {
     w.abort?.abort();
-    clearTimeout(w.failoverTimer);
-    w.failoverTimer = undefined;
+    w.cancelFailover?.();
+    w.cancelFailover = undefined;
   }
 
   #start(w: NodeWatch): void {
@@ -467,11 +479,11 @@ export class TalosWatchCache {
     w.lastError = error;
     log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
     this.#onChange(w.name);
-    if (part !== "ended" && w.failoverTimer === undefined && w.nextIPIndex() !== undefined) {
+    if (part !== "ended" && w.cancelFailover === undefined && w.nextIPIndex() !== undefined) {
       // The watch keeps retrying this IP; after a backoff, try the node's other IP instead.
-      w.failoverTimer = setTimeout(
+      w.cancelFailover = this.#schedule(
         () => {
-          w.failoverTimer = undefined;
+          w.cancelFailover = undefined;
           const next = w.nextIPIndex();
           if (!this.#tracked(w) || w.down.size === 0 || next === undefined) return;
           w.ipIndex = next;
@@ -479,7 +491,6 @@ export class TalosWatchCache {
         },
         backoffDelay(w.failovers++, this.#retryBackoff),
       );
-      (w.failoverTimer as { unref?: () => void }).unref?.();
     }
   }
 
@@ -488,8 +499,8 @@ export class TalosWatchCache {
     w.down.delete("stalled");
     if (w.down.size === 0) {
       w.failovers = 0;
-      clearTimeout(w.failoverTimer);
-      w.failoverTimer = undefined;
+      w.cancelFailover?.();
+      w.cancelFailover = undefined;
     }
   }
 

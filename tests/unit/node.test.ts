@@ -754,7 +754,8 @@ class FakeTalos implements TalosWatchClient {
   }) as TalosWatchClient["firstAnswer"];
 }
 
-const settle = () => new Promise((resolve) => setTimeout(resolve, 5));
+/** Lets every pending promise chain run to completion: the fakes answer in microtasks, never on a timer. */
+const settle = () => new Promise((resolve) => setImmediate(resolve));
 
 describe("TalosWatchCache", () => {
   const needs = { systemInformation: true, talosVersion: false };
@@ -763,6 +764,8 @@ describe("TalosWatchCache", () => {
     let now = 1_000_000;
     const talos = new FakeTalos();
     const changes: string[] = [];
+    // Scheduled work (moving watches to a node's other IP) runs when the test says.
+    const scheduled = new Set<() => void>();
     const facts = new TalosWatchCache({
       talos,
       onChange: (n) => changes.push(n),
@@ -771,8 +774,17 @@ describe("TalosWatchCache", () => {
       stallMs: 30_000,
       retryBackoff: { initialMs: 1, maxMs: 1 },
       now: () => now,
+      schedule: (fn) => {
+        scheduled.add(fn);
+        return () => scheduled.delete(fn);
+      },
     });
-    return { talos, facts, changes, advance: (ms: number) => (now += ms) };
+    const runScheduled = () => {
+      const due = [...scheduled];
+      scheduled.clear();
+      for (const fn of due) fn();
+    };
+    return { talos, facts, changes, advance: (ms: number) => (now += ms), runScheduled };
   }
 
   test("TalosWatchCache builds the facts from the watches' bootstrap contents, one Nodename and one SystemInformation read", async () => {
@@ -948,10 +960,17 @@ describe("TalosWatchCache", () => {
   });
 
   test("TalosWatchCache moves a dual-stack node's watches to its other IP when the first one fails", async () => {
-    const { talos, facts } = setup();
+    const { talos, facts, runScheduled } = setup();
     facts.track("node-1", ["10.0.0.5", "fd00::5"]);
     talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
     await settle();
+    expect(talos.calls).toEqual([
+      "watch platformmetadata 10.0.0.5",
+      "watch addresses 10.0.0.5",
+      "get nodename 10.0.0.5",
+    ]);
+    // After the backoff, the watches move to the other IP.
+    runScheduled();
     await settle();
     expect(talos.calls).toEqual([
       "watch platformmetadata 10.0.0.5",
@@ -1132,7 +1151,7 @@ describe("TalosWatchCache", () => {
   });
 
   test("TalosWatchCache fails over to a node IP once the confirmed machine reports its address", async () => {
-    const { talos, facts } = setup();
+    const { talos, facts, runScheduled } = setup();
     facts.track("node-1", ["10.0.0.5", "fd00::5"]);
     const eth0 = address("10.0.0.5/24", "eth0");
     talos
@@ -1147,6 +1166,7 @@ describe("TalosWatchCache", () => {
     talos.calls.length = 0;
     talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
     await settle();
+    runScheduled();
     await settle();
     expect(talos.calls).toEqual([]);
     // The IPv6 address comes up after boot: the next failure moves the watches there.
@@ -1155,6 +1175,7 @@ describe("TalosWatchCache", () => {
     await settle();
     talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
     await settle();
+    runScheduled();
     await settle();
     expect(talos.calls).toEqual([
       "watch platformmetadata fd00::5",
