@@ -48,12 +48,16 @@ export interface LeaderCallbacks {
 // Pure decisions (no I/O, no clock of their own): the elector below reads the Lease, asks these,
 // and writes what they build.
 
+/** client-go's leaderelection.JitterFactor: acquire retries wait up to this many more retry periods. */
+export const JITTER_FACTOR = 1.2;
+
 /**
- * The wait before the next acquire attempt: the retry period plus up to 20 % jitter, so that
- * standbys do not ask in step. `random` is in [0, 1).
+ * The wait before the next acquire attempt, as client-go's `wait.JitterUntil(…, RetryPeriod,
+ * JitterFactor, …)`: the retry period plus up to 1.2 more, so that standbys do not ask in step.
+ * `random` is in [0, 1).
  */
 export function retryDelayMs(retryPeriodMs: number, random: () => number = Math.random): number {
-  return retryPeriodMs * (1 + random() * 0.2);
+  return retryPeriodMs * (1 + random() * JITTER_FACTOR);
 }
 
 /**
@@ -69,7 +73,7 @@ export function validateTimings(
       "Cannot elect a leader: --leader-elect-lease-duration must be greater than --leader-elect-renew-deadline",
     );
   }
-  if (o.renewDeadlineMs <= o.retryPeriodMs * 1.2) {
+  if (o.renewDeadlineMs <= o.retryPeriodMs * JITTER_FACTOR) {
     throw new Error(
       "Cannot elect a leader: --leader-elect-renew-deadline must be greater than 1.2 × --leader-elect-retry-period",
     );

@@ -52,9 +52,9 @@ describe("validateTimings()", () => {
 describe("retryDelayMs()", () => {
   test.each([
     [0, 2_000],
-    [0.5, 2_200],
-    [0.999, 2_399.6],
-  ])("random %d → %d ms: the period plus up to 20 %%", (r, want) => {
+    [0.5, 3_200],
+    [0.999, 4_397.6],
+  ])("random %d → %d ms: the period plus up to 1.2 periods, as client-go's JitterFactor", (r, want) => {
     expect(retryDelayMs(2_000, () => r)).toBeCloseTo(want, 6);
   });
 });
