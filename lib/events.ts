@@ -54,9 +54,21 @@ export interface SeriesEntry {
 // Pure decisions (no I/O; the clock and randomness are arguments): the recorder below asks these
 // and writes what they build.
 
-/** `s` cut to at most `n` UTF-16 code units, the cut marked by a trailing "...". */
+/**
+ * `s` cut to at most `n` UTF-8 bytes (the API server counts bytes: a 1024-character note of
+ * non-ASCII text would be refused), the cut marked by a trailing "..." and never inside a character.
+ */
 export function truncate(s: string, n: number): string {
-  return s.length <= n ? s : `${s.slice(0, n - 3)}...`;
+  if (Buffer.byteLength(s) <= n) return s;
+  let bytes = 0;
+  let end = 0;
+  for (const ch of s) {
+    const size = Buffer.byteLength(ch);
+    if (bytes + size > n - 3) break;
+    bytes += size;
+    end += ch.length;
+  }
+  return `${s.slice(0, end)}...`;
 }
 
 /** The namespace an Event about `target` lives in: the target's own, else {@link EVENTS_NAMESPACE}. */
@@ -110,7 +122,7 @@ export interface EventFacts {
 
 /**
  * The events.k8s.io/v1 Event created for `facts` at `now`, reported by `controller` from
- * `instance` (cut to the API's 128 characters).
+ * `instance` (cut to the API's 128 bytes).
  */
 export function eventBody(
   name: string,

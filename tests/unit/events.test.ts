@@ -42,6 +42,17 @@ describe("truncate()", () => {
     expect(truncate(s, n)).toBe(want);
   });
 
+  test("truncate() counts UTF-8 bytes, as the API server does, and never cuts a character", () => {
+    expect(truncate("ééé", 6)).toBe("ééé");
+    expect(truncate("éééé", 7)).toBe("éé...");
+    expect(truncate("a😀b", 5)).toBe("a...");
+    const long = "ü".repeat(1024);
+    const cut = truncate(long, 1024);
+    expect(Buffer.byteLength(cut)).toBeLessThanOrEqual(1024);
+    expect(cut).toBe(`${"ü".repeat(510)}...`);
+    expect(truncate("ab😀cd", 7)).toBe("ab...");
+  });
+
   test("truncate() keeps a result within the bound", () => {
     const long = "x".repeat(5000);
     expect(truncate(long, 1024)).toHaveLength(1024);
