@@ -166,8 +166,9 @@ export function foldRepeat(
 }
 
 /**
- * Remembers `entry` under `key` (a replaced key keeps its place) and drops the least recently used
- * entries beyond `maxEntries`; returns the dropped ones, whose pending updates the caller cancels.
+ * Remembers `entry` under `key` as the most recently used (replacing an expired series) and drops
+ * the least recently used entries beyond `maxEntries`; returns the replaced and dropped ones, whose
+ * pending updates the caller cancels.
  */
 export function remember(
   entries: Map<string, SeriesEntry>,
@@ -175,8 +176,10 @@ export function remember(
   entry: SeriesEntry,
   maxEntries: number,
 ): SeriesEntry[] {
+  const replaced = entries.get(key);
+  entries.delete(key);
   entries.set(key, entry);
-  const dropped: SeriesEntry[] = [];
+  const dropped: SeriesEntry[] = replaced && replaced !== entry ? [replaced] : [];
   while (entries.size > maxEntries) {
     const oldest = entries.keys().next().value as string;
     const e = entries.get(oldest);

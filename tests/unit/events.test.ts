@@ -215,13 +215,15 @@ describe("remember()", () => {
     expect([...entries.keys()]).toEqual(["a", "c"]);
   });
 
-  test("remember() replaces the entry under a known key in its place", () => {
+  test("remember() replaces an expired series under a known key as the most recently used, returning the old one", () => {
     const entries = new Map([
       ["a", entry("ea")],
       ["b", entry("eb")],
     ]);
-    expect(remember(entries, "a", entry("ea2"), 2)).toEqual([]);
-    expect([...entries.entries()].map(([k, e]) => `${k}=${e.name}`)).toEqual(["a=ea2", "b=eb"]);
+    expect(remember(entries, "a", entry("ea2"), 2).map((e) => e.name)).toEqual(["ea"]);
+    expect([...entries.entries()].map(([k, e]) => `${k}=${e.name}`)).toEqual(["b=eb", "a=ea2"]);
+    // The next new key drops b, the least recently used, not the fresh a.
+    expect(remember(entries, "c", entry("ec"), 2).map((e) => e.name)).toEqual(["eb"]);
   });
 
   test("remember() drops as many as it must to get back under the bound", () => {
