@@ -92,11 +92,14 @@ export function eventKey(
 }
 
 /**
- * A fresh Event name: the target's name, then `now` and a random 16-bit suffix in hex, so that
- * events about one object at the same millisecond differ. `random` is in [0, 1).
+ * A fresh Event name: the target's name, then `now` and a random 16-bit suffix in four hex digits, so
+ * that events about one object at the same millisecond differ. `random` is in [0, 1).
  */
 export function eventName(targetName: string, now: number, random: () => number = Math.random): string {
-  return `${targetName}.${now.toString(16)}${Math.floor(random() * 0xffff).toString(16)}`;
+  const suffix = Math.floor(random() * 0x10000)
+    .toString(16)
+    .padStart(4, "0");
+  return `${targetName}.${now.toString(16)}${suffix}`;
 }
 
 /** The Event's `regarding` reference: apiVersion defaults to "v1"; uid and namespace only when known. */

@@ -121,10 +121,10 @@ describe("eventKey()", () => {
 
 describe("eventName()", () => {
   test.each([
-    [0, "worker-a.19b76daa8000"],
-    [0.5, "worker-a.19b76daa8007fff"],
-    [0.99999, "worker-a.19b76daa800fffe"],
-  ])("random %d → %p: the target, then the time and a 16-bit suffix in hex", (r, want) => {
+    [0, "worker-a.19b76daa8000000"],
+    [0.5, "worker-a.19b76daa8008000"],
+    [0.99999, "worker-a.19b76daa800ffff"],
+  ])("random %d → %p: the target, then the time and a 16-bit suffix in four hex digits", (r, want) => {
     expect(eventName("worker-a", T0, () => r)).toBe(want);
   });
 
