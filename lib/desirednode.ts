@@ -12,6 +12,7 @@
 import type { V1Taint } from "@kubernetes/client-node";
 import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
 import type { LeanNode } from "./cache.ts";
+import { sameList } from "./lists.ts";
 import {
   type ManagedRecordRead,
   planReconcile,
@@ -272,16 +273,18 @@ function diffMap(
   for (const k of remove) ops.push({ op: "remove", path: `${path}/${pointer(k)}` });
 }
 
-function sameTaints(a: readonly V1Taint[], b: readonly V1Taint[]): boolean {
-  const id = (t: V1Taint) => JSON.stringify([t.key, t.value ?? "", t.effect, t.timeAdded ?? null]);
-  return a.length === b.length && a.every((t, i) => id(t) === id(b[i] as V1Taint));
+/** Taints are equal when key, value, effect and timeAdded are. */
+function sameTaint(a: V1Taint, b: V1Taint): boolean {
+  return (
+    a.key === b.key &&
+    (a.value ?? "") === (b.value ?? "") &&
+    a.effect === b.effect &&
+    JSON.stringify(a.timeAdded ?? null) === JSON.stringify(b.timeAdded ?? null)
+  );
 }
 
-function sameAddresses(
-  a: readonly NodeAddress[],
-  b: ReadonlyArray<{ type: string; address: string }>,
-): boolean {
-  return a.length === b.length && a.every((x, i) => x.type === b[i]?.type && x.address === b[i]?.address);
+function sameAddress(a: NodeAddress, b: { type: string; address: string }): boolean {
+  return a.type === b.type && a.address === b.address;
 }
 
 /**
@@ -306,7 +309,7 @@ export function nodePatch(node: LeanNode, want: DesiredNode): NodePatch {
       { op: "add", path: "/spec/providerID", value: want.providerID },
     );
   }
-  if (!sameTaints(node.spec.taints, want.taints)) {
+  if (!sameList(node.spec.taints, want.taints, sameTaint)) {
     ops.push({
       op: "test",
       path: "/spec/taints",
@@ -319,7 +322,7 @@ export function nodePatch(node: LeanNode, want: DesiredNode): NodePatch {
     );
   }
   const patch: NodePatch = { ops };
-  if (!sameAddresses(want.addresses, node.status.addresses)) patch.addresses = want.addresses;
+  if (!sameList(want.addresses, node.status.addresses, sameAddress)) patch.addresses = want.addresses;
   return patch;
 }
 

@@ -4,11 +4,11 @@
 // accepted only for compatibility. Also the option types the rest of lib/ reads. Pure: no I/O, no
 // process access; the environment comes in as an argument.
 
-import { type NodeIpamFlags, resolveNodeIpamConfig } from "./cidr.ts";
 import { type ControllerName, resolveControllers } from "./controllernames.ts";
 import { FLAGSETS, type FlagSpec, type Subcommand } from "./flagtable.ts";
 import { parseGoBool } from "./flagvalues.ts";
 import { PROGRAM_NAME } from "./help.ts";
+import { type NodeIpamFlags, resolveNodeIpamConfig } from "./ipamconfig.ts";
 import type { LogFormat } from "./log.ts";
 import {
   bool,
@@ -102,7 +102,7 @@ export type AllocatorType = "RangeAllocator" | "CloudAllocator";
 
 /**
  * The node-ipam controller. The CIDR and mask fields are the flags as given, in the shape
- * `resolveNodeIpamConfig` (lib/cidr.ts) takes; it applies the upstream rules and defaults (/24, /80)
+ * `resolveNodeIpamConfig` (lib/ipamconfig.ts) takes; it applies the upstream rules and defaults (/24, /80)
  * once the cluster CIDRs are known. Mask sizes of 0 are left out: upstream treats 0 as unset.
  */
 export interface IpamOptions extends NodeIpamFlags {

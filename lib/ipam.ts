@@ -8,27 +8,29 @@ import { type Informer, type LeanNode, leanNode } from "./cache.ts";
 import {
   type Cidr,
   CidrError,
-  CidrSet,
-  cloudSubnet,
-  DEFAULT_MAX_PODS,
   formatIP,
   formatPrefix,
   type IPAddress,
   isIPv4Mapped,
   isPublicUnicast,
-  type NodeIpamConfig,
   type Prefix,
   prefixEquals,
   prefixesOverlap,
   prefixOf,
-  resolveNodeIpamConfig,
   tryParseCidr,
   tryParseIP,
-  validateNodeIpamConfig,
 } from "./cidr.ts";
+import { CidrSet } from "./cidrset.ts";
 import type { ControllerContext } from "./controller.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import type { AllocatorType, IpamOptions } from "./flags.ts";
+import {
+  cloudSubnet,
+  DEFAULT_MAX_PODS,
+  type NodeIpamConfig,
+  resolveNodeIpamConfig,
+  validateNodeIpamConfig,
+} from "./ipamconfig.ts";
 import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";

@@ -2,9 +2,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import {
   CidrError,
-  CidrSet,
   canonicalIP,
-  cloudSubnet,
   formatIP,
   formatPrefix,
   ipFromBytes,
@@ -24,12 +22,13 @@ import {
   prefixContains,
   prefixCovers,
   prefixesOverlap,
-  resolveNodeIpamConfig,
   tryParseCidr,
   tryParseIP,
   tryParsePrefix,
   unmapIPv4,
 } from "../../lib/cidr.ts";
+import { CidrSet } from "../../lib/cidrset.ts";
+import { cloudSubnet, resolveNodeIpamConfig } from "../../lib/ipamconfig.ts";
 import { Registry } from "../../lib/metrics.ts";
 
 function errorOf(fn: () => unknown): CidrError {

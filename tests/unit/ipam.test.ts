@@ -3,7 +3,6 @@ import fc from "fast-check";
 import {
   type Cidr,
   CidrError,
-  cloudSubnet,
   formatIP,
   type Prefix,
   parseCidr,
@@ -11,7 +10,6 @@ import {
   prefixContains,
   prefixCovers,
   prefixesOverlap,
-  resolveNodeIpamConfig,
 } from "../../lib/cidr.ts";
 import type { AllocatorType } from "../../lib/flags.ts";
 import {
@@ -21,6 +19,7 @@ import {
   type NodeNetwork,
   publicIPv6Prefixes,
 } from "../../lib/ipam.ts";
+import { cloudSubnet, resolveNodeIpamConfig } from "../../lib/ipamconfig.ts";
 import { Registry } from "../../lib/metrics.ts";
 
 interface Setup {
