@@ -25,17 +25,18 @@ interface ControllerInfo {
   aliases: string[];
 }
 
-// Upstream `*` also enables service-lb and node-route, which the Go Talos CCM then skips because its
-// cloud supports neither; so `*` includes them silently here too, and only naming them warns.
-// The Go Talos CCM marks "node-lifecycle-controller" disabled-by-default, a name no controller has, so
-// there `*` actually starts cloud-node-lifecycle; here it is off by default as documented upstream,
-// because this lifecycle controller deletes dead nodes rather than doing nothing outside GCP.
+// `*` is the Go Talos CCM's default set: k8s.io/cloud-provider's controllers less the ones its main.go
+// marks disabled-by-default (node-ipam, certificatesigningrequest-approving and
+// "node-lifecycle-controller", a name no controller has, so cloud-node-lifecycle stays on although
+// its docs say otherwise). Upstream `*` also enables service-lb and node-route, which the Go Talos CCM
+// then skips because its cloud supports neither; so `*` includes them silently here too, and only
+// naming them warns.
 const CONTROLLER_TABLE: readonly ControllerInfo[] = [
   { upstream: "cloud-node-controller", internal: "cloud-node", onByDefault: true, aliases: ["cloud-node"] },
   {
     upstream: "cloud-node-lifecycle-controller",
     internal: "cloud-node-lifecycle",
-    onByDefault: false,
+    onByDefault: true,
     aliases: ["cloud-node-lifecycle"],
   },
   {
@@ -65,13 +66,13 @@ function lookupController(name: string): ControllerInfo | undefined {
 /**
  * Resolves a `--controllers` list the way `k8s.io/controller-manager` does: for each controller the
  * first entry naming it decides (`name` enables, `-name` disables); with no such entry it runs only if
- * the list has `*` and it is on by default (here: cloud-node only). Upstream canonical names, their
+ * the list has `*` and it is on by default (cloud-node and cloud-node-lifecycle, as the Go CCM). Upstream canonical names, their
  * aliases (`cloud-node`, `cloud-node-lifecycle`, `service`, `route`, `nodeipam`, `node-csr-approval`)
  * and the internal names are accepted; surrounding spaces are ignored.
  * @param list the raw entries, e.g. `["cloud-node", "node-csr-approval"]`
  * @returns the enabled controllers in a fixed order, and warnings for entries that have no effect
  * @throws {FlagError} on a name no controller has
- * @example resolveControllers(["*", "nodeipam"]) // { enabled: ["cloud-node", "node-ipam"], warnings: [] }
+ * @example resolveControllers(["*", "nodeipam"]) // { enabled: ["cloud-node", "cloud-node-lifecycle", "node-ipam"], warnings: [] }
  */
 export function resolveControllers(list: readonly string[]): {
   enabled: ControllerName[];

@@ -86,7 +86,7 @@ const COMMON_FLAGS: readonly FlagSpec[] = [
 ];
 
 const CONTROLLERS_HELP =
-  "Controllers to run: '*' is all on-by-default ones (cloud-node), 'foo' enables foo, '-foo' disables it. " +
+  "Controllers to run: '*' is all on-by-default ones (cloud-node, cloud-node-lifecycle), 'foo' enables foo, '-foo' disables it. " +
   "Known: cloud-node, cloud-node-lifecycle, node-csr-approval, nodeipam; route and service are not implemented.";
 
 const WHY_WEBHOOK = "cloud-provider admission webhooks are not implemented";

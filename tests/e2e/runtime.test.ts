@@ -122,7 +122,7 @@ describe("command line", () => {
     expect(await p.stop()).toBe(0);
   });
 
-  test("--controllers resolves *, -name and aliases; an unknown name exits 2", async () => {
+  test("--controllers resolves * (the Go default set), -name and aliases; no flag means *; an unknown name exits 2", async () => {
     const p = ccm([
       `--kubeconfig=${cluster.adminKubeconfig}`,
       "--controllers=*,-cloud-node,certificatesigningrequest-approving-controller",
@@ -130,8 +130,17 @@ describe("command line", () => {
       "--secure-port=0",
     ]);
     const m = await p.waitForLog(/"Controllers enabled" controllers="([^"]*)"/);
-    expect(m[1]).toBe("node-csr-approval");
+    // `*` is the Go CCM's default set, cloud-node and cloud-node-lifecycle.
+    expect(m[1]).toBe("cloud-node-lifecycle,node-csr-approval");
     expect(await p.stop()).toBe(0);
+    const byDefault = ccm([
+      `--kubeconfig=${cluster.adminKubeconfig}`,
+      "--leader-elect=false",
+      "--secure-port=0",
+    ]);
+    const d = await byDefault.waitForLog(/"Controllers enabled" controllers="([^"]*)"/);
+    expect(d[1]).toBe("cloud-node,cloud-node-lifecycle");
+    expect(await byDefault.stop()).toBe(0);
     const bad = ccm([`--kubeconfig=${cluster.adminKubeconfig}`, "--controllers=cloud-nod"]);
     expect(await bad.proc.exited).toBe(2);
     expect(bad.output).toContain("cloud-node");

@@ -71,7 +71,7 @@ describe("parseCommandLine() defaults", () => {
   test("parseCommandLine() with no arguments gives the upstream defaults", () => {
     expect(run([])).toEqual({
       controllers: ["*"],
-      enabledControllers: ["cloud-node"],
+      enabledControllers: ["cloud-node", "cloud-node-lifecycle"],
       clusterName: "kubernetes",
       useServiceAccountCredentials: false,
       kubeApiQps: 20,
@@ -467,15 +467,23 @@ describe("parseCommandLine() flags accepted for compatibility", () => {
 
 describe("resolveControllers()", () => {
   test.each([
-    [["*"], ["cloud-node"]],
+    // `*` is the Go CCM's default set: cloud-node and cloud-node-lifecycle.
+    [["*"], ["cloud-node", "cloud-node-lifecycle"]],
     [[], []],
     [["cloud-node"], ["cloud-node"]],
-    [["*", "-cloud-node"], []],
-    [["-cloud-node", "*"], []],
+    [["*", "-cloud-node"], ["cloud-node-lifecycle"]],
+    [["-cloud-node", "*"], ["cloud-node-lifecycle"]],
+    [["*", "-cloud-node-lifecycle"], ["cloud-node"]],
+    [["*", "-node-lifecycle-controller"], ["cloud-node"]],
+    [["*", "-cloud-node", "-cloud-node-lifecycle-controller"], []],
+    [
+      ["*", "node-csr-approval"],
+      ["cloud-node", "cloud-node-lifecycle", "node-csr-approval"],
+    ],
     [["cloud-node", "-cloud-node"], ["cloud-node"]],
     [
       ["*", "nodeipam"],
-      ["cloud-node", "node-ipam"],
+      ["cloud-node", "cloud-node-lifecycle", "node-ipam"],
     ],
     [
       ["cloud-node", "node-csr-approval"],
@@ -493,10 +501,10 @@ describe("resolveControllers()", () => {
       ["cloud-node-lifecycle-controller", "node-ipam"],
       ["cloud-node-lifecycle", "node-ipam"],
     ],
-    [["-cloud-node-controller", "*"], []],
+    [["-cloud-node-controller", "*"], ["cloud-node-lifecycle"]],
     [[" cloud-node ", " -nodeipam"], ["cloud-node"]],
-    [["*", "-route", "-service"], ["cloud-node"]],
-    [["*", "-service-lb-controller", "-node-route-controller"], ["cloud-node"]],
+    [["*", "-route", "-service"], ["cloud-node", "cloud-node-lifecycle"]],
+    [["*", "-service-lb-controller", "-node-route-controller"], ["cloud-node", "cloud-node-lifecycle"]],
   ])("resolveControllers(%p) enables %p", (list, enabled) => {
     expect<string[]>(resolveControllers(list).enabled).toEqual(enabled);
   });
@@ -696,7 +704,7 @@ describe("parseCommandLine() subcommands", () => {
     expect(r.command === "manifests" && r.options).toEqual({
       image: "ghcr.io/x/ccm:v1",
       controllers: ["*", "nodeipam"],
-      enabledControllers: ["cloud-node", "node-ipam"],
+      enabledControllers: ["cloud-node", "cloud-node-lifecycle", "node-ipam"],
       cloudConfig: "c.yaml",
       namespace: "ccm",
       talosPatch: true,
