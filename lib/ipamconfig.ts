@@ -23,11 +23,14 @@ export interface CloudSubnet {
 }
 
 /**
- * Where pod CIDRs come from for a node holding the IPv6 interface address `cidr`, following the
- * reference's table (cloud_allocator.go addCIDRSet): shorter than /64 → the /64 holding the address,
- * split into /80s; /64–/99 → +16 bits; /100–/105 → +8; /106–/111 → +4; /112–/117 → +2;
- * /118–/123 → +1; /124 and longer → too small. A per-node subnet must also hold `maxPods` addresses
- * (2^(128-mask) − 2, as upstream counts).
+ * Where pod CIDRs come from for a node holding the IPv6 interface address `cidr`. The reference's
+ * table (cloud_allocator.go addCIDRSet) maps the prefix length to the per-node mask: shorter than /64
+ * → the /64 holding the address, split into /80s; /64–/99 → +16 bits; /100–/105 → +8; /106–/111 →
+ * +4; /112–/118 → +2; /119 → /120; /120–/123 → the prefix as is (one range: the node's whole subnet);
+ * /124 and longer → too small. This follows it except for /120–/123, split in two (+1) here: as is,
+ * the only range would hold the node's own address, which no pod CIDR may (the allocator keeps the
+ * node's addresses out, so that range could never be handed out). A per-node subnet must also hold
+ * `maxPods` addresses (2^(128-mask) − 2, as upstream counts), which the reference does not check.
  * @throws {CidrError} code `prefix-too-small`.
  * @example cloudSubnet(parseCidr("2001:db8:1:2::5/56")) // { subnet: 2001:db8:1:2::/64, nodeMaskBits: 80 }
  */
@@ -49,7 +52,8 @@ export function cloudSubnet(cidr: Cidr, maxPods = DEFAULT_MAX_PODS): CloudSubnet
   else if (bits < 100) mask = bits + 16;
   else if (bits < 106) mask = bits + 8;
   else if (bits < 112) mask = bits + 4;
-  else if (bits < 118) mask = bits + 2;
+  else if (bits < 119) mask = bits + 2;
+  // /119 → /120 as upstream; /120–/123 → +1 where upstream keeps the prefix as is (see above).
   else mask = bits + 1;
   const addresses = 2 ** (128 - mask) - 2;
   if (maxPods > addresses) {

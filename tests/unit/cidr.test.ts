@@ -467,7 +467,7 @@ describe("cloudSubnet()", () => {
     ["2000::aaaa:bbbb:cccc:123/110", 110, "2000::aaaa:bbbb:cccc:0/110", 114],
     ["2000::aaaa:bbbb:cccc:123/112", 110, "2000::aaaa:bbbb:cccc:0/112", 114],
     ["2000::aaaa:bbbb:cccc:123/117", 110, "2000::aaaa:bbbb:cccc:0/117", 119],
-    ["2000::aaaa:bbbb:cccc:123/118", 110, "2000::aaaa:bbbb:cccc:0/118", 119],
+    ["2000::aaaa:bbbb:cccc:123/118", 110, "2000::aaaa:bbbb:cccc:0/118", 120],
     ["2000::aaaa:bbbb:cccc:123/119", 110, "2000::aaaa:bbbb:cccc:0/119", 120],
     ["2000::aaaa:bbbb:cccc:123/120", 110, "2000::aaaa:bbbb:cccc:100/120", 121],
     ["2000::aaaa:bbbb:cccc:123/122", 30, "2000::aaaa:bbbb:cccc:100/122", 123],
@@ -490,6 +490,51 @@ describe("cloudSubnet()", () => {
     expect(err.code).toBe("prefix-too-small");
     expect(err.message).toMatch(/^Cannot carve pod CIDRs from /);
     expect(err.message).toMatch(message);
+  });
+
+  // The reference's table, and this project's one deviation (/120–/123 split in two, not as is).
+  const goMask = (bits: number): number | undefined => {
+    if (bits < 64) return 80;
+    if (bits > 123) return undefined;
+    if (bits > 119) return bits; // as is: one range, the node's whole subnet
+    if (bits > 118) return bits + 1;
+    if (bits > 111) return bits + 2;
+    if (bits > 105) return bits + 4;
+    if (bits > 99) return bits + 8;
+    return bits + 16;
+  };
+
+  test("cloudSubnet() follows the reference's table at every prefix length 48–128, except /120–/123", () => {
+    const maxPods = 1;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 48, max: 128 }),
+        fc.bigInt({ min: 1n, max: (1n << 128n) - 1n }),
+        (bits, v) => {
+          const ip = formatIP({ family: 6, value: v });
+          const cidr = parseCidr(`${ip}/${bits}`);
+          const want = goMask(bits);
+          if (want === undefined) {
+            expect(() => cloudSubnet(cidr, maxPods)).toThrow(/too small/);
+            return;
+          }
+          const got = cloudSubnet(cidr, maxPods);
+          expect(got.subnet.bits).toBe(Math.max(bits, 64));
+          expect(prefixContains(got.subnet, cidr.ip)).toBe(true);
+          // Always at least two ranges, so one of them is free of the node's own address.
+          expect(got.nodeMaskBits).toBeGreaterThan(got.subnet.bits);
+          expect(got.nodeMaskBits).toBe(bits >= 120 ? bits + 1 : want);
+        },
+      ),
+      { numRuns: 2000 },
+    );
+    // Every length at least once, whatever the seed.
+    for (let bits = 48; bits <= 128; bits++) {
+      const cidr = parseCidr(`2001:db8::5/${bits}`);
+      const want = goMask(bits);
+      if (want === undefined) expect(() => cloudSubnet(cidr, 1)).toThrow(/too small/);
+      else expect(cloudSubnet(cidr, 1).nodeMaskBits).toBe(bits >= 120 ? bits + 1 : want);
+    }
   });
 
   test("cloudSubnet() defaults to kubelet's 110 pods", () => {
