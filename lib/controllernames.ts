@@ -15,6 +15,18 @@ export const Controllers = {
 /** One of {@link Controllers}. */
 export type ControllerName = (typeof Controllers)[keyof typeof Controllers];
 
+/**
+ * The `name` label of `running_managed_controllers` for each controller: upstream's where it reports
+ * one (k8s.io/cloud-provider's "cloud-node" and "cloud-node-lifecycle", the Go Talos CCM's
+ * "nodeipam"); node-csr-approval, which reports none upstream, by its own name.
+ */
+export const RUNNING_METRIC_NAMES: Readonly<Record<ControllerName, string>> = {
+  "cloud-node": "cloud-node",
+  "cloud-node-lifecycle": "cloud-node-lifecycle",
+  "node-csr-approval": "node-csr-approval",
+  "node-ipam": "nodeipam",
+};
+
 interface ControllerInfo {
   /** Canonical upstream name (`k8s.io/cloud-provider/names`, Talos CCM `pkg/names`). */
   upstream: string;

@@ -10,7 +10,7 @@ import { nodeInformer } from "./cache.ts";
 import { type CompiledConfig, ConfigError, formatIssue, loadConfig, parseConfig } from "./config.ts";
 import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
 import { ConfigHolder, type ControllerContext, type StartController } from "./controller.ts";
-import { type ControllerName, Controllers } from "./controllernames.ts";
+import { type ControllerName, Controllers, RUNNING_METRIC_NAMES } from "./controllernames.ts";
 import { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
@@ -18,7 +18,7 @@ import { nodeIpamNeedsTalos } from "./ipam.ts";
 import { KubeClient, loadConnection } from "./kube.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
-import { registerProcessMetrics, registry } from "./metrics.ts";
+import { controllerRunning, registerBuildInfo, registerProcessMetrics, registry } from "./metrics.ts";
 import { type SecureServer, startSecureServer } from "./serve.ts";
 import type { TalosClient } from "./talos.ts";
 import { loadTalosConfig } from "./talosconfig.ts";
@@ -87,6 +87,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   log.info("Starting talos-cloud-controller-manager", { version, commit, bun: Bun.version });
   for (const w of warnings) log.warn(w);
   registerProcessMetrics(registry);
+  registerBuildInfo(registry, { version, commit });
   const signals = trapSignals();
   // The file's digest is taken before it is read for use: a change in between is then seen by the
   // reload poller instead of being lost.
@@ -352,13 +353,16 @@ class Manager {
     for (const name of this.#enabled) {
       const start = await loadController(name);
       log.info("Starting controller", { controller: name });
+      controllerRunning(registry, RUNNING_METRIC_NAMES[name], true);
       this.#running.push(
-        start(this.#ctx, signal).catch((err) => {
-          if (signal.aborted) return;
-          // As upstream: a controller that cannot run is fatal, so the pod restarts visibly.
-          log.error("Controller failed", err, { controller: name });
-          void this.shutdown(1, `controller ${name} failed: ${(err as Error).message}`);
-        }),
+        start(this.#ctx, signal)
+          .catch((err) => {
+            if (signal.aborted) return;
+            // As upstream: a controller that cannot run is fatal, so the pod restarts visibly.
+            log.error("Controller failed", err, { controller: name });
+            void this.shutdown(1, `controller ${name} failed: ${(err as Error).message}`);
+          })
+          .finally(() => controllerRunning(registry, RUNNING_METRIC_NAMES[name], false)),
       );
     }
   }

@@ -193,6 +193,68 @@ export class Registry {
 /** The process-wide registry served on /metrics. */
 export const registry = new Registry();
 
+/** What `kubernetes_build_info` says of the binary. */
+export interface BuildInfo {
+  /** The release, e.g. "0.1.0" ("dev" for source runs). */
+  version: string;
+  commit: string;
+}
+
+/**
+ * Registers `kubernetes_build_info` with k8s.io/component-base's name, help and labels. This binary
+ * is built by Bun, not Go: `compiler` is "bun" and `go_version` is empty.
+ * @example registerBuildInfo(reg, { version: "0.1.0", commit: "abc" }) // major "0", minor "1", git_version "v0.1.0"
+ */
+export function registerBuildInfo(reg: Registry, info: BuildInfo): void {
+  const gauge = reg.gauge(
+    "kubernetes_build_info",
+    "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+    [
+      "major",
+      "minor",
+      "git_version",
+      "git_commit",
+      "git_tree_state",
+      "build_date",
+      "go_version",
+      "compiler",
+      "platform",
+    ],
+  );
+  const release = /^(\d+)\.(\d+)\./.exec(info.version);
+  const arch = process.arch === "x64" ? "amd64" : process.arch;
+  gauge.set(
+    {
+      major: release?.[1] ?? "",
+      minor: release?.[2] ?? "",
+      git_version: release ? `v${info.version}` : info.version,
+      git_commit: info.commit,
+      git_tree_state: "",
+      build_date: "",
+      go_version: "",
+      compiler: "bun",
+      platform: `${process.platform}/${arch}`,
+    },
+    1,
+  );
+}
+
+/** k8s.io/cloud-provider's `manager` label of `running_managed_controllers`. */
+const MANAGER = "cloud-controller-manager";
+
+/**
+ * `running_managed_controllers` (k8s.io/component-base's controllers metrics): 1 while the controller
+ * named `name` runs, 0 once it stopped, labelled `manager="cloud-controller-manager"` as upstream.
+ */
+export function controllerRunning(reg: Registry, name: string, running: boolean): void {
+  reg
+    .gauge("running_managed_controllers", "Indicates where instances of a controller are currently running", [
+      "name",
+      "manager",
+    ])
+    .set({ name, manager: MANAGER }, running ? 1 : 0);
+}
+
 /** Registers the standard `process_*` metrics and the JS heap gauges on `reg`. */
 export function registerProcessMetrics(reg: Registry): void {
   const cpu = reg.gauge("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.");

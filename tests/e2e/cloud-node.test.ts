@@ -536,6 +536,13 @@ describe("cloud-node beyond the fixtures", () => {
     expect(errors).toBeGreaterThanOrEqual(1);
     expect(text).toMatch(/^talosccm_nodes_initialized_total 11$/m);
     expect(text).toMatch(/^talosccm_node_initialization_duration_seconds_count 11$/m);
+    // What Go CCM users scrape, with k8s.io/component-base's names and labels.
+    expect(text).toMatch(
+      /^running_managed_controllers\{name="cloud-node",manager="cloud-controller-manager"\} 1$/m,
+    );
+    expect(text).toMatch(
+      /^kubernetes_build_info\{major="\d*",minor="\d*",git_version="[^"]+",git_commit="[^"]+",git_tree_state="",build_date="",go_version="",compiler="bun",platform="linux\/(amd64|arm64)"\} 1$/m,
+    );
   });
 
   test("initialization costs 2 watches, a Nodename and (a rule reads it) a SystemInformation read, and 2 Node writes per node (1 when the addresses are right)", async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { Registry } from "../../lib/metrics.ts";
+import { controllerRunning, Registry, registerBuildInfo } from "../../lib/metrics.ts";
 
 describe("Registry", () => {
   test("expose() renders counters, gauges and histograms in the text format", () => {
@@ -56,5 +56,42 @@ describe("Registry", () => {
     });
     reg.onCollect(() => g.set(undefined, 1));
     expect(reg.expose()).toContain("\nup 1\n");
+  });
+});
+
+describe("upstream's controller-manager metrics", () => {
+  test("registerBuildInfo() writes kubernetes_build_info with component-base's labels, the release split into major and minor", () => {
+    const reg = new Registry();
+    registerBuildInfo(reg, { version: "1.12.3", commit: "abc123" });
+    const arch = process.arch === "x64" ? "amd64" : process.arch;
+    expect(reg.expose()).toContain(
+      `kubernetes_build_info{major="1",minor="12",git_version="v1.12.3",git_commit="abc123",git_tree_state="",build_date="",go_version="",compiler="bun",platform="${process.platform}/${arch}"} 1`,
+    );
+    expect(reg.expose()).toContain("# TYPE kubernetes_build_info gauge");
+  });
+
+  test("registerBuildInfo() leaves major and minor empty for a source run", () => {
+    const reg = new Registry();
+    registerBuildInfo(reg, { version: "dev", commit: "unknown" });
+    expect(reg.expose()).toMatch(
+      /kubernetes_build_info\{major="",minor="",git_version="dev",git_commit="unknown",/,
+    );
+  });
+
+  test("controllerRunning() sets running_managed_controllers to 1, then 0, under manager cloud-controller-manager", () => {
+    const reg = new Registry();
+    controllerRunning(reg, "cloud-node", true);
+    controllerRunning(reg, "nodeipam", true);
+    controllerRunning(reg, "nodeipam", false);
+    const text = reg.expose();
+    expect(text).toContain(
+      'running_managed_controllers{name="cloud-node",manager="cloud-controller-manager"} 1',
+    );
+    expect(text).toContain(
+      'running_managed_controllers{name="nodeipam",manager="cloud-controller-manager"} 0',
+    );
+    expect(text).toContain(
+      "# HELP running_managed_controllers Indicates where instances of a controller are currently running",
+    );
   });
 });
