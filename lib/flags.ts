@@ -50,6 +50,22 @@ export interface LeaderElectionOptions {
 /** TLS versions as `node:tls` names them. */
 export type TlsVersion = "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3";
 
+/** Front-proxy authentication: the proxy's CA and names, and the headers it names users in. */
+export interface RequestHeaderFlags {
+  /** `--requestheader-client-ca-file`. */
+  clientCaFile: string;
+  /** `--requestheader-allowed-names`; empty: any certificate the CA signed. */
+  allowedNames: string[];
+  /** `--requestheader-username-headers`, default x-remote-user. */
+  usernameHeaders: string[];
+  /** `--requestheader-uid-headers`, default none. */
+  uidHeaders: string[];
+  /** `--requestheader-group-headers`, default x-remote-group. */
+  groupHeaders: string[];
+  /** `--requestheader-extra-headers-prefix`, default x-remote-extra-. */
+  extraHeaderPrefixes: string[];
+}
+
 /** The HTTPS endpoint and its delegated authentication and authorization. */
 export interface ServingOptions {
   /** `--bind-address`, default `0.0.0.0`. */
@@ -64,6 +80,8 @@ export interface ServingOptions {
   tlsMinVersion?: TlsVersion;
   /** `--client-ca-file`: CA bundle for client-certificate authentication. */
   clientCaFile?: string;
+  /** The `--requestheader-*` flags; absent without `--requestheader-client-ca-file`. */
+  requestHeader?: RequestHeaderFlags;
   /** `--authentication-kubeconfig`; absent: the main client's credentials. */
   authenticationKubeconfig?: string;
   /** `--authorization-kubeconfig`; absent: the main client's credentials. */
@@ -278,6 +296,7 @@ function servingOptions(p: Parsed): ServingOptions {
     ...key,
     ...(tlsMinVersion === undefined ? {} : { tlsMinVersion }),
     ...path(p, "client-ca-file", "clientCaFile"),
+    ...requestHeaderOptions(p),
     ...path(p, "authentication-kubeconfig", "authenticationKubeconfig"),
     ...path(p, "authorization-kubeconfig", "authorizationKubeconfig"),
     authenticationSkipLookup: bool(p, "authentication-skip-lookup", false),
@@ -287,6 +306,38 @@ function servingOptions(p: Parsed): ServingOptions {
     unauthorizedCacheTtlMs: num(p, "authorization-webhook-cache-unauthorized-ttl", 10_000),
     alwaysAllowPaths: list(p, "authorization-always-allow-paths", ["/healthz", "/readyz", "/livez"]),
   };
+}
+
+/**
+ * The `--requestheader-*` flags, checked as k8s.io/apiserver does: no blank entry, and UID headers
+ * only with the standard X-Remote-Uid among them. Without `--requestheader-client-ca-file` the
+ * others do nothing, as upstream (which would look the CA up in the cluster).
+ */
+function requestHeaderOptions(p: Parsed): { requestHeader?: RequestHeaderFlags } {
+  const lists = {
+    allowedNames: list(p, "requestheader-allowed-names", []),
+    usernameHeaders: list(p, "requestheader-username-headers", ["x-remote-user"]),
+    uidHeaders: list(p, "requestheader-uid-headers", []),
+    groupHeaders: list(p, "requestheader-group-headers", ["x-remote-group"]),
+    extraHeaderPrefixes: list(p, "requestheader-extra-headers-prefix", ["x-remote-extra-"]),
+  };
+  const flags: Record<keyof typeof lists, string> = {
+    allowedNames: "requestheader-allowed-names",
+    usernameHeaders: "requestheader-username-headers",
+    uidHeaders: "requestheader-uid-headers",
+    groupHeaders: "requestheader-group-headers",
+    extraHeaderPrefixes: "requestheader-extra-headers-prefix",
+  };
+  for (const [key, values] of Object.entries(lists) as [keyof typeof lists, string[]][]) {
+    if (values.some((v) => v.trim() === "")) cannotParse(`empty value in "${flags[key]}"`);
+  }
+  if (lists.uidHeaders.length > 0 && !lists.uidHeaders.some((h) => h.toLowerCase() === "x-remote-uid")) {
+    cannotParse(
+      "--requestheader-uid-headers is set without specifying the standard X-Remote-Uid header - API aggregation will not work",
+    );
+  }
+  const file = path(p, "requestheader-client-ca-file", "clientCaFile").clientCaFile;
+  return file === undefined ? {} : { requestHeader: { clientCaFile: file, ...lists } };
 }
 
 function maskSize(p: Parsed, name: string): number | undefined {

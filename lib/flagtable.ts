@@ -93,7 +93,6 @@ const WHY_WEBHOOK = "cloud-provider admission webhooks are not implemented";
 const WHY_KLOG = "klog flag removed upstream in Kubernetes 1.26; logs always go to stderr";
 const WHY_LOG_STREAM = "log lines are written unbuffered to stderr";
 const WHY_TLS = "TLS tuning beyond --tls-min-version is not implemented";
-const WHY_REQUEST_HEADER = "front-proxy (request header) authentication is not implemented";
 const WHY_ROUTES = "the route controller is not implemented";
 const WHY_PPROF = "no /debug/pprof endpoints are served";
 const WHY_MIGRATION = "leader migration is not implemented";
@@ -142,7 +141,33 @@ const RUN_FLAGS: readonly FlagSpec[] = [
       "",
       "Minimum TLS version of the secure port (VersionTLS10 … VersionTLS13); never below TLS 1.2, the runtime's floor.",
     ],
-    ["client-ca-file", "string", "", "Client certificate CAs; not applied yet (bearer tokens only)."],
+    [
+      "client-ca-file",
+      "string",
+      "",
+      "CA bundle: a client certificate it signed is the user of its CommonName, in the groups of its Organizations.",
+    ],
+    [
+      "requestheader-client-ca-file",
+      "string",
+      "",
+      "CA bundle of front proxies: a request with a certificate it signed names its user in the headers below.",
+    ],
+    [
+      "requestheader-allowed-names",
+      "stringSlice",
+      "",
+      "Common names a front proxy's certificate may have; empty: any that CA signed.",
+    ],
+    ["requestheader-username-headers", "stringSlice", "[x-remote-user]", "Headers naming the user."],
+    ["requestheader-uid-headers", "stringSlice", "", "Headers naming the user's UID."],
+    ["requestheader-group-headers", "stringSlice", "[x-remote-group]", "Headers naming the user's groups."],
+    [
+      "requestheader-extra-headers-prefix",
+      "stringSlice",
+      "[x-remote-extra-]",
+      "Header prefixes naming the user's extra attributes.",
+    ],
     [
       "authentication-kubeconfig",
       "string",
@@ -238,14 +263,6 @@ const RUN_FLAGS: readonly FlagSpec[] = [
   ...accepted(WHY_SHARING, [
     ["permit-port-sharing", "bool"],
     ["permit-address-sharing", "bool"],
-  ]),
-  ...accepted(WHY_REQUEST_HEADER, [
-    ["requestheader-client-ca-file", "string"],
-    ["requestheader-username-headers", "stringSlice"],
-    ["requestheader-uid-headers", "stringSlice"],
-    ["requestheader-group-headers", "stringSlice"],
-    ["requestheader-extra-headers-prefix", "stringSlice"],
-    ["requestheader-allowed-names", "stringSlice"],
   ]),
   ...accepted("per-file verbosity is not supported; use --v", [["vmodule", "string"]]),
   ...accepted(WHY_LOG_STREAM, [

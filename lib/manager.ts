@@ -287,6 +287,8 @@ async function serve(
         unauthorized: serving.unauthorizedCacheTtlMs,
       },
       tlsMinVersion: serving.tlsMinVersion,
+      clientCaFile: serving.clientCaFile,
+      requestHeader: serving.requestHeader,
       livez: [{ name: "ping", check: () => undefined }],
       readyz: [
         { name: "ping", check: () => undefined },

@@ -1,16 +1,26 @@
 // Secure serving: HTTPS on --bind-address/--secure-port with /healthz, /livez, /readyz and /metrics.
-// Paths in --authorization-always-allow-paths are open; every other request needs a bearer token that
-// passes a TokenReview and a SubjectAccessReview (non-resource URL, verb get), as the delegated
-// authentication and authorization of Kubernetes components do. Without --tls-cert-file the server
-// uses a self-signed certificate made in memory; with one, the files are reloaded when they change.
+// Paths in --authorization-always-allow-paths are open; every other request needs a user, told as
+// k8s.io/apiserver's delegating authentication tells it (a front proxy's headers, a client
+// certificate, then a bearer token that passes a TokenReview), that a SubjectAccessReview allows to
+// get the path. Without --tls-cert-file the server uses a self-signed certificate made in memory;
+// the certificate files and client CA bundles are reloaded when they change.
 
-import { constants, createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import type { X509Certificate } from "node:crypto";
+import { createHash } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
-import { tryParseIP } from "./cidr.ts";
+import {
+  authenticateCertificate,
+  type ClientCertConfig,
+  type HeaderValues,
+  loadCABundle,
+  type User,
+} from "./clientauth.ts";
+import { type Handler, type HttpsListener, listenHttps, type TlsSettings } from "./httpsserver.ts";
 import type { KubeClient } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
+import { type ServingCert, selfSignedCertificate } from "./selfsigned.ts";
 
 const log = logger("serve");
 
@@ -40,104 +50,28 @@ export interface ServeOptions {
   readyz: Check[];
   /** How often certificate files are checked for changes. */
   certReloadMs?: number;
+  /** `--client-ca-file`: client certificates it signed are the user their CN and O name. */
+  clientCaFile?: string | undefined;
+  /** `--requestheader-*`: a front proxy that names users in headers. */
+  requestHeader?: RequestHeaderOptions | undefined;
 }
 
-/** A PEM certificate and key. */
-export interface ServingCert {
-  cert: string;
-  key: string;
-}
-
-// DER encoding of the one certificate shape made here. Written out rather than taken from
-// @peculiar/asn1-x509: loading that library at every start cost ~2.5 MB of resident memory and ~15 ms.
-
-/** A DER element: tag, definite length, contents. */
-function der(tag: number, ...parts: Uint8Array[]): Uint8Array {
-  const body = Buffer.concat(parts);
-  const n = body.length;
-  const len = n < 0x80 ? [n] : n < 0x100 ? [0x81, n] : [0x82, n >> 8, n & 0xff];
-  return Buffer.concat([Uint8Array.of(tag, ...len), body]);
-}
-
-const seq = (...parts: Uint8Array[]) => der(0x30, ...parts);
-
-function oid(dotted: string): Uint8Array {
-  const [a = 0, b = 0, ...rest] = dotted.split(".").map(Number);
-  const out = [40 * a + b];
-  for (const arc of rest) {
-    const base128 = [arc & 0x7f];
-    for (let v = arc >>> 7; v > 0; v >>>= 7) base128.unshift((v & 0x7f) | 0x80);
-    out.push(...base128);
-  }
-  return der(0x06, Uint8Array.from(out));
-}
-
-/** UTCTime until 2049, GeneralizedTime after, as RFC 5280 requires. */
-function time(ms: number): Uint8Array {
-  const iso = new Date(ms).toISOString(); // 2026-01-02T03:04:05.678Z
-  const digits = iso.slice(0, 19).replace(/[-:T]/g, "");
-  const utc = Number(iso.slice(0, 4)) < 2050;
-  return der(utc ? 0x17 : 0x18, Buffer.from(`${utc ? digits.slice(2) : digits}Z`));
-}
-
-function extension(id: string, critical: boolean, value: Uint8Array): Uint8Array {
-  return seq(oid(id), ...(critical ? [Uint8Array.of(0x01, 0x01, 0xff)] : []), der(0x04, value));
-}
-
-/** A SubjectAltName entry: iPAddress ([7], 4 or 16 bytes) for IPs, dNSName ([2]) otherwise. */
-function generalName(host: string): Uint8Array {
-  const ip = tryParseIP(host);
-  if (!ip) return der(0x82, Buffer.from(host));
-  const bytes = new Uint8Array(ip.family === 4 ? 4 : 16);
-  let v = ip.value;
-  for (let i = bytes.length - 1; i >= 0; i--, v >>= 8n) bytes[i] = Number(v & 0xffn);
-  return der(0x87, bytes);
-}
-
-/**
- * Makes a self-signed ECDSA P-256 serving certificate for `hosts` (DNS names and IPs), valid one year.
- */
-function selfSignedCertificate(hosts: string[]): ServingCert {
-  const { publicKey, privateKey } = generateKeyPairSync("ec", { namedCurve: "prime256v1" });
-  const ecdsaWithSha256 = seq(oid("1.2.840.10045.4.3.2"));
-  const cn = `${hosts[0] ?? "localhost"}@${Math.floor(Date.now() / 1000)}`;
-  const name = seq(der(0x31, seq(oid("2.5.4.3"), der(0x0c, Buffer.from(cn)))));
-  const serial = randomBytes(16);
-  // Positive, and never a leading zero byte: DER wants minimal integers, and BoringSSL refuses a
-  // certificate whose serial starts 0x00 0x0…-0x7… ("INVALID_INTEGER", one start in 256).
-  serial[0] = ((serial[0] as number) & 0x7f) | 0x40;
-  const now = Date.now();
-  const tbs = seq(
-    der(0xa0, der(0x02, Uint8Array.of(2))), // version v3
-    der(0x02, serial),
-    ecdsaWithSha256,
-    name,
-    seq(time(now - 60_000), time(now + 365 * 86_400_000)),
-    name,
-    publicKey.export({ type: "spki", format: "der" }),
-    der(
-      0xa3,
-      seq(
-        extension("2.5.29.19", true, seq()), // basicConstraints: not a CA
-        extension("2.5.29.15", true, Uint8Array.of(0x03, 0x02, 0x07, 0x80)), // keyUsage: digitalSignature
-        extension("2.5.29.37", false, seq(oid("1.3.6.1.5.5.7.3.1"))), // extKeyUsage: serverAuth
-        extension("2.5.29.17", false, seq(...hosts.map(generalName))), // subjectAltName
-      ),
-    ),
-  );
-  const signature = sign("sha256", tbs, privateKey);
-  const cert = seq(tbs, ecdsaWithSha256, der(0x03, Uint8Array.of(0), signature));
-  const b64 = Buffer.from(cert).toString("base64");
-  return {
-    cert: `-----BEGIN CERTIFICATE-----\n${b64.match(/.{1,64}/g)?.join("\n")}\n-----END CERTIFICATE-----\n`,
-    key: privateKey.export({ type: "pkcs8", format: "pem" }) as string,
-  };
+/** The `--requestheader-*` flags. */
+export interface RequestHeaderOptions {
+  /** `--requestheader-client-ca-file`: the front proxy's CA. */
+  clientCaFile: string;
+  /** `--requestheader-allowed-names`; empty: any certificate the CA signed. */
+  allowedNames: string[];
+  usernameHeaders: string[];
+  uidHeaders: string[];
+  groupHeaders: string[];
+  extraHeaderPrefixes: string[];
 }
 
 interface Decision {
   ok: boolean;
   expires: number;
-  user?: { username: string; uid?: string; groups?: string[]; extra?: Record<string, string[]> };
+  user?: User;
 }
 
 /** Reviews in flight at most; beyond, requests are answered 429 rather than queued without bound. */
@@ -206,9 +140,9 @@ class Delegator {
   }
 
   /** The cached or fresh SubjectAccessReview decision; undefined when no review may start now. */
-  async authorize(user: NonNullable<Decision["user"]>, path: string): Promise<boolean | undefined> {
+  async authorize(user: User, path: string): Promise<boolean | undefined> {
     const now = Date.now();
-    const key = `${user.username}\u0000${user.uid ?? ""}\u0000${(user.groups ?? []).join(",")}\u0000${path}`;
+    const key = JSON.stringify([user.username, user.uid ?? "", user.groups ?? [], user.extra ?? {}, path]);
     const hit = this.#authz.get(key);
     if (hit && hit.expires > now) return hit.ok;
     if (!this.hasCapacity) return undefined;
@@ -245,13 +179,11 @@ const TOO_MANY = () =>
   });
 
 /**
- * OpenSSL options for `--tls-min-version`. Bun's server never accepts less than TLS 1.2, so only a
- * TLS 1.3 minimum needs any: VersionTLS10 and VersionTLS11 are accepted and mean TLS 1.2.
+ * The TLS floor for `--tls-min-version`: TLS 1.2 unless TLS 1.3 is asked for. VersionTLS10 and
+ * VersionTLS11 are accepted and mean TLS 1.2, the runtime's minimum.
  */
-export function secureOptionsFor(min: ServeOptions["tlsMinVersion"]): number | undefined {
-  return min === "TLSv1.3"
-    ? constants.SSL_OP_NO_TLSv1 | constants.SSL_OP_NO_TLSv1_1 | constants.SSL_OP_NO_TLSv1_2
-    : undefined;
+export function minTlsVersion(min: ServeOptions["tlsMinVersion"]): "TLSv1.2" | "TLSv1.3" {
+  return min === "TLSv1.3" ? "TLSv1.3" : "TLSv1.2";
 }
 
 function pathAllowed(path: string, allow: string[]): boolean {
@@ -281,72 +213,138 @@ function healthResponse(checks: Check[], verbose: boolean): Response {
 /** The running secure server. */
 export interface SecureServer {
   readonly port: number;
+  /** Re-reads the certificate and CA files now, as the file watch does when they change. */
+  reload(): void;
   stop(): Promise<void>;
 }
 
 /**
  * Starts the secure server. Resolves once it listens.
- * @throws when the port cannot be bound or the certificate files cannot be read.
+ * @throws when the port cannot be bound or the certificate or CA files cannot be read.
  */
 export async function startSecureServer(opts: ServeOptions): Promise<SecureServer> {
   const delegator = opts.reviews ? new Delegator(opts.reviews, opts.cacheTtlMs) : undefined;
-  const handle = async (req: Request): Promise<Response> => {
-    const url = new URL(req.url);
-    const denied = await checkAccess(req, url.pathname, opts, delegator);
-    return denied ?? route(url, opts);
-  };
   const fromFiles = Boolean(opts.certFile && opts.keyFile);
-  const tls = fromFiles ? readServingFiles(opts) : selfSignedCertificate(servingNames(opts.bindAddress));
-  const secureOptions = secureOptionsFor(opts.tlsMinVersion);
-  const withMin = (cert: ServingCert) => (secureOptions === undefined ? cert : { ...cert, secureOptions });
-  const listening = {
-    tls,
-    server: Bun.serve({ ...listenOptions(opts, handle), port: opts.port, tls: withMin(tls) }),
+  const state: ServingState = {
+    serving: fromFiles ? readServingFiles(opts) : selfSignedCertificate(servingNames(opts.bindAddress)),
+    clients: loadClientCerts(opts),
   };
-  const port = listening.server.port as number;
-  log.info("Serving securely", { address: `${opts.bindAddress}:${port}`, selfSigned: !fromFiles });
-  // Bind the new certificate first (SO_REUSEPORT), then let the old listener drain.
-  const rebind = (next: ServingCert) => {
-    const old = listening.server;
-    listening.server = Bun.serve({ ...listenOptions(opts, handle), port, tls: withMin(next) });
-    listening.tls = next;
-    void old.stop(false);
-  };
-  const timer = fromFiles ? watchServingFiles(opts, () => listening.tls, rebind) : undefined;
+  const handle: Handler = async (url, headers, chain) =>
+    (await checkAccess(url.pathname, headers, chain, state.clients, opts, delegator)) ?? route(url, opts);
+  const listener = await listenHttps(opts.bindAddress, opts.port, tlsSettings(state, opts), handle);
+  log.info("Serving securely", {
+    address: `${opts.bindAddress}:${listener.port}`,
+    selfSigned: !fromFiles,
+    clientCertificates: state.clients.clientCAs !== undefined,
+    frontProxy: state.clients.requestHeader !== undefined,
+  });
+  const files = [
+    ...(fromFiles ? [opts.certFile as string, opts.keyFile as string] : []),
+    ...(opts.clientCaFile ? [opts.clientCaFile] : []),
+    ...(opts.requestHeader ? [opts.requestHeader.clientCaFile] : []),
+  ];
+  const timer =
+    files.length > 0
+      ? watchFiles(files, opts.certReloadMs ?? CERT_RELOAD_MS, () => reload(opts, state, listener))
+      : undefined;
   return {
-    port,
+    port: listener.port,
+    reload: () => reload(opts, state, listener),
     async stop() {
       if (timer) clearInterval(timer);
-      await listening.server.stop(true);
+      await listener.stop();
     },
   };
 }
 
+/** What the server presents and trusts now; replaced as a whole when its files change. */
+interface ServingState {
+  serving: ServingCert;
+  clients: ClientCertConfig;
+}
+
+function tlsSettings(state: ServingState, opts: ServeOptions): TlsSettings {
+  const cas = [...(state.clients.clientCAs ?? []), ...(state.clients.requestHeader?.cas ?? [])];
+  return {
+    cert: state.serving.cert,
+    key: state.serving.key,
+    minVersion: minTlsVersion(opts.tlsMinVersion),
+    clientCAs: cas.map((c) => c.toString()),
+  };
+}
+
+/** The client CAs of `--client-ca-file` and `--requestheader-client-ca-file`. */
+function loadClientCerts(opts: ServeOptions): ClientCertConfig {
+  const out: ClientCertConfig = {};
+  if (opts.clientCaFile) out.clientCAs = loadCABundle(opts.clientCaFile, "--client-ca-file");
+  const rh = opts.requestHeader;
+  if (rh) out.requestHeader = { ...rh, cas: loadCABundle(rh.clientCaFile, "--requestheader-client-ca-file") };
+  return out;
+}
+
+/** Re-reads the changed files and applies them; a file that cannot be used keeps the current set. */
+function reload(opts: ServeOptions, state: ServingState, listener: HttpsListener): void {
+  try {
+    const next: ServingState = {
+      serving: opts.certFile && opts.keyFile ? readServingFiles(opts) : state.serving,
+      clients: loadClientCerts(opts),
+    };
+    listener.update(tlsSettings(next, opts));
+    Object.assign(state, next);
+    log.info("Reloaded serving certificate and client CAs", { certFile: opts.certFile });
+  } catch (err) {
+    log.error("Cannot reload serving certificate or client CAs, keeping the current ones", err, {
+      certFile: opts.certFile,
+    });
+  }
+}
+
+/** Who asks, or {@link BUSY} when no credential review may start now. */
+const BUSY = Symbol("busy");
+
 /**
- * Authenticates and authorizes a request for a path that is not always allowed, by TokenReview and
- * SubjectAccessReview; undefined when it may go on, else the refusal.
+ * The requester, in k8s.io/apiserver's order: a front proxy's headers, a client certificate, then a
+ * bearer token that passes a TokenReview; undefined when none authenticates.
+ */
+async function identify(
+  headers: HeaderValues,
+  chain: X509Certificate[],
+  clients: ClientCertConfig,
+  delegator: Delegator | undefined,
+): Promise<User | undefined | typeof BUSY> {
+  const byCert = authenticateCertificate(chain, headers, clients, new Date());
+  if (byCert && "user" in byCert) return byCert.user;
+  if (byCert) log.v(2).info("Client certificate not accepted", { reason: byCert.error });
+  const auth = headers.get("authorization")?.[0] ?? "";
+  const token = auth.match(/^Bearer\s+(\S+)$/i)?.[1];
+  if (!token || !delegator) return undefined;
+  const who = await delegator.authenticate(token);
+  if (!who) return BUSY;
+  return who.ok ? who.user : undefined;
+}
+
+/**
+ * Authenticates and authorizes a request for a path that is not always allowed; undefined when it
+ * may go on, else the refusal.
  */
 async function checkAccess(
-  req: Request,
   path: string,
+  headers: HeaderValues,
+  chain: X509Certificate[],
+  clients: ClientCertConfig,
   opts: ServeOptions,
   delegator: Delegator | undefined,
 ): Promise<Response | undefined> {
   if (pathAllowed(path, opts.alwaysAllowPaths)) return undefined;
-  const auth = req.headers.get("authorization") ?? "";
-  const token = auth.match(/^Bearer\s+(\S+)$/i)?.[1];
-  if (!token || !delegator) return new Response("Unauthorized\n", { status: 401 });
   try {
-    const who = await delegator.authenticate(token);
-    if (!who) return TOO_MANY();
-    if (!who.ok || !who.user) return new Response("Unauthorized\n", { status: 401 });
-    const allowed = await delegator.authorize(who.user, path);
+    const who = await identify(headers, chain, clients, delegator);
+    if (who === BUSY) return TOO_MANY();
+    if (!who || !delegator) return new Response("Unauthorized\n", { status: 401 });
+    const allowed = await delegator.authorize(who, path);
     if (allowed === undefined) return TOO_MANY();
     if (allowed) return undefined;
-    log.v(2).info("Forbidden", { user: who.user.username, path });
-    return new Response(`Forbidden: user "${who.user.username}" cannot get path "${path}"\n`, {
-      status: 403,
-    });
+    log.v(2).info("Forbidden", { user: who.username, path });
+    return new Response(`Forbidden: user "${who.username}" cannot get path "${path}"\n`, { status: 403 });
   } catch (err) {
     log.error("Cannot check the request's credentials", err, { path });
     return new Response("Internal Server Error: cannot check credentials\n", { status: 500 });
@@ -385,55 +383,33 @@ function readServingFiles(opts: ServeOptions): ServingCert {
   };
 }
 
-/** Size and modification time of the certificate and key files; "" when either cannot be read. */
-function servingFilesStamp(opts: ServeOptions): string {
+/** Size and modification time of every file; "" when one cannot be read. */
+function filesStamp(paths: readonly string[]): string {
   try {
-    const a = statSync(opts.certFile as string);
-    const b = statSync(opts.keyFile as string);
-    return `${a.mtimeMs}:${a.size}:${b.mtimeMs}:${b.size}`;
+    return paths
+      .map((p) => {
+        const st = statSync(p);
+        return `${st.mtimeMs}:${st.size}`;
+      })
+      .join(",");
   } catch {
     return "";
   }
 }
 
-/**
- * Checks the certificate and key files every `certReloadMs` and hands a changed pair to `rebind`;
- * a pair that cannot be read or bound is logged and the current one kept.
- */
-function watchServingFiles(
-  opts: ServeOptions,
-  current: () => ServingCert,
-  rebind: (next: ServingCert) => void,
+/** Calls `onChange` when any of `paths` changed, checking every `periodMs`. */
+function watchFiles(
+  paths: readonly string[],
+  periodMs: number,
+  onChange: () => void,
 ): ReturnType<typeof setInterval> {
-  let last = servingFilesStamp(opts);
+  let last = filesStamp(paths);
   const timer = setInterval(() => {
-    const now = servingFilesStamp(opts);
+    const now = filesStamp(paths);
     if (!now || now === last) return;
     last = now;
-    try {
-      const next = readServingFiles(opts);
-      const tls = current();
-      if (next.cert === tls.cert && next.key === tls.key) return;
-      rebind(next);
-      log.info("Reloaded serving certificate", { certFile: opts.certFile });
-    } catch (err) {
-      log.error("Cannot reload serving certificate, keeping the current one", err, {
-        certFile: opts.certFile,
-      });
-    }
-  }, opts.certReloadMs ?? CERT_RELOAD_MS);
+    onChange();
+  }, periodMs);
   (timer as { unref?: () => void }).unref?.();
   return timer;
-}
-
-function listenOptions(opts: ServeOptions, handle: (req: Request) => Promise<Response>) {
-  return {
-    hostname: opts.bindAddress,
-    reusePort: true,
-    fetch: handle,
-    error: (err: Error) => {
-      log.error("Request failed", err);
-      return new Response("Internal Server Error\n", { status: 500 });
-    },
-  };
 }

@@ -11,6 +11,7 @@ import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
+import { createCA } from "../support/pki.ts";
 import { CcmProcess, ccmProcess } from "../support/process.ts";
 
 let cluster: TestCluster;
@@ -375,6 +376,59 @@ describe("leader election", () => {
     expect(await p.proc.exited).toBe(1);
     expect(p.output).toContain("Leader election lost");
   }, 30_000);
+});
+
+describe("secure serving with client certificates (--client-ca-file, --requestheader-*)", () => {
+  test("a cluster-CA certificate and a front proxy's header are users the real SubjectAccessReview judges", async () => {
+    const proxyCA = await createCA("front-proxy-ca");
+    const proxyCaFile = join(cluster.dir, "front-proxy-ca.crt");
+    writeFileSync(proxyCaFile, proxyCA.cert);
+    await cluster.apply([
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRole",
+        metadata: { name: "metrics-reader-x509" },
+        rules: [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }],
+      } as never,
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRoleBinding",
+        metadata: { name: "metrics-reader-x509" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "metrics-reader-x509" },
+        subjects: [{ kind: "Group", name: "metrics-readers", apiGroup: "rbac.authorization.k8s.io" }],
+      } as never,
+    ]);
+    const port = await freePort();
+    const p = ccmProcess({
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "node-csr-approval",
+      securePort: port,
+      args: [
+        `--client-ca-file=${join(cluster.dir, "ca.crt")}`,
+        `--requestheader-client-ca-file=${proxyCaFile}`,
+        "--requestheader-allowed-names=front-proxy-client",
+      ],
+    });
+    procs.push(p);
+    await waitFor(async () => (await get(port, "/healthz").catch(() => undefined))?.status === 200, 10_000);
+    const withCert = (cert: { cert: string; key: string }, headers: Record<string, string> = {}) =>
+      fetch(`https://127.0.0.1:${port}/metrics`, { headers, tls: { ...cert, rejectUnauthorized: false } });
+    const reader = await cluster.ca.issue({ cn: "prometheus-x509", o: ["metrics-readers"], usage: "client" });
+    const stranger = await cluster.ca.issue({ cn: "stranger", usage: "client" });
+    const proxy = await proxyCA.issue({ cn: "front-proxy-client", usage: "client" });
+    // RBAC takes a moment to reach the authorizer's cache.
+    await waitFor(async () => (await withCert(reader)).status === 200, 15_000);
+    expect((await withCert(stranger)).status).toBe(403);
+    expect(
+      (await withCert(proxy, { "X-Remote-User": "someone", "X-Remote-Group": "metrics-readers" })).status,
+    ).toBe(200);
+    expect((await withCert(proxy, { "X-Remote-User": "someone" })).status).toBe(403);
+    // The cluster CA's certificate is its own user: its headers are ignored.
+    expect(
+      (await withCert(stranger, { "X-Remote-User": "x", "X-Remote-Group": "metrics-readers" })).status,
+    ).toBe(403);
+    expect(await p.stop()).toBe(0);
+  });
 });
 
 describe("cloud config reload", () => {

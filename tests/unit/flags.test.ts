@@ -503,8 +503,14 @@ describe("resolveControllers()", () => {
     ],
     [["-cloud-node-controller", "*"], ["cloud-node-lifecycle"]],
     [[" cloud-node ", " -nodeipam"], ["cloud-node"]],
-    [["*", "-route", "-service"], ["cloud-node", "cloud-node-lifecycle"]],
-    [["*", "-service-lb-controller", "-node-route-controller"], ["cloud-node", "cloud-node-lifecycle"]],
+    [
+      ["*", "-route", "-service"],
+      ["cloud-node", "cloud-node-lifecycle"],
+    ],
+    [
+      ["*", "-service-lb-controller", "-node-route-controller"],
+      ["cloud-node", "cloud-node-lifecycle"],
+    ],
   ])("resolveControllers(%p) enables %p", (list, enabled) => {
     expect<string[]>(resolveControllers(list).enabled).toEqual(enabled);
   });
@@ -598,6 +604,38 @@ describe("parseCommandLine() validation", () => {
       clientCaFile: "/ca",
       authenticationSkipLookup: true,
     });
+  });
+
+  test("parseCommandLine() reads the --requestheader-* flags with upstream's defaults, only with a CA file", () => {
+    expect(run(["--requestheader-username-headers=x-user"]).serving.requestHeader).toBeUndefined();
+    expect(run(["--requestheader-client-ca-file=/proxy-ca"]).serving.requestHeader).toEqual({
+      clientCaFile: "/proxy-ca",
+      allowedNames: [],
+      usernameHeaders: ["x-remote-user"],
+      uidHeaders: [],
+      groupHeaders: ["x-remote-group"],
+      extraHeaderPrefixes: ["x-remote-extra-"],
+    });
+    expect(
+      run([
+        "--requestheader-client-ca-file=/proxy-ca",
+        "--requestheader-allowed-names=front-proxy,aggregator",
+        "--requestheader-uid-headers=X-Remote-Uid",
+        "--requestheader-group-headers=x-remote-group,x-groups",
+      ]).serving.requestHeader,
+    ).toMatchObject({
+      allowedNames: ["front-proxy", "aggregator"],
+      uidHeaders: ["X-Remote-Uid"],
+      groupHeaders: ["x-remote-group", "x-groups"],
+    });
+  });
+
+  test.each([
+    [["--requestheader-username-headers=x-user, "], /empty value in "requestheader-username-headers"/],
+    [["--requestheader-allowed-names= "], /empty value in "requestheader-allowed-names"/],
+    [["--requestheader-uid-headers=x-uid"], /without specifying the standard X-Remote-Uid header/],
+  ])("parseCommandLine(%p) refuses the --requestheader-* values upstream refuses", (argv, message) => {
+    expect(() => run(argv)).toThrow(message);
   });
 
   test("parseCommandLine() reads the node IPAM flags in resolveNodeIpamConfig's shape", () => {

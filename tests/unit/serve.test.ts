@@ -2,27 +2,26 @@
 // delegated credential checks (bounded reviews, cache TTLs, which client asks what) against review
 // clients scripted here. tests/e2e/runtime.test.ts runs them against the real API server.
 
-import { afterEach, describe, expect, test } from "bun:test";
-import { constants, X509Certificate } from "node:crypto";
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { X509Certificate } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { connect } from "node:tls";
 import type { KubeClient } from "../../lib/kube.ts";
 import { Registry } from "../../lib/metrics.ts";
-import {
-  type SecureServer,
-  type ServeOptions,
-  secureOptionsFor,
-  startSecureServer,
-} from "../../lib/serve.ts";
+import { minTlsVersion, type SecureServer, type ServeOptions, startSecureServer } from "../../lib/serve.ts";
+import { type CA, createCA, type KeyPair } from "../support/pki.ts";
 
-describe("secureOptionsFor()", () => {
+describe("minTlsVersion()", () => {
   test.each([
-    [undefined, undefined],
-    ["TLSv1", undefined],
-    ["TLSv1.1", undefined],
-    ["TLSv1.2", undefined],
-    ["TLSv1.3", constants.SSL_OP_NO_TLSv1 | constants.SSL_OP_NO_TLSv1_1 | constants.SSL_OP_NO_TLSv1_2],
-  ] as const)("%p: options only where the runtime's TLS 1.2 floor is not enough", (min, want) => {
-    expect(secureOptionsFor(min)).toBe(want);
+    [undefined, "TLSv1.2"],
+    ["TLSv1", "TLSv1.2"],
+    ["TLSv1.1", "TLSv1.2"],
+    ["TLSv1.2", "TLSv1.2"],
+    ["TLSv1.3", "TLSv1.3"],
+  ] as const)("%p: never below the runtime's TLS 1.2 floor", (min, want) => {
+    expect(minTlsVersion(min)).toBe(want);
   });
 });
 
@@ -72,10 +71,10 @@ async function serve(opts: Partial<ServeOptions> = {}): Promise<SecureServer> {
   return server;
 }
 
-const get = (server: SecureServer, path: string, token?: string) =>
+const get = (server: SecureServer, path: string, token?: string, client?: KeyPair, headers = {}) =>
   fetch(`https://127.0.0.1:${server.port}${path}`, {
-    headers: token ? { authorization: `Bearer ${token}` } : {},
-    tls: { rejectUnauthorized: false },
+    headers: { ...headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    tls: { rejectUnauthorized: false, ...(client ? { cert: client.cert, key: client.key } : {}) },
   });
 
 /** TokenReviews: tokens "user-<name>" authenticate as <name>; SubjectAccessReviews allow "admin". */
@@ -184,5 +183,118 @@ describe("startSecureServer()", () => {
     authentication.release();
     expect((await Promise.all(pending)).map((r) => r.status)).toEqual(Array(16).fill(403));
     expect((await get(server, "/metrics", "user-one-too-many")).status).toBe(403);
+  });
+});
+
+describe("client certificates (--client-ca-file, --requestheader-*)", () => {
+  let dir: string;
+  let clientCA: CA;
+  let proxyCA: CA;
+  let otherCA: CA;
+  let clientCaFile: string;
+  let proxyCaFile: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "serve-client-certs-"));
+    [clientCA, proxyCA, otherCA] = await Promise.all([
+      createCA("client-ca"),
+      createCA("proxy-ca"),
+      createCA("other-ca"),
+    ]);
+    clientCaFile = join(dir, "client-ca.crt");
+    proxyCaFile = join(dir, "proxy-ca.crt");
+    writeFileSync(clientCaFile, clientCA.cert);
+    writeFileSync(proxyCaFile, proxyCA.cert);
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  const requestHeader = () => ({
+    clientCaFile: proxyCaFile,
+    allowedNames: ["front-proxy"],
+    usernameHeaders: ["x-remote-user"],
+    uidHeaders: [],
+    groupHeaders: ["x-remote-group"],
+    extraHeaderPrefixes: ["x-remote-extra-"],
+  });
+  const sarUsers = (authorization: ReturnType<typeof reviewers>["authorization"]) =>
+    authorization.calls.map((c) => (c.body as { spec: unknown }).spec);
+
+  test("a certificate --client-ca-file signed is the user of its CN in the groups of its O, without a TokenReview", async () => {
+    const { authentication, authorization, reviews } = reviewers();
+    const server = await serve({ reviews, clientCaFile });
+    const admin = await clientCA.issue({ cn: "admin", o: ["ops", "sre"], usage: "client" });
+    const bob = await clientCA.issue({ cn: "bob", usage: "client" });
+    expect((await get(server, "/metrics", undefined, admin)).status).toBe(200);
+    expect((await get(server, "/metrics", undefined, bob)).status).toBe(403);
+    expect(authentication.calls).toHaveLength(0);
+    expect(sarUsers(authorization)).toMatchObject([
+      { user: "admin", groups: ["ops", "sre"], nonResourceAttributes: { path: "/metrics", verb: "get" } },
+      { user: "bob", groups: [] },
+    ]);
+  });
+
+  test("a certificate of another CA, expired, or not for client authentication authenticates nobody; a bearer token still does", async () => {
+    const { authorization, reviews } = reviewers();
+    const server = await serve({ reviews, clientCaFile });
+    const foreign = await otherCA.issue({ cn: "admin", usage: "client" });
+    const expired = await clientCA.issue({ cn: "admin", usage: "client", hours: -1 });
+    const serverOnly = await clientCA.issue({ cn: "admin", usage: "server" });
+    for (const cert of [foreign, expired, serverOnly]) {
+      expect((await get(server, "/metrics", undefined, cert)).status).toBe(401);
+    }
+    expect((await get(server, "/metrics", "user-admin", foreign)).status).toBe(200);
+    expect(sarUsers(authorization)).toHaveLength(1);
+  });
+
+  test("a front proxy whose CN is allowed names the user, UID-less, with groups and extra, in headers", async () => {
+    const { authentication, authorization, reviews } = reviewers();
+    const server = await serve({ reviews, requestHeader: requestHeader() });
+    const proxy = await proxyCA.issue({ cn: "front-proxy", usage: "client" });
+    const res = await get(server, "/metrics", undefined, proxy, {
+      "X-Remote-User": "admin",
+      "X-Remote-Group": "team-a",
+      "X-Remote-Extra-Scopes%2Fread": "metrics",
+    });
+    expect(res.status).toBe(200);
+    expect(authentication.calls).toHaveLength(0);
+    expect(sarUsers(authorization)).toMatchObject([
+      { user: "admin", groups: ["team-a"], extra: { "scopes/read": ["metrics"] } },
+    ]);
+  });
+
+  test("headers count only from an allowed front proxy: another CN, another CA or a client certificate is not trusted with them", async () => {
+    const { authorization, reviews } = reviewers();
+    const server = await serve({ reviews, requestHeader: requestHeader(), clientCaFile });
+    const asAdmin = { "X-Remote-User": "admin" };
+    const intruder = await proxyCA.issue({ cn: "intruder", usage: "client" });
+    const foreignProxy = await otherCA.issue({ cn: "front-proxy", usage: "client" });
+    const bob = await clientCA.issue({ cn: "bob", usage: "client" });
+    expect((await get(server, "/metrics", undefined, intruder, asAdmin)).status).toBe(401);
+    expect((await get(server, "/metrics", undefined, foreignProxy, asAdmin)).status).toBe(401);
+    expect((await get(server, "/metrics", undefined, undefined, asAdmin)).status).toBe(401);
+    // A client certificate is its own user, whatever the headers say.
+    expect((await get(server, "/metrics", undefined, bob, asAdmin)).status).toBe(403);
+    expect(sarUsers(authorization)).toMatchObject([{ user: "bob" }]);
+  });
+
+  test("reload() applies a changed CA bundle to new connections", async () => {
+    const { reviews } = reviewers();
+    const file = join(dir, "reloaded-ca.crt");
+    writeFileSync(file, clientCA.cert);
+    const server = await serve({ reviews, clientCaFile: file });
+    const fromOther = await otherCA.issue({ cn: "admin", usage: "client" });
+    expect((await get(server, "/metrics", undefined, fromOther)).status).toBe(401);
+    writeFileSync(file, otherCA.cert);
+    server.reload();
+    expect((await get(server, "/metrics", undefined, fromOther)).status).toBe(200);
+  });
+
+  test("a CA file that is missing or holds no certificate fails the start, naming the flag", async () => {
+    const empty = join(dir, "empty.crt");
+    writeFileSync(empty, "not a certificate\n");
+    await expect(serve({ clientCaFile: join(dir, "missing.crt") })).rejects.toThrow(/--client-ca-file/);
+    await expect(serve({ requestHeader: { ...requestHeader(), clientCaFile: empty } })).rejects.toThrow(
+      /--requestheader-client-ca-file .*holds no PEM certificate/,
+    );
   });
 });
