@@ -5,7 +5,7 @@
 import { parseCommandLine } from "./lib/flags.ts";
 import { helpText, usage } from "./lib/help.ts";
 import { FlagError } from "./lib/pflag.ts";
-import { commit, version } from "./lib/version.ts";
+import { commit, formatVersionRaw, version, versionInfo } from "./lib/version.ts";
 
 let parsed: ReturnType<typeof parseCommandLine>;
 try {
@@ -23,7 +23,7 @@ switch (parsed.command) {
   case "version":
     process.stdout.write(
       parsed.options.raw
-        ? `${version}\n`
+        ? `${formatVersionRaw(versionInfo())}\n`
         : `talos-cloud-controller-manager ${version} (commit ${commit}, bun ${Bun.version})\n`,
     );
     break;

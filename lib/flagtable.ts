@@ -111,7 +111,12 @@ const RUN_FLAGS: readonly FlagSpec[] = [
     ["cloud-config", "string", "", "Path to the Talos CCM configuration file (ccm-config.yaml)."],
     ["controllers", "stringSlice", "[*]", CONTROLLERS_HELP],
     ["cluster-name", "string", "kubernetes", "The instance prefix for the cluster; not applied yet."],
-    ["use-service-account-credentials", "bool", "", "Give each controller its own service account token."],
+    [
+      "use-service-account-credentials",
+      "bool",
+      "",
+      "Accepted for compatibility: this CCM always acts as its own service account and mints no tokens.",
+    ],
     ["kube-api-qps", "float32", "20", "Sustained requests per second to the API server."],
     ["kube-api-burst", "int32", "30", "Request burst to the API server."],
     [

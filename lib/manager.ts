@@ -22,7 +22,7 @@ import { controllerRunning, registerBuildInfo, registerProcessMetrics, registry 
 import { type SecureServer, startSecureServer } from "./serve.ts";
 import type { TalosClient } from "./talos.ts";
 import { loadTalosConfig } from "./talosconfig.ts";
-import { commit, version } from "./version.ts";
+import { commit, version, versionInfo } from "./version.ts";
 
 const log = logger("manager");
 
@@ -87,7 +87,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   log.info("Starting talos-cloud-controller-manager", { version, commit, bun: Bun.version });
   for (const w of warnings) log.warn(w);
   registerProcessMetrics(registry);
-  registerBuildInfo(registry, { version, commit });
+  registerBuildInfo(registry, versionInfo());
   const signals = trapSignals();
   // The file's digest is taken before it is read for use: a change in between is then seen by the
   // reload poller instead of being lost.

@@ -3,6 +3,7 @@
 // process; tests create their own.
 
 import { readdirSync, readFileSync } from "node:fs";
+import type { VersionInfo } from "./version.ts";
 
 /** Label values keyed by label name. */
 export type Labels = Record<string, string>;
@@ -193,19 +194,11 @@ export class Registry {
 /** The process-wide registry served on /metrics. */
 export const registry = new Registry();
 
-/** What `kubernetes_build_info` says of the binary. */
-export interface BuildInfo {
-  /** The release, e.g. "0.1.0" ("dev" for source runs). */
-  version: string;
-  commit: string;
-}
-
 /**
- * Registers `kubernetes_build_info` with k8s.io/component-base's name, help and labels. This binary
- * is built by Bun, not Go: `compiler` is "bun" and `go_version` is empty.
- * @example registerBuildInfo(reg, { version: "0.1.0", commit: "abc" }) // major "0", minor "1", git_version "v0.1.0"
+ * Registers `kubernetes_build_info` with k8s.io/component-base's name, help and labels, from the
+ * binary's version.Info (see lib/version.ts).
  */
-export function registerBuildInfo(reg: Registry, info: BuildInfo): void {
+export function registerBuildInfo(reg: Registry, info: VersionInfo): void {
   const gauge = reg.gauge(
     "kubernetes_build_info",
     "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
@@ -221,19 +214,17 @@ export function registerBuildInfo(reg: Registry, info: BuildInfo): void {
       "platform",
     ],
   );
-  const release = /^(\d+)\.(\d+)\./.exec(info.version);
-  const arch = process.arch === "x64" ? "amd64" : process.arch;
   gauge.set(
     {
-      major: release?.[1] ?? "",
-      minor: release?.[2] ?? "",
-      git_version: release ? `v${info.version}` : info.version,
-      git_commit: info.commit,
-      git_tree_state: "",
-      build_date: "",
-      go_version: "",
-      compiler: "bun",
-      platform: `${process.platform}/${arch}`,
+      major: info.major,
+      minor: info.minor,
+      git_version: info.gitVersion,
+      git_commit: info.gitCommit,
+      git_tree_state: info.gitTreeState,
+      build_date: info.buildDate,
+      go_version: info.goVersion,
+      compiler: info.compiler,
+      platform: info.platform,
     },
     1,
   );

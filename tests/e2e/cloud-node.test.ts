@@ -657,3 +657,63 @@ describe("cloud-node refuses a broken config before touching the cluster", () =>
     }
   });
 });
+
+describe("a Node that registered before the CCM was installed (no uninitialized taint)", () => {
+  test("gets its providerID, addresses, the Talos labels and the rules' labels, but neither topology labels nor the rules' taints: those come with initialization only", async () => {
+    const spec: FakeNodeSpec = {
+      name: "preexisting-1",
+      nodeIPs: ["10.20.0.9"],
+      talosVersion: "v1.13.0",
+      platformMetadata: platformMetadata({
+        platform: "metal",
+        hostname: "preexisting-1",
+        region: "r1",
+        zone: "z1",
+        instanceType: "t1",
+        spot: true,
+      }),
+      addresses: [
+        normalizeAddress("preexisting-1", { address: "10.20.0.9/24", linkName: "eth0", flags: "permanent" }),
+      ],
+    };
+    apid.addNodes([spec]);
+    // A kubelet started without --cloud-provider=external registers no uninitialized taint.
+    kubelets.push(
+      await SimulatedKubelet.register(cluster, {
+        name: spec.name,
+        ips: spec.nodeIPs,
+        heartbeatMs: 0,
+        external: false,
+        statusOnCreate: true,
+      }),
+    );
+    let node: V1Node | undefined;
+    await waitFor(
+      async () => {
+        node = await getNode(spec.name);
+        return (node.spec?.providerID ?? "") !== "";
+      },
+      30_000,
+      () => `node ${spec.name} has no providerID:\n${ccm?.output.slice(-3000)}`,
+    );
+    const v = view(node as V1Node);
+    expect(v.providerID).toBe("talos://metal/10.20.0.9");
+    expect(v.labels).toMatchObject({
+      "node.cloudprovider.kubernetes.io/platform": "metal",
+      "node.cloudprovider.kubernetes.io/lifecycle": "spot",
+      "example.com/spot": "true",
+      "node-role.kubernetes.io/metal": "",
+    });
+    for (const topology of [
+      "topology.kubernetes.io/region",
+      "topology.kubernetes.io/zone",
+      "node.kubernetes.io/instance-type",
+    ]) {
+      expect(v.labels[topology]).toBeUndefined();
+    }
+    // The spot rule's taint is an initialization-time taint: a running node does not get it (the
+    // API server's own not-ready taint, added at creation, is all it has).
+    expect(v.taints.map((t) => t.key)).toEqual(["node.kubernetes.io/not-ready"]);
+    expect(v.addresses).toContainEqual({ type: "InternalIP", address: "10.20.0.9" });
+  });
+});

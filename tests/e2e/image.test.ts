@@ -47,6 +47,17 @@ const GROUP = ["root:x:0:", "nobody:x:65534:", `nonroot:x:${NONROOT_ID}:`, ""].j
 
 function buildRoot(): string {
   const dir = mkdtempSync(join(tmpdir(), "talos-ccm-image-"));
+  try {
+    fillRoot(dir);
+  } catch (err) {
+    // The copy of the binary alone is over 100 MB: never leave it behind.
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return dir;
+}
+
+function fillRoot(dir: string): void {
   chmodSync(dir, 0o755);
   const binary = ccmBinary();
   copyFileSync(binary, join(dir, BINARY_PATH));
@@ -63,7 +74,6 @@ function buildRoot(): string {
   mkdirSync(join(dir, "home/nonroot"), { recursive: true });
   chownSync(join(dir, "home/nonroot"), NONROOT_ID, NONROOT_ID);
   mkdirSync(join(dir, "proc"));
-  return dir;
 }
 
 /**
@@ -103,6 +113,13 @@ function collect(proc: Subprocess<"ignore", "pipe", "pipe">): { text: () => stri
 }
 
 beforeAll(async () => {
+  // Fails (never skips) without root, before building anything, naming the test and why.
+  if (process.getuid?.() !== 0) {
+    throw new Error(
+      "tests/e2e/image.test.ts needs root: it builds a root owned by uid 65532, bind-mounts it read-only " +
+        "and chroots into it (run `npm test` as root, as CI does)",
+    );
+  }
   cluster = await TestCluster.start();
   root = buildRoot();
 });

@@ -102,6 +102,17 @@ describe("command line", () => {
     expect((await lease("cloud-controller-manager-talos")).holderIdentity ?? "").toBe("");
   });
 
+  test("--version=raw prints the binary's version.Info as upstream's verflag does, --help says so", async () => {
+    const p = ccm(["--version=raw"]);
+    expect(await p.proc.exited).toBe(0);
+    expect(p.output.trim()).toMatch(
+      /^version\.Info\{Major:"\d+", Minor:"\d+", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", GitVersion:"v\d+\.\d+\.\d+[^"]*", GitCommit:"[^"]+", GitTreeState:"", BuildDate:"", GoVersion:"", Compiler:"bun", Platform:"linux\/(amd64|arm64)"\}$/,
+    );
+    const help = ccm(["--help"]);
+    expect(await help.proc.exited).toBe(0);
+    expect(help.output).toContain("--version=raw prints details");
+  });
+
   test("an unknown flag exits 2 naming the closest known flag", async () => {
     const p = ccm([`--kubeconfig=${cluster.adminKubeconfig}`, "--leader-elect-resouce-name=x"]);
     expect(await p.proc.exited).toBe(2);

@@ -14,6 +14,17 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   exit 0
 fi
 
+# kube-apiserver 1.35's go.mod says go 1.25: an older Go would try to fetch a toolchain, which an
+# offline machine cannot, or fail deep in the build.
+need_go() {
+  local v
+  v="$(go env GOVERSION 2>/dev/null || true)"
+  if [[ ! "$v" =~ ^go1\.([0-9]+) ]] || ((BASH_REMATCH[1] < 25)); then
+    echo "testbed-bins.sh: Go >= 1.25 is required to build kube-apiserver $K8S_VERSION (found: ${v:-no go})" >&2
+    exit 1
+  fi
+}
+
 apiserver="$CACHE/kubernetes-$K8S_VERSION/kube-apiserver"
 etcd="$CACHE/etcd-$ETCD_VERSION/etcd"
 
@@ -56,7 +67,10 @@ build_etcd() {
   mv "$etcd.tmp" "$etcd"
 }
 
-command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver and etcd" >&2; exit 1; }
+if [[ ! -x "$etcd" || ! -x "$apiserver" ]]; then
+  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver and etcd" >&2; exit 1; }
+  need_go
+fi
 [[ -x "$etcd" ]] || (build_etcd) >&2
 [[ -x "$apiserver" ]] || (build_apiserver) >&2
 echo "KUBE_APISERVER=$apiserver"

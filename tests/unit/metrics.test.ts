@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { controllerRunning, Registry, registerBuildInfo } from "../../lib/metrics.ts";
+import { formatVersionRaw, versionInfo } from "../../lib/version.ts";
 
 describe("Registry", () => {
   test("expose() renders counters, gauges and histograms in the text format", () => {
@@ -62,7 +63,7 @@ describe("Registry", () => {
 describe("upstream's controller-manager metrics", () => {
   test("registerBuildInfo() writes kubernetes_build_info with component-base's labels, the release split into major and minor", () => {
     const reg = new Registry();
-    registerBuildInfo(reg, { version: "1.12.3", commit: "abc123" });
+    registerBuildInfo(reg, versionInfo("1.12.3", "abc123"));
     const arch = process.arch === "x64" ? "amd64" : process.arch;
     expect(reg.expose()).toContain(
       `kubernetes_build_info{major="1",minor="12",git_version="v1.12.3",git_commit="abc123",git_tree_state="",build_date="",go_version="",compiler="bun",platform="${process.platform}/${arch}"} 1`,
@@ -72,7 +73,7 @@ describe("upstream's controller-manager metrics", () => {
 
   test("registerBuildInfo() leaves major and minor empty for a source run", () => {
     const reg = new Registry();
-    registerBuildInfo(reg, { version: "dev", commit: "unknown" });
+    registerBuildInfo(reg, versionInfo("dev", "unknown"));
     expect(reg.expose()).toMatch(
       /kubernetes_build_info\{major="",minor="",git_version="dev",git_commit="unknown",/,
     );
@@ -92,6 +93,15 @@ describe("upstream's controller-manager metrics", () => {
     );
     expect(text).toContain(
       "# HELP running_managed_controllers Indicates where instances of a controller are currently running",
+    );
+  });
+});
+
+describe("--version=raw", () => {
+  test("formatVersionRaw() prints Go's %#v of version.Info, as upstream's verflag", () => {
+    const arch = process.arch === "x64" ? "amd64" : process.arch;
+    expect(formatVersionRaw(versionInfo("0.1.0", "abc"))).toBe(
+      `version.Info{Major:"0", Minor:"1", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", GitVersion:"v0.1.0", GitCommit:"abc", GitTreeState:"", BuildDate:"", GoVersion:"", Compiler:"bun", Platform:"${process.platform}/${arch}"}`,
     );
   });
 });
