@@ -235,8 +235,12 @@ export async function startSecureServer(opts: ServeOptions): Promise<SecureServe
   log.info("Serving securely", {
     address: `${opts.bindAddress}:${listener.port}`,
     selfSigned: !fromFiles,
-    clientCertificates: state.clients.clientCAs !== undefined,
-    frontProxy: state.clients.requestHeader !== undefined,
+    // In the order they are tried.
+    authentication: [
+      ...(state.clients.requestHeader ? ["front-proxy"] : []),
+      ...(state.clients.clientCAs ? ["x509"] : []),
+      "token",
+    ].join(","),
   });
   const files = [
     ...(fromFiles ? [opts.certFile as string, opts.keyFile as string] : []),
