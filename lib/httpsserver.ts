@@ -1,9 +1,11 @@
-// The HTTPS transport of the secure port: node:tls in front of node:http, because Bun.serve does not
-// show a handler the client's certificate, which client-certificate authentication needs. Requests
-// reach the handler as a URL, their headers with every value, and the presented certificate chain;
-// the serving certificate and trusted client CAs can be swapped without closing the listener.
+// The HTTPS transport of the secure port. Bun.serve by default, the leanest listener; with client
+// CAs, node:tls in front of node:http, because Bun.serve does not show a handler the client's
+// certificate (node's listener costs ~1 MiB of resident memory and a few ms of start-up, so only
+// those who configure client certificates pay for it). Requests reach the handler as a URL, their
+// headers with every value, and the presented certificate chain; the serving certificate and trusted
+// client CAs can be swapped without closing the listener.
 
-import { X509Certificate } from "node:crypto";
+import { constants, X509Certificate } from "node:crypto";
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createServer as createTlsServer, type DetailedPeerCertificate, type TLSSocket } from "node:tls";
@@ -59,11 +61,65 @@ export async function listenHttps(
   settings: TlsSettings,
   handle: Handler,
 ): Promise<HttpsListener> {
-  const withClientCerts = settings.clientCAs.length > 0;
+  return settings.clientCAs.length > 0
+    ? listenNode(bindAddress, port, settings, handle)
+    : listenBun(bindAddress, port, settings, handle);
+}
+
+/**
+ * OpenSSL options for Bun.serve's TLS floor: it never accepts less than TLS 1.2, so only a TLS 1.3
+ * minimum needs any.
+ */
+function secureOptions(min: TlsSettings["minVersion"]): { secureOptions?: number } {
+  return min === "TLSv1.3"
+    ? { secureOptions: constants.SSL_OP_NO_TLSv1 | constants.SSL_OP_NO_TLSv1_1 | constants.SSL_OP_NO_TLSv1_2 }
+    : {};
+}
+
+/** Bun.serve, without client certificates; a new certificate is bound beside the old listener (SO_REUSEPORT), which then drains. */
+function listenBun(bindAddress: string, port: number, settings: TlsSettings, handle: Handler): HttpsListener {
+  const fetch = (req: Request) => {
+    const headers = new Map<string, string[]>();
+    for (const [name, value] of req.headers) headers.set(name, [value]);
+    return handle(new URL(req.url), headers, []);
+  };
+  const error = (err: Error) => {
+    log.error("Request failed", err);
+    return new Response("Internal Server Error\n", { status: 500 });
+  };
+  const serve = (p: number, s: TlsSettings) =>
+    Bun.serve({
+      hostname: bindAddress,
+      port: p,
+      reusePort: true,
+      fetch,
+      error,
+      tls: { cert: s.cert, key: s.key, ...secureOptions(s.minVersion) },
+    });
+  let server = serve(port, settings);
+  const bound = server.port as number;
+  return {
+    port: bound,
+    update(next) {
+      const old = server;
+      server = serve(bound, next);
+      void old.stop(false);
+    },
+    stop: () => server.stop(true),
+  };
+}
+
+/** node:tls in front of node:http, asking for (never requiring) a client certificate. */
+async function listenNode(
+  bindAddress: string,
+  port: number,
+  settings: TlsSettings,
+  handle: Handler,
+): Promise<HttpsListener> {
   const sockets = new Set<TLSSocket>();
-  const http = createHttpServer((req, res) => void respond(req, res, handle, withClientCerts));
+  const http = createHttpServer((req, res) => void respond(req, res, handle));
   const tls = createTlsServer(
-    { ...contextOptions(settings), requestCert: withClientCerts, rejectUnauthorized: false },
+    { ...contextOptions(settings), requestCert: true, rejectUnauthorized: false },
     (socket) => {
       sockets.add(socket);
       socket.once("close", () => sockets.delete(socket));
@@ -90,18 +146,12 @@ export async function listenHttps(
   };
 }
 
-async function respond(
-  req: IncomingMessage,
-  res: ServerResponse,
-  handle: Handler,
-  withClientCerts: boolean,
-): Promise<void> {
+async function respond(req: IncomingMessage, res: ServerResponse, handle: Handler): Promise<void> {
   let response: Response;
   try {
     // Only the path and query count: the Host header and an absolute-form target are the client's.
     const url = new URL(req.url ?? "/", "https://localhost");
-    const chain = withClientCerts ? peerChain(req.socket as TLSSocket) : [];
-    response = await handle(url, headerValues(req.rawHeaders), chain);
+    response = await handle(url, headerValues(req.rawHeaders), peerChain(req.socket as TLSSocket));
   } catch (err) {
     log.error("Request failed", err);
     response = new Response("Internal Server Error\n", { status: 500 });

@@ -71,6 +71,30 @@ async function serve(opts: Partial<ServeOptions> = {}): Promise<SecureServer> {
   return server;
 }
 
+/** The certificate a new connection to `server` is shown. */
+async function servedCertificate(server: SecureServer): Promise<X509Certificate> {
+  const raw = await new Promise<Buffer>((resolve, reject) => {
+    const socket = connect({ host: "127.0.0.1", port: server.port, rejectUnauthorized: false }, () => {
+      resolve(socket.getPeerCertificate().raw);
+      socket.end();
+    });
+    socket.on("error", reject);
+  });
+  return new X509Certificate(raw);
+}
+
+/** The protocol version `openssl s_client` negotiates with `flag` (e.g. -tls1_2), or "refused". */
+async function handshake(server: SecureServer, flag: string): Promise<string> {
+  const s = Bun.spawn(["openssl", "s_client", flag, "-connect", `127.0.0.1:${server.port}`, "-brief"], {
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const out = (await new Response(s.stdout).text()) + (await new Response(s.stderr).text());
+  await s.exited;
+  return /Protocol version: (\S+)/.exec(out)?.[1] ?? "refused";
+}
+
 const get = (server: SecureServer, path: string, token?: string, client?: KeyPair, headers = {}) =>
   fetch(`https://127.0.0.1:${server.port}${path}`, {
     headers: { ...headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
@@ -98,14 +122,7 @@ function reviewers() {
 describe("startSecureServer()", () => {
   test("the self-signed certificate: serverAuth leaf for localhost and the bind address, signed by its own key", async () => {
     const server = await serve();
-    const raw = await new Promise<Buffer>((resolve, reject) => {
-      const socket = connect({ host: "127.0.0.1", port: server.port, rejectUnauthorized: false }, () => {
-        resolve(socket.getPeerCertificate().raw);
-        socket.end();
-      });
-      socket.on("error", reject);
-    });
-    const cert = new X509Certificate(raw);
+    const cert = await servedCertificate(server);
     expect(cert.checkIP("127.0.0.1")).toBe("127.0.0.1");
     expect(cert.checkHost("localhost")).toBe("localhost");
     expect(cert.checkIP("10.0.0.1")).toBeUndefined();
@@ -118,18 +135,15 @@ describe("startSecureServer()", () => {
 
   test("the runtime's floor: TLS 1.1 is refused without --tls-min-version, 1.2 and 1.3 are served", async () => {
     const server = await serve();
-    const handshake = async (version: string) => {
-      const s = Bun.spawn(
-        ["openssl", "s_client", version, "-connect", `127.0.0.1:${server.port}`, "-brief"],
-        { stdin: "ignore", stdout: "pipe", stderr: "pipe" },
-      );
-      const out = (await new Response(s.stdout).text()) + (await new Response(s.stderr).text());
-      await s.exited;
-      return /Protocol version: (\S+)/.exec(out)?.[1] ?? "refused";
-    };
-    expect(await handshake("-tls1_1")).toBe("refused");
-    expect(await handshake("-tls1_2")).toBe("TLSv1.2");
-    expect(await handshake("-tls1_3")).toBe("TLSv1.3");
+    expect(await handshake(server, "-tls1_1")).toBe("refused");
+    expect(await handshake(server, "-tls1_2")).toBe("TLSv1.2");
+    expect(await handshake(server, "-tls1_3")).toBe("TLSv1.3");
+  });
+
+  test("--tls-min-version=VersionTLS13 refuses TLS 1.2", async () => {
+    const server = await serve({ tlsMinVersion: "TLSv1.3" });
+    expect(await handshake(server, "-tls1_2")).toBe("refused");
+    expect(await handshake(server, "-tls1_3")).toBe("TLSv1.3");
   });
 
   test("TokenReviews go to the authentication client, SubjectAccessReviews to the authorization client", async () => {
@@ -275,6 +289,40 @@ describe("client certificates (--client-ca-file, --requestheader-*)", () => {
     // A client certificate is its own user, whatever the headers say.
     expect((await get(server, "/metrics", undefined, bob, asAdmin)).status).toBe(403);
     expect(sarUsers(authorization)).toMatchObject([{ user: "bob" }]);
+  });
+
+  test.each([
+    ["Bun.serve", false],
+    ["node:tls", true],
+  ])(
+    "reload() serves changed --tls-cert-file/--tls-private-key-file files to new connections (%s)",
+    async (_, withCAs) => {
+      const ca = await createCA("serving-ca");
+      const [first, second] = await Promise.all([
+        ca.issue({ cn: "first", usage: "server", ips: ["127.0.0.1"] }),
+        ca.issue({ cn: "second", usage: "server", ips: ["127.0.0.1"] }),
+      ]);
+      const certFile = join(dir, `serving-${withCAs}.crt`);
+      const keyFile = join(dir, `serving-${withCAs}.key`);
+      writeFileSync(certFile, first.cert);
+      writeFileSync(keyFile, first.key);
+      const server = await serve({ certFile, keyFile, ...(withCAs ? { clientCaFile } : {}) });
+      expect((await servedCertificate(server)).subject).toBe("CN=first");
+      writeFileSync(certFile, second.cert);
+      writeFileSync(keyFile, second.key);
+      server.reload();
+      expect((await servedCertificate(server)).subject).toBe("CN=second");
+      expect((await get(server, "/healthz")).status).toBe(200);
+    },
+  );
+
+  test("the listener that asks for client certificates keeps the TLS floor and --tls-min-version", async () => {
+    const server = await serve({ clientCaFile });
+    expect(await handshake(server, "-tls1_1")).toBe("refused");
+    expect(await handshake(server, "-tls1_2")).toBe("TLSv1.2");
+    const strict = await serve({ clientCaFile, tlsMinVersion: "TLSv1.3" });
+    expect(await handshake(strict, "-tls1_2")).toBe("refused");
+    expect(await handshake(strict, "-tls1_3")).toBe("TLSv1.3");
   });
 
   test("reload() applies a changed CA bundle to new connections", async () => {
