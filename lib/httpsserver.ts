@@ -6,9 +6,9 @@
 // client CAs can be swapped without closing the listener.
 
 import { constants, X509Certificate } from "node:crypto";
-import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { createServer as createTlsServer, type DetailedPeerCertificate, type TLSSocket } from "node:tls";
+import type { DetailedPeerCertificate, TLSSocket } from "node:tls";
 import type { HeaderValues } from "./clientauth.ts";
 import { logger } from "./log.ts";
 
@@ -116,6 +116,11 @@ async function listenNode(
   settings: TlsSettings,
   handle: Handler,
 ): Promise<HttpsListener> {
+  // Loaded here, not at start-up: only a secure port with client CAs pays for node's listener.
+  const [{ createServer: createHttpServer }, { createServer: createTlsServer }] = await Promise.all([
+    import("node:http"),
+    import("node:tls"),
+  ]);
   const sockets = new Set<TLSSocket>();
   const http = createHttpServer((req, res) => void respond(req, res, handle));
   const tls = createTlsServer(
