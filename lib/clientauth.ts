@@ -15,15 +15,25 @@ export interface User {
   extra?: Record<string, string[]>;
 }
 
-/** `--requestheader-*`: a front proxy's CA and allowed names, and the headers it names users in. */
-export interface RequestHeaderConfig {
-  cas: X509Certificate[];
-  /** Common names a front proxy's certificate may have; empty: any the CA signed. */
+/** The `--requestheader-*` flags: a front proxy's CA file and names, and the headers it names users in. */
+export interface RequestHeaderFlags {
+  /** `--requestheader-client-ca-file`. */
+  clientCaFile: string;
+  /** `--requestheader-allowed-names`; empty: any certificate the CA signed. */
   allowedNames: string[];
+  /** `--requestheader-username-headers`, default x-remote-user. */
   usernameHeaders: string[];
+  /** `--requestheader-uid-headers`, default none. */
   uidHeaders: string[];
+  /** `--requestheader-group-headers`, default x-remote-group. */
   groupHeaders: string[];
+  /** `--requestheader-extra-headers-prefix`, default x-remote-extra-. */
   extraHeaderPrefixes: string[];
+}
+
+/** Front-proxy authentication in effect: the flags, with the CA file's certificates. */
+export interface RequestHeaderConfig extends Omit<RequestHeaderFlags, "clientCaFile"> {
+  cas: X509Certificate[];
 }
 
 /** What the secure port accepts besides bearer tokens. */

@@ -14,6 +14,7 @@ import {
   type ClientCertConfig,
   type HeaderValues,
   loadCABundle,
+  type RequestHeaderFlags,
   type User,
 } from "./clientauth.ts";
 import { type Handler, type HttpsListener, listenHttps, type TlsSettings } from "./httpsserver.ts";
@@ -53,19 +54,7 @@ export interface ServeOptions {
   /** `--client-ca-file`: client certificates it signed are the user their CN and O name. */
   clientCaFile?: string | undefined;
   /** `--requestheader-*`: a front proxy that names users in headers. */
-  requestHeader?: RequestHeaderOptions | undefined;
-}
-
-/** The `--requestheader-*` flags. */
-export interface RequestHeaderOptions {
-  /** `--requestheader-client-ca-file`: the front proxy's CA. */
-  clientCaFile: string;
-  /** `--requestheader-allowed-names`; empty: any certificate the CA signed. */
-  allowedNames: string[];
-  usernameHeaders: string[];
-  uidHeaders: string[];
-  groupHeaders: string[];
-  extraHeaderPrefixes: string[];
+  requestHeader?: RequestHeaderFlags | undefined;
 }
 
 interface Decision {
