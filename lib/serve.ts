@@ -5,8 +5,7 @@
 // get the path. Without --tls-cert-file the server uses a self-signed certificate made in memory;
 // the certificate files and client CA bundles are reloaded when they change.
 
-import type { X509Certificate } from "node:crypto";
-import { createHash } from "node:crypto";
+import { createHash, type X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
 import {

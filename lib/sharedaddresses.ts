@@ -6,7 +6,6 @@
 // are compared in one canonical form (`canonicalDNS`), as Go's crypto/x509 compares host names.
 
 import {
-  canonicalIP,
   formatIP,
   formatPrefix,
   type IPAddress,
@@ -19,6 +18,7 @@ import {
   prefixContains,
   prefixOf,
   tryParseCidr,
+  tryParseIP,
   tryParsePrefix,
   unmapIPv4,
 } from "./cidr.ts";
@@ -73,8 +73,8 @@ export function reservedName(name: string): string | undefined {
  * @example canonicalHost("::ffff:10.0.0.5/120") // "10.0.0.5"
  */
 export function canonicalHost(address: string): string | undefined {
-  // A valid prefix length only: "10.0.0.5/99" is no address.
-  return tryParseCidr(address) ? canonicalIP(address.slice(0, address.indexOf("/"))) : canonicalIP(address);
+  const ip = tryParseCidr(address)?.ip ?? tryParseIP(address);
+  return ip && formatIP(unmapIPv4(ip));
 }
 
 /** IPv4 ranges that name no single machine, beyond what the `cidr.ts` predicates cover. */
