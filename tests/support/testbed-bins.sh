@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# Builds the test bed's kube-apiserver and etcd from Go modules and caches them outside the
-# repository, keyed by version, so a machine builds them once. Prints KUBE_APISERVER= and ETCD=
-# lines. Honours KUBEBUILDER_ASSETS, or KUBE_APISERVER and ETCD, when they are already set.
+# Builds the test bed's kube-apiserver, etcd and helm from Go modules and caches them outside the
+# repository, keyed by version, so a machine builds them once. Prints KUBE_APISERVER=, ETCD= and
+# HELM= lines. Honours KUBEBUILDER_ASSETS (kube-apiserver and etcd), KUBE_APISERVER, ETCD and HELM
+# when they are already set.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE="${TESTBED_CACHE:-$HOME/.cache/talos-ccm-testbed}"
-
-if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  echo "KUBE_APISERVER=$KUBEBUILDER_ASSETS/kube-apiserver"
-  echo "ETCD=$KUBEBUILDER_ASSETS/etcd"
-  exit 0
-fi
 
 # kube-apiserver 1.35's go.mod says go 1.25: an older Go would try to fetch a toolchain, which an
 # offline machine cannot, or fail deep in the build.
@@ -20,13 +16,16 @@ need_go() {
   local v
   v="$(go env GOVERSION 2>/dev/null || true)"
   if [[ ! "$v" =~ ^go1\.([0-9]+) ]] || ((BASH_REMATCH[1] < 25)); then
-    echo "testbed-bins.sh: Go >= 1.25 is required to build kube-apiserver $K8S_VERSION (found: ${v:-no go})" >&2
+    echo "testbed-bins.sh: Go >= 1.25 is required to build kube-apiserver $K8S_VERSION and helm $HELM_VERSION (found: ${v:-no go})" >&2
     exit 1
   fi
 }
 
-apiserver="$CACHE/kubernetes-$K8S_VERSION/kube-apiserver"
-etcd="$CACHE/etcd-$ETCD_VERSION/etcd"
+apiserver="${KUBE_APISERVER:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/kube-apiserver}}"
+apiserver="${apiserver:-$CACHE/kubernetes-$K8S_VERSION/kube-apiserver}"
+etcd="${ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}"
+etcd="${etcd:-$CACHE/etcd-$ETCD_VERSION/etcd}"
+helm="${HELM:-$CACHE/helm-$HELM_VERSION/helm}"
 
 build_apiserver() {
   local work staging_ver gomod
@@ -67,11 +66,27 @@ build_etcd() {
   mv "$etcd.tmp" "$etcd"
 }
 
-if [[ ! -x "$etcd" || ! -x "$apiserver" ]]; then
-  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver and etcd" >&2; exit 1; }
+# helm.sh/helm/v3's cmd/helm, the version string set as its release build sets it.
+build_helm() {
+  local work
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' RETURN
+  cd "$work"
+  go mod init testbed/helm >/dev/null 2>&1
+  go get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >/dev/null
+  mkdir -p "$(dirname "$helm")"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    -o "$helm.tmp" helm.sh/helm/v3/cmd/helm
+  mv "$helm.tmp" "$helm"
+}
+
+if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$helm" ]]; then
+  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd and helm" >&2; exit 1; }
   need_go
 fi
 [[ -x "$etcd" ]] || (build_etcd) >&2
 [[ -x "$apiserver" ]] || (build_apiserver) >&2
+[[ -x "$helm" ]] || (build_helm) >&2
 echo "KUBE_APISERVER=$apiserver"
 echo "ETCD=$etcd"
+echo "HELM=$helm"
