@@ -70,6 +70,28 @@ const CONTROLLER_TABLE: readonly ControllerInfo[] = [
 // The Talos CCM's docs/controllers.md tells users to pass this name, which its binary rejects.
 const MISDOCUMENTED_ALIAS = "node-lifecycle-controller";
 
+/** How one controller is named in a `--controllers` list; a row of {@link controllerCatalog}. */
+export interface CatalogEntry {
+  /** The internal name; absent for upstream controllers this CCM accepts and does not run. */
+  name?: ControllerName;
+  /** Every name that selects it: the upstream one first, then the aliases. */
+  names: string[];
+  /** Whether `*` enables it. */
+  onByDefault: boolean;
+}
+
+/**
+ * The names `--controllers` accepts, for the Helm chart, which resolves its `enabledControllers` as
+ * {@link resolveControllers} does (the misdocumented upstream alias included).
+ */
+export function controllerCatalog(): CatalogEntry[] {
+  return CONTROLLER_TABLE.map((c) => ({
+    ...(c.internal === undefined ? {} : { name: c.internal }),
+    names: [c.upstream, ...c.aliases, ...(c === CONTROLLER_TABLE[1] ? [MISDOCUMENTED_ALIAS] : [])],
+    onByDefault: c.onByDefault,
+  }));
+}
+
 function lookupController(name: string): ControllerInfo | undefined {
   if (name === MISDOCUMENTED_ALIAS) return CONTROLLER_TABLE[1];
   return CONTROLLER_TABLE.find((c) => c.upstream === name || c.aliases.includes(name));

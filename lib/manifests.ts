@@ -5,10 +5,10 @@
 // subcommand that prints either. deploy/*.yaml are generated from here (`npm run manifests` runs this
 // file), and a unit test fails when they drift.
 
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Document, isMap, isScalar, isSeq, type Node } from "yaml";
-import { type ControllerName, Controllers } from "./controllernames.ts";
+import { type ControllerName, Controllers, controllerCatalog } from "./controllernames.ts";
 import { type ManifestsOptions, parseCommandLine } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
 import { configureLogging, logger } from "./log.ts";
@@ -273,6 +273,18 @@ export interface PolicyRule {
   verbs: string[];
 }
 
+/** Grants with the same key fold into one rule. */
+function ruleKey(g: Grant): string {
+  return [g.apiGroup, g.resource, ...(g.resourceNames ?? [])].join("\u0000");
+}
+
+/** The rule a grant's verb goes into, without verbs. */
+function emptyRule(g: Grant): PolicyRule {
+  const rule: PolicyRule = { apiGroups: [g.apiGroup], resources: [g.resource], verbs: [] };
+  if (g.resourceNames) rule.resourceNames = [...g.resourceNames];
+  return rule;
+}
+
 /**
  * Folds grants into one rule per resource (and resourceNames), so that no verb is granted twice and
  * removing any verb from a rule takes it away. Each rule comes with a comment: why each verb.
@@ -280,13 +292,10 @@ export interface PolicyRule {
 export function rulesFor(grants: readonly Grant[]): { rule: PolicyRule; why: string }[] {
   const out = new Map<string, { rule: PolicyRule; reasons: { verbs: string[]; why: string }[] }>();
   for (const g of grants) {
-    const key = [g.apiGroup, g.resource, ...(g.resourceNames ?? [])].join("\u0000");
-    let entry = out.get(key);
+    let entry = out.get(ruleKey(g));
     if (entry === undefined) {
-      const rule: PolicyRule = { apiGroups: [g.apiGroup], resources: [g.resource], verbs: [] };
-      if (g.resourceNames) rule.resourceNames = [...g.resourceNames];
-      entry = { rule, reasons: [] };
-      out.set(key, entry);
+      entry = { rule: emptyRule(g), reasons: [] };
+      out.set(ruleKey(g), entry);
     }
     if (!entry.rule.verbs.includes(g.verb)) entry.rule.verbs.push(g.verb);
     const why = `${g.why}${g.by === "runtime" ? "" : ` (${g.by})`}`;
@@ -369,22 +378,67 @@ function meta(at: Install, name: string, namespace?: string): KubeObject["metada
   return { name, ...(namespace === undefined ? {} : { namespace }), labels: at.labels };
 }
 
+/** One Role or ClusterRole: the grants of one scope, where it lives and what it is for. */
+interface RoleSpec {
+  scope: GrantScope;
+  kind: "ClusterRole" | "Role";
+  /** The name is `<prefix><installation name><suffix>`. */
+  prefix: string;
+  suffix: string;
+  /** Its namespace; `null`: the installation's. Absent for the ClusterRole. */
+  namespace?: string | null;
+  comment: string;
+}
+
+/** The roles, one per grant scope; a role none of whose grants is in use is left out. */
+const ROLES: readonly RoleSpec[] = [
+  {
+    scope: "cluster",
+    kind: "ClusterRole",
+    prefix: "system:",
+    suffix: "",
+    comment:
+      " Only what the enabled controllers use. No serviceaccounts/token: this CCM acts with its own\n" +
+      " identity and never mints tokens.",
+  },
+  {
+    scope: "leader-election",
+    kind: "Role",
+    prefix: "",
+    suffix: ":leader-election",
+    namespace: null,
+    comment: " The Lease the replicas elect a leader with.",
+  },
+  {
+    scope: "events",
+    kind: "Role",
+    prefix: "",
+    suffix: ":events",
+    namespace: EVENTS_NAMESPACE,
+    comment: " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
+  },
+  {
+    scope: "apiserver",
+    kind: "Role",
+    prefix: "",
+    suffix: ":apiserver",
+    namespace: "default",
+    comment:
+      " node-csr-approval reads the API server's own Service, kubernetes, and nothing else in default.",
+  },
+];
+
 /** A Role or ClusterRole holding the grants of one scope, and its binding to the ServiceAccount. */
-function role(
-  at: Install,
-  kind: "ClusterRole" | "Role",
-  name: string,
-  scope: GrantScope,
-  namespace: string | undefined,
-  comment: string,
-): Manifest[] {
-  const rules = rulesFor(rbacGrants(at.s.enabledControllers).filter((g) => g.scope === scope));
+function role(at: Install, spec: RoleSpec, rules: ReturnType<typeof rulesFor>): Manifest[] {
+  const { kind } = spec;
+  const name = `${spec.prefix}${APP_NAME}${spec.suffix}`;
+  const namespace = spec.namespace === null ? at.s.namespace : spec.namespace;
   const rbac = "rbac.authorization.k8s.io";
   const subjects = [{ kind: "ServiceAccount", name: APP_NAME, namespace: at.s.namespace }];
   const metadata = meta(at, name, namespace);
   return [
     {
-      comment,
+      comment: spec.comment,
       object: { apiVersion: `${rbac}/v1`, kind, metadata, rules: rules.map((r) => r.rule) },
       notes: rules.map((r, i) => ({ path: ["rules", i], text: r.why })),
     },
@@ -402,44 +456,11 @@ function role(
 
 /** The RBAC objects: one role per grant scope in use. */
 function rbacManifests(at: Install): Manifest[] {
-  const apiserver = rbacGrants(at.s.enabledControllers).some((g) => g.scope === "apiserver");
-  return [
-    ...role(
-      at,
-      "ClusterRole",
-      `system:${APP_NAME}`,
-      "cluster",
-      undefined,
-      " Only what the enabled controllers use. No serviceaccounts/token: this CCM acts with its own\n" +
-        " identity and never mints tokens.",
-    ),
-    ...role(
-      at,
-      "Role",
-      `${APP_NAME}:leader-election`,
-      "leader-election",
-      at.s.namespace,
-      " The Lease the replicas elect a leader with.",
-    ),
-    ...role(
-      at,
-      "Role",
-      `${APP_NAME}:events`,
-      "events",
-      EVENTS_NAMESPACE,
-      " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
-    ),
-    ...(apiserver
-      ? role(
-          at,
-          "Role",
-          `${APP_NAME}:apiserver`,
-          "apiserver",
-          "default",
-          " node-csr-approval reads the API server's own Service, kubernetes, and nothing else in default.",
-        )
-      : []),
-  ];
+  const grants = rbacGrants(at.s.enabledControllers);
+  return ROLES.flatMap((spec) => {
+    const rules = rulesFor(grants.filter((g) => g.scope === spec.scope));
+    return rules.length === 0 ? [] : role(at, spec, rules);
+  });
 }
 
 /** The ServiceAccounts (Kubernetes and Talos) and the ConfigMap holding the cloud config. */
@@ -725,15 +746,77 @@ export function renderTalosPatch(s: ManifestSettings): string {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Helm chart data
+
+/** The Helm chart's directory under deploy/. */
+export const CHART_DIR = `chart/${APP_NAME}`;
+
+/** A rule of the chart's RBAC table: each verb with the controller that needs it and why. */
+interface ChartRule extends Omit<PolicyRule, "verbs"> {
+  grants: { verb: string; by: Grant["by"]; why: string }[];
+}
+
+/** Every grant of one scope, folded into rules as {@link rulesFor} folds them, none filtered out. */
+function chartRules(grants: readonly Grant[]): ChartRule[] {
+  const out = new Map<string, ChartRule>();
+  for (const g of grants) {
+    let rule = out.get(ruleKey(g));
+    if (rule === undefined) {
+      const { verbs: _, ...rest } = emptyRule(g);
+      rule = { ...rest, grants: [] };
+      out.set(ruleKey(g), rule);
+    }
+    rule.grants.push({ verb: g.verb, by: g.by, why: g.why });
+  }
+  return [...out.values()];
+}
+
+/**
+ * files/rbac.yaml of the Helm chart: the names `enabledControllers` accepts, and every role with all
+ * its grants. The chart's templates resolve `enabledControllers` as {@link resolveControllers} does
+ * and keep the grants of `runtime` and of the enabled controllers, as {@link rbacGrants} does.
+ */
+function chartRbac(): string {
+  const grants = allGrants(LEASE_NAME);
+  const data = {
+    controllers: controllerCatalog(),
+    roles: ROLES.map(({ scope, ...spec }) => ({
+      scope,
+      ...spec,
+      rules: chartRules(grants.filter((g) => g.scope === scope)),
+    })),
+  };
+  const comment =
+    " Generated from lib/manifests.ts by `npm run manifests`; do not edit. templates/rbac.yaml reads it.\n" +
+    " controllers: the names enabledControllers accepts (name: the controller they select; none: an\n" +
+    " upstream controller this CCM does not run). roles: every grant, with the controller that needs\n" +
+    " it (runtime: always); a role's namespace null is the release's.";
+  return renderDocument(data, comment);
+}
+
+/** The generated files of the Helm chart, by path under deploy/. */
+function chartFiles(): Record<string, string> {
+  return {
+    [`${CHART_DIR}/files/rbac.yaml`]: chartRbac(),
+    [`${CHART_DIR}/files/ccm-config.yaml`]: DEFAULT_CLOUD_CONFIG,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
 // deploy/ and the subcommand
 
 /**
- * The generated files of deploy/, by name: the default manifests and the default Talos patch.
+ * The generated files of deploy/, by path: the default manifests, the default Talos patch and the
+ * Helm chart's data files.
  * @param version the release version (package.json's), which tags the image
  */
 export function deployFiles(version: string): Record<string, string> {
   const s = defaultSettings(version);
-  return { [`${APP_NAME}.yaml`]: renderManifests(s), "talos-patch.yaml": renderTalosPatch(s) };
+  return {
+    [`${APP_NAME}.yaml`]: renderManifests(s),
+    "talos-patch.yaml": renderTalosPatch(s),
+    ...chartFiles(),
+  };
 }
 
 const log = logger("manifests");
@@ -779,6 +862,7 @@ if (import.meta.main) {
   const root = join(import.meta.dir, "..");
   const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string };
   for (const [name, text] of Object.entries(deployFiles(pkg.version))) {
+    mkdirSync(dirname(join(root, "deploy", name)), { recursive: true });
     writeFileSync(join(root, "deploy", name), text);
     console.log(`wrote deploy/${name}`);
   }

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { resolveControllers } from "../../lib/controllernames.ts";
+import { controllerCatalog, resolveControllers } from "../../lib/controllernames.ts";
 import { type ParseResult, parseCommandLine, type RunOptions } from "../../lib/flags.ts";
 import { listFlags } from "../../lib/flagtable.ts";
 import { parseGoDuration } from "../../lib/flagvalues.ts";
@@ -513,6 +513,22 @@ describe("resolveControllers()", () => {
     ],
   ])("resolveControllers(%p) enables %p", (list, enabled) => {
     expect<string[]>(resolveControllers(list).enabled).toEqual(enabled);
+  });
+
+  test("controllerCatalog() lists every name resolveControllers() accepts, with what it selects and `*`", () => {
+    const catalog = controllerCatalog();
+    for (const entry of catalog) {
+      for (const name of entry.names) {
+        expect({ name, enabled: resolveControllers([name]).enabled }).toEqual({
+          name,
+          enabled: entry.name === undefined ? [] : [entry.name],
+        });
+      }
+    }
+    const star = catalog.filter((c) => c.onByDefault && c.name !== undefined).map((c) => c.name);
+    expect<(string | undefined)[]>(resolveControllers(["*"]).enabled).toEqual(star);
+    expect(() => resolveControllers(["node-lifecycle"])).toThrow();
+    expect(catalog.flatMap((c) => c.names)).not.toContain("node-lifecycle");
   });
 
   test("resolveControllers() includes route and service in * silently but warns when they are named", () => {

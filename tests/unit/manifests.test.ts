@@ -8,6 +8,7 @@ import { parseCommandLine } from "../../lib/flags.ts";
 import {
   APP_NAME,
   BINARY_PATH,
+  CHART_DIR,
   DEFAULT_CLOUD_CONFIG,
   daemonSetArgs,
   defaultImage,
@@ -104,6 +105,56 @@ describe("deployFiles() drift", () => {
     expect(files[`${APP_NAME}.yaml`]).toBe(renderManifests(defaultSettings(pkgVersion)));
     expect(files["talos-patch.yaml"]).toBe(renderTalosPatch(defaultSettings(pkgVersion)));
     expect(files[`${APP_NAME}.yaml`]).toContain(`image: ${defaultImage(pkgVersion)}\n`);
+  });
+});
+
+describe("the Helm chart's generated data and metadata", () => {
+  const chart = join(root, "deploy", CHART_DIR);
+
+  test("Chart.yaml's version and appVersion follow package.json, and the image default follows `manifests`", () => {
+    const meta = parse(readFileSync(join(chart, "Chart.yaml"), "utf8")) as {
+      version: string;
+      appVersion: string;
+    };
+    expect(meta.version).toBe(pkgVersion);
+    expect(meta.appVersion).toBe(`v${pkgVersion}`);
+    const values = parse(readFileSync(join(chart, "values.yaml"), "utf8")) as {
+      image: { repository: string };
+    };
+    expect(`${values.image.repository}:${meta.appVersion}`).toBe(defaultImage(pkgVersion));
+  });
+
+  test("values.yaml has every key of the Go chart's values, with the same kind of value", () => {
+    const kind = (v: unknown) => (Array.isArray(v) ? "list" : v === null ? "null" : typeof v);
+    const missing: string[] = [];
+    const walk = (go: unknown, ours: unknown, path: string) => {
+      if (kind(go) !== kind(ours)) {
+        missing.push(`${path}: ${kind(go)} in the Go chart, ${kind(ours)} here`);
+        return;
+      }
+      if (kind(go) !== "object") return;
+      for (const [k, v] of Object.entries(go as Record<string, unknown>)) {
+        walk(v, (ours as Record<string, unknown>)[k], path ? `${path}.${k}` : k);
+      }
+    };
+    const go = parse(readFileSync(join(root, "tests", "fixtures", "go-chart", "values.yaml"), "utf8"));
+    walk(go, parse(readFileSync(join(chart, "values.yaml"), "utf8")), "");
+    expect(missing).toEqual([]);
+  });
+
+  test("files/rbac.yaml holds every grant of rbacGrants(), with who needs it", () => {
+    const data = parse(deployFiles(pkgVersion)[`${CHART_DIR}/files/rbac.yaml`] as string) as {
+      roles: { scope: string; rules: { resources: string[]; grants: { verb: string; by: string }[] }[] }[];
+    };
+    const rows = data.roles.flatMap((r) =>
+      r.rules.flatMap((rule) => rule.grants.map((g) => `${r.scope} ${rule.resources[0]} ${g.verb} ${g.by}`)),
+    );
+    const expected = rbacGrants(ALL).map((g) => `${g.scope} ${g.resource} ${g.verb} ${g.by}`);
+    expect(rows.sort()).toEqual(expected.sort());
+  });
+
+  test("files/ccm-config.yaml is the default cloud config of `manifests`", () => {
+    expect(deployFiles(pkgVersion)[`${CHART_DIR}/files/ccm-config.yaml`]).toBe(DEFAULT_CLOUD_CONFIG);
   });
 });
 
