@@ -409,40 +409,7 @@ describe("manifests from the compiled binary", () => {
   });
 
   test("the manifests apply cleanly, with a stub CRD for talos.dev ServiceAccounts", async () => {
-    await cluster.apply([
-      {
-        apiVersion: "apiextensions.k8s.io/v1",
-        kind: "CustomResourceDefinition",
-        metadata: { name: "serviceaccounts.talos.dev" },
-        spec: {
-          group: "talos.dev",
-          scope: "Namespaced",
-          names: { plural: "serviceaccounts", singular: "serviceaccount", kind: "ServiceAccount" },
-          versions: [
-            {
-              name: "v1alpha1",
-              served: true,
-              storage: true,
-              schema: {
-                openAPIV3Schema: {
-                  type: "object",
-                  properties: {
-                    spec: {
-                      type: "object",
-                      properties: { roles: { type: "array", items: { type: "string" } } },
-                    },
-                  },
-                },
-              },
-            },
-          ],
-        },
-      } as never,
-    ]);
-    await waitFor(async () => {
-      const d = await cluster.adminClient.get<{ resources: { name: string }[] }>("/apis/talos.dev/v1alpha1");
-      return d.resources.some((r) => r.name === "serviceaccounts");
-    }, 20_000);
+    await cluster.installTalosServiceAccountCrd();
     const parse = (text: string) =>
       (parseAllDocuments(text) as { toJS(): KubeObject }[]).map((d) => d.toJS()).filter((o) => o !== null);
     const defaults = parse(spawnSync(ccmBinary(), ["manifests"], { encoding: "utf8" }).stdout);

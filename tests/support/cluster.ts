@@ -377,6 +377,46 @@ export class TestCluster {
     }
   }
 
+  /**
+   * Installs a stub of the CRD Talos serves for its ServiceAccount resource (talos.dev/v1alpha1,
+   * `spec.roles`), which the manifests and the Helm chart create, and waits until it is served.
+   */
+  async installTalosServiceAccountCrd(): Promise<void> {
+    const crd = {
+      apiVersion: "apiextensions.k8s.io/v1",
+      kind: "CustomResourceDefinition",
+      metadata: { name: "serviceaccounts.talos.dev" },
+      spec: {
+        group: "talos.dev",
+        scope: "Namespaced",
+        names: { plural: "serviceaccounts", singular: "serviceaccount", kind: "ServiceAccount" },
+        versions: [
+          {
+            name: "v1alpha1",
+            served: true,
+            storage: true,
+            schema: {
+              openAPIV3Schema: {
+                type: "object",
+                properties: {
+                  spec: {
+                    type: "object",
+                    properties: { roles: { type: "array", items: { type: "string" } } },
+                  },
+                },
+              },
+            },
+          },
+        ],
+      },
+    };
+    await this.apply([crd]);
+    await waitFor(async () => {
+      const d = await this.adminClient.get<{ resources: { name: string }[] }>("/apis/talos.dev/v1alpha1");
+      return d.resources.some((r) => r.name === "serviceaccounts");
+    }, 20_000);
+  }
+
   /** The collection path of an object's kind, found through API discovery. */
   async resourcePath(obj: {
     apiVersion: string;
