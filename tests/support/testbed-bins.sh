@@ -54,30 +54,29 @@ build_apiserver() {
   mv "$apiserver.tmp" "$apiserver"
 }
 
-build_etcd() {
-  local work
+# build_module OUT MODULE@VERSION PACKAGE LDFLAGS: builds one command of a released Go module in a
+# throw-away module, statically, and moves it into place only when the build succeeded.
+build_module() {
+  local out="$1" module="$2" package="$3" ldflags="$4" work
   work="$(mktemp -d)"
-  trap 'rm -rf "$work"' RETURN
+  # Fires once, when this function returns (a RETURN trap would otherwise outlive it).
+  trap "rm -rf '$work'; trap - RETURN" RETURN
   cd "$work"
-  go mod init testbed/etcd >/dev/null 2>&1
-  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null
-  mkdir -p "$(dirname "$etcd")"
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$etcd.tmp" go.etcd.io/etcd/server/v3
-  mv "$etcd.tmp" "$etcd"
+  go mod init "testbed/$(basename "$out")" >/dev/null 2>&1
+  go get "$module" >/dev/null
+  mkdir -p "$(dirname "$out")"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$package"
+  mv "$out.tmp" "$out"
 }
 
-# helm.sh/helm/v3's cmd/helm, the version string set as its release build sets it.
+build_etcd() {
+  build_module "$etcd" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3 "-s -w"
+}
+
+# helm's version string set as its release build sets it.
 build_helm() {
-  local work
-  work="$(mktemp -d)"
-  trap 'rm -rf "$work"' RETURN
-  cd "$work"
-  go mod init testbed/helm >/dev/null 2>&1
-  go get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >/dev/null
-  mkdir -p "$(dirname "$helm")"
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    -o "$helm.tmp" helm.sh/helm/v3/cmd/helm
-  mv "$helm.tmp" "$helm"
+  build_module "$helm" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+    "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 }
 
 if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$helm" ]]; then
