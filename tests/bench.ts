@@ -14,25 +14,32 @@
 //      median of --startup-runs.
 //   2. idle_rss_mb: the same, VmRSS --idle-seconds after exec.
 //   3. The DaemonSet's controllers, with a cloud config holding one rule over PlatformMetadata
-//      (--sysinfo-rule: one that also reads SystemInformation; --no-rules: none); once it leads and idles: N kubelets register at once (at most
+//      (--sysinfo-rule: one that also reads SystemInformation; --no-rules: none); once it leads
+//      (/healthz 200, then its leader-election Lease acquired and renewed once: the same test for
+//      any binary, no log line of ours): N kubelets register at once (at most
 //      --concurrency in flight) → every Node loses the uninitialized taint (init_s); then each
 //      kubelet submits a kubelet-serving CSR → all approved (csr_s). cpu_s and
 //      kube_requests_per_node cover both; talos_calls_per_node covers initialization.
 //   4. Steady state: Talos calls over --steady-seconds, scaled to per node per hour; rss_mb is the
 //      CCM's VmHWM at the end.
+//
+// --ccm-binary PATH benches another binary the same way, e.g. the Go CCM this one replaces: it gets
+// the same arguments (all upstream flags) and environment (TALOSCONFIG), and every figure is read
+// outside the process (/proc, the fake apid's call counts, the API server's audit log).
 
 import { spawnSync } from "node:child_process";
 import { chmodSync, copyFileSync } from "node:fs";
 import { cpus } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { Informer } from "../lib/cache.ts";
 import type { RunOptions } from "../lib/flags.ts";
 import { parseCommandLine } from "../lib/flags.ts";
-import type { KubeConnection } from "../lib/kube.ts";
+import { isNotFound, type KubeConnection } from "../lib/kube.ts";
 import { DEFAULT_CLOUD_CONFIG, daemonSetArgs, defaultSettings } from "../lib/manifests.ts";
 import { RESOURCES } from "../lib/taloswire.ts";
 import { FakeApid } from "./support/apid.ts";
 import { procSample, RssSampler } from "./support/bench-proc.ts";
+import { LeaseReadiness, type LeaseSpecView } from "./support/bench-ready.ts";
 import { type BenchFigures, formatTable, toJson } from "./support/bench-report.ts";
 import { freePort, TestCluster, writeKubeconfig } from "./support/cluster.ts";
 import { type FakeNodeSpec, generateNodes } from "./support/fixtures.ts";
@@ -58,6 +65,9 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --nodes N              simulated nodes (default 100)
   --json                 print one JSON object instead of the table
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
+  --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
+                         form of CCM_BINARY). It gets the same arguments as ours, so it must accept
+                         upstream's flags; readiness is /healthz and the Lease for any binary
   --ccm-arg=FLAG         extra CCM flag for every start, repeatable; the table's header names them
   --no-qps-tuning        run the CCM with the project's --kube-api-qps/--kube-api-burst defaults
                          (20/30, upstream's) instead of the cluster-size tuning below
@@ -78,6 +88,8 @@ interface BenchArgs {
   nodes: number;
   json: boolean;
   build: boolean;
+  /** --ccm-binary: the binary to bench instead of ours (CCM_BINARY's flag form). */
+  ccmBinary: string | undefined;
   ccmArgs: string[];
   ccmEnv: Record<string, string>;
   qpsTuning: boolean;
@@ -101,6 +113,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     nodes: 100,
     json: false,
     build: true,
+    ccmBinary: undefined,
     ccmArgs: [],
     ccmEnv: {},
     qpsTuning: true,
@@ -139,7 +152,11 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
     else if (name === "--ccm-log") out.ccmLog = value();
-    else if (name === "--ccm-env") {
+    else if (name === "--ccm-binary") {
+      const path = value();
+      if (path === "") throw new Error("Cannot parse --ccm-binary: a path is required");
+      out.ccmBinary = path;
+    } else if (name === "--ccm-env") {
       const kv = value();
       const at = kv.indexOf("=");
       if (at <= 0) throw new Error(`Cannot parse --ccm-env=${kv}: expected NAME=VALUE`);
@@ -152,6 +169,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       out[numeric[name as keyof typeof numeric]] = n;
     } else throw new Error(`Cannot parse ${arg}: unknown flag\n\n${USAGE}`);
   }
+  if (out.ccmBinary !== undefined) out.build = false;
   return out;
 }
 
@@ -277,6 +295,13 @@ function ensureTestbed(): void {
     const m = line.match(/^(KUBE_APISERVER|ETCD)=(.+)$/);
     if (m) env[m[1] as string] = m[2];
   }
+}
+
+/** The first line `binary --version` prints (ours and the Go CCM both have the flag), or why not. */
+function binaryVersion(path: string): string {
+  const r = spawnSync(path, ["--version"], { encoding: "utf8", timeout: 10_000 });
+  const line = `${r.stdout ?? ""}${r.stderr ?? ""}`.trim().split("\n")[0];
+  return r.status === 0 && line ? line : `--version failed: ${line || r.error?.message || r.status}`;
 }
 
 function buildBinary(): void {
@@ -424,6 +449,47 @@ interface Env {
   defaultConfig: string;
   nodesConfig: string;
   env: Record<string, string>;
+  /** The leader-election Lease the CCM holds once leading; undefined with --leader-elect=false. */
+  lease: LeaseRef | undefined;
+}
+
+interface LeaseRef {
+  namespace: string;
+  name: string;
+  /** How long to wait for the CCM to lead: a dead predecessor's claim must expire first. */
+  timeoutMs: number;
+}
+
+/** The Lease's spec, or undefined when there is no Lease. */
+async function readLease(e: Env, lease: LeaseRef): Promise<LeaseSpecView | undefined> {
+  const path = `/apis/coordination.k8s.io/v1/namespaces/${lease.namespace}/leases/${lease.name}`;
+  try {
+    return (await e.cluster.adminClient.get<{ spec?: LeaseSpecView }>(path)).spec ?? {};
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+/** Polls the Lease until the CCM started after `baseline` was read holds it and renewed it; returns the holder. */
+async function waitLeading(
+  e: Env,
+  lease: LeaseRef,
+  ccm: CcmProcess,
+  baseline: LeaseSpecView | undefined,
+): Promise<string> {
+  const ready = new LeaseReadiness(baseline);
+  const deadline = performance.now() + lease.timeoutMs;
+  while (performance.now() < deadline) {
+    if (ccm.exitCode !== null)
+      throw new Error(`The CCM exited (${ccm.exitCode}):\n${ccm.output.slice(-3000)}`);
+    if (ready.observe(await readLease(e, lease))) return ready.holder as string;
+    await Bun.sleep(100);
+  }
+  throw new Error(
+    `The CCM did not acquire and renew Lease ${lease.namespace}/${lease.name} within ${lease.timeoutMs} ms` +
+      ` (holder seen: ${ready.holder ?? "none"}):\n${ccm.output.slice(-3000)}`,
+  );
 }
 
 /** Starts the CCM with the shipped arguments plus `extra`. */
@@ -492,15 +558,28 @@ async function measureIdle(e: Env, state: "fresh" | "cold" = "fresh"): Promise<n
   return rssBytes / MiB;
 }
 
-/** Starts the CCM for the N-node phases and waits until it leads with every controller started. */
-async function startNodePhaseCcm(e: Env): Promise<CcmProcess> {
+/**
+ * Starts the CCM for the N-node phases and waits until it serves /healthz and leads: it acquired the
+ * Lease and renewed it once (a retry period later, by which its controllers have started). The
+ * same test for every binary; with --leader-elect=false, /healthz alone.
+ */
+async function startNodePhaseCcm(e: Env, notes: string[]): Promise<CcmProcess> {
+  const baseline = e.lease ? await readLease(e, e.lease) : undefined;
   const port = await freePort();
   const t0 = performance.now();
   const ccm = startCcm(e, [`--cloud-config=${e.nodesConfig}`, `--controllers=${N_PHASE_CONTROLLERS}`], port);
-  await waitHealthz(port, ccm, t0);
-  await ccm.waitForLog(/Successfully acquired lease/, 60_000);
-  for (const c of N_PHASE_CONTROLLERS.split(","))
-    await ccm.waitForLog(new RegExp(`Starting controller.*${c}`), 20_000);
+  const healthz = await waitHealthz(port, ccm, t0, 60_000);
+  if (!e.lease) {
+    notes.push(`leading: not checked (leader election off); /healthz 200 after ${healthz.toFixed(0)} ms`);
+    return ccm;
+  }
+  const holder = await waitLeading(e, e.lease, ccm, baseline);
+  const s = ((performance.now() - t0) / 1000).toFixed(1);
+  const was = baseline?.holderIdentity ? `a stale claim by ${baseline.holderIdentity}` : "no holder";
+  progress(`  ${holder} holds and renewed Lease ${e.lease.namespace}/${e.lease.name} ${s} s after exec`);
+  notes.push(
+    `leading: /healthz 200 after ${healthz.toFixed(0)} ms, Lease acquired and renewed ${s} s after exec (it had ${was})`,
+  );
   return ccm;
 }
 
@@ -532,7 +611,7 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   await approvals.start();
 
   progress(`starting the CCM with --controllers=${N_PHASE_CONTROLLERS}`);
-  const ccm = await startNodePhaseCcm(e);
+  const ccm = await startNodePhaseCcm(e, notes);
   const sampler = new RssSampler(ccm.pid);
   cleanups.push(() => sampler.stop());
   const before = procSample(ccm.pid);
@@ -635,7 +714,7 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   };
 }
 
-function headerLine(args: BenchArgs, opts: RunOptions): string {
+function headerLine(args: BenchArgs, opts: RunOptions, binary: string, version: string): string {
   const cpu = cpus();
   const qps = `--kube-api-qps=${opts.kubeApiQps} --kube-api-burst=${opts.kubeApiBurst}`;
   let why = "project defaults";
@@ -643,6 +722,7 @@ function headerLine(args: BenchArgs, opts: RunOptions): string {
   else if (args.ccmArgs.length > 0) why = `--ccm-arg ${args.ccmArgs.join(" ")}`;
   return (
     `talos-ccm bench: N=${args.nodes}, ${cpu.length} CPUs (${cpu[0]?.model.trim() ?? "?"}), bun ${Bun.version}; ` +
+    `binary ${binary} (${version}); ` +
     `CCM with the DaemonSet's args, ${qps} (${why}); shipped ccm-config.yaml for startup/idle, ` +
     `${{ metadata: "one PlatformMetadata rule", sysinfo: "one rule reading SystemInformation", none: "the shipped one" }[args.rules]} for the N nodes; MB = MiB`
   );
@@ -661,8 +741,10 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   ensureTestbed();
+  if (args.ccmBinary !== undefined) process.env.CCM_BINARY = resolve(args.ccmBinary);
   if (args.build) buildBinary();
-  progress(`binary ${ccmBinary()}`);
+  const version = binaryVersion(ccmBinary());
+  progress(`binary ${ccmBinary()} (${version})`);
 
   progress(`starting kube-apiserver + etcd and a fake apid with ${args.nodes} nodes`);
   const cluster = await TestCluster.start({ auditPolicy: AUDIT_POLICY });
@@ -688,7 +770,16 @@ async function main(): Promise<void> {
   ];
   const parsed = parseCommandLine([...baseArgs, `--controllers=${N_PHASE_CONTROLLERS}`, ...args.ccmArgs]);
   const env = { ...args.ccmEnv, TALOSCONFIG: talosconfig };
-  const e: Env = { args, cluster, apid, specs, baseArgs, defaultConfig, nodesConfig, env };
+  const opts = parsed.options as RunOptions;
+  const le = opts.leaderElection;
+  const lease = le.enabled
+    ? {
+        namespace: le.resourceNamespace,
+        name: le.resourceName,
+        timeoutMs: 2 * (le.leaseDurationMs + le.retryPeriodMs) + 30_000,
+      }
+    : undefined;
+  const e: Env = { args, cluster, apid, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
   const source = ccmBinary();
   freshBinary(source, cluster.dir);
 
@@ -708,8 +799,7 @@ async function main(): Promise<void> {
   const figures: BenchFigures = { nodes: args.nodes, startup_ms, idle_rss_mb, ...nodeFigures };
   await cleanup();
   if (args.json) process.stdout.write(`${JSON.stringify(toJson(figures))}\n`);
-  else
-    process.stdout.write(`${formatTable(figures, headerLine(args, parsed.options as RunOptions), notes)}\n`);
+  else process.stdout.write(`${formatTable(figures, headerLine(args, opts, source, version), notes)}\n`);
 }
 
 if (import.meta.main) {

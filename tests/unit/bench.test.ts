@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { parseBenchArgs, qpsTuning } from "../bench.ts";
 import { parseStatCpu, parseStatus } from "../support/bench-proc.ts";
+import { LeaseReadiness } from "../support/bench-ready.ts";
 import {
   type BenchFigures,
   evaluate,
@@ -158,7 +159,23 @@ describe("parseBenchArgs()", () => {
     expect(a.ccmEnv).toEqual({ BUN_OPTIONS: "--cpu-prof-md" });
   });
 
+  test("--ccm-binary names the binary, inline or as the next argument, and implies --no-build", () => {
+    const go = "/tmp/goccm/talos-cloud-controller-manager";
+    for (const argv of [
+      ["--ccm-binary", go],
+      [`--ccm-binary=${go}`, "--nodes=10"],
+    ]) {
+      expect(parseBenchArgs(argv)).toMatchObject({ ccmBinary: go, build: false });
+    }
+  });
+
+  test("without --ccm-binary the bench builds ours", () => {
+    expect(parseBenchArgs(["--nodes=10"])).toMatchObject({ ccmBinary: undefined, build: true });
+  });
+
   test.each([
+    [["--ccm-binary"], /value is required/],
+    [["--ccm-binary="], /path is required/],
     [["--nodes=0"], /positive integer/],
     [["--nodes", "1.5"], /positive integer/],
     [["--nodes"], /value is required/],
@@ -184,5 +201,59 @@ describe("qpsTuning()", () => {
     expect(qpsTuning({ nodes: 1000, qpsTuning: false, ccmArgs: [] })).toEqual([]);
     expect(qpsTuning({ nodes: 1000, qpsTuning: true, ccmArgs: ["--kube-api-burst=50"] })).toEqual([]);
     expect(qpsTuning({ nodes: 1000, qpsTuning: true, ccmArgs: ["--v=2"] })).toHaveLength(2);
+  });
+});
+
+describe("LeaseReadiness", () => {
+  const t = (s: number) => `2026-07-01T10:00:${String(s).padStart(2, "0")}.000000Z`;
+  const lease = (holderIdentity: string, s: number) => ({ holderIdentity, renewTime: t(s) });
+  const readings = (
+    baseline: Parameters<typeof lease> | undefined,
+    ...seen: (Parameters<typeof lease> | undefined)[]
+  ) => {
+    const r = new LeaseReadiness(baseline && lease(...baseline));
+    return seen.map((x) => r.observe(x && lease(...x)));
+  };
+
+  test("no Lease before: ready once the new holder renewed, not at its first claim", () => {
+    expect(readings(undefined, undefined, ["b_1", 5], ["b_1", 5], ["b_1", 7])).toEqual([
+      false,
+      false,
+      false,
+      true,
+    ]);
+  });
+
+  test("a released Lease before (no holder): the same", () => {
+    const r = new LeaseReadiness({ holderIdentity: "", renewTime: t(1) });
+    expect([r.observe(lease("b_1", 3)), r.observe(lease("b_1", 5))]).toEqual([false, true]);
+    expect(r.holder).toBe("b_1");
+  });
+
+  test("a dead predecessor's stale claim never counts, however often it is read", () => {
+    expect(readings(["a_0", 1], ["a_0", 1], ["a_0", 1], ["a_0", 1])).toEqual([false, false, false]);
+  });
+
+  test("taking over a stale claim, then renewing, is ready", () => {
+    expect(readings(["a_0", 1], ["a_0", 1], ["b_1", 20], ["b_1", 22])).toEqual([false, false, true]);
+  });
+
+  test("a holder reusing the predecessor's identity counts once its renew time moves on", () => {
+    expect(readings(["host", 1], ["host", 1], ["host", 20], ["host", 22])).toEqual([false, false, true]);
+  });
+
+  test("a release or another holder in between starts over", () => {
+    expect(
+      readings(undefined, ["b_1", 3], undefined, ["b_1", 5], ["c_2", 7], ["c_2", 7], ["c_2", 9]),
+    ).toEqual([false, false, false, false, false, true]);
+  });
+
+  test("a holder without a renew time is not leading", () => {
+    const r = new LeaseReadiness(undefined);
+    expect([r.observe({ holderIdentity: "b_1" }), r.observe({ holderIdentity: "b_1" })]).toEqual([
+      false,
+      false,
+    ]);
+    expect(r.holder).toBeUndefined();
   });
 });
