@@ -76,7 +76,9 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --sysinfo-rule         the rule also reads SystemInformation (one more Talos call per node, the
                          most a node costs; default: a rule over PlatformMetadata only)
   --no-rules             run with the shipped (empty) cloud config
-  --steady-seconds S     steady-state window (default 60)
+  --steady-seconds S     steady-state window (default 60); a CCM that polls Talos every
+                         --node-status-update-frequency (5 min; the Go CCM does) shows it only in a
+                         window longer than that, e.g. 330
   --idle-seconds S       wait before reading idle RSS (default 10)
   --startup-runs K       starts for the startup median (default 5)
   --concurrency C        kubelet registrations / CSR submissions in flight (default 64)
