@@ -285,11 +285,34 @@ describe("FakeApid routing and errors", () => {
   });
 
   test.each([
-    ["unknown type", { namespace: "runtime", type: "Secrets.talos.dev", id: "x" }],
-    ["unknown namespace", { namespace: "secrets", type: PM.type, id: PM.id }],
-  ])("PermissionDenied for an %s", async (_name, r) => {
+    [
+      "unknown type",
+      { namespace: "runtime", type: "Secrets.talos.dev", id: "x" },
+      'resource type "Secrets.talos.dev" is not supported',
+    ],
+    [
+      "unknown namespace",
+      { namespace: "nonexistent", type: PM.type, id: PM.id },
+      'namespace "nonexistent" is not supported',
+    ],
+  ])("PermissionDenied for an %s, in Talos' words", async (_name, r, details) => {
     const s = await status(unary(client, PATHS.get, getReq(r), { node: AWS_IP }));
-    expect(s.code).toBe(GrpcStatus.PERMISSION_DENIED);
+    expect(s).toEqual({ code: GrpcStatus.PERMISSION_DENIED, details });
+  });
+
+  test("a known type in another namespace Talos registers passes the access policy and is not found", async () => {
+    const s = await status(
+      unary(client, PATHS.get, getReq({ ...PM, namespace: "secrets" }), { node: AWS_IP }),
+    );
+    expect(s).toEqual({
+      code: GrpcStatus.NOT_FOUND,
+      details: "resource PlatformMetadatas.talos.dev(secrets/platformmetadata@undefined) doesn't exist",
+    });
+    // Talos looks the definition up lowercased: the type passes, the state (exact type) has nothing.
+    const lower = await status(
+      unary(client, PATHS.get, getReq({ ...PM, type: PM.type.toLowerCase() }), { node: AWS_IP }),
+    );
+    expect(lower.code).toBe(GrpcStatus.NOT_FOUND);
   });
 
   test.each([PATHS.create, PATHS.update, PATHS.destroy])("PermissionDenied for writes: %s", async (path) => {
@@ -608,7 +631,31 @@ describe("FakeApid Watch", () => {
       AWS_IP,
     );
     await w.until(() => w.error !== undefined, "error");
-    expect(w.error?.code).toBe(GrpcStatus.UNIMPLEMENTED);
+    expect(w.error).toMatchObject({
+      code: GrpcStatus.UNIMPLEMENTED,
+      details: "bootstrap contents is not implemented for resource watch",
+    });
+  });
+
+  test("DESTROYED carries the resource as stored, its version unchanged", async () => {
+    const a = RESOURCES.addresses;
+    const w = watch(client, { namespace: a.namespace, type: a.type, bootstrap: true, apiVersion: 1 }, AWS_IP);
+    const current = apid.node(AWS_IP)?.addresses ?? [];
+    try {
+      const n = current.length;
+      await w.until(() => w.responses.length >= n + 2, "bootstrap");
+      const id = "external/54.210.33.17/32";
+      const created = w.responses.flatMap((r) => r.event).find((e) => e.resource?.metadata?.id === id);
+      apid.updateNode(AWS_IP, { addresses: current.filter((x) => x.linkName !== "external") });
+      await w.until(() => w.responses.length >= n + 3, "destroy");
+      const destroyed = w.responses[n + 2]?.event[0];
+      expect(destroyed?.eventType).toBe(EventType.DESTROYED);
+      expect(destroyed?.resource?.metadata).toEqual(created?.resource?.metadata);
+      expect(destroyed?.resource?.spec).toEqual(created?.resource?.spec);
+    } finally {
+      apid.updateNode(AWS_IP, { addresses: current });
+      w.cancel();
+    }
   });
 
   test("setDown cuts the node's streams with Unavailable and refuses calls until up", async () => {

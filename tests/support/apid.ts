@@ -500,6 +500,30 @@ class StatusError extends Error {
 }
 
 /**
+ * The namespaces machined registers (COSI's meta and Talos' own, v1.13): reads in them pass the
+ * access policy even where the fake holds nothing.
+ */
+const TALOS_NAMESPACES: ReadonlySet<string> = new Set([
+  "meta",
+  "runtime",
+  "cluster",
+  "cluster-raw",
+  "config",
+  "etcd",
+  "files",
+  "hardware",
+  "k8s",
+  "controlplane",
+  "kubespan",
+  "network",
+  "network-config",
+  "cri",
+  "secrets",
+  "security",
+  "perf",
+]);
+
+/**
  * The fake apid. Nodes are reachable under each of their node IPs; one apid instance is one
  * endpoint (a control-plane node). See the file header for an example.
  */
@@ -952,10 +976,8 @@ export class FakeApid {
     const old = byId?.get(id);
     if (!byId || !old) return;
     byId.delete(id);
-    this.#emit(node, old, () => ({
-      eventType: EventType.DESTROYED,
-      resource: this.#resource({ ...old, version: old.version + 1 }),
-    }));
+    // COSI's destroyed event carries the resource as it was stored, version unchanged.
+    this.#emit(node, old, () => ({ eventType: EventType.DESTROYED, resource: this.#resource(old) }));
   }
 
   #resource(s: Stored): Resource {
@@ -1083,15 +1105,18 @@ export class FakeApid {
     return node;
   }
 
-  /** Checks namespace and type as Talos' resource registry does. */
+  /**
+   * Talos' access policy for reads (internal/app/resources of siderolabs/talos): the type must have a
+   * resource definition (looked up lowercased), then the namespace must be registered, whichever
+   * types it holds; a known type asked in another known namespace passes and is simply not there.
+   */
   #checkType(namespace: string, type: string): void {
-    const ns = this.#types.get(type);
-    const knownNamespaces = new Set(this.#types.values());
-    if (ns === undefined || !knownNamespaces.has(namespace)) {
-      throw new StatusError(
-        GrpcStatus.PERMISSION_DENIED,
-        `not authorized to access ${type} in namespace "${namespace}"`,
-      );
+    const lower = type.toLowerCase();
+    if (![...this.#types.keys()].some((t) => t.toLowerCase() === lower)) {
+      throw new StatusError(GrpcStatus.PERMISSION_DENIED, `resource type "${type}" is not supported`);
+    }
+    if (!TALOS_NAMESPACES.has(namespace) && ![...this.#types.values()].includes(namespace)) {
+      throw new StatusError(GrpcStatus.PERMISSION_DENIED, `namespace "${namespace}" is not supported`);
     }
   }
 
@@ -1205,11 +1230,15 @@ export class FakeApid {
       const target = await this.#route("Watch", call, req.type);
       this.#checkType(req.namespace, req.type);
       const opts = req.options;
-      if (req.id !== undefined && (opts?.bootstrapContents || (opts?.labelQuery.length ?? 0) > 0)) {
+      // COSI's state server refuses both for a single-resource watch, bootstrap contents first.
+      if (req.id !== undefined && opts?.bootstrapContents) {
         throw new StatusError(
           GrpcStatus.UNIMPLEMENTED,
-          "bootstrap contents and label queries are not supported with an id",
+          "bootstrap contents is not implemented for resource watch",
         );
+      }
+      if (req.id !== undefined && (opts?.labelQuery.length ?? 0) > 0) {
+        throw new StatusError(GrpcStatus.UNIMPLEMENTED, "label query is not implemented for resource watch");
       }
       if (call.cancelled || !this.#server) return;
       const write = (events: Event[]) =>
