@@ -1,0 +1,198 @@
+// Command talossim is a Talos apid simulator for the tests of talos-cloud-controller-manager:
+// many simulated machines, each a machined-like COSI state holding resource types of
+// github.com/siderolabs/talos/pkg/machinery, served through COSI's own gRPC State server behind
+// Talos' access policy, routed by the `node` metadata key as apid routes, over mutual TLS with
+// Talos-made certificates. Tests drive it through an HTTP+JSON control surface (control.go).
+//
+// On start it prints one JSON line: {"grpc":"127.0.0.1:P","control":"127.0.0.1:Q"}.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
+	talostls "github.com/siderolabs/crypto/tls"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+)
+
+// sim holds the machines; the local one answers calls without a `node` key.
+type sim struct {
+	mu       sync.Mutex
+	machines map[netip.Addr]*machine
+	local    *machine
+	calls    map[string]int
+	pki      *pki
+	endpoint string
+}
+
+func (s *sim) byTarget(target string) *machine {
+	ip, err := netip.ParseAddr(strings.Trim(target, "[]"))
+	if err != nil {
+		return nil
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.machines[ip.Unmap()]
+}
+
+func (s *sim) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return len(s.machines)
+}
+
+func (s *sim) count(method string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	s.calls[method]++
+}
+
+type options struct {
+	listen, control, pkiDir, talosconfig, adminTalosconfig, localIP, tag string
+	keepaliveMinTime                                                     time.Duration
+}
+
+func parseFlags() options {
+	var o options
+
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:0", "apid gRPC address")
+	flag.StringVar(&o.control, "control", "127.0.0.1:0", "control surface (HTTP) address")
+	flag.StringVar(&o.pkiDir, "pki-dir", "", "where the CA and server certificate are kept across restarts (default: made anew)")
+	flag.StringVar(&o.talosconfig, "talosconfig", "", "write a talosconfig with role os:reader here")
+	flag.StringVar(&o.adminTalosconfig, "admin-talosconfig", "", "write a talosconfig with role os:admin here")
+	flag.StringVar(&o.localIP, "local-ip", "127.0.0.1", "IP of the machine apid runs on (answers calls without a node key)")
+	flag.StringVar(&o.tag, "talos-version", "v1.13.5", "Talos version tag machines report")
+	flag.DurationVar(&o.keepaliveMinTime, "keepalive-min-time", 0,
+		"grpc-go keepalive enforcement MinTime (default: grpc-go's 5 minutes, as apid leaves it)")
+	flag.Parse()
+
+	return o
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("talossim: ")
+
+	if err := run(parseFlags()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(o options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	p, err := loadOrMakePKI(o.pkiDir)
+	if err != nil {
+		return err
+	}
+
+	localIP, err := netip.ParseAddr(o.localIP)
+	if err != nil {
+		return fmt.Errorf("--local-ip: %w", err)
+	}
+
+	local, err := newMachine(ctx, localIP, o.tag, "metal")
+	if err != nil {
+		return err
+	}
+
+	s := &sim{machines: map[netip.Addr]*machine{localIP: local}, local: local, calls: map[string]int{}, pki: p}
+
+	grpcLis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+
+	ctlLis, err := net.Listen("tcp", o.control)
+	if err != nil {
+		return err
+	}
+
+	s.endpoint = grpcLis.Addr().String()
+
+	for path, roles := range map[string][]string{o.talosconfig: {"os:reader"}, o.adminTalosconfig: {"os:admin"}} {
+		if path == "" {
+			continue
+		}
+
+		if err := p.writeTalosconfig(path, s.endpoint, roles, 6*time.Hour); err != nil {
+			return err
+		}
+	}
+
+	srv, err := s.grpcServer(o.keepaliveMinTime)
+	if err != nil {
+		return err
+	}
+
+	ctl := &http.Server{Handler: s.controlHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	go func() { _ = srv.Serve(grpcLis) }()
+	go func() { _ = ctl.Serve(ctlLis) }()
+
+	line, _ := json.Marshal(map[string]string{"grpc": s.endpoint, "control": ctlLis.Addr().String()})
+	fmt.Println(string(line))
+
+	<-ctx.Done()
+	srv.Stop()
+
+	return ctl.Close()
+}
+
+func (s *sim) grpcServer(keepaliveMinTime time.Duration) (*grpc.Server, error) {
+	cert, err := tls.X509KeyPair(s.pki.server.Crt, s.pki.server.Key)
+	if err != nil {
+		return nil, err
+	}
+
+	tlsConfig, err := talostls.New(
+		talostls.WithClientAuthType(talostls.Mutual),
+		talostls.WithCACertPEM(s.pki.ca.Crt),
+		talostls.WithKeypair(cert),
+	)
+	if err != nil {
+		return nil, err
+	}
+
+	opts := []grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(tlsConfig)),
+		grpc.MaxRecvMsgSize(constants.GRPCMaxMessageSize),
+		grpc.InitialWindowSize(65535 * 32),
+		grpc.InitialConnWindowSize(65535 * 16),
+		grpc.SharedWriteBuffer(true),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	}
+	if keepaliveMinTime > 0 {
+		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime}))
+	}
+
+	srv := grpc.NewServer(opts...)
+	cosiapi.RegisterStateServer(srv, cosiRouter{})
+	machineapi.RegisterMachineServiceServer(srv, machineService{sim: s})
+
+	return srv, nil
+}
