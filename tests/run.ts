@@ -1,6 +1,6 @@
-// `npm test`: the whole suite, unit and integration. Makes sure the test bed's kube-apiserver, etcd
-// and helm exist (building them once per machine with tests/support/testbed-bins.sh), builds the host
-// binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
+// `npm test`: the whole suite, unit and integration. Makes sure the test bed's kube-apiserver, etcd,
+// helm and Talos simulator exist (building them once per machine with tests/support/testbed-bins.sh),
+// builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Extra arguments go to `bun test` (e.g. `npm test -- tests/unit`).
 
 import { spawn, spawnSync } from "node:child_process";
@@ -16,14 +16,15 @@ function fail(message: string): never {
   process.exit(1);
 }
 
-if (!(env.KUBEBUILDER_ASSETS || (env.KUBE_APISERVER && env.ETCD)) || !env.HELM) {
+if (!(env.KUBEBUILDER_ASSETS || (env.KUBE_APISERVER && env.ETCD)) || !env.HELM || !env.TALOS_SIM) {
   const r = spawnSync(join(root, "tests/support/testbed-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   });
-  if (r.status !== 0) fail("cannot build kube-apiserver, etcd and helm for the test bed (see above)");
+  if (r.status !== 0)
+    fail("cannot build kube-apiserver, etcd, helm and the Talos simulator for the test bed (see above)");
   for (const line of r.stdout.split("\n")) {
-    const m = line.match(/^(KUBE_APISERVER|ETCD|HELM)=(.+)$/);
+    const m = line.match(/^(KUBE_APISERVER|ETCD|HELM|TALOS_SIM)=(.+)$/);
     if (m) env[m[1] as string] = m[2];
   }
 }

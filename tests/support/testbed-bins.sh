@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the test bed's kube-apiserver, etcd and helm from Go modules and caches them outside the
-# repository, keyed by version, so a machine builds them once. Prints KUBE_APISERVER=, ETCD= and
-# HELM= lines. Honours KUBEBUILDER_ASSETS (kube-apiserver and etcd), KUBE_APISERVER, ETCD and HELM
-# when they are already set.
+# Builds the test bed's kube-apiserver, etcd and helm from Go modules, and the Talos simulator
+# (tests/support/talossim, a local module on pinned upstream modules), and caches them outside the
+# repository, keyed by version (the simulator also by a hash of its sources), so a machine builds
+# them once. Prints KUBE_APISERVER=, ETCD=, HELM= and TALOS_SIM= lines. Honours KUBEBUILDER_ASSETS
+# (kube-apiserver and etcd), KUBE_APISERVER, ETCD, HELM and TALOS_SIM when they are already set.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -26,6 +27,17 @@ apiserver="${apiserver:-$CACHE/kubernetes-$K8S_VERSION/kube-apiserver}"
 etcd="${ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}"
 etcd="${etcd:-$CACHE/etcd-$ETCD_VERSION/etcd}"
 helm="${HELM:-$CACHE/helm-$HELM_VERSION/helm}"
+
+# The simulator's cache key: the upstream versions its go.mod pins and a hash of its sources.
+SIM_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/talossim"
+sim_key() {
+  local cosi talos hash
+  cosi="$(sed -n 's#^\s*github.com/cosi-project/runtime \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
+  talos="$(sed -n 's#^\s*github.com/siderolabs/talos/pkg/machinery \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
+  hash="$(cd "$SIM_SRC" && cat go.mod go.sum $(ls ./*.go | sort) | sha256sum | cut -c1-12)"
+  echo "cosi-$cosi-talos-$talos-$hash"
+}
+talossim="${TALOS_SIM:-$CACHE/talossim-$(sim_key)/talossim}"
 
 build_apiserver() {
   local work staging_ver gomod
@@ -79,13 +91,32 @@ build_helm() {
     "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 }
 
-if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$helm" ]]; then
-  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd and helm" >&2; exit 1; }
+# The simulator is built from the committed go.mod and go.sum (-mod=readonly: a go.mod that needs
+# changes fails the build instead of being rewritten), with the go directive's Go version or newer.
+build_talossim() {
+  local want v
+  want="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$SIM_SRC/go.mod")"
+  v="$(go env GOVERSION)"
+  if [[ "$(printf '%s\n%s\n' "$want" "${v#go}" | sort -V | head -1)" != "$want" ]]; then
+    echo "testbed-bins.sh: Go >= $want is required to build the Talos simulator (found: $v)" >&2
+    exit 1
+  fi
+  mkdir -p "$(dirname "$talossim")"
+  cd "$SIM_SRC"
+  CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" \
+    -o "$talossim.tmp" .
+  mv "$talossim.tmp" "$talossim"
+}
+
+if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$helm" || ! -x "$talossim" ]]; then
+  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd, helm and the Talos simulator" >&2; exit 1; }
   need_go
 fi
 [[ -x "$etcd" ]] || (build_etcd) >&2
 [[ -x "$apiserver" ]] || (build_apiserver) >&2
 [[ -x "$helm" ]] || (build_helm) >&2
+[[ -x "$talossim" ]] || (build_talossim) >&2
 echo "KUBE_APISERVER=$apiserver"
 echo "ETCD=$etcd"
 echo "HELM=$helm"
+echo "TALOS_SIM=$talossim"
