@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -16,6 +17,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -70,8 +72,8 @@ func (s *sim) count(method string) {
 }
 
 type options struct {
-	listen, control, pkiDir, talosconfig, adminTalosconfig, localIP, tag string
-	keepaliveMinTime                                                     time.Duration
+	listen, control, pkiDir, talosconfig, adminTalosconfig, localIP, tag, replay string
+	keepaliveMinTime                                                             time.Duration
 }
 
 func parseFlags() options {
@@ -84,6 +86,8 @@ func parseFlags() options {
 	flag.StringVar(&o.adminTalosconfig, "admin-talosconfig", "", "write a talosconfig with role os:admin here")
 	flag.StringVar(&o.localIP, "local-ip", "127.0.0.1", "IP of the machine apid runs on (answers calls without a node key)")
 	flag.StringVar(&o.tag, "talos-version", "v1.13.5", "Talos version tag machines report")
+	flag.StringVar(&o.replay, "replay", "",
+		"JSON file of control calls [{method,path,body}] applied before apid serves (a restart keeps its machines)")
 	flag.DurationVar(&o.keepaliveMinTime, "keepalive-min-time", 0,
 		"grpc-go keepalive enforcement MinTime (default: grpc-go's 5 minutes, as apid leaves it)")
 	flag.Parse()
@@ -148,7 +152,12 @@ func run(o options) error {
 		return err
 	}
 
-	ctl := &http.Server{Handler: s.controlHandler(), ReadHeaderTimeout: 10 * time.Second}
+	handler := s.controlHandler()
+	if err := replay(handler, o.replay); err != nil {
+		return err
+	}
+
+	ctl := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 
 	go func() { _ = srv.Serve(grpcLis) }()
 	go func() { _ = ctl.Serve(ctlLis) }()
@@ -160,6 +169,38 @@ func run(o options) error {
 	srv.Stop()
 
 	return ctl.Close()
+}
+
+// replay applies recorded control calls in order; any failure is fatal.
+func replay(h http.Handler, path string) error {
+	if path == "" {
+		return nil
+	}
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+
+	var calls []struct {
+		Method string          `json:"method"`
+		Path   string          `json:"path"`
+		Body   json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(b, &calls); err != nil {
+		return fmt.Errorf("--replay: %w", err)
+	}
+
+	for _, c := range calls {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(c.Method, c.Path, bytes.NewReader(c.Body)))
+
+		if rec.Code >= http.StatusMultipleChoices {
+			return fmt.Errorf("--replay: %s %s: %d %s", c.Method, c.Path, rec.Code, rec.Body.String())
+		}
+	}
+
+	return nil
 }
 
 func (s *sim) grpcServer(keepaliveMinTime time.Duration) (*grpc.Server, error) {
