@@ -1,0 +1,580 @@
+// Conformance of the project's Talos client (lib/talos.ts, lib/grpc.ts, lib/taloswire.ts) against
+// the Talos simulator (tests/support/talossim): COSI's own in-memory state and gRPC State server,
+// machinery's resource types and marshalling, Talos' access policy, apid's routing and status codes,
+// grpc-go's keepalive enforcement. Every call the CCM makes, every watch event kind, the errors the
+// client maps, role refusals, a stopped and an unknown machine, resubscribe after a restart.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { GrpcChannel, GrpcError } from "../../lib/grpc.ts";
+import { Registry } from "../../lib/metrics.ts";
+import {
+  type ResourceData,
+  type ResourceKind,
+  statusError,
+  TalosClient,
+  TalosError,
+  TalosNotFoundError,
+  TalosPermissionError,
+  type TalosWatchEvent,
+} from "../../lib/talos.ts";
+import { GetRequest, WatchRequest } from "../../lib/talos_pb.ts";
+import { loadTalosConfig } from "../../lib/talosconfig.ts";
+import { GrpcStatus } from "../../lib/taloserrors.ts";
+import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
+import { until } from "../support/cluster.ts";
+import { LOCAL_MACHINE, type SimResource, TalosSim } from "../support/talossim.ts";
+
+const NODE = "10.0.0.5";
+const EMPTY = "10.0.0.6";
+const FAST = { initialMs: 10, maxMs: 80 };
+
+const PLATFORM = {
+  platform: "aws",
+  hostname: "ip-10-0-0-5",
+  region: "us-east-1",
+  zone: "us-east-1a",
+  instanceType: "m5.large",
+  instanceId: "i-0abc",
+  providerId: "aws:///us-east-1a/i-0abc",
+  spot: true,
+  internalDNS: "ip-10-0-0-5.ec2.internal",
+  externalDNS: "ec2-1-2-3-4.compute.amazonaws.com",
+  tags: { team: "a" },
+};
+const SYSINFO = {
+  manufacturer: "Amazon EC2",
+  productName: "m5.large",
+  version: "1.0",
+  serialnumber: "ec2abc",
+  uuid: "ec2abcde-0000-1111-2222-333344445555",
+  wakeUpType: "Power Switch",
+  skuNumber: "sku-1",
+};
+const CMC = { enabled: true, podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] };
+
+function res(kind: ResourceKind, spec: Record<string, unknown>, id?: string): SimResource {
+  const { namespace, type } = RESOURCES[kind];
+  const rid = id ?? RESOURCES[kind].id;
+  if (rid === undefined) throw new Error(`${kind} needs an id`);
+  return { namespace, type, id: rid, spec };
+}
+
+const ADDRESSES: SimResource[] = [
+  res(
+    "addresses",
+    {
+      address: "10.0.0.5/24",
+      local: "10.0.0.5",
+      linkIndex: 2,
+      linkName: "eth0",
+      family: "inet4",
+      scope: "global",
+      flags: "permanent",
+    },
+    "eth0/10.0.0.5/24",
+  ),
+  res(
+    "addresses",
+    {
+      address: "fd00::5/64",
+      linkIndex: 2,
+      linkName: "eth0",
+      family: "inet6",
+      scope: "global",
+      flags: "permanent",
+    },
+    "eth0/fd00::5/64",
+  ),
+];
+const LINKS: SimResource[] = [
+  res(
+    "links",
+    { index: 1, type: "loopback", flags: "UP,LOOPBACK,RUNNING,LOWER_UP", kind: "", linkState: true },
+    "lo",
+  ),
+  res(
+    "links",
+    { index: 2, type: "ether", flags: "UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP", kind: "", linkState: true },
+    "eth0",
+  ),
+  res(
+    "links",
+    { index: 3, type: "ether", flags: "BROADCAST,MULTICAST", kind: "dummy", linkState: false },
+    "dummy0",
+  ),
+];
+
+let sim: TalosSim;
+let dir: string;
+const open: TalosClient[] = [];
+
+beforeAll(async () => {
+  sim = await TalosSim.start();
+  dir = mkdtempSync(join(tmpdir(), "talos-sim-e2e-"));
+  await sim.addMachine(NODE, { platform: "aws" });
+  await sim.addMachine(EMPTY);
+  for (const r of [
+    res("platformmetadata", PLATFORM),
+    res("systeminformation", SYSINFO),
+    res("nodename", { nodename: "w1", hostnameVersion: "3", skipNodeRegistration: false }),
+    res("hostname", { hostname: "w1", domainname: "example.org" }),
+    res("nodeipconfig", { validSubnets: ["10.0.0.0/8", "!10.0.0.9"], excludeSubnets: ["10.244.0.0/16"] }),
+    ...ADDRESSES,
+    ...LINKS,
+  ])
+    await sim.put(NODE, r);
+  await sim.put(LOCAL_MACHINE, res("controllermanagerconfig", CMC));
+});
+
+afterAll(async () => {
+  for (const c of open) c.close();
+  await sim?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+let files = 0;
+
+/** A client on the simulator's os:reader talosconfig, or on one with `roles`. */
+async function clientFor(
+  opts: { roles?: string[]; server?: TalosSim; attempts?: number } = {},
+): Promise<TalosClient> {
+  const server = opts.server ?? sim;
+  let path = server.talosconfig;
+  if (opts.roles) path = await server.writeTalosconfig(join(dir, `talosconfig-${files++}`), opts.roles);
+  const client = new TalosClient({
+    config: loadTalosConfig({ path, env: {} }),
+    registry: new Registry(),
+    backoff: FAST,
+    watchBackoff: FAST,
+    callTimeoutMs: 5_000,
+    ...(opts.attempts === undefined ? {} : { attempts: opts.attempts }),
+  });
+  open.push(client);
+  return client;
+}
+
+/** A raw channel to the simulator with the credentials of a talosconfig, as the client builds it. */
+function channelFor(path: string, extra: { keepaliveMs?: number } = {}): GrpcChannel {
+  const c = loadTalosConfig({ path, env: {} });
+  const ep = c.endpoints[0] as { host: string; port: number };
+  const ch = new GrpcChannel({
+    host: ep.host,
+    port: ep.port,
+    ...(c.ca === undefined ? {} : { ca: c.ca }),
+    cert: c.crt,
+    key: c.key,
+    servername: "talos",
+    ...extra,
+  });
+  return ch;
+}
+
+async function failure(p: Promise<unknown>): Promise<TalosError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof TalosError) return err;
+    throw err;
+  }
+  throw new Error("call succeeded");
+}
+
+/** A Get through a raw channel, mapped to a TalosError as the client maps statuses. */
+async function rawGet(path: string, r: { namespace: string; type: string; id: string }, node = NODE) {
+  const ch = channelFor(path);
+  try {
+    return await ch.unary(PATHS.get, GetRequest.encode(r).finish(), { metadata: { node }, timeoutMs: 5_000 });
+  } catch (err) {
+    throw statusError(`get ${r.type}`, err);
+  } finally {
+    ch.close();
+  }
+}
+
+/** Consumes a watch in the background into `events`. */
+function collect<K extends ResourceKind>(client: TalosClient, node: string, kind: K) {
+  const ac = new AbortController();
+  const events: Array<TalosWatchEvent<ResourceData[K]>> = [];
+  let error: unknown;
+  let ended = false;
+  const done = (async () => {
+    try {
+      for await (const ev of client.watch(node, kind, { signal: ac.signal })) events.push(ev);
+    } catch (err) {
+      error = err;
+    } finally {
+      ended = true;
+    }
+  })();
+  return {
+    events,
+    types: () => events.map((e) => e.type),
+    get error() {
+      return error;
+    },
+    get ended() {
+      return ended;
+    },
+    stop: async () => {
+      ac.abort();
+      await done;
+    },
+  };
+}
+
+describe("calls", () => {
+  test("Get of every singleton the CCM reads decodes into the values written", async () => {
+    const client = await clientFor();
+    const { serialnumber, ...sys } = SYSINFO;
+    expect(await client.platformMetadata(NODE)).toEqual(PLATFORM);
+    expect(await client.systemInformation(NODE)).toEqual({ ...sys, serialNumber: serialnumber });
+    expect(await client.nodename(NODE)).toBe("w1");
+    expect(await client.hostname(NODE)).toEqual({
+      hostname: "w1",
+      domainname: "example.org",
+      fqdn: "w1.example.org",
+    });
+    expect(await client.nodeIPConfig(NODE)).toEqual({
+      validSubnets: ["10.0.0.0/8", "!10.0.0.9"],
+      excludeSubnets: ["10.244.0.0/16"],
+    });
+    expect(await client.controllerManagerConfig()).toEqual({
+      podCIDRs: CMC.podCIDRs,
+      serviceCIDRs: CMC.serviceCIDRs,
+    });
+  });
+
+  test("List of addresses and links: every resource, with the numbers Talos' YAML names stand for", async () => {
+    const client = await clientFor();
+    const addrs = await client.addresses(NODE);
+    expect(addrs.sort((a, b) => a.id.localeCompare(b.id))).toEqual([
+      {
+        id: "eth0/10.0.0.5/24",
+        address: "10.0.0.5/24",
+        local: "10.0.0.5",
+        linkName: "eth0",
+        linkIndex: 2,
+        family: "inet4",
+        scope: 0,
+        flags: 0x80,
+      },
+      {
+        id: "eth0/fd00::5/64",
+        address: "fd00::5/64",
+        linkName: "eth0",
+        linkIndex: 2,
+        family: "inet6",
+        scope: 0,
+        flags: 0x80,
+      },
+    ]);
+    const links = await client.links(NODE);
+    expect(links.sort((a, b) => a.index - b.index)).toEqual([
+      { name: "lo", index: 1, type: 772, kind: "", flags: 0x1 | 0x8 | 0x40 | 0x10000, linkState: true },
+      {
+        name: "eth0",
+        index: 2,
+        type: 1,
+        kind: "",
+        flags: 0x1 | 0x2 | 0x40 | 0x1000 | 0x10000,
+        linkState: true,
+      },
+      { name: "dummy0", index: 3, type: 1, kind: "dummy", flags: 0x2 | 0x1000, linkState: false },
+    ]);
+    expect(await client.addresses(EMPTY)).toEqual([]);
+  });
+
+  test("Version of the endpoint and of a node", async () => {
+    const client = await clientFor();
+    const endpoint = await client.version();
+    expect(endpoint).toMatchObject({ tag: "v1.13.5", sha: "talossim", platform: "metal" });
+    expect(endpoint.arch).toBe(process.arch === "arm64" ? "arm64" : "amd64");
+    expect(await client.version({ nodeIP: NODE })).toMatchObject({ tag: "v1.13.5", platform: "aws" });
+  });
+
+  test("a missing resource: NotFound is TalosNotFoundError; missing system information is undefined", async () => {
+    const client = await clientFor();
+    const e = await failure(client.platformMetadata(EMPTY));
+    expect(e).toBeInstanceOf(TalosNotFoundError);
+    expect(e.message).toContain(
+      `resource PlatformMetadatas.talos.dev(runtime/platformmetadata@undefined) doesn't exist`,
+    );
+    expect(await client.systemInformation(EMPTY)).toBeUndefined();
+  });
+});
+
+describe("errors", () => {
+  test('an unknown resource type: PermissionDenied `resource type "X" is not supported`', async () => {
+    const e = await failure(
+      rawGet(sim.talosconfig, { namespace: "network", type: "Nopes.talos.dev", id: "x" }),
+    );
+    expect(e).toBeInstanceOf(TalosPermissionError);
+    expect(e.message).toContain('resource type "Nopes.talos.dev" is not supported');
+  });
+
+  test('an unknown namespace: PermissionDenied `namespace "X" is not supported`', async () => {
+    const { type } = RESOURCES.platformmetadata;
+    const e = await failure(rawGet(sim.talosconfig, { namespace: "nope", type, id: "platformmetadata" }));
+    expect(e).toBeInstanceOf(TalosPermissionError);
+    expect(e.message).toContain('namespace "nope" is not supported');
+  });
+
+  test("a sensitive type is refused to os:reader and allowed to os:admin", async () => {
+    const api = { namespace: "secrets", type: "ApiCertificates.secrets.talos.dev", id: "api" };
+    const e = await failure(rawGet(sim.talosconfig, api));
+    expect(e).toBeInstanceOf(TalosPermissionError);
+    expect(e.message).toContain("(not authorized)");
+    // os:admin passes the policy and reaches the state: the resource does not exist
+    expect(await failure(rawGet(sim.adminTalosconfig, api))).toBeInstanceOf(TalosNotFoundError);
+  });
+
+  test("a certificate without a reading role is refused every call", async () => {
+    const client = await clientFor({ roles: ["os:etcd:backup"] });
+    const calls = [() => client.platformMetadata(NODE), () => client.addresses(NODE), () => client.version()];
+    for (const call of calls) {
+      const e = await failure(call());
+      expect(e).toBeInstanceOf(TalosPermissionError);
+      expect(e.message).toContain("(not authorized)");
+    }
+  });
+
+  test("an unknown machine is Unavailable (connection refused) and retried", async () => {
+    const client = await clientFor({ attempts: 2 });
+    const e = await failure(client.platformMetadata("10.200.0.1"));
+    expect([e.code, e.retryable, e.grpcCode]).toEqual(["unavailable", true, GrpcStatus.UNAVAILABLE]);
+    expect(e.message).toContain("dial tcp 10.200.0.1:50000: connect: connection refused");
+    const e6 = await failure(client.platformMetadata("fd00::200"));
+    expect(e6.message).toContain("dial tcp [fd00::200]:50000");
+  });
+
+  test("a node with a port is Internal `invalid target`, not retried", async () => {
+    const client = await clientFor();
+    const e = await failure(client.platformMetadata(`${NODE}:50000`));
+    expect([e.code, e.retryable, e.grpcCode]).toEqual(["internal", false, GrpcStatus.INTERNAL]);
+    expect(e.message).toContain(`invalid target "${NODE}:50000"`);
+  });
+
+  test("a singleton watch asked with bootstrap contents is Unimplemented", async () => {
+    const ch = channelFor(sim.talosconfig);
+    const { namespace, type, id } = RESOURCES.nodename;
+    const req = WatchRequest.encode({
+      namespace,
+      type,
+      id,
+      apiVersion: 1,
+      options: {
+        bootstrapContents: true,
+        tailEvents: 0,
+        labelQuery: [],
+        aggregated: false,
+        bootstrapBookmark: false,
+      },
+    }).finish();
+    try {
+      const stream = ch.serverStream(PATHS.watch, req, { metadata: { node: NODE } });
+      const err = await stream.next().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(GrpcError);
+      expect([(err as GrpcError).code, (err as GrpcError).details]).toEqual([
+        GrpcStatus.UNIMPLEMENTED,
+        "bootstrap contents is not implemented for resource watch",
+      ]);
+    } finally {
+      ch.close();
+    }
+  });
+});
+
+describe("watches", () => {
+  test("singleton: tombstone for a missing resource, then created, updated, destroyed", async () => {
+    const ip = "10.0.1.1";
+    await sim.addMachine(ip);
+    const client = await clientFor();
+    const w = collect(client, ip, "nodename");
+    try {
+      await until(() => w.events.length === 1, "the tombstone");
+      expect(w.events).toEqual([{ type: "destroyed", id: "nodename" }]);
+      const spec = { nodename: "n1", hostnameVersion: "1", skipNodeRegistration: false };
+      expect(await sim.put(ip, res("nodename", spec))).toBe("1");
+      await sim.put(ip, res("nodename", { ...spec, nodename: "n2" }));
+      await sim.destroy(ip, res("nodename", {}));
+      await until(() => w.events.length === 4, "created, updated, destroyed");
+      expect(w.events.slice(1)).toEqual([
+        { type: "created", id: "nodename", version: "1", resource: spec },
+        {
+          type: "updated",
+          id: "nodename",
+          version: "2",
+          resource: { ...spec, nodename: "n2" },
+          old: spec,
+        },
+        // the stored resource, unchanged (no version bump)
+        { type: "destroyed", id: "nodename", resource: { ...spec, nodename: "n2" } },
+      ]);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  test("list: created for each, bootstrapped, then created, updated, destroyed", async () => {
+    const ip = "10.0.1.2";
+    await sim.addMachine(ip);
+    await sim.put(ip, LINKS[0] as SimResource);
+    const client = await clientFor();
+    const w = collect(client, ip, "links");
+    try {
+      await until(() => w.types().includes("bootstrapped"), "bootstrap");
+      expect(w.types()).toEqual(["created", "bootstrapped"]);
+      await sim.put(ip, LINKS[1] as SimResource);
+      await sim.put(ip, {
+        ...(LINKS[1] as SimResource),
+        spec: { index: 2, type: "ether", flags: "BROADCAST,MULTICAST", kind: "", linkState: false },
+      });
+      await sim.destroy(ip, LINKS[0] as SimResource);
+      await until(() => w.events.length === 5, "created, updated, destroyed");
+      expect(w.events.slice(2).map((e) => [e.type, "id" in e ? e.id : ""])).toEqual([
+        ["created", "eth0"],
+        ["updated", "eth0"],
+        ["destroyed", "lo"],
+      ]);
+      const updated = w.events[3] as Extract<TalosWatchEvent<unknown>, { type: "updated" }>;
+      expect(updated).toMatchObject({ version: "2", resource: { flags: 0x2 | 0x1000, linkState: false } });
+      expect(updated.old).toMatchObject({ linkState: true });
+    } finally {
+      await w.stop();
+    }
+  });
+
+  test("teardown: an update in phase tearingDown, then destroyed", async () => {
+    const ip = "10.0.1.3";
+    await sim.addMachine(ip);
+    await sim.put(ip, {
+      ...res("hostname", { hostname: "h", domainname: "" }),
+      owner: "network.HostnameStatusController",
+    });
+    const client = await clientFor();
+    const w = collect(client, ip, "hostname");
+    try {
+      await until(() => w.events.length === 1, "created");
+      await sim.destroy(ip, res("hostname", {}), { teardown: true });
+      await until(() => w.events.length === 3, "updated, destroyed");
+      expect(w.types()).toEqual(["created", "updated", "destroyed"]);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  test("a machine that stops: calls fail Unavailable, open watches error and resubscribe when it is back", async () => {
+    const ip = "10.0.1.4";
+    await sim.addMachine(ip);
+    await sim.put(ip, res("platformmetadata", { platform: "metal" }));
+    const client = await clientFor({ attempts: 1 });
+    const w = collect(client, ip, "platformmetadata");
+    try {
+      await until(() => w.events.length === 1, "created");
+      await sim.stopMachine(ip);
+      await until(() => w.types().includes("errored"), "errored");
+      const e = await failure(client.platformMetadata(ip));
+      expect([e.code, e.retryable]).toEqual(["unavailable", true]);
+      expect(e.message).toContain(`dial tcp ${ip}:50000: connect: connection refused`);
+      await sim.startMachine(ip);
+      await until(() => w.types().filter((t) => t === "created").length === 2, "created after the restart");
+      expect(w.types()).toEqual(["created", "errored", "created"]);
+      expect(w.ended).toBe(false);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  test("watches resubscribe after the simulator restarts", async () => {
+    const ip = "10.0.1.5";
+    await sim.addMachine(ip);
+    await sim.put(ip, ADDRESSES[0] as SimResource);
+    await sim.put(ip, res("nodename", { nodename: "r1", hostnameVersion: "1", skipNodeRegistration: false }));
+    const client = await clientFor();
+    const single = collect(client, ip, "nodename");
+    const list = collect(client, ip, "addresses");
+    try {
+      await until(
+        () => single.events.length === 1 && list.types().includes("bootstrapped"),
+        "the first state",
+      );
+      await sim.restart();
+      await until(
+        () => single.types().filter((t) => t === "created").length === 2,
+        "the singleton after the restart",
+      );
+      await until(
+        () => list.types().filter((t) => t === "bootstrapped").length === 2,
+        "the list after the restart",
+      );
+      expect(single.types()).toEqual(["created", "errored", "created"]);
+      expect(list.types()).toEqual(["created", "bootstrapped", "errored", "created", "bootstrapped"]);
+      expect(await client.nodename(ip)).toBe("r1");
+    } finally {
+      await single.stop();
+      await list.stop();
+    }
+  });
+});
+
+describe("keepalive against grpc-go's enforcement", () => {
+  // apid keeps grpc-go's default policy (5 minutes); a scaled-down MinTime of 1 s shows the rule.
+  let strict: TalosSim;
+  beforeAll(async () => {
+    strict = await TalosSim.start({ keepaliveMinTimeMs: 1_000 });
+    await strict.addMachine(NODE);
+  });
+  afterAll(async () => {
+    await strict?.stop();
+  });
+
+  async function quietWatch(keepaliveMs: number) {
+    const ch = channelFor(strict.talosconfig, { keepaliveMs });
+    const { namespace, type, id } = RESOURCES.nodename;
+    const stream = ch.serverStream(
+      PATHS.watch,
+      WatchRequest.encode({ namespace, type, id, apiVersion: 1 }).finish(),
+      {
+        metadata: { node: NODE },
+      },
+    );
+    expect(await stream.next()).toBeDefined(); // the empty "watch is ready" response
+    expect(await stream.next()).toBeDefined(); // the tombstone
+    return { ch, stream };
+  }
+
+  test("pings more often than MinTime on a quiet watch get GOAWAY too_many_pings: the watch fails", async () => {
+    const { ch, stream } = await quietWatch(100);
+    try {
+      const err = await stream.next().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(GrpcError);
+      expect((err as GrpcError).code).toBe(GrpcStatus.UNAVAILABLE);
+    } finally {
+      ch.close();
+    }
+  });
+
+  test("pings spaced wider than MinTime keep a quiet watch open", async () => {
+    const { ch, stream } = await quietWatch(1_300);
+    try {
+      const next = stream.next().then(
+        (b) => ({ b }),
+        (e: unknown) => ({ e }),
+      );
+      const outcome = await Promise.race([next, Bun.sleep(4_500).then(() => "open")]);
+      expect(outcome).toBe("open");
+    } finally {
+      stream.cancel();
+      ch.close();
+    }
+  }, 15_000);
+});
