@@ -1,0 +1,470 @@
+// The cloud-node and node-csr-approval flows end to end against the Talos simulator
+// (tests/support/talossim: COSI's state and gRPC server, machinery's resource types, Talos' access
+// policy and apid's routing, all upstream code) instead of the fake apid: the compiled binary with
+// the simulator's os:reader talosconfig, a real API server, simulated kubelets. Each machine
+// publishes what a platform fixture (tests/fixtures/nodes) describes, put through the simulator's
+// control surface as the YAML `talosctl get -o yaml` prints (the fake's encoders render it).
+//
+// cloud-node: the AWS fixture's Node comes out exactly as the fake-based tests expect (providerID,
+// topology labels, addresses, the uninitialized taint gone, a rule's label from PlatformMetadata);
+// an Elastic IP change and a tag change reach the Node through the COSI watches alone (no Talos
+// call). Then the upstream-only part: the machine stops (apid ends its streams Unavailable and
+// refuses new ones), its public IP and instance type change while it is down, it starts again: the
+// CCM's watches resubscribe, the address that vanished meanwhile leaves the Node (the client's
+// bootstrap diff against upstream's bootstrap contents), the rule label follows the new instance
+// type while the topology label keeps its initialization value, and later changes keep arriving.
+// node-csr-approval: an honest kubelet-serving CSR is approved with Talos' confirmation; an IP the
+// Node's status claims but the machine's AddressStatuses lack is denied as IPNotReportedByTalos;
+// a Node whose IP leads to another machine's Talos is denied as TalosNodeMismatch.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type {
+  V1CertificateSigningRequest,
+  V1CertificateSigningRequestCondition,
+  V1Node,
+} from "@kubernetes/client-node";
+import { RESOURCES, type ResourceKind } from "../../lib/taloswire.ts";
+import {
+  encodeAddress,
+  encodeHostnameStatus,
+  encodeLinkStatus,
+  encodeNodeIPConfig,
+  encodeNodename,
+  encodePlatformMetadata,
+  encodeSystemInformation,
+} from "../support/apid.ts";
+import { TestCluster, waitFor } from "../support/cluster.ts";
+import {
+  type FakeAddress,
+  type FakeNodeSpec,
+  loadFixture,
+  nodeIdentity,
+  nodeIPConfigOf,
+  nodeLinks,
+  normalizeAddress,
+  platformMetadata,
+} from "../support/fixtures.ts";
+import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
+import { type SimResource, type SimResourceRef, TalosSim } from "../support/talossim.ts";
+
+const CLUSTER_NAME = "sim-cluster";
+const MANAGED = "talos.dev/ccm-managed";
+const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
+const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+const CLOUD_CONFIG = `
+global:
+  clusterName: ${CLUSTER_NAME}
+transformations:
+  - name: aws
+    nodeSelector:
+      - matchExpressions:
+          - { key: platform, operator: In, values: [aws] }
+    labels:
+      example.com/team: "{{ .Tags.team }}"
+      example.com/instance-type: "{{ .InstanceType }}"
+    annotations:
+      example.com/system: "{{ .Manufacturer }}/{{ .ProductName }}"
+`;
+const RECORD =
+  '{"v":1,"labels":["example.com/instance-type","example.com/team"],"annotations":["example.com/system"]}';
+
+/** The cloud-node machine: the AWS fixture (public IPv4 on the `external` link, KubeSpan). */
+const AWS = loadFixture("aws");
+const AWS_IP = AWS.nodeIPs[0] as string;
+/** The node-csr-approval machine: the Hetzner Cloud fixture. */
+const HCLOUD = loadFixture("hcloud");
+const HCLOUD_IP = HCLOUD.nodeIPs[0] as string;
+/** An address the hcloud kubelet puts into its Node's status that the machine does not have. */
+const UNREPORTED_IP = "10.0.1.99";
+/** A machine whose kubelet never registers: a forger's Node claims its IP. */
+const OTHER: FakeNodeSpec = {
+  name: "sim-unregistered",
+  nodeIPs: ["10.0.9.9"],
+  talosVersion: "v1.13.5",
+  platformMetadata: platformMetadata({ platform: "metal", hostname: "sim-unregistered" }),
+  addresses: [
+    normalizeAddress("sim-unregistered", {
+      address: "10.0.9.9/24",
+      linkName: "eth0",
+      linkIndex: 2,
+      flags: "permanent",
+    }),
+  ],
+};
+
+/** A resource of `kind` with a YAML spec, as the control surface takes it. */
+function res(kind: ResourceKind, yaml: string, id?: string): SimResource {
+  const { namespace, type } = RESOURCES[kind];
+  const rid = id ?? RESOURCES[kind].id;
+  if (rid === undefined) throw new Error(`${kind} needs an id`);
+  return { namespace, type, id: rid, spec: yaml };
+}
+
+/**
+ * An AddressStatus. Talos prints no flags as `flags: ""`, which machinery's own AddressFlags
+ * UnmarshalText refuses (it parses "" as one unknown flag): that line is left out, so the spec
+ * unmarshals to flags 0, the value Talos printed.
+ */
+function addressRes(a: FakeAddress): SimResource {
+  return res("addresses", encodeAddress(a).yaml.replace(/^flags: ""\n/m, ""), a.id);
+}
+
+function addressRef(a: FakeAddress): SimResourceRef {
+  const { namespace, type } = RESOURCES.addresses;
+  return { namespace, type, id: a.id };
+}
+
+/** Everything a machine publishes for the CCM, from a fixture node. */
+function machineResources(spec: FakeNodeSpec): SimResource[] {
+  const id = nodeIdentity(spec);
+  const out: SimResource[] = [
+    res("platformmetadata", encodePlatformMetadata(spec.platformMetadata).yaml),
+    res(
+      "nodename",
+      encodeNodename({ nodename: id.nodename, hostnameVersion: "2", skipNodeRegistration: false }).yaml,
+    ),
+    res("hostname", encodeHostnameStatus({ hostname: id.hostname, domainname: id.domainname }).yaml),
+    ...spec.addresses.map(addressRes),
+    ...nodeLinks(spec).map((l) => res("links", encodeLinkStatus(l).yaml, l.name)),
+  ];
+  if (spec.systemInformation)
+    out.push(res("systeminformation", encodeSystemInformation(spec.systemInformation).yaml));
+  const nodeIPConfig = nodeIPConfigOf(spec);
+  if (nodeIPConfig) out.push(res("nodeipconfig", encodeNodeIPConfig(nodeIPConfig).yaml));
+  return out;
+}
+
+async function addMachine(spec: FakeNodeSpec): Promise<void> {
+  const ip = spec.nodeIPs[0] as string;
+  await sim.addMachine(ip, { platform: spec.platformMetadata.platform, talosVersion: spec.talosVersion });
+  for (const r of machineResources(spec)) await sim.put(ip, r);
+}
+
+let cluster: TestCluster;
+let sim: TalosSim;
+let dir: string;
+let ccm: CcmProcess | undefined;
+const kubelets: SimulatedKubelet[] = [];
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "flows-sim-e2e-"));
+  [cluster, sim] = await Promise.all([TestCluster.start(), TalosSim.start()]);
+  for (const spec of [AWS, HCLOUD, OTHER]) await addMachine(spec);
+});
+
+afterAll(async () => {
+  await ccm?.stop("SIGKILL");
+  for (const k of kubelets) k.close();
+  await sim?.stop();
+  await cluster?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+function output(): string {
+  return `CCM output:\n${ccm?.output.slice(-4000)}\nsimulator stderr:\n${sim.stderr.slice(-2000)}`;
+}
+
+async function getNode(name: string): Promise<V1Node> {
+  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
+}
+
+/** Waits until the Node satisfies `pred`; returns it. */
+async function nodeWhen(name: string, what: string, pred: (n: V1Node) => boolean): Promise<V1Node> {
+  let node: V1Node | undefined;
+  await waitFor(
+    async () => {
+      node = await getNode(name);
+      return pred(node);
+    },
+    30_000,
+    () => `node ${name}: ${what}; it is ${JSON.stringify(node && view(node))}\n${output()}`,
+  );
+  return node as V1Node;
+}
+
+/** What the test compares: every field the controller owns. */
+interface NodeView {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  providerID: string;
+  taints: Array<{ key: string; value?: string; effect: string }>;
+  addresses: Array<{ type: string; address: string }>;
+}
+
+function view(n: V1Node): NodeView {
+  return {
+    labels: n.metadata?.labels ?? {},
+    annotations: n.metadata?.annotations ?? {},
+    providerID: n.spec?.providerID ?? "",
+    taints: (n.spec?.taints ?? []).map((t) =>
+      t.value ? { key: t.key, value: t.value, effect: t.effect } : { key: t.key, effect: t.effect },
+    ),
+    addresses: (n.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
+  };
+}
+
+const ip = (address: string) => ({ type: "InternalIP", address });
+const ext = (address: string) => ({ type: "ExternalIP", address });
+
+/** The AWS Node as the CCM must write it, given the rule labels' inputs and the ExternalIPs. */
+function awsNode(p: { team: string; instanceType: string; external: string[] }): NodeView {
+  return {
+    labels: {
+      "kubernetes.io/hostname": AWS.name,
+      "kubernetes.io/os": "linux",
+      "kubernetes.io/arch": "amd64",
+      "beta.kubernetes.io/os": "linux",
+      "beta.kubernetes.io/arch": "amd64",
+      "node.cloudprovider.kubernetes.io/platform": "aws",
+      "node.cloudprovider.kubernetes.io/clustername": CLUSTER_NAME,
+      // Topology comes with initialization only (no reconcile mode): m6i.large stays.
+      "topology.kubernetes.io/region": "us-east-1",
+      "failure-domain.beta.kubernetes.io/region": "us-east-1",
+      "topology.kubernetes.io/zone": "us-east-1a",
+      "failure-domain.beta.kubernetes.io/zone": "us-east-1a",
+      "node.kubernetes.io/instance-type": "m6i.large",
+      "beta.kubernetes.io/instance-type": "m6i.large",
+      "example.com/team": p.team,
+      "example.com/instance-type": p.instanceType,
+      [DIGEST_LABEL]: new Bun.CryptoHasher("sha224").update(RECORD).digest("hex"),
+    },
+    annotations: {
+      [PROVIDED_NODE_IP]: AWS_IP,
+      "example.com/system": "Amazon EC2/m6i.large",
+      [MANAGED]: RECORD,
+    },
+    providerID: "aws:///us-east-1a/i-0a1b2c3d4e5f67890",
+    taints: [{ key: "node.kubernetes.io/not-ready", effect: "NoSchedule" }],
+    addresses: [
+      ip(AWS_IP),
+      ...p.external.map(ext),
+      { type: "Hostname", address: AWS.name },
+      { type: "InternalDNS", address: AWS.name },
+    ],
+  };
+}
+
+/** An address on Talos' `external` pseudo-link, where the AWS platform puts the public IPv4. */
+function external(address: string): FakeAddress {
+  return normalizeAddress(AWS.name, { address, linkName: "external", linkIndex: 0, flags: "permanent" });
+}
+
+// Each public IPv4 sorts after the one it replaces (Talos lists by id, the Node shows the first): an
+// old address that lingered in the CCM's cache would still be the Node's ExternalIP.
+const FIXTURE_EIP = AWS.addresses.find((a) => a.linkName === "external") as FakeAddress;
+const NEW_EIP = external("98.84.12.201/32");
+const RESTART_IP = external("99.80.5.17/32");
+const IPV6_EIP = external("2600:1f18:4a3:6e00:9c1a:2b3c:4d5e:6f70/128");
+
+/** Calls the simulator answered (or refused) so far, by gRPC method. */
+function watchCalls(calls: Record<string, number>): number {
+  return calls["/cosi.resource.State/Watch"] ?? 0;
+}
+
+describe("cloud-node against the simulator", () => {
+  beforeAll(async () => {
+    const cloudConfig = join(dir, "ccm-config.yaml");
+    writeFileSync(cloudConfig, CLOUD_CONFIG);
+    ccm = await startCcm(
+      {
+        kubeconfig: cluster.adminKubeconfig,
+        controllers: "cloud-node",
+        talosconfig: sim.talosconfig,
+        cloudConfig,
+      },
+      /Starting controller.*cloud-node/,
+    );
+    kubelets.push(
+      await SimulatedKubelet.register(cluster, {
+        name: AWS.name,
+        ips: AWS.nodeIPs,
+        heartbeatMs: 0,
+        statusOnCreate: true,
+      }),
+    );
+  });
+
+  afterAll(async () => {
+    await ccm?.stop("SIGKILL");
+    ccm = undefined;
+  });
+
+  test("the Node is initialized from the machine's facts: providerID, topology, addresses, a rule's labels, no uninitialized taint", async () => {
+    const node = await nodeWhen(
+      AWS.name,
+      "still has the uninitialized taint",
+      (n) => !(n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT),
+    );
+    expect(view(node)).toEqual(
+      awsNode({ team: "platform", instanceType: "m6i.large", external: ["54.210.33.17"] }),
+    );
+  });
+
+  test("an Elastic IP change reaches the Node's addresses through the watch, with no Talos call", async () => {
+    const before = await sim.calls();
+    await sim.put(AWS_IP, addressRes(NEW_EIP));
+    await sim.destroy(AWS_IP, addressRef(FIXTURE_EIP));
+    const want = awsNode({ team: "platform", instanceType: "m6i.large", external: ["98.84.12.201"] });
+    const node = await nodeWhen(
+      AWS.name,
+      "does not show the new Elastic IP alone",
+      (n) => JSON.stringify(view(n).addresses) === JSON.stringify(want.addresses),
+    );
+    expect(view(node)).toEqual(want);
+    expect(await sim.calls()).toEqual(before);
+  });
+
+  test("a PlatformMetadata update (an instance tag) re-labels the Node through the watch", async () => {
+    const before = await sim.calls();
+    const pm = { ...AWS.platformMetadata, tags: { ...AWS.platformMetadata.tags, team: "payments" } };
+    await sim.put(AWS_IP, res("platformmetadata", encodePlatformMetadata(pm).yaml));
+    const node = await nodeWhen(
+      AWS.name,
+      "example.com/team is not payments",
+      (n) => n.metadata?.labels?.["example.com/team"] === "payments",
+    );
+    expect(view(node)).toEqual(
+      awsNode({ team: "payments", instanceType: "m6i.large", external: ["98.84.12.201"] }),
+    );
+    // Tags are not the machine's identity (platform, hostname, instance, provider ID): no new Nodename read.
+    expect(await sim.calls()).toEqual(before);
+  });
+
+  test("a machine stopped and started again: the watches resubscribe, what changed while it was down arrives, later changes too", async () => {
+    const before = watchCalls(await sim.calls());
+    await sim.stopMachine(AWS_IP);
+    // apid ends both streams Unavailable; the CCM's resubscriptions are refused while the machine is down.
+    await waitFor(
+      async () => watchCalls(await sim.calls()) >= before + 4,
+      30_000,
+      () => `the CCM did not try to resubscribe its watches:\n${output()}`,
+    );
+    // Stopped and started, an EC2 instance gets a new public IPv4 and may change instance type.
+    const pm = {
+      ...AWS.platformMetadata,
+      instanceType: "m6i.xlarge",
+      tags: { ...AWS.platformMetadata.tags, team: "payments" },
+    };
+    await sim.put(AWS_IP, res("platformmetadata", encodePlatformMetadata(pm).yaml));
+    await sim.destroy(AWS_IP, addressRef(NEW_EIP));
+    await sim.put(AWS_IP, addressRes(RESTART_IP));
+    expect(view(await getNode(AWS.name))).toEqual(
+      awsNode({ team: "payments", instanceType: "m6i.large", external: ["98.84.12.201"] }),
+    );
+    await sim.startMachine(AWS_IP);
+    const restarted = awsNode({ team: "payments", instanceType: "m6i.xlarge", external: ["99.80.5.17"] });
+    const node = await nodeWhen(
+      AWS.name,
+      "does not show the restarted machine's public IP and instance type",
+      (n) =>
+        n.metadata?.labels?.["example.com/instance-type"] === "m6i.xlarge" &&
+        JSON.stringify(view(n).addresses) === JSON.stringify(restarted.addresses),
+    );
+    expect(view(node)).toEqual(restarted);
+
+    // The resubscribed watches keep the Node current: a public IPv6 associated afterwards arrives
+    // through them alone.
+    const after = await sim.calls();
+    await sim.put(AWS_IP, addressRes(IPV6_EIP));
+    const dual = awsNode({
+      team: "payments",
+      instanceType: "m6i.xlarge",
+      external: ["99.80.5.17", "2600:1f18:4a3:6e00:9c1a:2b3c:4d5e:6f70"],
+    });
+    const final = await nodeWhen(
+      AWS.name,
+      "does not show the public IPv6",
+      (n) => JSON.stringify(view(n).addresses) === JSON.stringify(dual.addresses),
+    );
+    expect(view(final)).toEqual(dual);
+    expect(await sim.calls()).toEqual(after);
+  });
+});
+
+interface EventV1 {
+  reason: string;
+  type: string;
+  note: string;
+  regarding: { name: string };
+}
+
+async function eventsOf(name: string): Promise<EventV1[]> {
+  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
+    "/apis/events.k8s.io/v1/namespaces/default/events",
+  );
+  return list.items.filter((e) => e.regarding.name === name);
+}
+
+/** Waits for the CSR's Approved or Denied condition. */
+async function decided(csr: V1CertificateSigningRequest): Promise<V1CertificateSigningRequestCondition> {
+  const name = csr.metadata?.name as string;
+  let cond: V1CertificateSigningRequestCondition | undefined;
+  await waitFor(
+    async () => {
+      const now = await cluster.adminClient.get<V1CertificateSigningRequest>(`${CSR_PATH}/${name}`);
+      cond = now.status?.conditions?.[0];
+      return cond !== undefined;
+    },
+    30_000,
+    () => `CSR ${name} still Pending:\n${output()}`,
+  );
+  return cond as V1CertificateSigningRequestCondition;
+}
+
+describe("node-csr-approval against the simulator", () => {
+  let hcloud: SimulatedKubelet;
+
+  beforeAll(async () => {
+    ccm = await startCcm(
+      {
+        kubeconfig: cluster.adminKubeconfig,
+        controllers: "node-csr-approval",
+        talosconfig: sim.talosconfig,
+      },
+      /Approving kubelet serving CSRs/,
+    );
+    hcloud = await SimulatedKubelet.register(cluster, {
+      name: HCLOUD.name,
+      ips: HCLOUD.nodeIPs,
+      heartbeatMs: 0,
+      addresses: [ip(HCLOUD_IP), { type: "Hostname", address: HCLOUD.name }, ip(UNREPORTED_IP)],
+    });
+    kubelets.push(hcloud);
+  });
+
+  test("a kubelet-serving CSR with the node's hostname and IP is approved, confirmed by Talos", async () => {
+    const cond = await decided(await hcloud.submitServingCSR({ dns: [HCLOUD.name], ips: [HCLOUD_IP] }));
+    expect(cond).toMatchObject({ type: "Approved", status: "True", reason: "TalosCCMApprove" });
+    expect(cond.message).toContain(`confirmed by Talos on ${HCLOUD_IP}`);
+  });
+
+  test("an IP the Node's status claims but the machine's AddressStatuses lack is denied as IPNotReportedByTalos, with an Event", async () => {
+    const csr = await hcloud.submitServingCSR({ dns: [HCLOUD.name], ips: [HCLOUD_IP, UNREPORTED_IP] });
+    const cond = await decided(csr);
+    expect(cond).toMatchObject({ type: "Denied", status: "True", reason: "IPNotReportedByTalos" });
+    expect(cond.message).toContain(UNREPORTED_IP);
+    let events: EventV1[] = [];
+    await waitFor(async () => {
+      events = await eventsOf(csr.metadata?.name as string);
+      return events.length > 0;
+    }, 10_000);
+    expect(events[0]).toMatchObject({ type: "Warning", reason: "IPNotReportedByTalos", note: cond.message });
+  });
+
+  test("a Node whose IP leads to another machine's Talos is denied as TalosNodeMismatch", async () => {
+    const forger = await SimulatedKubelet.register(cluster, {
+      name: "sim-forger",
+      ips: OTHER.nodeIPs,
+      heartbeatMs: 0,
+    });
+    kubelets.push(forger);
+    const cond = await decided(await forger.submitServingCSR({ dns: ["sim-forger"], ips: OTHER.nodeIPs }));
+    expect(cond).toMatchObject({ type: "Denied", reason: "TalosNodeMismatch" });
+    expect(cond.message).toContain(`is node "${OTHER.name}"`);
+  });
+});
