@@ -5,196 +5,28 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { X509Certificate } from "node:crypto";
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import { parse as parseYaml } from "yaml";
 import {
   EventType,
-  GetRequest,
-  GetResponse,
   HostnameStatusSpec,
   LinkStatusSpec,
-  ListRequest,
-  ListResponse,
   NodeIPConfigSpec,
   NodenameSpec,
   PlatformMetadataSpec,
-  type Resource,
   VersionResponse,
-  WatchRequest,
-  WatchResponse,
 } from "../../lib/talos_pb.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { FakeApid } from "../support/apid.ts";
 import { generateNodes, loadFixture } from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";
+import { clientFor, contextOf, get, getReq, list, status, unary, watch } from "../support/rawgrpc.ts";
 
 const PM = RESOURCES.platformmetadata;
 const AWS_IP = "172.31.20.15";
 const GCP_IP = "10.128.0.23";
 const RPI_IP = "192.168.1.50";
-
-interface Ctx {
-  endpoints: string[];
-  ca: string;
-  crt: string;
-  key: string;
-  cluster?: string;
-}
-
-/** The current context of a talosconfig, decoded by hand as any Talos client would. */
-function contextOf(talosconfig: string): Ctx {
-  const doc = parseYaml(talosconfig) as {
-    context: string;
-    contexts: Record<string, Record<string, unknown>>;
-  };
-  const c = doc.contexts[doc.context] as Record<string, unknown>;
-  const b64 = (v: unknown) => Buffer.from(String(v), "base64").toString("utf8");
-  return {
-    endpoints: c.endpoints as string[],
-    ca: b64(c.ca),
-    crt: b64(c.crt),
-    key: b64(c.key),
-    ...(typeof c.cluster === "string" ? { cluster: c.cluster } : {}),
-  };
-}
-
-const id = (b: Buffer) => b;
-
-/** A grpc-js client for the talosconfig; Bun refuses IP server names, so SNI is `localhost`. */
-function clientFor(talosconfig: string): grpc.Client {
-  const ctx = contextOf(talosconfig);
-  const key = ctx.key.replace(/ED25519 PRIVATE KEY/g, "PRIVATE KEY");
-  const creds = grpc.credentials.createSsl(Buffer.from(ctx.ca), Buffer.from(key), Buffer.from(ctx.crt));
-  return new grpc.Client(ctx.endpoints[0] as string, creds, {
-    "grpc.ssl_target_name_override": "localhost",
-    "grpc.max_receive_message_length": 32 << 20,
-    "grpc.initial_reconnect_backoff_ms": 50,
-    "grpc.max_reconnect_backoff_ms": 200,
-  });
-}
-
-function md(headers: Record<string, string | string[]>): grpc.Metadata {
-  const m = new grpc.Metadata();
-  for (const [k, v] of Object.entries(headers)) for (const x of [v].flat()) m.add(k, x);
-  return m;
-}
-
-interface Status {
-  code: number;
-  details: string;
-}
-
-function unary(
-  c: grpc.Client,
-  path: string,
-  req: Uint8Array,
-  headers: Record<string, string | string[]> = {},
-) {
-  return new Promise<Buffer>((resolve, reject) => {
-    c.makeUnaryRequest(
-      path,
-      id,
-      id,
-      Buffer.from(req),
-      md(headers),
-      { deadline: Date.now() + 5000 },
-      (err, v) => (err || !v ? reject(err) : resolve(v)),
-    );
-  });
-}
-
-async function status(p: Promise<unknown>): Promise<Status> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as { code: number; details: string };
-    return { code: e.code, details: e.details };
-  }
-  throw new Error("call succeeded");
-}
-
-function getReq(r: { namespace: string; type: string; id?: string | undefined }) {
-  return GetRequest.encode({ namespace: r.namespace, type: r.type, id: r.id ?? "" }).finish();
-}
-
-async function get(c: grpc.Client, r: { namespace: string; type: string; id?: string }, node?: string) {
-  const bytes = await unary(c, PATHS.get, getReq(r), node === undefined ? {} : { node });
-  return GetResponse.decode(bytes).resource as Resource;
-}
-
-function list(c: grpc.Client, r: { namespace: string; type: string }, headers: Record<string, string>) {
-  return new Promise<Resource[]>((resolve, reject) => {
-    const req = ListRequest.encode(r).finish();
-    const call = c.makeServerStreamRequest(PATHS.list, id, id, Buffer.from(req), md(headers));
-    const out: Resource[] = [];
-    call.on("data", (b: Buffer) => out.push(ListResponse.decode(b).resource as Resource));
-    call.on("error", reject);
-    call.on("end", () => resolve(out));
-  });
-}
-
-/** A Watch stream collecting decoded responses; `until(n)` waits for n responses. */
-/** What a test watches: one resource with `id`, all of a type without; `bootstrap` sets bootstrap_contents. */
-interface WatchArgs {
-  namespace: string;
-  type: string;
-  id?: string;
-  bootstrap?: boolean;
-  apiVersion?: number;
-}
-
-function watch(c: grpc.Client, a: WatchArgs, node: string) {
-  const bytes = WatchRequest.encode({
-    namespace: a.namespace,
-    type: a.type,
-    ...(a.id === undefined ? {} : { id: a.id }),
-    ...(a.bootstrap
-      ? {
-          options: {
-            bootstrapContents: true,
-            tailEvents: 0,
-            labelQuery: [],
-            aggregated: false,
-            bootstrapBookmark: false,
-          },
-        }
-      : {}),
-    apiVersion: a.apiVersion ?? 0,
-  }).finish();
-  const call = c.makeServerStreamRequest(PATHS.watch, id, id, Buffer.from(bytes), md({ node }));
-  const responses: WatchResponse[] = [];
-  let error: Status | undefined;
-  const waiters: Array<() => void> = [];
-  const wake = () => {
-    for (const w of waiters.splice(0)) w();
-  };
-  call.on("data", (b: Buffer) => {
-    responses.push(WatchResponse.decode(b));
-    wake();
-  });
-  call.on("error", (e: { code: number; details: string }) => {
-    error = { code: e.code, details: e.details };
-    wake();
-  });
-  return {
-    responses,
-    get error() {
-      return error;
-    },
-    async until(pred: () => boolean, what: string) {
-      const deadline = Date.now() + 5000;
-      while (!pred()) {
-        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-        await new Promise<void>((r) => {
-          waiters.push(r);
-          setTimeout(r, 50);
-        });
-      }
-    },
-    cancel: () => call.cancel(),
-  };
-}
 
 let apid: FakeApid;
 let client: grpc.Client;
@@ -410,13 +242,13 @@ describe("FakeApid routing and errors", () => {
     expect(c.spec?.protoSpec.length).toBe(0);
     expect(parseYaml(c.spec?.yamlSpec ?? "")).toEqual({ excludeSubnets: [] });
     const links = await list(client, RESOURCES.links, { node: AWS_IP });
-    // By default one link per link name of the addresses, but none for `external`.
+    // By default one link per link name of the addresses, but none for `external`; by id, as COSI lists.
     expect(links.map((r) => [r.metadata?.namespace, r.metadata?.id])).toEqual([
-      ["network", "lo"],
       ["network", "eth0"],
       ["network", "kubespan"],
+      ["network", "lo"],
     ]);
-    const eth0 = links[1];
+    const eth0 = links[0];
     expect(LinkStatusSpec.decode(eth0?.spec?.protoSpec ?? new Uint8Array())).toEqual({
       index: 2,
       type: 1,
@@ -431,7 +263,7 @@ describe("FakeApid routing and errors", () => {
       kind: "",
       linkState: true,
     });
-    expect(parseYaml(links[0]?.spec?.yamlSpec ?? "")).toMatchObject({
+    expect(parseYaml(links[2]?.spec?.yamlSpec ?? "")).toMatchObject({
       type: "loopback",
       flags: "UP,LOOPBACK,RUNNING,LOWER_UP",
     });
@@ -447,7 +279,7 @@ describe("FakeApid routing and errors", () => {
       events().flatMap((e) => (e.eventType === t ? [e.resource?.metadata?.id] : []));
     try {
       await w.until(() => ids(EventType.BOOTSTRAPPED).length === 1, "bootstrap");
-      expect(ids(EventType.CREATED)).toEqual(["lo", "eth0", "cilium_host"]);
+      expect(ids(EventType.CREATED)).toEqual(["cilium_host", "eth0", "lo"]);
       own.updateNode(GCP_IP, {
         nodeIPConfig: { excludeSubnets: ["10.244.0.0/16", "10.128.0.100"] },
         links: [
@@ -465,7 +297,7 @@ describe("FakeApid routing and errors", () => {
       await w.until(() => ids(EventType.CREATED).length === 4, "the new link");
       // eth0 is unchanged (its index was already 2): no event; cilium_host keeps its address's
       // link index 6 and the new link counts on from there.
-      expect(ids(EventType.CREATED)).toEqual(["lo", "eth0", "cilium_host", "kube-ipvs0"]);
+      expect(ids(EventType.CREATED)).toEqual(["cilium_host", "eth0", "lo", "kube-ipvs0"]);
       expect(ids(EventType.UPDATED)).toEqual(["cilium_host"]);
       const spec = (id: string, t: EventType) =>
         LinkStatusSpec.decode(

@@ -128,6 +128,11 @@ function collect<K extends ResourceKind>(client: TalosClient, node: string, kind
   };
 }
 
+/** The order COSI lists and bootstraps a kind in, as the fake does: by resource id. */
+function cosiOrder<T>(items: readonly T[], id: (x: T) => string): T[] {
+  return [...items].sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
+}
+
 describe("calls", () => {
   test.each(fixtureNames())(
     "%s: platformMetadata, systemInformation and addresses match the fixture",
@@ -139,7 +144,7 @@ describe("calls", () => {
         expect(await client.systemInformation(ip)).toEqual(node.systemInformation);
         const got = await client.addresses(ip);
         expect(got.map(({ local: _local, ...a }) => a)).toEqual(
-          node.addresses.map((a) => ({
+          cosiOrder(node.addresses, (a) => a.id).map((a) => ({
             id: a.id,
             address: a.address,
             linkName: a.linkName,
@@ -173,7 +178,12 @@ describe("calls", () => {
     const ip = node.nodeIPs[0] as string;
     const links = await client.links(ip);
     expect(links.map((l) => ({ name: l.name, index: l.index, type: l.type, kind: l.kind }))).toEqual(
-      nodeLinks(node).map((l) => ({ name: l.name, index: l.index, type: LINK_TYPES[l.type], kind: l.kind })),
+      cosiOrder(nodeLinks(node), (l) => l.name).map((l) => ({
+        name: l.name,
+        index: l.index,
+        type: LINK_TYPES[l.type],
+        kind: l.kind,
+      })),
     );
     // Every link name of the addresses but `external` has a link, at the addresses' link index.
     for (const a of node.addresses) {
@@ -204,10 +214,10 @@ describe("calls", () => {
     try {
       const { client } = await clientFor(own);
       expect(await client.links(hc)).toEqual([
-        { name: "lo", index: 1, type: 772, kind: "", flags: 0x10049, linkState: true },
         { name: "eth0", index: 2, type: 1, kind: "", flags: 0x11043, linkState: true },
         { name: "eth1", index: 3, type: 1, kind: "", flags: 0x1002, linkState: false },
         { name: "kubespan", index: 9, type: 65534, kind: "wireguard", flags: 0x100d1, linkState: true },
+        { name: "lo", index: 1, type: 772, kind: "", flags: 0x10049, linkState: true },
       ]);
       expect(await client.nodeIPConfig(hc)).toEqual({
         validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"],
@@ -322,8 +332,7 @@ describe("calls", () => {
       const { client } = await clientFor(own);
       const got = await client.addresses("192.168.10.21");
       expect(got.length).toBe(10_000);
-      expect(new Set(got.map((a) => a.id)).size).toBe(10_000);
-      expect(got[9_999]?.address).toBe("10.0.39.15/8");
+      expect(got.map((a) => a.id)).toEqual(cosiOrder(addresses, (a) => a.id).map((a) => a.id));
     } finally {
       await own.stop();
     }
@@ -751,9 +760,9 @@ describe("watch", () => {
       try {
         await until(() => w.types().includes("bootstrapped"), "bootstrap");
         expect(w.events.map((e) => (e.type === "created" ? e.resource.name : e.type))).toEqual([
-          "lo",
-          "eth0",
           "cilium_host",
+          "eth0",
+          "lo",
           "bootstrapped",
         ]);
         own.updateNode(GCP, {

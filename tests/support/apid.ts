@@ -310,20 +310,20 @@ export function encodeAddress(a: FakeAddress): { proto: Uint8Array; yaml: string
     flags: a.flags,
     priority: a.priority,
   }).finish();
+  // As machinery marshals it: `local` (a netip.Addr with omitempty) never shows in YAML, priority always.
   const yaml = renderYaml({
     address: a.address,
-    ...(a.local === undefined ? {} : { local: a.local }),
     linkIndex: a.linkIndex,
     linkName: a.linkName,
     family: cidr.ip.family === 4 ? "inet4" : "inet6",
     scope: formatAddressScope(a.scope),
     flags: formatAddressFlags(a.flags),
-    ...(a.priority ? { priority: a.priority } : {}),
+    priority: a.priority,
   });
   return { proto, yaml };
 }
 
-/** proto_spec and yaml_spec of a ControllerManagerConfig (the fields a CCM reads). */
+/** proto_spec and yaml_spec of a ControllerManagerConfig (the CIDRs a CCM reads; yaml as machinery marshals it). */
 export function encodeControllerManagerConfig(c: ControllerManagerConfig): {
   proto: Uint8Array;
   yaml: string;
@@ -332,7 +332,18 @@ export function encodeControllerManagerConfig(c: ControllerManagerConfig): {
     podCidrs: c.podCIDRs,
     serviceCidrs: c.serviceCIDRs,
   }).finish();
-  return { proto, yaml: renderYaml({ enabled: true, podCIDRs: c.podCIDRs, serviceCIDRs: c.serviceCIDRs }) };
+  const yaml = renderYaml({
+    enabled: true,
+    image: "",
+    cloudProvider: "",
+    podCIDRs: c.podCIDRs,
+    serviceCIDRs: c.serviceCIDRs,
+    extraArgs: {},
+    extraVolumes: [],
+    environmentVariables: {},
+  });
+  // renderYaml is flat; the one nested field is always empty.
+  return { proto, yaml: `${yaml}resources:\n    requests: {}\n    limits: {}\n` };
 }
 
 /** proto_spec and yaml_spec of a Nodename. */
@@ -384,7 +395,7 @@ const LINK_TYPE_NAMES: Readonly<Record<ResolvedLink["type"], string>> = {
   none: "nohdr",
 };
 
-/** proto_spec and yaml_spec of a LinkStatus (the fields a CCM reads; yaml with a few more, as Talos shows them). */
+/** proto_spec and yaml_spec of a LinkStatus (the fields a CCM reads; yaml as machinery marshals them, zero values included). */
 export function encodeLinkStatus(l: ResolvedLink): { proto: Uint8Array; yaml: string } {
   const flags = linkFlags(l);
   const proto = LinkStatusSpec.encode({
@@ -401,10 +412,17 @@ export function encodeLinkStatus(l: ResolvedLink): { proto: Uint8Array; yaml: st
     flags: LINK_FLAGS.filter(([, bit]) => (flags & bit) !== 0)
       .map(([name]) => name)
       .join(","),
+    hardwareAddr: "",
+    permanentAddr: "",
+    broadcastAddr: "",
+    mtu: 0,
+    queueDisc: "",
     operationalState: l.up ? (l.type === "loopback" ? "unknown" : "up") : "down",
     kind: l.kind,
     slaveKind: "",
     linkState: l.up,
+    port: "TwistedPair",
+    duplex: "Half",
   });
   return { proto, yaml };
 }
@@ -460,6 +478,13 @@ function encodeData(d: SpecData): { proto: Uint8Array; yaml: string } {
     case "raw":
       return { proto: d.proto, yaml: d.yaml };
   }
+}
+
+/** A kind's resources in COSI's order: its in-memory state lists and bootstraps them sorted by id. */
+function sortedById<T>(byId: Map<string, T> | undefined): T[] {
+  return [...(byId ?? new Map<string, T>()).entries()]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([, v]) => v);
 }
 
 function key(namespace: string, type: string): string {
@@ -522,6 +547,41 @@ const TALOS_NAMESPACES: ReadonlySet<string> = new Set([
   "security",
   "perf",
 ]);
+
+/** Talos' access policy refuses every write, whoever asks. */
+const WRITE_REFUSED = new StatusError(GrpcStatus.PERMISSION_DENIED, "write access is not allowed");
+
+/** What apid's backend refuses as a target: an address with a port (Go's net.SplitHostPort accepts it). */
+function addressContainsPort(target: string): boolean {
+  const bracketed = target.match(/^\[([^\]]*)\]:[^:]*$/);
+  if (bracketed) return !(bracketed[1] as string).includes(":") || isIP(bracketed[1] as string) === 6;
+  return target.split(":").length === 2;
+}
+
+/** apid's answer for a node it cannot reach: grpc-go's dial error, or its resolver's for a name. */
+function dialError(target: string): StatusError {
+  const host = target.replace(/^\[+|\]+$/g, "");
+  if (isIP(host) === 0) {
+    return new StatusError(GrpcStatus.UNAVAILABLE, "name resolver error: produced zero addresses");
+  }
+  const dialed = isIP(host) === 6 ? `[${host}]` : host;
+  return new StatusError(
+    GrpcStatus.UNAVAILABLE,
+    `connection error: desc = "transport: Error while dialing: dial tcp ${dialed}:50000: connect: connection refused"`,
+  );
+}
+
+/** machined's role check: reads need a reading role, writes os:admin. Roles are the client certificate's Subject O. */
+function checkRoles(
+  m: ApidMethod,
+  call: grpc.ServerUnaryCall<Buffer, Buffer> | grpc.ServerWritableStream<Buffer, Buffer>,
+): void {
+  const subject = call.getAuthContext().sslPeerCertificate?.subject as { O?: string | string[] } | undefined;
+  const roles = ([] as string[]).concat(subject?.O ?? []);
+  const allowed = m === "Create" || m === "Update" || m === "Destroy" ? ["os:admin"] : READ_ROLES;
+  if (!roles.some((r) => allowed.includes(r)))
+    throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+}
 
 /**
  * The fake apid. Nodes are reachable under each of their node IPs; one apid instance is one
@@ -878,17 +938,17 @@ export class FakeApid {
       },
       Create: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
         this.#unary("Create", call, cb, () => {
-          throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+          throw WRITE_REFUSED;
         });
       },
       Update: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
         this.#unary("Update", call, cb, () => {
-          throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+          throw WRITE_REFUSED;
         });
       },
       Destroy: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
         this.#unary("Destroy", call, cb, () => {
-          throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+          throw WRITE_REFUSED;
         });
       },
       Version: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
@@ -1049,40 +1109,32 @@ export class FakeApid {
   }
 
   /**
-   * apid's checks before a call reaches a node: client roles, `nodes`/`node` headers, injected
-   * failures, routing. Returns the node answering the call.
+   * apid's checks before a call reaches a node, in apid's order: the `node`/`nodes` headers and the
+   * target (injected failures and delays come here), routing, then machined's role check for the
+   * method. Returns the node answering the call.
    */
   async #route(
     m: ApidMethod,
     call: grpc.ServerUnaryCall<Buffer, Buffer> | grpc.ServerWritableStream<Buffer, Buffer>,
     type: string,
   ): Promise<NodeState> {
-    // HTTP/2 folds repeated headers into one comma-joined value: a comma means several values.
+    // grpc-js hands a server repeated headers joined with ", ": that is how several values show.
     const nodeValues = call.metadata
       .get("node")
       .map(String)
-      .flatMap((v) => v.split(",").map((x) => x.trim()));
+      .flatMap((v) => v.split(", "));
     const nodesValues = call.metadata.get("nodes").map(String);
     this.#count(m, nodeValues.join(","), type);
-    const subject = call.getAuthContext().sslPeerCertificate?.subject as
-      | { O?: string | string[] }
-      | undefined;
-    const roles = ([] as string[]).concat(subject?.O ?? []);
-    if (!roles.some((r) => READ_ROLES.includes(r))) {
-      throw new StatusError(GrpcStatus.PERMISSION_DENIED, `not authorized: roles [${roles.join(" ")}]`);
-    }
-    if (m === "Create" || m === "Update" || m === "Destroy")
-      throw new StatusError(GrpcStatus.PERMISSION_DENIED, "not authorized");
+    if (nodeValues.length > 1)
+      throw new StatusError(GrpcStatus.INVALID_ARGUMENT, "node metadata must be single-valued");
     if (nodesValues.length > 0 && m !== "Version") {
       throw new StatusError(
         GrpcStatus.INVALID_ARGUMENT,
-        "one-to-many proxying is not supported for COSI methods",
+        `one-2-many proxying is not supported for method ${PATHS[m.toLowerCase() as keyof typeof PATHS]}`,
       );
     }
-    if (nodeValues.length > 1)
-      throw new StatusError(GrpcStatus.INVALID_ARGUMENT, "node metadata must be single-valued");
     const target = nodeValues[0];
-    if (target !== undefined && (target === "" || (isIP(target) === 0 && target.includes(":")))) {
+    if (target !== undefined && (target === "" || addressContainsPort(target))) {
       throw new StatusError(GrpcStatus.INTERNAL, `invalid target "${target}"`);
     }
     for (const k of [`${target ?? ""}|${m}`, `*|${m}`]) {
@@ -1094,14 +1146,9 @@ export class FakeApid {
     }
     const ms = this.#delays.get(m) ?? this.#delays.get("*") ?? 0;
     if (ms > 0) await Bun.sleep(ms);
-    if (target === undefined) return this.#self;
-    const node = this.#byIP.get(target);
-    if (!node || node.down) {
-      throw new StatusError(
-        GrpcStatus.UNAVAILABLE,
-        `connection error: desc = "transport: Error while dialing: dial tcp ${target.includes(":") ? `[${target}]` : target}:50000: connect: connection refused"`,
-      );
-    }
+    const node = target === undefined ? this.#self : this.#byIP.get(target.replace(/^\[+|\]+$/g, ""));
+    if (!node || node.down) throw dialError(target as string);
+    checkRoles(m, call);
     return node;
   }
 
@@ -1210,7 +1257,7 @@ export class FakeApid {
       const target = await this.#route("List", call, req.type);
       this.#checkType(req.namespace, req.type);
       const byId = target.resources.get(key(req.namespace, req.type));
-      for (const s of byId?.values() ?? []) {
+      for (const s of sortedById(byId)) {
         if (call.cancelled) return;
         call.write(Buffer.from(ListResponse.encode({ resource: this.#resource(s) }).finish()));
       }
@@ -1253,9 +1300,14 @@ export class FakeApid {
             : { eventType: EventType.DESTROYED, resource: this.#tombstone(req.namespace, req.type, req.id) },
         ]);
       } else if (opts?.bootstrapContents) {
-        for (const s of byId?.values() ?? [])
+        for (const s of sortedById(byId))
           write([{ eventType: EventType.CREATED, resource: this.#resource(s) }]);
-        if (req.apiVersion >= 1) write([{ eventType: EventType.BOOTSTRAPPED }]);
+        // COSI marks the end of the bootstrap with an empty resource of the kind (no id, no spec).
+        if (req.apiVersion >= 1) {
+          write([
+            { eventType: EventType.BOOTSTRAPPED, resource: this.#tombstone(req.namespace, req.type, "") },
+          ]);
+        }
       }
       const sub: WatchSub = { node: target, namespace: req.namespace, type: req.type, id: req.id, call };
       this.#subs.add(sub);
