@@ -228,8 +228,13 @@ func (s *sim) putResource(r *http.Request) (any, error) {
 	case err != nil:
 		return nil, err
 	default:
+		// As a controller's modify does: the stored metadata (owner included) with the new spec.
 		res.Metadata().SetVersion(cur.Metadata().Version())
 		res.Metadata().SetCreated(cur.Metadata().Created())
+		if err = res.Metadata().SetOwner(cur.Metadata().Owner()); err != nil {
+			return nil, err
+		}
+
 		err = m.st.Update(ctx, res, state.WithUpdateOwner(cur.Metadata().Owner()))
 	}
 
