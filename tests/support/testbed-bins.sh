@@ -106,6 +106,13 @@ build_talossim() {
   CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" \
     -o "$talossim.tmp" .
   mv "$talossim.tmp" "$talossim"
+  # Builds of other sources are of no further use (28 MB each): keep one simulator in the cache.
+  if [[ -z "${TALOS_SIM:-}" ]]; then
+    local d
+    for d in "$CACHE"/talossim-*; do
+      [[ "$d" == "$(dirname "$talossim")" ]] || rm -rf "$d"
+    done
+  fi
 }
 
 if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$helm" || ! -x "$talossim" ]]; then
