@@ -25,6 +25,7 @@ import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { until } from "../support/cluster.ts";
+import { collect } from "../support/collect.ts";
 import { LOCAL_MACHINE, type SimResource, TalosSim } from "../support/talossim.ts";
 
 const NODE = "10.0.0.5";
@@ -192,37 +193,6 @@ async function rawGet(path: string, r: { namespace: string; type: string; id: st
   } finally {
     ch.close();
   }
-}
-
-/** Consumes a watch in the background into `events`. */
-function collect<K extends ResourceKind>(client: TalosClient, node: string, kind: K) {
-  const ac = new AbortController();
-  const events: Array<TalosWatchEvent<ResourceData[K]>> = [];
-  let error: unknown;
-  let ended = false;
-  const done = (async () => {
-    try {
-      for await (const ev of client.watch(node, kind, { signal: ac.signal })) events.push(ev);
-    } catch (err) {
-      error = err;
-    } finally {
-      ended = true;
-    }
-  })();
-  return {
-    events,
-    types: () => events.map((e) => e.type),
-    get error() {
-      return error;
-    },
-    get ended() {
-      return ended;
-    },
-    stop: async () => {
-      ac.abort();
-      await done;
-    },
-  };
 }
 
 describe("calls", () => {

@@ -23,6 +23,7 @@ import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
 import { until } from "../support/cluster.ts";
+import { collect } from "../support/collect.ts";
 import {
   type FakeAddress,
   fixtureNames,
@@ -90,42 +91,6 @@ async function failure(p: Promise<unknown>): Promise<TalosError> {
     throw err;
   }
   throw new Error("call succeeded");
-}
-
-/** Consumes a watch in the background into `events`. */
-function collect<K extends ResourceKind>(client: TalosClient, node: string, kind: K, id?: string) {
-  const ac = new AbortController();
-  const events: Array<TalosWatchEvent<ResourceData[K]>> = [];
-  let error: unknown;
-  let ended = false;
-  const done = (async () => {
-    try {
-      for await (const ev of client.watch(node, kind, {
-        signal: ac.signal,
-        ...(id === undefined ? {} : { id }),
-      })) {
-        events.push(ev);
-      }
-    } catch (err) {
-      error = err;
-    } finally {
-      ended = true;
-    }
-  })();
-  return {
-    events,
-    types: () => events.map((e) => e.type),
-    get error() {
-      return error;
-    },
-    get ended() {
-      return ended;
-    },
-    stop: async () => {
-      ac.abort();
-      await done;
-    },
-  };
 }
 
 /** The order COSI lists and bootstraps a kind in, as the fake does: by resource id. */
