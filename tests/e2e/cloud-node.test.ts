@@ -22,7 +22,13 @@ import {
   normalizeAddress,
   platformMetadata,
 } from "../support/fixtures.ts";
-import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import {
+  type NodeView,
+  nodeView,
+  PROVIDED_NODE_IP,
+  SimulatedKubelet,
+  UNINITIALIZED_TAINT,
+} from "../support/kubelet.ts";
 import { type CcmProcess, ccmProcess, startCcm } from "../support/process.ts";
 
 const CLUSTER_NAME = "e2e-cluster";
@@ -106,14 +112,6 @@ const FALLBACK: FakeNodeSpec = {
 };
 
 /** What the test compares: every field the controller owns. */
-interface NodeView {
-  labels: Record<string, string>;
-  annotations: Record<string, string>;
-  providerID: string;
-  taints: Array<{ key: string; value?: string; effect: string }>;
-  addresses: Array<{ type: string; address: string }>;
-}
-
 const KUBELET_LABELS = (name: string) => ({
   "kubernetes.io/hostname": name,
   "kubernetes.io/os": "linux",
@@ -375,18 +373,6 @@ let port: number;
 const specs = new Map<string, FakeNodeSpec>();
 const kubelets: SimulatedKubelet[] = [];
 
-function view(n: V1Node): NodeView {
-  return {
-    labels: n.metadata?.labels ?? {},
-    annotations: n.metadata?.annotations ?? {},
-    providerID: n.spec?.providerID ?? "",
-    taints: (n.spec?.taints ?? []).map((t) =>
-      t.value ? { key: t.key, value: t.value, effect: t.effect } : { key: t.key, effect: t.effect },
-    ),
-    addresses: (n.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
-  };
-}
-
 async function getNode(name: string): Promise<V1Node> {
   return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
 }
@@ -482,7 +468,7 @@ describe("cloud-node initializes every platform fixture exactly", () => {
     test(`cloud-node initializes the ${fixture} fixture`, async () => {
       const spec = specs.get(fixture) as FakeNodeSpec;
       const node = await initialized(spec.name);
-      expect(view(node)).toEqual(signed(EXPECTED[fixture] as NodeView));
+      expect(nodeView(node)).toEqual(signed(EXPECTED[fixture] as NodeView));
     });
   }
 
@@ -494,7 +480,7 @@ describe("cloud-node initializes every platform fixture exactly", () => {
 describe("cloud-node beyond the fixtures", () => {
   test("a kubelet without --node-ip is initialized from its InternalIP address", async () => {
     const node = await initialized(FALLBACK.name);
-    expect(view(node)).toEqual(
+    expect(nodeView(node)).toEqual(
       signed({
         labels: {
           ...KUBELET_LABELS("fallback-1"),
@@ -595,7 +581,7 @@ describe("cloud-node beyond the fixtures", () => {
   test("the misspelled PreferIPv6 draws a warning naming preferIPv6 and is ignored", async () => {
     await ccm.waitForLog(/PreferIPv6.*preferIPv6/);
     // Ignored: the dual-stack node keeps IPv4 first.
-    expect(view(await initialized("talos-exo-1")).addresses[0]).toEqual(ip("185.19.28.10"));
+    expect(nodeView(await initialized("talos-exo-1")).addresses[0]).toEqual(ip("185.19.28.10"));
   });
 });
 
@@ -696,7 +682,7 @@ describe("a Node that registered before the CCM was installed (no uninitialized 
       30_000,
       () => `node ${spec.name} has no providerID:\n${ccm?.output.slice(-3000)}`,
     );
-    const v = view(node as V1Node);
+    const v = nodeView(node as V1Node);
     expect(v.providerID).toBe("talos://metal/10.20.0.9");
     expect(v.labels).toMatchObject({
       "node.cloudprovider.kubernetes.io/platform": "metal",

@@ -47,7 +47,13 @@ import {
   normalizeAddress,
   platformMetadata,
 } from "../support/fixtures.ts";
-import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import {
+  type NodeView,
+  nodeView,
+  PROVIDED_NODE_IP,
+  SimulatedKubelet,
+  UNINITIALIZED_TAINT,
+} from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
 import { type SimResource, type SimResourceRef, TalosSim } from "../support/talossim.ts";
 
@@ -182,32 +188,12 @@ async function nodeWhen(name: string, what: string, pred: (n: V1Node) => boolean
       return pred(node);
     },
     30_000,
-    () => `node ${name}: ${what}; it is ${JSON.stringify(node && view(node))}\n${output()}`,
+    () => `node ${name}: ${what}; it is ${JSON.stringify(node && nodeView(node))}\n${output()}`,
   );
   return node as V1Node;
 }
 
 /** What the test compares: every field the controller owns. */
-interface NodeView {
-  labels: Record<string, string>;
-  annotations: Record<string, string>;
-  providerID: string;
-  taints: Array<{ key: string; value?: string; effect: string }>;
-  addresses: Array<{ type: string; address: string }>;
-}
-
-function view(n: V1Node): NodeView {
-  return {
-    labels: n.metadata?.labels ?? {},
-    annotations: n.metadata?.annotations ?? {},
-    providerID: n.spec?.providerID ?? "",
-    taints: (n.spec?.taints ?? []).map((t) =>
-      t.value ? { key: t.key, value: t.value, effect: t.effect } : { key: t.key, effect: t.effect },
-    ),
-    addresses: (n.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
-  };
-}
-
 const ip = (address: string) => ({ type: "InternalIP", address });
 const ext = (address: string) => ({ type: "ExternalIP", address });
 
@@ -300,7 +286,7 @@ describe("cloud-node against the simulator", () => {
       "still has the uninitialized taint",
       (n) => !(n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT),
     );
-    expect(view(node)).toEqual(
+    expect(nodeView(node)).toEqual(
       awsNode({ team: "platform", instanceType: "m6i.large", external: ["54.210.33.17"] }),
     );
   });
@@ -313,9 +299,9 @@ describe("cloud-node against the simulator", () => {
     const node = await nodeWhen(
       AWS.name,
       "does not show the new Elastic IP alone",
-      (n) => JSON.stringify(view(n).addresses) === JSON.stringify(want.addresses),
+      (n) => JSON.stringify(nodeView(n).addresses) === JSON.stringify(want.addresses),
     );
-    expect(view(node)).toEqual(want);
+    expect(nodeView(node)).toEqual(want);
     expect(await sim.calls()).toEqual(before);
   });
 
@@ -328,7 +314,7 @@ describe("cloud-node against the simulator", () => {
       "example.com/team is not payments",
       (n) => n.metadata?.labels?.["example.com/team"] === "payments",
     );
-    expect(view(node)).toEqual(
+    expect(nodeView(node)).toEqual(
       awsNode({ team: "payments", instanceType: "m6i.large", external: ["98.84.12.201"] }),
     );
     // Tags are not the machine's identity (platform, hostname, instance, provider ID): no new Nodename read.
@@ -353,7 +339,7 @@ describe("cloud-node against the simulator", () => {
     await sim.put(AWS_IP, res("platformmetadata", encodePlatformMetadata(pm).yaml));
     await sim.destroy(AWS_IP, addressRef(NEW_EIP));
     await sim.put(AWS_IP, addressRes(RESTART_IP));
-    expect(view(await getNode(AWS.name))).toEqual(
+    expect(nodeView(await getNode(AWS.name))).toEqual(
       awsNode({ team: "payments", instanceType: "m6i.large", external: ["98.84.12.201"] }),
     );
     await sim.startMachine(AWS_IP);
@@ -363,9 +349,9 @@ describe("cloud-node against the simulator", () => {
       "does not show the restarted machine's public IP and instance type",
       (n) =>
         n.metadata?.labels?.["example.com/instance-type"] === "m6i.xlarge" &&
-        JSON.stringify(view(n).addresses) === JSON.stringify(restarted.addresses),
+        JSON.stringify(nodeView(n).addresses) === JSON.stringify(restarted.addresses),
     );
-    expect(view(node)).toEqual(restarted);
+    expect(nodeView(node)).toEqual(restarted);
 
     // The resubscribed watches keep the Node current: a public IPv6 associated afterwards arrives
     // through them alone.
@@ -379,9 +365,9 @@ describe("cloud-node against the simulator", () => {
     const final = await nodeWhen(
       AWS.name,
       "does not show the public IPv6",
-      (n) => JSON.stringify(view(n).addresses) === JSON.stringify(dual.addresses),
+      (n) => JSON.stringify(nodeView(n).addresses) === JSON.stringify(dual.addresses),
     );
-    expect(view(final)).toEqual(dual);
+    expect(nodeView(final)).toEqual(dual);
     expect(await sim.calls()).toEqual(after);
   });
 });

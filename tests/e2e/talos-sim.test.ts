@@ -25,7 +25,7 @@ import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { until } from "../support/cluster.ts";
-import { collect } from "../support/collect.ts";
+import { collect, failure } from "../support/talosclient.ts";
 import { LOCAL_MACHINE, type SimResource, TalosSim } from "../support/talossim.ts";
 
 const NODE = "10.0.0.5";
@@ -171,16 +171,6 @@ function channelFor(path: string, extra: { keepaliveMs?: number } = {}): GrpcCha
     ...extra,
   });
   return ch;
-}
-
-async function failure(p: Promise<unknown>): Promise<TalosError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof TalosError) return err;
-    throw err;
-  }
-  throw new Error("call succeeded");
 }
 
 /** A Get through a raw channel, mapped to a TalosError as the client maps statuses. */

@@ -23,7 +23,6 @@ import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
 import { until } from "../support/cluster.ts";
-import { collect } from "../support/collect.ts";
 import {
   type FakeAddress,
   fixtureNames,
@@ -34,6 +33,7 @@ import {
   normalizeAddress,
 } from "../support/fixtures.ts";
 import { createCA } from "../support/pki.ts";
+import { collect, failure } from "../support/talosclient.ts";
 
 const CMC = { podCIDRs: ["10.244.0.0/16", "fd00:10:244::/56"], serviceCIDRs: ["10.96.0.0/12"] };
 const AWS = "172.31.20.15";
@@ -81,16 +81,6 @@ async function clientFor(
   });
   open.push(client);
   return { client, registry, path };
-}
-
-async function failure(p: Promise<unknown>): Promise<TalosError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof TalosError) return err;
-    throw err;
-  }
-  throw new Error("call succeeded");
 }
 
 /** The order COSI lists and bootstraps a kind in, as the fake does: by resource id. */

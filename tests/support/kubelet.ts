@@ -234,3 +234,25 @@ export class SimulatedKubelet {
     this.client.close();
   }
 }
+
+/** What the CCM writes on a Node, as tests compare it. */
+export interface NodeView {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  providerID: string;
+  taints: Array<{ key: string; value?: string; effect: string }>;
+  addresses: Array<{ type: string; address: string }>;
+}
+
+/** The {@link NodeView} of a Node. */
+export function nodeView(n: V1Node): NodeView {
+  return {
+    labels: n.metadata?.labels ?? {},
+    annotations: n.metadata?.annotations ?? {},
+    providerID: n.spec?.providerID ?? "",
+    taints: (n.spec?.taints ?? []).map((t) =>
+      t.value ? { key: t.key, value: t.value, effect: t.effect } : { key: t.key, effect: t.effect },
+    ),
+    addresses: (n.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
+  };
+}

@@ -1,7 +1,7 @@
-// Consumes a Talos watch of the project's client in the background, for tests that look at the
-// events as they arrive: the fake apid's (talos.test.ts) and the Talos simulator's (talos-sim.test.ts).
+// Helpers for tests of the project's Talos client against the fake apid (talos.test.ts) and the
+// Talos simulator (talos-sim.test.ts): a watch consumed in the background, a call's typed failure.
 
-import type { ResourceData, TalosClient, TalosWatchEvent } from "../../lib/talos.ts";
+import { type ResourceData, type TalosClient, TalosError, type TalosWatchEvent } from "../../lib/talos.ts";
 import type { ResourceKind } from "../../lib/taloswire.ts";
 
 /**
@@ -41,4 +41,15 @@ export function collect<K extends ResourceKind>(client: TalosClient, node: strin
       await done;
     },
   };
+}
+
+/** The TalosError a call fails with; fails the test when the call succeeds or throws anything else. */
+export async function failure(p: Promise<unknown>): Promise<TalosError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof TalosError) return err;
+    throw err;
+  }
+  throw new Error("call succeeded");
 }
