@@ -293,28 +293,26 @@ function servingOptions(p: Parsed): ServingOptions {
   };
 }
 
+/** The list flags of front-proxy authentication: option, flag and upstream default. */
+const REQUEST_HEADER_LISTS: readonly [keyof Omit<RequestHeaderFlags, "clientCaFile">, string, string[]][] = [
+  ["allowedNames", "requestheader-allowed-names", []],
+  ["usernameHeaders", "requestheader-username-headers", ["x-remote-user"]],
+  ["uidHeaders", "requestheader-uid-headers", []],
+  ["groupHeaders", "requestheader-group-headers", ["x-remote-group"]],
+  ["extraHeaderPrefixes", "requestheader-extra-headers-prefix", ["x-remote-extra-"]],
+];
+
 /**
  * The `--requestheader-*` flags, checked as k8s.io/apiserver does: no blank entry, and UID headers
  * only with the standard X-Remote-Uid among them. Without `--requestheader-client-ca-file` the
  * others do nothing, as upstream (which would look the CA up in the cluster).
  */
 function requestHeaderOptions(p: Parsed): { requestHeader?: RequestHeaderFlags } {
-  const lists = {
-    allowedNames: list(p, "requestheader-allowed-names", []),
-    usernameHeaders: list(p, "requestheader-username-headers", ["x-remote-user"]),
-    uidHeaders: list(p, "requestheader-uid-headers", []),
-    groupHeaders: list(p, "requestheader-group-headers", ["x-remote-group"]),
-    extraHeaderPrefixes: list(p, "requestheader-extra-headers-prefix", ["x-remote-extra-"]),
-  };
-  const flags: Record<keyof typeof lists, string> = {
-    allowedNames: "requestheader-allowed-names",
-    usernameHeaders: "requestheader-username-headers",
-    uidHeaders: "requestheader-uid-headers",
-    groupHeaders: "requestheader-group-headers",
-    extraHeaderPrefixes: "requestheader-extra-headers-prefix",
-  };
-  for (const [key, values] of Object.entries(lists) as [keyof typeof lists, string[]][]) {
-    if (values.some((v) => v.trim() === "")) cannotParse(`empty value in "${flags[key]}"`);
+  const lists = {} as Omit<RequestHeaderFlags, "clientCaFile">;
+  for (const [key, flag, fallback] of REQUEST_HEADER_LISTS) {
+    const values = list(p, flag, fallback);
+    if (values.some((v) => v.trim() === "")) cannotParse(`empty value in "${flag}"`);
+    lists[key] = values;
   }
   if (lists.uidHeaders.length > 0 && !lists.uidHeaders.some((h) => h.toLowerCase() === "x-remote-uid")) {
     cannotParse(
