@@ -18,7 +18,7 @@ import { join } from "node:path";
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
 import { KubeError, PATCH } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
@@ -116,29 +116,15 @@ async function initialized(name: string): Promise<V1Node> {
   return node as V1Node;
 }
 
-interface EventV1 {
-  reason: string;
-  type: string;
-  note: string;
-  regarding: { name: string };
-}
-
 async function metrics(): Promise<string> {
   return (await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })).text();
-}
-
-async function eventsOf(name: string): Promise<EventV1[]> {
-  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
-    "/apis/events.k8s.io/v1/namespaces/default/events",
-  );
-  return list.items.filter((e) => e.regarding.name === name);
 }
 
 async function eventOf(name: string, reason: string): Promise<EventV1> {
   let found: EventV1 | undefined;
   await waitFor(
     async () => {
-      found = (await eventsOf(name)).find((e) => e.reason === reason);
+      found = (await cluster.eventsAbout(name)).find((e) => e.reason === reason);
       return found !== undefined;
     },
     10_000,
@@ -301,7 +287,7 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
       metadata: { labels: victim.metadata?.labels },
       status: { addresses: victim.status?.addresses },
     });
-    expect((await eventsOf(VICTIM.name)).map((e) => e.reason)).not.toContain("TalosNodeMismatch");
+    expect((await cluster.eventsAbout(VICTIM.name)).map((e) => e.reason)).not.toContain("TalosNodeMismatch");
   });
 
   test("later, by editing its annotation: the initialized node keeps its state, with an Event", async () => {
@@ -360,7 +346,9 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
       10_000,
     );
     await Bun.sleep(500);
-    expect((await eventsOf(DUAL.name)).filter((e) => e.reason === "NodeIPNotOnMachine").length).toBe(1);
+    expect(
+      (await cluster.eventsAbout(DUAL.name)).filter((e) => e.reason === "NodeIPNotOnMachine").length,
+    ).toBe(1);
     expect(await metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
     expect((await getNode(DUAL.name)).status?.addresses).toEqual(node.status?.addresses);
     // The machine whose IPv4 it claimed is as it was.

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import type { V1Node } from "@kubernetes/client-node";
 import { PATCH } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
-import { TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
@@ -81,20 +81,6 @@ async function getNode(name: string): Promise<V1Node> {
 
 const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
 
-interface EventV1 {
-  reason: string;
-  type: string;
-  note: string;
-  regarding: { name: string };
-}
-
-async function eventsOf(name: string): Promise<EventV1[]> {
-  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
-    "/apis/events.k8s.io/v1/namespaces/default/events",
-  );
-  return list.items.filter((e) => e.regarding.name === name);
-}
-
 function writeConfig(text: string): void {
   writeFileSync(`${cloudConfig}.tmp`, text);
   renameSync(`${cloudConfig}.tmp`, cloudConfig);
@@ -140,7 +126,7 @@ describe("cloud-node with a Talos API down", () => {
     );
     let warning: EventV1 | undefined;
     await waitFor(async () => {
-      warning = (await eventsOf(DOWN.name)).find((e) => e.reason === "TalosAPIError");
+      warning = (await cluster.eventsAbout(DOWN.name)).find((e) => e.reason === "TalosAPIError");
       return warning !== undefined;
     }, 10_000);
     expect(warning?.type).toBe("Warning");
@@ -158,7 +144,7 @@ describe("cloud-node with a Talos API down", () => {
     const node = await getNode(DOWN.name);
     expect(node.spec?.providerID).toBe("talos://nocloud/10.30.0.2");
     expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBe("zone-b");
-    expect((await eventsOf(DOWN.name)).some((e) => e.reason === "Synced")).toBe(true);
+    expect((await cluster.eventsAbout(DOWN.name)).some((e) => e.reason === "Synced")).toBe(true);
   });
 });
 

@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1Node } from "@kubernetes/client-node";
 import { FakeApid } from "../support/apid.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeNodeSpec,
   fixtureNames,
@@ -390,20 +390,6 @@ async function initialized(name: string): Promise<V1Node> {
   return node as V1Node;
 }
 
-interface EventV1 {
-  reason: string;
-  type: string;
-  note: string;
-  regarding: { kind: string; name: string };
-}
-
-async function eventsOf(name: string): Promise<EventV1[]> {
-  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
-    "/apis/events.k8s.io/v1/namespaces/default/events",
-  );
-  return list.items.filter((e) => e.regarding.name === name);
-}
-
 async function metrics(): Promise<string> {
   const res = await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } });
   return res.text();
@@ -508,7 +494,7 @@ describe("cloud-node beyond the fixtures", () => {
     expect(node.metadata?.labels?.["example.com/good"]).toBe("ok");
     let events: EventV1[] = [];
     await waitFor(async () => {
-      events = await eventsOf("rpi-1");
+      events = await cluster.eventsAbout("rpi-1");
       return events.some((e) => e.reason === "TransformerError");
     }, 10_000);
     const warning = events.find((e) => e.reason === "TransformerError") as EventV1;

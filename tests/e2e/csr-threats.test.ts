@@ -81,21 +81,8 @@ async function startCsrCcm(withTalos: boolean, extra: string[] = []): Promise<vo
   );
 }
 
-async function decided(name: string): Promise<V1CertificateSigningRequestCondition> {
-  let cond: V1CertificateSigningRequestCondition | undefined;
-  await waitFor(
-    async () => {
-      const csr = await cluster.adminClient.get<{
-        status?: { conditions?: V1CertificateSigningRequestCondition[] };
-      }>(`${CSR_PATH}/${name}`);
-      cond = csr.status?.conditions?.[0];
-      return cond !== undefined;
-    },
-    10_000,
-    () => `CSR ${name} still Pending:\n${ccm.output.slice(-3000)}`,
-    25,
-  );
-  return cond as V1CertificateSigningRequestCondition;
+function decided(name: string): Promise<V1CertificateSigningRequestCondition> {
+  return cluster.csrDecision(name, 10_000, () => ccm.output.slice(-3000));
 }
 
 async function warningReasons(name: string): Promise<string[]> {

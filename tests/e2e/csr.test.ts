@@ -25,7 +25,7 @@ import type {
 import { GeneralName } from "@peculiar/asn1-x509";
 import { KubeError } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
 import { createCSR, createRawCSR, sanExtension } from "../support/pki.ts";
@@ -118,37 +118,13 @@ function getCsr(name: string): Promise<V1CertificateSigningRequest> {
 }
 
 /** Waits for the CSR's Approved or Denied condition. */
-async function decided(name: string, timeoutMs = 10_000): Promise<V1CertificateSigningRequestCondition> {
-  let cond: V1CertificateSigningRequestCondition | undefined;
-  await waitFor(
-    async () => {
-      cond = (await getCsr(name)).status?.conditions?.[0];
-      return cond !== undefined;
-    },
-    timeoutMs,
-    () => `CSR ${name} still Pending:\n${ccm.output.slice(-3000)}`,
-    25,
-  );
-  return cond as V1CertificateSigningRequestCondition;
+function decided(name: string, timeoutMs = 10_000): Promise<V1CertificateSigningRequestCondition> {
+  return cluster.csrDecision(name, timeoutMs, () => ccm.output.slice(-3000));
 }
 
 /** Seconds between two API timestamps (both whole seconds, as the API server writes them). */
 function seconds(from: unknown, to: unknown): number {
   return (Date.parse(String(to)) - Date.parse(String(from))) / 1000;
-}
-
-interface EventV1 {
-  reason: string;
-  type: string;
-  note: string;
-  regarding: { kind: string; name: string };
-}
-
-async function eventsOf(name: string): Promise<EventV1[]> {
-  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
-    "/apis/events.k8s.io/v1/namespaces/default/events",
-  );
-  return list.items.filter((e) => e.regarding.name === name);
 }
 
 async function metrics(): Promise<string> {
@@ -412,7 +388,7 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
       if (c.says) expect(cond.message).toContain(c.says);
       let events: EventV1[] = [];
       await waitFor(async () => {
-        events = await eventsOf(name);
+        events = await cluster.eventsAbout(name);
         return events.length > 0;
       }, 5000);
       expect(events[0]).toMatchObject({ type: "Warning", reason: c.reason, note: cond.message });

@@ -36,7 +36,7 @@ import {
   encodePlatformMetadata,
   encodeSystemInformation,
 } from "../support/apid.ts";
-import { TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeAddress,
   type FakeNodeSpec,
@@ -55,7 +55,7 @@ import {
   UNINITIALIZED_TAINT,
 } from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
-import { type SimResource, type SimResourceRef, TalosSim } from "../support/talossim.ts";
+import { controlSpec, type SimResource, type SimResourceRef, TalosSim } from "../support/talossim.ts";
 
 const CLUSTER_NAME = "sim-cluster";
 const MANAGED = "talos.dev/ccm-managed";
@@ -111,13 +111,9 @@ function res(kind: ResourceKind, yaml: string, id?: string): SimResource {
   return { namespace, type, id: rid, spec: yaml };
 }
 
-/**
- * An AddressStatus. Talos prints no flags as `flags: ""`, which machinery's own AddressFlags
- * UnmarshalText refuses (it parses "" as one unknown flag): that line is left out, so the spec
- * unmarshals to flags 0, the value Talos printed.
- */
+/** An AddressStatus, with its `local` (see controlSpec). */
 function addressRes(a: FakeAddress): SimResource {
-  return res("addresses", encodeAddress(a).yaml.replace(/^flags: ""\n/m, ""), a.id);
+  return res("addresses", controlSpec(encodeAddress(a).yaml, a.local), a.id);
 }
 
 function addressRef(a: FakeAddress): SimResourceRef {
@@ -372,34 +368,9 @@ describe("cloud-node against the simulator", () => {
   });
 });
 
-interface EventV1 {
-  reason: string;
-  type: string;
-  note: string;
-  regarding: { name: string };
-}
-
-async function eventsOf(name: string): Promise<EventV1[]> {
-  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
-    "/apis/events.k8s.io/v1/namespaces/default/events",
-  );
-  return list.items.filter((e) => e.regarding.name === name);
-}
-
 /** Waits for the CSR's Approved or Denied condition. */
-async function decided(csr: V1CertificateSigningRequest): Promise<V1CertificateSigningRequestCondition> {
-  const name = csr.metadata?.name as string;
-  let cond: V1CertificateSigningRequestCondition | undefined;
-  await waitFor(
-    async () => {
-      const now = await cluster.adminClient.get<V1CertificateSigningRequest>(`${CSR_PATH}/${name}`);
-      cond = now.status?.conditions?.[0];
-      return cond !== undefined;
-    },
-    30_000,
-    () => `CSR ${name} still Pending:\n${output()}`,
-  );
-  return cond as V1CertificateSigningRequestCondition;
+function decided(csr: V1CertificateSigningRequest): Promise<V1CertificateSigningRequestCondition> {
+  return cluster.csrDecision(csr.metadata?.name as string, 30_000, output);
 }
 
 describe("node-csr-approval against the simulator", () => {
@@ -436,7 +407,7 @@ describe("node-csr-approval against the simulator", () => {
     expect(cond.message).toContain(UNREPORTED_IP);
     let events: EventV1[] = [];
     await waitFor(async () => {
-      events = await eventsOf(csr.metadata?.name as string);
+      events = await cluster.eventsAbout(csr.metadata?.name as string);
       return events.length > 0;
     }, 10_000);
     expect(events[0]).toMatchObject({ type: "Warning", reason: "IPNotReportedByTalos", note: cond.message });

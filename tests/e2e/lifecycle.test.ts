@@ -10,7 +10,7 @@ import { join } from "node:path";
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
 import { isNotFound, PATCH } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
-import { TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { type CcmProcess, ccmProcess } from "../support/process.ts";
@@ -174,20 +174,8 @@ async function waitForScans(p: CcmProcess, more: number): Promise<void> {
   );
 }
 
-interface EventV1 {
-  reason: string;
-  type: string;
-  note: string;
-  action: string;
-  reportingController: string;
-  regarding: { kind: string; name: string; uid?: string };
-}
-
 async function deletionEvents(name: string): Promise<EventV1[]> {
-  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
-    "/apis/events.k8s.io/v1/namespaces/default/events",
-  );
-  return list.items.filter((e) => e.regarding.name === name && e.reason === "DeletingNode");
+  return (await cluster.eventsAbout(name)).filter((e) => e.reason === "DeletingNode");
 }
 
 beforeAll(async () => {

@@ -30,7 +30,7 @@ import { decodeNetIP, PATHS, RESOURCES, type ResourceKind } from "../../lib/talo
 import { FakeApid } from "../support/apid.ts";
 import { ADDRESS_FLAGS, type FakeNodeSpec, loadFixture, normalizeAddress } from "../support/fixtures.ts";
 import { clientFor, get, getReq, list, type Status, status, unary, watch } from "../support/rawgrpc.ts";
-import { LOCAL_MACHINE, TalosSim } from "../support/talossim.ts";
+import { controlSpec, LOCAL_MACHINE, TalosSim } from "../support/talossim.ts";
 
 /** A node with every resource the CCM reads, SystemInformation included. */
 const AWS: FakeNodeSpec = loadFixture("aws");
@@ -115,18 +115,13 @@ async function mirror(kind: ResourceKind): Promise<void> {
   for (const id of have.keys()) if (!want.has(id)) await sim.destroy(machine, { namespace, type, id });
 }
 
-/**
- * The YAML the control surface reads for a resource the fake serves. Machinery's YAML cannot carry
- * everything back: no address flags are written `flags: ""` but not parsed (AddressFlagsString),
- * and an address's `local` (netip.Addr, omitempty) is never written but is parsed: add it.
- */
+/** The control surface's YAML for a resource the fake serves: its YAML, and an address's `local` from the proto. */
 function simInput(kind: ResourceKind, r: Resource): string {
-  let yaml = (r.spec?.yamlSpec ?? "").replace(/^flags: ""\n/m, "");
-  if (kind === "addresses") {
-    const local = decodeNetIP(AddressStatusSpec.decode(r.spec?.protoSpec ?? new Uint8Array()).local);
-    if (local !== "") yaml += `local: ${local}\n`;
-  }
-  return yaml;
+  const local =
+    kind === "addresses"
+      ? decodeNetIP(AddressStatusSpec.decode(r.spec?.protoSpec ?? new Uint8Array()).local)
+      : undefined;
+  return controlSpec(r.spec?.yamlSpec ?? "", local);
 }
 
 /** A resource's spec, decoded from both its forms. */

@@ -8,6 +8,10 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type {
+  V1CertificateSigningRequest,
+  V1CertificateSigningRequestCondition,
+} from "@kubernetes/client-node";
 import { type Subprocess, spawn } from "bun";
 import { KubeClient, type KubeConnection } from "../../lib/kube.ts";
 import { type CA, createCA } from "./pki.ts";
@@ -131,6 +135,16 @@ rules:
 `;
 
 /** etcd + kube-apiserver, started by {@link TestCluster.start}. */
+/** An events.k8s.io/v1 Event as tests read it. */
+export interface EventV1 {
+  reason: string;
+  type: string;
+  note: string;
+  action: string;
+  reportingController: string;
+  regarding: { kind: string; name: string; uid?: string };
+}
+
 export class TestCluster {
   readonly dir: string;
   readonly ca: CA;
@@ -375,6 +389,39 @@ export class TestCluster {
         });
       }
     }
+  }
+
+  /** The Events recorded about the object named `name` (Nodes' and CSRs' go to namespace default). */
+  async eventsAbout(name: string): Promise<EventV1[]> {
+    const list = await this.adminClient.get<{ items: EventV1[] }>(
+      "/apis/events.k8s.io/v1/namespaces/default/events",
+    );
+    return list.items.filter((e) => e.regarding.name === name);
+  }
+
+  /**
+   * Waits for the CSR's first condition (Approved or Denied) and returns it.
+   * @param context what to show when it stays Pending, e.g. the CCM's log
+   */
+  async csrDecision(
+    name: string,
+    timeoutMs: number,
+    context: () => string,
+  ): Promise<V1CertificateSigningRequestCondition> {
+    let cond: V1CertificateSigningRequestCondition | undefined;
+    await waitFor(
+      async () => {
+        const csr = await this.adminClient.get<V1CertificateSigningRequest>(
+          `/apis/certificates.k8s.io/v1/certificatesigningrequests/${name}`,
+        );
+        cond = csr.status?.conditions?.[0];
+        return cond !== undefined;
+      },
+      timeoutMs,
+      () => `CSR ${name} still Pending:\n${context()}`,
+      25,
+    );
+    return cond as V1CertificateSigningRequestCondition;
   }
 
   /**

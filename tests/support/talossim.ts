@@ -46,6 +46,17 @@ process.once("exit", () => {
   for (const p of live) p.kill("SIGKILL");
 });
 
+/**
+ * The YAML the control surface reads for a spec as Talos prints it. Machinery's YAML does not carry
+ * everything back: no address flags print as `flags: ""`, which its AddressFlagsString cannot parse
+ * (the line is left out: the zero value), and an address's `local` (a netip.Addr with omitempty,
+ * which yaml.v3 never prints) is read when given.
+ */
+export function controlSpec(printed: string, local?: string): string {
+  const yaml = printed.replace(/^flags: ""\n/m, "");
+  return local ? `${yaml}local: ${local}\n` : yaml;
+}
+
 /** The path of the simulator binary, or an error saying how to get it. */
 function simBinary(): string {
   const bin = process.env.TALOS_SIM ?? "";
