@@ -8,6 +8,7 @@
 // apply, and with Talos each machine's NodeIPConfig excludes the pod and Service ranges and its
 // virtual IPs again.
 
+import { backoffDelay, wait } from "./backoff.ts";
 import { type Handlers, Informer, type LeanNode } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
 import { type KubeClient, KubeError } from "./kube.ts";
@@ -23,6 +24,8 @@ export const SERVICE_CIDR_PATH = "/apis/networking.k8s.io/v1/servicecidrs";
 export const KUBERNETES_SERVICE_PATH = "/api/v1/namespaces/default/services/kubernetes";
 /** Deadline of the one Talos read of the cluster's CIDRs. */
 const TALOS_READ_TIMEOUT_MS = 5_000;
+/** Retries of the `kubernetes` Service read while the API server has not created it yet. */
+const SERVICE_RETRY = { initialMs: 500, maxMs: 30_000 };
 
 /** What a ServiceCIDR informer keeps. */
 interface LeanServiceCIDR {
@@ -154,22 +157,41 @@ export class CsrNetworks {
     }
   }
 
+  /**
+   * Reads the `kubernetes` Service's ClusterIPs. On a cluster still coming up the API server may not
+   * have created it yet (404): then start() goes on (the Service CIDRs still cover the address) and
+   * the read is retried with backoff until the Service exists or the CCM stops.
+   */
   async #readKubernetesService(signal: AbortSignal): Promise<void> {
+    if (await this.#tryKubernetesService(signal, true)) return;
+    void (async () => {
+      for (let attempt = 0; !signal.aborted; attempt++) {
+        await wait(backoffDelay(attempt, SERVICE_RETRY), signal);
+        if (signal.aborted || (await this.#tryKubernetesService(signal, false))) return;
+      }
+    })();
+  }
+
+  /** One read of the `kubernetes` Service; false when it does not exist yet (worth another try). */
+  async #tryKubernetesService(signal: AbortSignal, first: boolean): Promise<boolean> {
     const { client } = this.#opts;
     try {
       const svc = await client.get<{ spec?: { clusterIPs?: string[]; clusterIP?: string } }>(
         KUBERNETES_SERVICE_PATH,
-        {
-          signal,
-        },
+        { signal },
       );
       const ips = svc.spec?.clusterIPs ?? (svc.spec?.clusterIP ? [svc.spec.clusterIP] : []);
       const cidrs = ips.map((ip) => `${ip}/${ip.includes(":") ? 128 : 32}`);
       this.#add("service/kubernetes", "the ClusterIP of Service default/kubernetes (the API server)", {
         cidrs,
       });
+      if (!first) log.info("Read Service default/kubernetes", { clusterIPs: ips });
+      return true;
     } catch (err) {
-      log.error("Cannot read Service default/kubernetes", err);
+      const missing = err instanceof KubeError && err.status === 404;
+      if (!missing) log.error("Cannot read Service default/kubernetes", err);
+      else if (first) log.info("Service default/kubernetes does not exist yet; retrying in the background");
+      return !missing || signal.aborted;
     }
   }
 

@@ -88,4 +88,30 @@ describe("CsrNetworks", () => {
     h.onDelete?.(node(["10.244.2.0/24"]));
     expect(nets.networks.rangeOf(parseIP("10.244.2.1"))).toBeUndefined();
   });
+
+  test("CsrNetworks retries the kubernetes Service while the API server has not created it yet", async () => {
+    let reads = 0;
+    const get = async (path: string) => {
+      if (path === KUBERNETES_SERVICE_PATH) {
+        reads++;
+        if (reads < 3) throw new KubeError(404, "NotFound", 'services "kubernetes" not found');
+        return { spec: { clusterIPs: ["10.96.0.1"] } };
+      }
+      throw new KubeError(404, "NotFound", "no ServiceCIDR API");
+    };
+    const stop = new AbortController();
+    const nets = new CsrNetworks({
+      client: { server: "https://127.0.0.1:6443", get } as unknown as KubeClient,
+      ipam: { clusterCidrs: [] },
+      talos: undefined,
+    });
+    await nets.start(stop.signal);
+    // start() does not wait for a Service that does not exist yet.
+    expect(reads).toBe(1);
+    expect(nets.networks.rangeOf(parseIP("10.96.0.1"))).toBeUndefined();
+    const deadline = Date.now() + 5_000;
+    while (reads < 3 && Date.now() < deadline) await Bun.sleep(50);
+    expect(nets.networks.rangeOf(parseIP("10.96.0.1"))).toContain("Service default/kubernetes");
+    stop.abort();
+  });
 });
