@@ -173,8 +173,9 @@ export class TestCluster {
   }
 
   /**
-   * Starts etcd and kube-apiserver and waits until /readyz answers 200. A port lost to another
-   * process before the server bound it costs one more attempt on fresh ports, not the test file.
+   * Starts etcd and kube-apiserver and waits until /readyz answers 200 and the `kubernetes` Service
+   * exists. A port lost to another process before the server bound it costs one more attempt on
+   * fresh ports, not the test file.
    */
   static async start(opts: ClusterOptions = {}): Promise<TestCluster> {
     for (let attempt = 1; ; attempt++) {
@@ -299,7 +300,13 @@ export class TestCluster {
         if (proc.exitCode !== null)
           throw new Error(`kube-apiserver exited with ${proc.exitCode}:\n${tail(log)}`);
         const res = await this.adminClient.request<string>("GET", "/readyz").catch(() => undefined);
-        return res !== undefined;
+        if (res === undefined) return false;
+        // A ready cluster has its `kubernetes` Service: /readyz can answer before the API server's
+        // bootstrap controller has created it, and node-csr-approval reads it at start.
+        const svc = await this.adminClient
+          .get("/api/v1/namespaces/default/services/kubernetes")
+          .catch(() => undefined);
+        return svc !== undefined;
       },
       90_000,
       () => `kube-apiserver did not become ready:\n${tail(log)}`,
