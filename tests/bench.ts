@@ -1,11 +1,22 @@
 // `npm run bench -- --nodes N [--json]`: runs the compiled binary on the test bed (real
 // kube-apiserver + etcd, the fake Talos apid serving N generated nodes, N simulated kubelets) and
 // measures, in one run, start-up time, idle memory, initialization and CSR approval of N nodes,
-// peak memory and CPU for them, Talos calls at initialization and in steady state, and Kubernetes
-// requests per node. Prints a table with each figure against its budget (tests/support/bench-report.ts),
-// or with --json one object with exactly the figures' keys plus `nodes`. Budgets are reported, never
-// asserted: the exit code is 0 whenever the run completes. Every process and temp dir is cleaned up
-// on exit, error or Ctrl-C. `--help` lists the flags.
+// peak memory, memory settled after them and CPU for them, Talos calls at initialization and in
+// steady state, and Kubernetes requests per node. Prints a table with each figure against its budget
+// (tests/support/bench-report.ts), or with --json one object with the figures' keys (FIGURE_KEYS:
+// `nodes`, then startup_ms, idle_rss_mb, init_s, csr_s, rss_mb, settled_rss_mb, cpu_s,
+// talos_calls_per_node, talos_calls_per_node_hour, kube_requests_per_node).
+//
+// `npm run bench -- --slope [--slope-nodes A,B] [--json]`: the whole measurement twice, at N = 100
+// and N = 1,000 (or A and B), one after the other, each on a fresh API server, etcd and fake apid;
+// prints both tables, then the slope of peak RSS (rss_mb) and of settled RSS (settled_rss_mb) in MiB
+// per 1,000 nodes with its budget (issue 15: ~13 KB per node, applied between N = 100 and 1,000). With
+// --json, one object: {"runs": [figures A, figures B], "peak_slope_mb_per_1000": x,
+// "settled_slope_mb_per_1000": y}.
+//
+// Budgets are reported, never asserted: the exit code is 0 whenever the run completes. Every process
+// and temp dir is cleaned up on exit, error or Ctrl-C (after each run with --slope). `--help` lists
+// the flags.
 //
 // The CCM runs with the shipped DaemonSet's arguments (lib/manifests.ts daemonSetArgs: --v=2,
 // leader election, --controllers=cloud-node,node-csr-approval, ...) plus a kubeconfig, a free
@@ -21,7 +32,8 @@
 //      kubelet submits a kubelet-serving CSR → all approved (csr_s). cpu_s and
 //      kube_requests_per_node cover both; talos_calls_per_node covers initialization.
 //   4. Steady state: Talos calls over --steady-seconds, scaled to per node per hour; rss_mb is the
-//      CCM's VmHWM at the end.
+//      CCM's VmHWM at the end (or the highest VmRSS sampled, if higher), settled_rss_mb its VmRSS at
+//      the end.
 //
 // --ccm-binary PATH benches another binary the same way, e.g. the Go CCM this one replaces: it gets
 // the same arguments (all upstream flags) and environment (TALOSCONFIG), and every figure is read
@@ -40,7 +52,15 @@ import { RESOURCES } from "../lib/taloswire.ts";
 import { FakeApid } from "./support/apid.ts";
 import { procSample, RssSampler } from "./support/bench-proc.ts";
 import { LeaseReadiness, type LeaseSpecView } from "./support/bench-ready.ts";
-import { type BenchFigures, formatTable, toJson } from "./support/bench-report.ts";
+import {
+  type BenchFigures,
+  formatSlope,
+  formatTable,
+  SLOPE_NODES,
+  slope,
+  slopeJson,
+  toJson,
+} from "./support/bench-report.ts";
 import { freePort, TestCluster, writeKubeconfig } from "./support/cluster.ts";
 import { type FakeNodeSpec, generateNodes } from "./support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "./support/kubelet.ts";
@@ -57,13 +77,20 @@ const N_PHASE_CONTROLLERS =
   DAEMONSET_ARGS.find((a) => a.startsWith("--controllers="))?.slice("--controllers=".length) ?? "cloud-node";
 
 const USAGE = `Usage: npm run bench -- --nodes N [flags]
+       npm run bench -- --slope [--slope-nodes A,B] [flags]
 
 The CCM runs with the cluster-size tuning an operator adding N nodes at once would use:
 --kube-api-qps=N/5 --kube-api-burst=2×that above N = 100 (initialization writes twice per node, so
 N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm-arg sets them.
 
   --nodes N              simulated nodes (default 100)
-  --json                 print one JSON object instead of the table
+  --slope                run everything twice, at N = ${SLOPE_NODES[0]} and N = ${SLOPE_NODES[1]} (fresh test bed each), print
+                         both tables and the peak and settled RSS slopes in MiB per 1,000 nodes
+                         against their budgets (not with --nodes)
+  --slope-nodes A,B      the two sizes of --slope instead (A < B; implies --slope); the slope budgets
+                         apply between ${SLOPE_NODES[0]} and ${SLOPE_NODES[1]} only, other sizes report
+  --json                 print one JSON object instead of the table; with --slope
+                         {"runs": [A, B], "peak_slope_mb_per_1000", "settled_slope_mb_per_1000"}
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
   --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
@@ -83,11 +110,14 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --startup-runs K       starts for the startup median (default 5)
   --concurrency C        kubelet registrations / CSR submissions in flight (default 64)
   --timeout-seconds S    limit of each of the init and CSR phases (default 900)
-  --ccm-log=FILE         write the N-node CCM's log there
+  --ccm-log=FILE         write the N-node CCM's log there (with --slope: FILE.A and FILE.B)
   --verbose              echo the CCM's log to stderr`;
 
 interface BenchArgs {
   nodes: number;
+  /** --slope: run at slopeNodes[0] and slopeNodes[1] and report the memory slopes; `nodes` unused. */
+  slope: boolean;
+  slopeNodes: [number, number];
   json: boolean;
   build: boolean;
   /** --ccm-binary: the binary to bench instead of ours (CCM_BINARY's flag form). */
@@ -113,6 +143,8 @@ interface BenchArgs {
 export function parseBenchArgs(argv: readonly string[]): BenchArgs {
   const out: BenchArgs = {
     nodes: 100,
+    slope: false,
+    slopeNodes: [...SLOPE_NODES],
     json: false,
     build: true,
     ccmBinary: undefined,
@@ -136,6 +168,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     "--concurrency": "concurrency",
     "--timeout-seconds": "timeoutSeconds",
   } as const;
+  let nodesGiven = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
     const eq = arg.indexOf("=");
@@ -147,7 +180,11 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       return v;
     };
     if (name === "--json") out.json = true;
-    else if (name === "--no-build") out.build = false;
+    else if (name === "--slope") out.slope = true;
+    else if (name === "--slope-nodes") {
+      out.slopeNodes = parseSlopeNodes(value());
+      out.slope = true;
+    } else if (name === "--no-build") out.build = false;
     else if (name === "--no-rules") out.rules = "none";
     else if (name === "--sysinfo-rule") out.rules = "sysinfo";
     else if (name === "--no-qps-tuning") out.qpsTuning = false;
@@ -169,10 +206,22 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       if (!Number.isInteger(n) || n <= 0)
         throw new Error(`Cannot parse ${name}=${v}: expected a positive integer`);
       out[numeric[name as keyof typeof numeric]] = n;
+      if (name === "--nodes") nodesGiven = true;
     } else throw new Error(`Cannot parse ${arg}: unknown flag\n\n${USAGE}`);
   }
+  if (out.slope && nodesGiven)
+    throw new Error("Cannot combine --nodes with --slope: --slope-nodes A,B sets its two sizes");
   if (out.ccmBinary !== undefined) out.build = false;
   return out;
+}
+
+/** `A,B`: two positive integers, A < B. */
+function parseSlopeNodes(v: string): [number, number] {
+  const parts = v.split(",").map((x) => Number(x.trim()));
+  const [a, b] = parts as [number, number];
+  if (parts.length !== 2 || !parts.every((n) => Number.isInteger(n) && n > 0) || a >= b)
+    throw new Error(`Cannot parse --slope-nodes=${v}: expected A,B, two positive integers with A < B`);
+  return [a, b];
 }
 
 /**
@@ -227,6 +276,7 @@ function progress(message: string): void {
 
 const cleanups: Array<() => Promise<void> | void> = [];
 let cleaning: Promise<void> | undefined;
+/** Runs the registered stops; a call while one is under way joins it, a later one runs newer stops. */
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     for (const fn of cleanups.splice(0).reverse()) {
@@ -236,7 +286,9 @@ function cleanup(): Promise<void> {
         process.stderr.write(`bench: clean-up step failed: ${(err as Error).message}\n`);
       }
     }
-  })();
+  })().finally(() => {
+    cleaning = undefined;
+  });
   return cleaning;
 }
 function cleanUpOnSignals(): void {
@@ -727,6 +779,7 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
     init_s,
     csr_s,
     rss_mb: Math.max(end.hwmBytes, sampler.maxBytes) / MiB,
+    settled_rss_mb: end.rssBytes / MiB,
     cpu_s: after.cpuSeconds - before.cpuSeconds,
     talos_calls_per_node: initCalls / n,
     talos_calls_per_node_hour: (steadyCalls / n) * (3600 / args.steadySeconds),
@@ -748,24 +801,19 @@ function headerLine(args: BenchArgs, opts: RunOptions, binary: string, version: 
   );
 }
 
-async function main(): Promise<void> {
-  let args: BenchArgs;
-  try {
-    if (process.argv.includes("--help") || process.argv.includes("-h")) {
-      process.stdout.write(`${USAGE}\n`);
-      return;
-    }
-    args = parseBenchArgs(process.argv.slice(2));
-  } catch (err) {
-    process.stderr.write(`${(err as Error).message}\n`);
-    process.exit(2);
-  }
-  ensureTestbed();
-  if (args.ccmBinary !== undefined) process.env.CCM_BINARY = resolve(args.ccmBinary);
-  if (args.build) buildBinary();
-  const version = binaryVersion(ccmBinary());
-  progress(`binary ${ccmBinary()} (${version})`);
+/** One run's figures, with the table's header and notes. */
+interface Measured {
+  figures: BenchFigures;
+  header: string;
+  notes: string[];
+}
 
+/**
+ * The whole measurement at `args.nodes` on a fresh test bed (API server, etcd, fake apid), which is
+ * stopped again before it returns.
+ * @param source the binary to bench; every phase runs a fresh copy of it.
+ */
+async function measure(args: BenchArgs, source: string, version: string): Promise<Measured> {
   progress(`starting kube-apiserver + etcd and a fake apid with ${args.nodes} nodes`);
   const cluster = await TestCluster.start({ auditPolicy: AUDIT_POLICY });
   cleanups.push(() => cluster.stop());
@@ -800,7 +848,6 @@ async function main(): Promise<void> {
       }
     : undefined;
   const e: Env = { args, cluster, apid, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
-  const source = ccmBinary();
   freshBinary(source, cluster.dir);
 
   const notes: string[] = [];
@@ -818,8 +865,52 @@ async function main(): Promise<void> {
 
   const figures: BenchFigures = { nodes: args.nodes, startup_ms, idle_rss_mb, ...nodeFigures };
   await cleanup();
+  return { figures, header: headerLine(args, opts, source, version), notes };
+}
+
+/** --slope: the measurement at both sizes, one after the other; both tables, then the slopes. */
+async function measureSlope(args: BenchArgs, source: string, version: string): Promise<string> {
+  const runs: Measured[] = [];
+  for (const nodes of args.slopeNodes) {
+    progress(`--slope: the run at N = ${nodes}`);
+    const ccmLog = args.ccmLog === undefined ? undefined : `${args.ccmLog}.${nodes}`;
+    runs.push(await measure({ ...args, nodes, ccmLog }, source, version));
+  }
+  const [a, b] = runs.map((r) => r.figures) as [BenchFigures, BenchFigures];
+  if (args.json) return JSON.stringify(slopeJson(a, b));
+  return [
+    ...runs.map((r) => `${formatTable(r.figures, r.header, r.notes)}\n`),
+    formatSlope(slope("peak", a, b)),
+    formatSlope(slope("settled", a, b)),
+  ].join("\n");
+}
+
+async function main(): Promise<void> {
+  let args: BenchArgs;
+  try {
+    if (process.argv.includes("--help") || process.argv.includes("-h")) {
+      process.stdout.write(`${USAGE}\n`);
+      return;
+    }
+    args = parseBenchArgs(process.argv.slice(2));
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  ensureTestbed();
+  if (args.ccmBinary !== undefined) process.env.CCM_BINARY = resolve(args.ccmBinary);
+  if (args.build) buildBinary();
+  const source = ccmBinary();
+  const version = binaryVersion(source);
+  progress(`binary ${source} (${version})`);
+
+  if (args.slope) {
+    process.stdout.write(`${await measureSlope(args, source, version)}\n`);
+    return;
+  }
+  const { figures, header, notes } = await measure(args, source, version);
   if (args.json) process.stdout.write(`${JSON.stringify(toJson(figures))}\n`);
-  else process.stdout.write(`${formatTable(figures, headerLine(args, opts, source, version), notes)}\n`);
+  else process.stdout.write(`${formatTable(figures, header, notes)}\n`);
 }
 
 if (import.meta.main) {

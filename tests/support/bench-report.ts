@@ -1,8 +1,9 @@
 // The benchmark's figures, budgets and output (pure): the JSON object `npm run bench -- --json`
-// prints (exactly the issue's keys plus `nodes`) and the table that shows each figure against its
-// budget with PASS or FAIL. Budgets are the issue's, for a 2-core machine; the size-dependent ones
-// (init, CSR, peak RSS) are stated for 1,000 nodes and applied to every N up to 1,000 (a smaller
-// cluster must not be slower), while larger N only report.
+// prints (the issue's keys plus `nodes` and `settled_rss_mb`, in FIGURE_KEYS order), the table that
+// shows each figure against its budget with PASS or FAIL, and the per-node slope of memory between
+// two runs (`--slope`). Budgets are the issue's, for a 2-core machine. A figure's budget is a list of
+// size tiers: the smallest tier whose upToNodes >= N applies (a smaller cluster must not do worse),
+// and above the last tier the figure is only reported.
 
 /** One run's measurements; `null` for a figure that could not be measured (see the run's notes). */
 export interface BenchFigures {
@@ -17,6 +18,8 @@ export interface BenchFigures {
   csr_s: number | null;
   /** VmHWM of the CCM at the end of the run (during and after the N nodes). */
   rss_mb: number | null;
+  /** VmRSS of the CCM at the end of the run: after initialization, the CSRs and the steady window. */
+  settled_rss_mb: number | null;
   /** utime+stime of the CCM over the N-node phases (initialization and CSRs). */
   cpu_s: number | null;
   /** Talos API calls during initialization, per node, counted at the fake apid. */
@@ -27,7 +30,10 @@ export interface BenchFigures {
   kube_requests_per_node: number | null;
 }
 
-/** The keys of {@link BenchFigures} in the issue's order, `nodes` first. */
+/**
+ * The keys of {@link BenchFigures}, the JSON object's keys in its order: `nodes` first, then the
+ * issue's figures in the issue's order, with `settled_rss_mb` (issue 15) after the peak `rss_mb`.
+ */
 export const FIGURE_KEYS = [
   "nodes",
   "startup_ms",
@@ -35,30 +41,46 @@ export const FIGURE_KEYS = [
   "init_s",
   "csr_s",
   "rss_mb",
+  "settled_rss_mb",
   "cpu_s",
   "talos_calls_per_node",
   "talos_calls_per_node_hour",
   "kube_requests_per_node",
 ] as const satisfies ReadonlyArray<keyof BenchFigures>;
 
-type Figure = Exclude<(typeof FIGURE_KEYS)[number], "nodes">;
+export type Figure = Exclude<(typeof FIGURE_KEYS)[number], "nodes">;
 
-interface Budget {
+/** One size tier of a budget: `max` applies at every N up to `upToNodes`. */
+export interface BudgetTier {
   max: number;
-  /** Up to which N the budget applies (the size-dependent ones are stated for 1,000 nodes). */
   upToNodes: number;
 }
 
-/** The issue's budgets on a 2-core machine. */
-export const BUDGETS: Readonly<Partial<Record<Figure, Budget>>> = {
-  startup_ms: { max: 150, upToNodes: Number.POSITIVE_INFINITY },
-  idle_rss_mb: { max: 50, upToNodes: Number.POSITIVE_INFINITY },
-  init_s: { max: 15, upToNodes: 1000 },
-  csr_s: { max: 10, upToNodes: 1000 },
-  rss_mb: { max: 90, upToNodes: 1000 },
-  talos_calls_per_node: { max: 3, upToNodes: Number.POSITIVE_INFINITY },
-  talos_calls_per_node_hour: { max: 1, upToNodes: Number.POSITIVE_INFINITY },
+const ANY_N = Number.POSITIVE_INFINITY;
+
+/**
+ * The issue's budgets on a 2-core machine, each a list of size tiers in ascending `upToNodes`.
+ * Memory (issue 15): peak RSS <= 0.8x the Go CCM's (70 MiB at N = 1,000, 114 MiB at N = 5,000),
+ * RSS settled after initialization <= 65 MiB at N = 1,000, idle RSS <= 48 MiB.
+ */
+export const BUDGETS: Readonly<Partial<Record<Figure, readonly BudgetTier[]>>> = {
+  startup_ms: [{ max: 150, upToNodes: ANY_N }],
+  idle_rss_mb: [{ max: 48, upToNodes: ANY_N }],
+  init_s: [{ max: 15, upToNodes: 1000 }],
+  csr_s: [{ max: 10, upToNodes: 1000 }],
+  rss_mb: [
+    { max: 70, upToNodes: 1000 },
+    { max: 114, upToNodes: 5000 },
+  ],
+  settled_rss_mb: [{ max: 65, upToNodes: 1000 }],
+  talos_calls_per_node: [{ max: 3, upToNodes: ANY_N }],
+  talos_calls_per_node_hour: [{ max: 1, upToNodes: ANY_N }],
 };
+
+/** The tier of `figure`'s budget that applies at `nodes`: the smallest with upToNodes >= nodes. */
+export function budgetAt(figure: Figure, nodes: number): BudgetTier | undefined {
+  return BUDGETS[figure]?.find((t) => nodes <= t.upToNodes);
+}
 
 const DECIMALS: Record<Figure, number> = {
   startup_ms: 0,
@@ -66,6 +88,7 @@ const DECIMALS: Record<Figure, number> = {
   init_s: 2,
   csr_s: 2,
   rss_mb: 1,
+  settled_rss_mb: 1,
   cpu_s: 2,
   talos_calls_per_node: 2,
   talos_calls_per_node_hour: 2,
@@ -87,19 +110,19 @@ export interface Row {
 export function evaluate(figures: BenchFigures): Row[] {
   return FIGURE_KEYS.filter((k): k is Figure => k !== "nodes").map((figure) => {
     const value = figures[figure];
-    const b = BUDGETS[figure];
-    const applies = b !== undefined && figures.nodes <= b.upToNodes;
+    const tier = budgetAt(figure, figures.nodes);
+    const last = BUDGETS[figure]?.at(-1);
     let budget = "-";
-    if (b && applies) budget = `<= ${b.max}`;
-    else if (b) budget = `(<= ${b.max} at N <= ${b.upToNodes})`;
+    if (tier) budget = `<= ${tier.max}`;
+    else if (last) budget = `(<= ${last.max} at N <= ${last.upToNodes})`;
     let verdict: Verdict = "-";
     if (value === null) verdict = "N/A";
-    else if (b && applies) verdict = value <= b.max ? "PASS" : "FAIL";
+    else if (tier) verdict = value <= tier.max ? "PASS" : "FAIL";
     return { figure, value, budget, verdict };
   });
 }
 
-/** The figures rounded for output, keys in the issue's order. */
+/** The figures rounded for output, keys in FIGURE_KEYS order. */
 export function toJson(figures: BenchFigures): Record<(typeof FIGURE_KEYS)[number], number | null> {
   const out = {} as Record<(typeof FIGURE_KEYS)[number], number | null>;
   for (const k of FIGURE_KEYS) {
@@ -144,4 +167,78 @@ export function failures(figures: BenchFigures): Figure[] {
   return evaluate(figures)
     .filter((r) => r.verdict === "FAIL")
     .map((r) => r.figure);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The per-node slope of memory between two runs (`npm run bench -- --slope`).
+
+/** The sizes the issue states the slope for: MiB per 1,000 nodes from N = 100 to N = 1,000. */
+export const SLOPE_NODES: readonly [number, number] = [100, 1000];
+
+/**
+ * Slope budgets in MiB per 1,000 nodes between N = 100 and N = 1,000: the issue's ~13 KB per node
+ * above idle, for the peak and for the RSS settled after initialization alike.
+ */
+export const SLOPE_BUDGETS = { peak: 13, settled: 13 } as const;
+
+/** Which memory figure a slope is taken over. */
+export type SlopeKind = keyof typeof SLOPE_BUDGETS;
+
+const SLOPE_FIGURE: Record<SlopeKind, "rss_mb" | "settled_rss_mb"> = {
+  peak: "rss_mb",
+  settled: "settled_rss_mb",
+};
+
+/** A slope with its budget and verdict. */
+export interface Slope {
+  kind: SlopeKind;
+  from: number;
+  to: number;
+  /** MiB per 1,000 nodes; null when either run lacks the figure. */
+  mbPer1000: number | null;
+  budget: number;
+  /** PASS/FAIL between the stated sizes ({@link SLOPE_NODES}); "-" between others; "N/A" unmeasured. */
+  verdict: Verdict;
+}
+
+/**
+ * MiB per 1,000 nodes of `kind`'s memory figure from the smaller run to the larger.
+ * @throws {Error} when the runs do not have two different sizes.
+ */
+export function slope(kind: SlopeKind, a: BenchFigures, b: BenchFigures): Slope {
+  const [lo, hi] = a.nodes <= b.nodes ? [a, b] : [b, a];
+  if (lo.nodes === hi.nodes) throw new Error(`Cannot take a slope between two runs of N = ${lo.nodes}`);
+  const figure = SLOPE_FIGURE[kind];
+  const [y0, y1] = [lo[figure], hi[figure]];
+  const mbPer1000 = y0 === null || y1 === null ? null : ((y1 - y0) / (hi.nodes - lo.nodes)) * 1000;
+  const budget = SLOPE_BUDGETS[kind];
+  const stated = lo.nodes === SLOPE_NODES[0] && hi.nodes === SLOPE_NODES[1];
+  let verdict: Verdict = "-";
+  if (mbPer1000 === null) verdict = "N/A";
+  // Judged as printed (two decimals): a slope shown as 13.00 against <= 13 passes.
+  else if (stated) verdict = round(mbPer1000, 2) <= budget ? "PASS" : "FAIL";
+  return { kind, from: lo.nodes, to: hi.nodes, mbPer1000, budget, verdict };
+}
+
+/** e.g. `peak RSS slope N=100→1000: 9.81 MiB per 1,000 nodes (budget <= 13, PASS)`. */
+export function formatSlope(s: Slope): string {
+  const value = s.mbPer1000 === null ? "n/a" : s.mbPer1000.toFixed(2);
+  const budget =
+    s.verdict === "-"
+      ? `budget <= ${s.budget} stated for N=${SLOPE_NODES[0]}→${SLOPE_NODES[1]}, not applied`
+      : `budget <= ${s.budget}, ${s.verdict}`;
+  return `${s.kind} RSS slope N=${s.from}→${s.to}: ${value} MiB per 1,000 nodes (${budget})`;
+}
+
+/** The JSON object `--slope --json` prints: both runs' figures (smaller N first), then the slopes. */
+export function slopeJson(a: BenchFigures, b: BenchFigures) {
+  const mb = (kind: SlopeKind) => {
+    const v = slope(kind, a, b).mbPer1000;
+    return v === null ? null : round(v, 2);
+  };
+  return {
+    runs: (a.nodes <= b.nodes ? [a, b] : [b, a]).map(toJson),
+    peak_slope_mb_per_1000: mb("peak"),
+    settled_slope_mb_per_1000: mb("settled"),
+  };
 }

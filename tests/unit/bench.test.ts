@@ -1,5 +1,6 @@
-// The benchmark harness' pure parts: budgets and verdicts, the JSON object's exact keys, the table,
-// /proc parsing, the command line and the cluster-size QPS tuning. (The figures themselves are
+// The benchmark harness' pure parts: budgets (size tiers) and verdicts, the JSON objects' exact keys,
+// the table, the memory slope between two runs, /proc parsing, the command line and the
+// cluster-size QPS tuning. (The figures themselves are
 // measured by `npm run bench`, never asserted here.)
 
 import { describe, expect, test } from "bun:test";
@@ -8,10 +9,16 @@ import { parseStatCpu, parseStatus } from "../support/bench-proc.ts";
 import { LeaseReadiness } from "../support/bench-ready.ts";
 import {
   type BenchFigures,
+  BUDGETS,
+  budgetAt,
   evaluate,
   FIGURE_KEYS,
   failures,
+  formatSlope,
   formatTable,
+  SLOPE_BUDGETS,
+  slope,
+  slopeJson,
   toJson,
 } from "../support/bench-report.ts";
 
@@ -22,6 +29,7 @@ const figures = (over: Partial<BenchFigures> = {}): BenchFigures => ({
   init_s: 11.274,
   csr_s: 11.7,
   rss_mb: 194.44,
+  settled_rss_mb: 60.04,
   cpu_s: 15.051,
   talos_calls_per_node: 3,
   talos_calls_per_node_hour: 0,
@@ -34,10 +42,15 @@ describe("evaluate() verdicts", () => {
   test.each([
     ["startup_ms", { startup_ms: 150 }, "PASS"],
     ["startup_ms", { startup_ms: 150.1 }, "FAIL"],
-    ["idle_rss_mb", { idle_rss_mb: 50.5 }, "FAIL"],
+    ["idle_rss_mb", { idle_rss_mb: 48 }, "PASS"],
+    ["idle_rss_mb", { idle_rss_mb: 48.1 }, "FAIL"],
     ["init_s", { init_s: 15 }, "PASS"],
     ["csr_s", { csr_s: 11.7 }, "FAIL"],
-    ["rss_mb", { rss_mb: 89.9 }, "PASS"],
+    ["rss_mb", { rss_mb: 70 }, "PASS"],
+    ["rss_mb", { rss_mb: 70.1 }, "FAIL"],
+    ["settled_rss_mb", { settled_rss_mb: 65 }, "PASS"],
+    ["settled_rss_mb", { settled_rss_mb: 65.1 }, "FAIL"],
+    ["settled_rss_mb", { settled_rss_mb: null }, "N/A"],
     ["talos_calls_per_node", { talos_calls_per_node: 3.01 }, "FAIL"],
     ["talos_calls_per_node_hour", { talos_calls_per_node_hour: 1 }, "PASS"],
     ["cpu_s", { cpu_s: 1e6 }, "-"],
@@ -50,15 +63,60 @@ describe("evaluate() verdicts", () => {
   test.each([
     [100, "init_s", { init_s: 15.5 }, "FAIL"],
     [5000, "init_s", { init_s: 500 }, "-"],
-    [5000, "rss_mb", { rss_mb: 900 }, "-"],
+    [100, "rss_mb", { rss_mb: 70.1 }, "FAIL"],
+    [1001, "rss_mb", { rss_mb: 114 }, "PASS"],
+    [5000, "rss_mb", { rss_mb: 114 }, "PASS"],
+    [5000, "rss_mb", { rss_mb: 114.1 }, "FAIL"],
+    [5001, "rss_mb", { rss_mb: 900 }, "-"],
+    [100, "settled_rss_mb", { settled_rss_mb: 65.1 }, "FAIL"],
+    [1001, "settled_rss_mb", { settled_rss_mb: 900 }, "-"],
     [5000, "talos_calls_per_node", { talos_calls_per_node: 4 }, "FAIL"],
     [5000, "idle_rss_mb", { idle_rss_mb: 51 }, "FAIL"],
+    [100_000, "idle_rss_mb", { idle_rss_mb: 48.1 }, "FAIL"],
   ] as const)("at N = %i, %s with %j is %s", (nodes, key, over, want) => {
     expect(verdict(figures({ nodes, ...over }), key)).toBe(want);
   });
 
   test("failures() names the figures over budget", () => {
-    expect(failures(figures())).toEqual(["csr_s", "rss_mb"]);
+    expect(failures(figures())).toEqual(["idle_rss_mb", "csr_s", "rss_mb"]);
+  });
+});
+
+describe("budgetAt() size tiers", () => {
+  test.each([
+    [100, 70],
+    [1000, 70],
+    [1001, 114],
+    [5000, 114],
+    [5001, undefined],
+  ])("peak RSS at N = %i: <= %p", (nodes, max) => {
+    expect(budgetAt("rss_mb", nodes)?.max).toBe(max as number);
+  });
+
+  test.each([
+    [100, 65],
+    [1000, 65],
+    [1001, undefined],
+    [5000, undefined],
+  ])("settled RSS at N = %i: <= %p", (nodes, max) => {
+    expect(budgetAt("settled_rss_mb", nodes)?.max).toBe(max as number);
+  });
+
+  test.each([100, 1000, 1001, 5000, 5001])("idle RSS at N = %i: <= 48; the others as before", (nodes) => {
+    expect(budgetAt("idle_rss_mb", nodes)?.max).toBe(48);
+    expect(budgetAt("startup_ms", nodes)?.max).toBe(150);
+    expect(budgetAt("talos_calls_per_node", nodes)?.max).toBe(3);
+    expect(budgetAt("talos_calls_per_node_hour", nodes)?.max).toBe(1);
+    expect(budgetAt("init_s", nodes)?.max).toBe(nodes <= 1000 ? 15 : undefined);
+    expect(budgetAt("csr_s", nodes)?.max).toBe(nodes <= 1000 ? 10 : undefined);
+    expect(budgetAt("cpu_s", nodes)).toBeUndefined();
+  });
+
+  test("every budget's tiers ascend, so the first that fits is the smallest", () => {
+    for (const tiers of Object.values(BUDGETS)) {
+      const ns = tiers.map((t) => t.upToNodes);
+      expect(ns).toEqual([...ns].sort((a, b) => a - b));
+    }
   });
 });
 
@@ -73,6 +131,7 @@ describe("toJson()", () => {
       "init_s",
       "csr_s",
       "rss_mb",
+      "settled_rss_mb",
       "cpu_s",
       "talos_calls_per_node",
       "talos_calls_per_node_hour",
@@ -82,6 +141,8 @@ describe("toJson()", () => {
       startup_ms: 42,
       idle_rss_mb: 49.6,
       init_s: 11.27,
+      rss_mb: 194.4,
+      settled_rss_mb: 60,
       kube_requests_per_node: 3.02,
     });
   });
@@ -98,7 +159,8 @@ describe("formatTable()", () => {
     expect(lines[0]).toBe("header line");
     expect(lines[1]).toMatch(/^figure\s+value\s+budget\s+result$/);
     expect(text).toMatch(/^startup_ms\s+42\s+<= 150\s+PASS$/m);
-    expect(text).toMatch(/^rss_mb\s+194\.4\s+<= 90\s+FAIL$/m);
+    expect(text).toMatch(/^rss_mb\s+194\.4\s+<= 70\s+FAIL$/m);
+    expect(text).toMatch(/^settled_rss_mb\s+60\.0\s+<= 65\s+PASS$/m);
     expect(text).toMatch(/^csr_s\s+n\/a\s+<= 10\s+N\/A$/m);
     expect(text).toMatch(/^cpu_s\s+15\.05\s+-\s+-$/m);
     expect(lines.at(-1)).toBe("  a note");
@@ -109,6 +171,89 @@ describe("formatTable()", () => {
     expect(formatTable(figures({ nodes: 5000 }), "h")).toMatch(
       /^init_s\s+11\.27\s+\(<= 15 at N <= 1000\)\s+-$/m,
     );
+  });
+
+  test("shows the size tier that applies, and the last one above it", () => {
+    expect(formatTable(figures({ nodes: 5000 }), "h")).toMatch(/^rss_mb\s+194\.4\s+<= 114\s+FAIL$/m);
+    expect(formatTable(figures({ nodes: 5001 }), "h")).toMatch(
+      /^rss_mb\s+194\.4\s+\(<= 114 at N <= 5000\)\s+-$/m,
+    );
+    expect(formatTable(figures({ nodes: 5001 }), "h")).toMatch(
+      /^settled_rss_mb\s+60\.0\s+\(<= 65 at N <= 1000\)\s+-$/m,
+    );
+  });
+});
+
+describe("slope()", () => {
+  const at100 = figures({ nodes: 100, rss_mb: 60, settled_rss_mb: 55 });
+  const at1000 = figures({ nodes: 1000, rss_mb: 70, settled_rss_mb: 68.5 });
+
+  test("MiB per 1,000 nodes from the smaller N to the larger, either order", () => {
+    expect(slope("peak", at100, at1000).mbPer1000).toBeCloseTo(11.111, 3);
+    expect(slope("peak", at1000, at100)).toMatchObject({ from: 100, to: 1000 });
+    expect(slope("settled", at100, at1000).mbPer1000).toBeCloseTo(15, 9);
+  });
+
+  test("PASS or FAIL against 13 MiB per 1,000 nodes between N = 100 and 1,000", () => {
+    expect(SLOPE_BUDGETS).toEqual({ peak: 13, settled: 13 });
+    expect(slope("peak", at100, at1000)).toMatchObject({ budget: 13, verdict: "PASS" });
+    expect(slope("settled", at100, at1000).verdict).toBe("FAIL");
+    const exact = figures({ nodes: 1000, rss_mb: 60 + 11.7 });
+    expect(slope("peak", at100, exact).verdict).toBe("PASS");
+    expect(slope("peak", at100, figures({ nodes: 1000, rss_mb: 71.72 })).verdict).toBe("FAIL");
+  });
+
+  test("a negative slope passes", () => {
+    expect(slope("peak", at100, figures({ nodes: 1000, rss_mb: 50 }))).toMatchObject({
+      verdict: "PASS",
+    });
+  });
+
+  test("between other sizes it is reported only", () => {
+    const a = figures({ nodes: 20, rss_mb: 60 });
+    const b = figures({ nodes: 60, rss_mb: 62 });
+    expect(slope("peak", a, b)).toMatchObject({ from: 20, to: 60, verdict: "-" });
+    expect(slope("peak", a, b).mbPer1000).toBeCloseTo(50, 9);
+  });
+
+  test("N/A when either run lacks the figure", () => {
+    const s = slope("settled", figures({ nodes: 100, settled_rss_mb: null }), at1000);
+    expect(s).toMatchObject({ mbPer1000: null, verdict: "N/A" });
+  });
+
+  test("refuses two runs of the same size", () => {
+    expect(() => slope("peak", at1000, at1000)).toThrow(/N = 1000/);
+  });
+
+  test("formatSlope() prints the slope, its budget and the verdict", () => {
+    expect(formatSlope(slope("peak", at100, at1000))).toBe(
+      "peak RSS slope N=100→1000: 11.11 MiB per 1,000 nodes (budget <= 13, PASS)",
+    );
+    expect(formatSlope(slope("settled", at100, at1000))).toBe(
+      "settled RSS slope N=100→1000: 15.00 MiB per 1,000 nodes (budget <= 13, FAIL)",
+    );
+    expect(formatSlope(slope("peak", figures({ nodes: 20 }), figures({ nodes: 60 })))).toBe(
+      "peak RSS slope N=20→60: 0.00 MiB per 1,000 nodes (budget <= 13 stated for N=100→1000, not applied)",
+    );
+    expect(formatSlope(slope("settled", figures({ nodes: 100, settled_rss_mb: null }), at1000))).toBe(
+      "settled RSS slope N=100→1000: n/a MiB per 1,000 nodes (budget <= 13, N/A)",
+    );
+  });
+
+  test("slopeJson(): both runs' figures, smaller N first, then the two slopes, rounded", () => {
+    const json = slopeJson(at1000, at100);
+    expect(Object.keys(json)).toEqual(["runs", "peak_slope_mb_per_1000", "settled_slope_mb_per_1000"]);
+    expect(json.runs).toEqual([toJson(at100), toJson(at1000)]);
+    expect(json.runs.map((r) => Object.keys(r))).toEqual([[...FIGURE_KEYS], [...FIGURE_KEYS]]);
+    expect(json.peak_slope_mb_per_1000).toBe(11.11);
+    expect(json.settled_slope_mb_per_1000).toBe(15);
+    expect(JSON.parse(JSON.stringify(json))).toEqual(json);
+  });
+
+  test("slopeJson() keeps an unmeasured slope as null", () => {
+    const json = slopeJson({ ...at100, rss_mb: null }, at1000);
+    expect(json.peak_slope_mb_per_1000).toBeNull();
+    expect(json.settled_slope_mb_per_1000).toBe(15);
   });
 });
 
@@ -132,6 +277,8 @@ describe("parseBenchArgs()", () => {
   test("defaults", () => {
     expect(parseBenchArgs([])).toMatchObject({
       nodes: 100,
+      slope: false,
+      slopeNodes: [100, 1000],
       json: false,
       build: true,
       qpsTuning: true,
@@ -169,6 +316,22 @@ describe("parseBenchArgs()", () => {
     }
   });
 
+  test("--slope runs at N = 100 and 1,000; --slope-nodes sets the sizes and implies --slope", () => {
+    expect(parseBenchArgs(["--slope", "--json"])).toMatchObject({
+      slope: true,
+      slopeNodes: [100, 1000],
+      json: true,
+    });
+    expect(parseBenchArgs(["--slope", "--slope-nodes", "20,60"])).toMatchObject({
+      slope: true,
+      slopeNodes: [20, 60],
+    });
+    expect(parseBenchArgs(["--slope-nodes=100, 5000"])).toMatchObject({
+      slope: true,
+      slopeNodes: [100, 5000],
+    });
+  });
+
   test("without --ccm-binary the bench builds ours", () => {
     expect(parseBenchArgs(["--nodes=10"])).toMatchObject({ ccmBinary: undefined, build: true });
   });
@@ -181,6 +344,15 @@ describe("parseBenchArgs()", () => {
     [["--nodes"], /value is required/],
     [["--ccm-env=NOVALUE"], /NAME=VALUE/],
     [["--nodez=3"], /unknown flag/],
+    [["--slope", "--nodes=100"], /Cannot combine --nodes with --slope/],
+    [["--nodes=100", "--slope-nodes=20,60"], /Cannot combine --nodes with --slope/],
+    [["--slope-nodes=100"], /two positive integers with A < B/],
+    [["--slope-nodes=1000,100"], /A < B/],
+    [["--slope-nodes=100,100"], /A < B/],
+    [["--slope-nodes=0,100"], /A < B/],
+    [["--slope-nodes=10,20,30"], /A < B/],
+    [["--slope-nodes=a,b"], /A < B/],
+    [["--slope-nodes"], /value is required/],
   ])("%j is refused", (argv, message) => {
     expect(() => parseBenchArgs(argv)).toThrow(message);
   });
