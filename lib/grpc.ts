@@ -1,19 +1,20 @@
-// gRPC client transport on node:http2 with TLS, as much of it as lib/talos.ts needs: one HTTP/2
+// gRPC client transport on HTTP/2 with TLS (lib/h2.ts), as much of it as lib/talos.ts needs: one HTTP/2
 // session per endpoint shared by every call, unary and server-streaming calls, the 5-byte message
 // framing, statuses from trailers, trailers-only headers, HTTP statuses and RST_STREAM codes
 // (grpc/grpc doc/PROTOCOL-HTTP2.md and doc/http-grpc-status-mapping.md), deadlines sent as
 // `grpc-timeout` and enforced locally, cancellation, reconnection with backoff after failed
 // connects, and keepalive pings that find silently dead connections.
 // It replaces grpc-js at runtime (grpc-js stays the fake apid's server in tests): loading grpc-js
-// costs ~9.5 MB RSS and each of its client streams ~23 KB RSS, too much for two Watch streams per
-// node. talos.ts imports this module on its first call, so node:http2 is loaded only then.
+// costs ~9.5 MB RSS and each of its client streams ~23 KB RSS, node:http2's ~13 KB in Bun, too much
+// for two Watch streams per node; lib/h2.ts's cost little more than the call. talos.ts imports this
+// module on its first call, so the transport is loaded only then.
 // Not implemented: compression (the client advertises none, so servers send identity frames),
 // client or bidirectional streaming, name resolution beyond what the socket does.
 
-import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoff.ts";
+import { H2Code, type H2Headers, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
 import { endpointTarget } from "./talosconfig.ts";
 import { GrpcStatus } from "./taloserrors.ts";
@@ -95,17 +96,16 @@ export function statusFromHttp(httpStatus: number): number {
  * PROTOCOL-HTTP2.md): REFUSED_STREAM means nothing was processed, CANCEL a server-side cancel.
  */
 export function errorFromRstCode(rstCode: number): GrpcError {
-  const c = http2.constants;
   switch (rstCode) {
-    case c.NGHTTP2_REFUSED_STREAM:
+    case H2Code.REFUSED_STREAM:
       return new GrpcError(GrpcStatus.UNAVAILABLE, "Stream refused by server");
-    case c.NGHTTP2_CANCEL:
+    case H2Code.CANCEL:
       return new GrpcError(GrpcStatus.CANCELLED, "Call cancelled by server");
-    case c.NGHTTP2_ENHANCE_YOUR_CALM:
+    case H2Code.ENHANCE_YOUR_CALM:
       return new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, "Bandwidth exhausted (ENHANCE_YOUR_CALM)");
-    case c.NGHTTP2_INADEQUATE_SECURITY:
+    case H2Code.INADEQUATE_SECURITY:
       return new GrpcError(GrpcStatus.PERMISSION_DENIED, "Protocol not secure enough");
-    case c.NGHTTP2_NO_ERROR:
+    case H2Code.NO_ERROR:
       return new GrpcError(GrpcStatus.INTERNAL, "Stream ended without a gRPC status");
     default:
       return new GrpcError(GrpcStatus.INTERNAL, `Stream reset with HTTP/2 error code ${rstCode}`);
@@ -127,12 +127,12 @@ export function decodeGrpcMessage(value: string): string {
   });
 }
 
-/** Response headers or trailers as node:http2 hands them over. */
-export type Headers = http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader;
+/** Response headers or trailers as lib/h2.ts hands them over. */
+export type Headers = H2Headers;
 
 function headerValue(headers: Headers, name: string): string | undefined {
   const v = headers[name];
-  return Array.isArray(v) ? v.join(",") : v;
+  return v === undefined ? undefined : String(v);
 }
 
 /**
@@ -353,7 +353,7 @@ export type ChannelState = "idle" | "connecting" | "ready" | "failing";
 
 /** One HTTP/2 session and what the channel tracks of it. */
 class Connection {
-  readonly session: http2.ClientHttp2Session;
+  session!: H2Session;
   /** Streams open on it; the session holds the process only while some are. */
   streams = 0;
   connected = false;
@@ -362,16 +362,15 @@ class Connection {
   /** GOAWAY received or the session is ending: no new streams. */
   draining = false;
   error: Error | undefined;
-  /** performance.now() of the last frame received that proves the peer alive. */
-  lastRead = performance.now();
   keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
 
-  constructor(session: http2.ClientHttp2Session) {
-    this.session = session;
+  get gone(): boolean {
+    return this.draining || this.session.draining || this.session.destroyed;
   }
 
-  get gone(): boolean {
-    return this.draining || this.session.closed || this.session.destroyed;
+  /** performance.now() of the last bytes received: the peer is alive. */
+  get lastRead(): number {
+    return this.session.lastReadMs;
   }
 
   opened(): void {
@@ -462,15 +461,15 @@ export class GrpcChannel {
         new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, "Deadline exceeded before the call started"),
       );
     }
-    const headers: http2.OutgoingHttpHeaders = {
-      ":method": "POST",
-      ":path": path,
+    const headers: Array<readonly [string, string]> = [
+      [":method", "POST"],
+      [":path", path],
       // Sent right after the pseudo-headers, as the spec asks.
-      ...(opts.timeoutMs === undefined ? {} : { "grpc-timeout": encodeGrpcTimeout(opts.timeoutMs) }),
-      "content-type": "application/grpc",
-      te: "trailers",
-      ...opts.metadata,
-    };
+      ...(opts.timeoutMs === undefined ? [] : [["grpc-timeout", encodeGrpcTimeout(opts.timeoutMs)] as const]),
+      ["content-type", "application/grpc"],
+      ["te", "trailers"],
+      ...Object.entries(opts.metadata ?? {}).map(([k, v]) => [k.toLowerCase(), v] as const),
+    ];
     for (let attempt = 0; ; attempt++) {
       let conn: Connection;
       try {
@@ -478,9 +477,8 @@ export class GrpcChannel {
       } catch (err) {
         return call.fail(err as GrpcError);
       }
-      let stream: http2.ClientHttp2Stream;
       try {
-        stream = conn.session.request(headers);
+        call.start(conn, opts, (handler) => conn.session.request(headers, frameMessage(message), handler));
       } catch (err) {
         // GOAWAY not yet seen by us, stream ids exhausted or a session torn down meanwhile: the
         // request was never sent, so one more try on a fresh connection is safe.
@@ -494,8 +492,6 @@ export class GrpcChannel {
           }),
         );
       }
-      call.start(stream, conn, opts);
-      stream.end(frameMessage(message));
       return call;
     }
   }
@@ -530,55 +526,78 @@ export class GrpcChannel {
   }
 
   #dial(): Connection {
-    const { host, ca, cert, key } = this.#opts;
-    const servername = this.#opts.servername ?? (isIP(host) ? undefined : host);
-    const session = http2.connect(`https://${this.#authority}`, {
-      ...(ca === undefined ? {} : { ca }),
-      cert,
-      key,
-      ...(servername === undefined ? {} : { servername }),
-      ALPNProtocols: ["h2"],
-      // The identity checked is the endpoint's, also when the SNI differs (IP endpoints).
-      checkServerIdentity: (_name: string, peer: PeerCertificate) => checkServerIdentity(host, peer),
-    });
-    const conn = new Connection(session);
-    this.#conn = conn;
-    session.unref();
+    const conn = new Connection();
     const connectTimer = setTimeout(() => {
-      session.destroy(new Error(`connection not established within ${this.#connectTimeoutMs} ms`));
+      conn.session.destroy(new Error(`connection not established within ${this.#connectTimeoutMs} ms`));
     }, this.#connectTimeoutMs);
     connectTimer.unref?.();
-    session.once("connect", () => {
+    try {
+      conn.session = this.#open(conn, connectTimer);
+    } catch (err) {
       clearTimeout(connectTimer);
-      conn.connected = true;
-      conn.lastRead = performance.now();
-      this.#armKeepalive(conn, this.#keepaliveMs);
-    });
-    session.on("error", (err: Error) => {
-      conn.error ??= err;
-      log.v(2).info("gRPC connection failed", { target: this.#authority, err: err.message });
-    });
-    session.on("goaway", (code: number) => {
-      conn.draining = true;
-      if (this.#conn === conn) this.#conn = undefined;
-      if (code !== http2.constants.NGHTTP2_NO_ERROR)
-        conn.error ??= new Error(`GOAWAY with HTTP/2 error code ${code}`);
-      log.v(2).info("gRPC connection going away", { target: this.#authority, code });
-    });
-    session.once("close", () => {
-      clearTimeout(connectTimer);
-      clearTimeout(conn.keepaliveTimer);
-      conn.draining = true;
-      if (this.#conn === conn) this.#conn = undefined;
-      if (conn.answered) {
-        this.#failures = 0;
-      } else if (conn.error) {
-        // Refused, unreachable, TLS failure: wait before dialling again; calls fail fast meanwhile.
-        this.#lastError = conn.error.message;
-        this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#opts.random);
-      }
-    });
+      this.#lastError = (err as Error).message;
+      this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#opts.random);
+      throw new GrpcError(
+        GrpcStatus.UNAVAILABLE,
+        `Cannot connect to ${this.#authority}: ${this.#lastError}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    this.#conn = conn;
+    conn.session.unref();
     return conn;
+  }
+
+  /** The session of `conn`, dialled, with its events wired to the channel. */
+  #open(conn: Connection, connectTimer: ReturnType<typeof setTimeout>): H2Session {
+    const { host, ca, cert, key } = this.#opts;
+    const servername = this.#opts.servername ?? (isIP(host) ? undefined : host);
+    return H2Session.connect(
+      {
+        host,
+        port: this.#opts.port,
+        authority: this.#authority,
+        ...(ca === undefined ? {} : { ca }),
+        cert,
+        key,
+        ...(servername === undefined ? {} : { servername }),
+        // The identity checked is the endpoint's, also when the SNI differs (IP endpoints).
+        checkServerIdentity: (_name: string, peer: PeerCertificate) => checkServerIdentity(host, peer),
+      },
+      {
+        connect: () => {
+          clearTimeout(connectTimer);
+          conn.connected = true;
+          this.#armKeepalive(conn, this.#keepaliveMs);
+        },
+        error: (err: Error) => {
+          conn.error ??= err;
+          log.v(2).info("gRPC connection failed", { target: this.#authority, err: err.message });
+        },
+        goaway: (code: number) => {
+          conn.draining = true;
+          if (this.#conn === conn) this.#conn = undefined;
+          if (code !== H2Code.NO_ERROR) conn.error ??= new Error(`GOAWAY with HTTP/2 error code ${code}`);
+          log.v(2).info("gRPC connection going away", { target: this.#authority, code });
+        },
+        close: () => {
+          clearTimeout(connectTimer);
+          clearTimeout(conn.keepaliveTimer);
+          conn.draining = true;
+          conn.error ??= conn.session.error;
+          if (this.#conn === conn) this.#conn = undefined;
+          if (conn.answered) {
+            this.#failures = 0;
+          } else if (conn.error) {
+            // Refused, unreachable, TLS failure: wait before dialling again; calls fail fast meanwhile.
+            this.#lastError = conn.error.message;
+            this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#opts.random);
+          }
+        },
+      },
+    );
   }
 
   /** Pings after `keepaliveMs` of silence while streams are open; an unanswered ping drops the connection. */
@@ -589,7 +608,7 @@ export class GrpcChannel {
   }
 
   #keepalive(conn: Connection): void {
-    if (conn.session.closed || conn.session.destroyed) return;
+    if (conn.session.destroyed) return;
     const silentMs = performance.now() - conn.lastRead;
     // Without open streams grpc-go counts any ping as abuse; an idle connection needs no check.
     if (silentMs < this.#keepaliveMs || conn.streams === 0) {
@@ -605,7 +624,6 @@ export class GrpcChannel {
       conn.session.ping((err) => {
         clearTimeout(timeout);
         if (err) return;
-        conn.lastRead = performance.now();
         this.#armKeepalive(conn, this.#keepaliveMs);
       });
     } catch (err) {
@@ -616,17 +634,17 @@ export class GrpcChannel {
 }
 
 /** One call's stream: frames in, messages queued for next(), the final status. */
-class Call implements GrpcStream {
+class Call implements GrpcStream, H2StreamHandler {
   readonly #decoder: MessageDecoder;
   readonly #queue: Uint8Array[] = [];
-  #stream: http2.ClientHttp2Stream | undefined;
+  #stream: H2Stream | undefined;
+  #conn: Connection | undefined;
   /** Error decided on our side (deadline, cancel, receive limit); wins over anything received. */
   #local: GrpcError | undefined;
   /** From response headers: a non-gRPC answer; trailers may still carry the real status. */
   #headerError: GrpcError | undefined;
   /** Status received: undefined none yet, null OK. */
   #status: GrpcError | null | undefined;
-  #transportError: Error | undefined;
   /** Set once the stream closed: null OK, else the error next() throws. */
   #end: GrpcError | null | undefined;
   #wake: (() => void) | undefined;
@@ -645,8 +663,13 @@ class Call implements GrpcStream {
     return this;
   }
 
-  start(stream: http2.ClientHttp2Stream, conn: Connection, opts: GrpcCallOptions): void {
-    this.#stream = stream;
+  /**
+   * Starts the call on `conn` with `open` (which sends the request with this call as the stream's
+   * handler). @throws what `open` throws, before anything is armed.
+   */
+  start(conn: Connection, opts: GrpcCallOptions, open: (handler: H2StreamHandler) => H2Stream): void {
+    this.#stream = open(this);
+    this.#conn = conn;
     conn.opened();
     // setTimeout cannot wait longer than 2^31-1 ms; a longer deadline is left to the server.
     if (opts.timeoutMs !== undefined && opts.timeoutMs <= MAX_TIMER_MS) {
@@ -663,74 +686,72 @@ class Call implements GrpcStream {
       this.#onAbort = () => this.#cancelWith(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
       opts.signal.addEventListener("abort", this.#onAbort, { once: true });
     }
-    stream.on("response", (headers: Headers) => {
-      conn.answered = true;
-      conn.lastRead = performance.now();
+  }
+
+  onHeaders(headers: Headers, trailers: boolean): void {
+    if (!trailers) {
+      if (this.#conn) this.#conn.answered = true;
       // A status already in the headers is a Trailers-Only response.
       const status = statusFromHeaders(headers);
       if (status !== undefined) this.#status = status;
       else this.#headerError = errorFromResponseHeaders(headers);
-    });
-    stream.on("data", (chunk: Buffer) => {
-      conn.lastRead = performance.now();
-      if (this.#local || this.#headerError || this.#status !== undefined) return;
-      let messages: Uint8Array[];
-      try {
-        messages = this.#decoder.push(chunk);
-      } catch (err) {
-        this.#cancelWith(err as GrpcError);
-        return;
-      }
-      if (messages.length === 0) return;
-      for (const m of messages) this.#queue.push(m);
-      if (this.#queue.length >= QUEUE_HIGH) stream.pause();
-      this.#notify();
-    });
-    stream.on("trailers", (trailers: Headers) => {
-      // Without grpc-status, the HTTP status of the headers decides (a proxy's 503 stays UNAVAILABLE).
-      const status = statusFromHeaders(trailers); // null is OK
-      this.#status =
-        status !== undefined
-          ? status
-          : (this.#headerError ?? new GrpcError(GrpcStatus.UNKNOWN, "Trailers without grpc-status"));
-    });
-    stream.on("error", (err: Error) => {
-      this.#transportError ??= err;
-    });
-    // "close" comes once; on() spares the once-wrapper each open stream would keep.
-    stream.on("close", () => {
-      conn.closed();
-      this.#end = this.#outcome(stream, conn);
-      clearTimeout(this.#timer);
-      if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
-      this.#signal = undefined;
-      this.#onAbort = undefined;
-      this.#notify();
-    });
+      return;
+    }
+    // Without grpc-status, the HTTP status of the headers decides (a proxy's 503 stays UNAVAILABLE).
+    const status = statusFromHeaders(headers); // null is OK
+    this.#status =
+      status !== undefined
+        ? status
+        : (this.#headerError ?? new GrpcError(GrpcStatus.UNKNOWN, "Trailers without grpc-status"));
   }
 
-  /** The final result, once the stream closed. */
-  #outcome(stream: http2.ClientHttp2Stream, conn: Connection): GrpcError | null {
+  onData(chunk: Uint8Array): void {
+    if (this.#local || this.#headerError || this.#status !== undefined) return;
+    let messages: Uint8Array[];
+    try {
+      messages = this.#decoder.push(chunk);
+    } catch (err) {
+      this.#cancelWith(err as GrpcError);
+      return;
+    }
+    if (messages.length === 0) return;
+    for (const m of messages) this.#queue.push(m);
+    if (this.#queue.length >= QUEUE_HIGH) this.#stream?.pause();
+    this.#notify();
+  }
+
+  onClose(code: number | undefined): void {
+    this.#conn?.closed();
+    this.#end = this.#outcome(code);
+    clearTimeout(this.#timer);
+    if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
+    this.#signal = undefined;
+    this.#onAbort = undefined;
+    this.#notify();
+  }
+
+  /** The final result, once the stream closed with `code` (undefined: the connection was lost). */
+  #outcome(code: number | undefined): GrpcError | null {
     if (this.#local) return this.#local;
     if (this.#status === null) {
       return this.#decoder.idle ? null : new GrpcError(GrpcStatus.INTERNAL, "Stream ended inside a message");
     }
     if (this.#status) return this.#status;
     if (this.#headerError) return this.#headerError;
-    if (conn.error || conn.gone) {
-      const why = conn.error?.message ?? this.#transportError?.message ?? "the connection closed";
-      return new GrpcError(GrpcStatus.UNAVAILABLE, `Connection to the server lost: ${why}`, {
-        cause: conn.error ?? this.#transportError,
-      });
+    const conn = this.#conn;
+    if (code === undefined || (code !== H2Code.REFUSED_STREAM && conn && (conn.error || conn.gone))) {
+      const err = conn?.error ?? conn?.session.error;
+      const why = err?.message ?? "the connection closed";
+      return new GrpcError(GrpcStatus.UNAVAILABLE, `Connection to the server lost: ${why}`, { cause: err });
     }
-    return errorFromRstCode(stream.rstCode ?? http2.constants.NGHTTP2_NO_ERROR);
+    return errorFromRstCode(code);
   }
 
   #cancelWith(err: GrpcError): void {
     if (this.#end !== undefined || this.#local) return;
     this.#local = err;
     this.#queue.length = 0;
-    this.#stream?.close(http2.constants.NGHTTP2_CANCEL);
+    this.#stream?.cancel(H2Code.CANCEL);
   }
 
   #notify(): void {
@@ -743,7 +764,7 @@ class Call implements GrpcStream {
     for (;;) {
       const m = this.#queue.shift();
       if (m) {
-        if (this.#queue.length < QUEUE_LOW && this.#stream?.isPaused()) this.#stream.resume();
+        if (this.#queue.length < QUEUE_LOW && this.#stream?.paused) this.#stream.resume();
         return m;
       }
       if (this.#end !== undefined) {
