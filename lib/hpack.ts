@@ -91,64 +91,123 @@ const HUFFMAN_LENGTHS =
   "27 26 24 25 19 21 26 27 27 26 27 24 21 21 26 26 28 27 27 27 20 24 20 21 22 21 21 23 22 22 25 25 24 24 26 23 " +
   "26 27 26 26 27 27 27 27 27 28 27 27 27 27 27 26 30";
 
+/** Decoder state flags packed above the 8-bit next state of a HUFFMAN_STEP entry. */
+const EMIT = 0x100;
+const FAIL = 0x200;
+const SYMBOL_SHIFT = 10;
+
 /**
- * Canonical decoding tables: for each length L, the first code of that length, the index of its
- * first symbol in SYMBOLS, and how many codes have it.
+ * A nibble-at-a-time Huffman decoder built once from the canonical code: the states are the 256
+ * internal nodes of the code tree (0 is the root), and HUFFMAN_STEP[state * 16 + nibble] packs the
+ * state after those 4 bits, whether a symbol was completed on the way (at most one: no code is
+ * shorter than 5 bits) and which, or FAIL if the bits reached EOS. HUFFMAN_ACCEPT[state] is 1 when
+ * the bits since the last symbol are valid padding: fewer than 8, all ones (a prefix of EOS).
  */
-const HUFFMAN = (() => {
-  const lengths = HUFFMAN_LENGTHS.split(" ").map(Number);
-  const symbols = lengths
-    .map((_, s) => s)
-    .sort((a, b) => (lengths[a] as number) - (lengths[b] as number) || a - b);
-  const firstCode = new Array<number>(31).fill(0);
-  const firstIndex = new Array<number>(31).fill(0);
-  const count = new Array<number>(31).fill(0);
-  for (const l of lengths) count[l] = (count[l] as number) + 1;
-  let code = 0;
-  let index = 0;
-  for (let l = 1; l <= 30; l++) {
-    firstCode[l] = code;
-    firstIndex[l] = index;
-    code = (code + (count[l] as number)) * 2;
-    index += count[l] as number;
+const { HUFFMAN_STEP, HUFFMAN_ACCEPT } = (() => {
+  const { child, depth, allOnes } = huffmanTree(HUFFMAN_LENGTHS.split(" ").map(Number));
+  const step = new Uint32Array(256 * 16);
+  const accept = new Uint8Array(256);
+  for (let state = 0; state < 256; state++) {
+    accept[state] = (depth[state] as number) < 8 && allOnes[state] ? 1 : 0;
+    for (let nibble = 0; nibble < 16; nibble++) {
+      let node = state;
+      let entry = 0;
+      for (let bit = 3; bit >= 0; bit--) {
+        const next = child[node * 2 + ((nibble >> bit) & 1)] as number;
+        if (next >= 0) {
+          node = next;
+        } else if (next === -257) {
+          entry |= FAIL;
+          break;
+        } else {
+          entry |= EMIT | ((-next - 1) << SYMBOL_SHIFT);
+          node = 0;
+        }
+      }
+      step[state * 16 + nibble] = entry | node;
+    }
   }
-  return { symbols, firstCode, firstIndex, count };
+  return { HUFFMAN_STEP: step, HUFFMAN_ACCEPT: accept };
 })();
 
 /**
- * Decodes a Huffman-coded string (RFC 7541 §5.2): the padding must be fewer than 8 bits, all ones
- * (a prefix of EOS), and EOS itself must not appear.
+ * The code tree of the canonical code with these bit lengths: child[node * 2 + bit] is an internal
+ * node (>= 0) or the leaf of symbol s (-(s + 1)); depth and allOnes describe each internal node's
+ * path from the root.
+ */
+function huffmanTree(lengths: number[]) {
+  const symbols = lengths
+    .map((_, s) => s)
+    .sort((a, b) => (lengths[a] as number) - (lengths[b] as number) || a - b);
+  const child = new Int16Array(256 * 2).fill(0x7fff);
+  const depth = new Uint8Array(256);
+  const allOnes = new Uint8Array(256).fill(1);
+  let nodes = 1;
+  let code = 0;
+  let prevLength = lengths[symbols[0] as number] as number;
+  for (const sym of symbols) {
+    const length = lengths[sym] as number;
+    code *= 2 ** (length - prevLength);
+    prevLength = length;
+    let node = 0;
+    for (let i = length - 1; i > 0; i--) {
+      const slot = node * 2 + ((code >>> i) & 1);
+      if (child[slot] === 0x7fff) {
+        depth[nodes] = (depth[node] as number) + 1;
+        allOnes[nodes] = allOnes[node] && slot & 1 ? 1 : 0;
+        child[slot] = nodes++;
+      }
+      node = child[slot] as number;
+    }
+    child[node * 2 + (code & 1)] = -(sym + 1);
+    code++;
+  }
+  return { child, depth, allOnes };
+}
+
+/** Scratch output of the Huffman decoder (a symbol is at least 5 bits, so 2 octets per input octet). */
+let huffmanOut = Buffer.alloc(256);
+/** The largest scratch output kept between calls; longer strings get one of their own. */
+const HUFFMAN_OUT_KEPT = 16_384;
+
+/**
+ * Decodes a Huffman-coded string (RFC 7541 §5.2) as latin1: the padding must be fewer than 8 bits,
+ * all ones (a prefix of EOS), and EOS itself must not appear.
  * @throws {HpackError}
  */
 export function huffmanDecode(bytes: Uint8Array): string {
-  const { symbols, firstCode, firstIndex, count } = HUFFMAN;
-  let out = "";
-  let code = 0;
-  let len = 0;
-  for (const byte of bytes) {
-    for (let bit = 7; bit >= 0; bit--) {
-      code = code * 2 + ((byte >> bit) & 1);
-      len++;
-      const offset = code - (firstCode[len] as number);
-      if (offset >= 0 && offset < (count[len] as number)) {
-        const sym = symbols[(firstIndex[len] as number) + offset] as number;
-        if (sym === 256) throw new HpackError("Huffman string contains EOS");
-        out += String.fromCharCode(sym);
-        code = 0;
-        len = 0;
-      } else if (len >= 30) {
-        throw new HpackError("invalid Huffman code");
-      }
-    }
+  return huffman(bytes, 0, bytes.length);
+}
+
+/** huffmanDecode of bytes[start, end). */
+function huffman(bytes: Uint8Array, start: number, end: number): string {
+  let out = huffmanOut;
+  if ((end - start) * 2 > out.length) {
+    out = Buffer.allocUnsafe((end - start) * 2);
+    if (out.length <= HUFFMAN_OUT_KEPT) huffmanOut = out;
   }
-  if (len > 7) throw new HpackError("Huffman padding longer than 7 bits");
-  if (code !== 2 ** len - 1) throw new HpackError("Huffman padding is not a prefix of EOS");
-  return out;
+  let n = 0;
+  let state = 0;
+  for (let i = start; i < end; i++) {
+    const byte = bytes[i] as number;
+    let entry = HUFFMAN_STEP[state * 16 + (byte >> 4)] as number;
+    if (entry & FAIL) throw new HpackError("Huffman string contains EOS");
+    if (entry & EMIT) out[n++] = entry >> SYMBOL_SHIFT;
+    entry = HUFFMAN_STEP[(entry & 0xff) * 16 + (byte & 0x0f)] as number;
+    if (entry & FAIL) throw new HpackError("Huffman string contains EOS");
+    if (entry & EMIT) out[n++] = entry >> SYMBOL_SHIFT;
+    state = entry & 0xff;
+  }
+  if (!HUFFMAN_ACCEPT[state]) throw new HpackError("Huffman padding is not a prefix of EOS under 8 bits");
+  return out.toString("latin1", 0, n);
 }
 
 /** A cursor over one header block. */
 class Reader {
   pos = 0;
+  /** The block as a Buffer, for latin1 decoding; made on the first plain string literal. */
+  #view: Buffer | undefined;
+
   constructor(readonly buf: Uint8Array) {}
 
   byte(): number {
@@ -156,18 +215,21 @@ class Reader {
     return this.buf[this.pos++] as number;
   }
 
-  /** An integer with an N-bit prefix (RFC 7541 §5.1), the prefix's first byte already read. */
+  /**
+   * An integer with an N-bit prefix (RFC 7541 §5.1) whose first octet is already read: at most 5
+   * continuation octets and at most 2^31 - 1, far beyond any size or index a peer can mean.
+   */
   integer(first: number, prefixBits: number): number {
     const max = (1 << prefixBits) - 1;
     let value = first & max;
     if (value < max) return value;
     for (let shift = 0; ; shift += 7) {
-      if (shift > 28) throw new HpackError("integer overflow");
+      if (shift > 28) throw new HpackError("integer with more than 5 continuation octets");
       const b = this.byte();
       value += (b & 0x7f) * 2 ** shift;
       if (!(b & 0x80)) break;
     }
-    if (value > 2 ** 31) throw new HpackError("integer overflow");
+    if (value > 0x7fffffff) throw new HpackError("integer overflow");
     return value;
   }
 
@@ -175,37 +237,48 @@ class Reader {
   string(): string {
     const first = this.byte();
     const length = this.integer(first, 7);
-    if (this.pos + length > this.buf.length) throw new HpackError("truncated string literal");
-    const raw = this.buf.subarray(this.pos, this.pos + length);
-    this.pos += length;
-    return first & 0x80
-      ? huffmanDecode(raw)
-      : Buffer.from(raw.buffer, raw.byteOffset, raw.length).toString("latin1");
+    const start = this.pos;
+    const end = start + length;
+    if (end > this.buf.length) throw new HpackError("truncated string literal");
+    this.pos = end;
+    if (first & 0x80) return huffman(this.buf, start, end);
+    this.#view ??= Buffer.isBuffer(this.buf)
+      ? this.buf
+      : Buffer.from(this.buf.buffer, this.buf.byteOffset, this.buf.length);
+    return this.#view.toString("latin1", start, end);
   }
 }
+
+/** The size of the peer's dynamic table until it sends an update: SETTINGS_HEADER_TABLE_SIZE's initial value. */
+const INITIAL_TABLE_SIZE = 4096;
 
 /** Decoder for one HTTP/2 connection's header blocks (it keeps the dynamic table between blocks). */
 export class HpackDecoder {
   readonly #maxTableSize: number;
   readonly #maxListBytes: number;
-  /** Newest entry first. */
-  #table: Array<readonly [string, string]> = [];
+  /** The dynamic table, newest entry first (index 62 is #table[0]). */
+  readonly #table: Array<readonly [string, string]> = [];
+  /** The table's size in RFC 7541 §4.1 terms (name + value + 32 per entry). */
   #size = 0;
-  #capacity: number;
+  /** The table's maximum size: 4096 until the peer's encoder sends a dynamic table size update. */
+  #capacity = INITIAL_TABLE_SIZE;
 
   /**
-   * @param maxTableSize the SETTINGS_HEADER_TABLE_SIZE we advertised (default 4096).
-   * @param maxHeaderListBytes largest decoded header list (name + value + 32 per field).
+   * @param maxTableSize the SETTINGS_HEADER_TABLE_SIZE we advertised (default 4096): the largest
+   *   dynamic table size update the peer may send. The table starts at 4096 whatever this is, as the
+   *   peer's encoder does (RFC 7540 §6.5.2), until the peer sends an update.
+   * @param maxHeaderListBytes largest decoded header list (RFC 7540 sizing: name + value + 32 per
+   *   field); beyond it decode() throws HpackError (fail closed, default 65536).
    */
   constructor(maxTableSize = 4096, maxHeaderListBytes = 65_536) {
     this.#maxTableSize = maxTableSize;
-    this.#capacity = maxTableSize;
     this.#maxListBytes = maxHeaderListBytes;
   }
 
   /**
-   * Decodes one complete header block into [name, value] pairs in order.
-   * @throws {HpackError}
+   * Decodes one complete header block (all HEADERS and CONTINUATION fragments joined) into
+   * [name, value] pairs in order. Names and values are latin1 (one char per octet).
+   * @throws {HpackError} for a malformed block: the connection's decoding state is then lost.
    */
   decode(block: Uint8Array): Array<[string, string]> {
     const r = new Reader(block);
@@ -270,41 +343,67 @@ export class HpackDecoder {
   }
 }
 
-function pushInteger(out: number[], value: number, prefixBits: number, flags: number): void {
-  const max = (1 << prefixBits) - 1;
-  if (value < max) {
-    out.push(flags | value);
-    return;
+/** The octets of an integer with an N-bit prefix (RFC 7541 §5.1). */
+function integerLength(value: number, prefixBits: number): number {
+  let n = 1;
+  for (let v = value - ((1 << prefixBits) - 1); v >= 0; v = Math.floor(v / 128)) {
+    n++;
+    if (v < 128) break;
   }
-  out.push(flags | max);
-  let v = value - max;
-  while (v >= 0x80) {
-    out.push((v & 0x7f) | 0x80);
-    v = Math.floor(v / 128);
-  }
-  out.push(v);
+  return n;
 }
 
-function pushString(out: number[], s: string): void {
-  pushInteger(out, s.length, 7, 0);
-  for (let i = 0; i < s.length; i++) out.push(s.charCodeAt(i) & 0xff);
+/** Writes an integer with an N-bit prefix (RFC 7541 §5.1) whose first octet also holds flags; returns the end. */
+function writeInteger(
+  out: Uint8Array,
+  pos: number,
+  value: number,
+  prefixBits: number,
+  flags: number,
+): number {
+  const max = (1 << prefixBits) - 1;
+  if (value < max) {
+    out[pos] = flags | value;
+    return pos + 1;
+  }
+  out[pos++] = flags | max;
+  let v = value - max;
+  for (; v >= 0x80; v = Math.floor(v / 128)) out[pos++] = (v & 0x7f) | 0x80;
+  out[pos] = v;
+  return pos + 1;
+}
+
+/** Writes a string literal without Huffman (RFC 7541 §5.2), one octet per char; returns the end. */
+function writeString(out: Uint8Array, pos: number, s: string): number {
+  let p = writeInteger(out, pos, s.length, 7, 0);
+  for (let i = 0; i < s.length; i++) out[p++] = s.charCodeAt(i);
+  return p;
 }
 
 /**
- * Encodes request headers as literals without indexing (the name from the static table when it
- * holds it), without Huffman. Names must be lower-case.
+ * Encodes request headers as literals without indexing (RFC 7541 §6.2.2; the name by its static
+ * index when the static table holds it, else a literal name), without Huffman, so the peer's
+ * dynamic table is never used. Names must already be lower-case; names and values are written as
+ * latin1 (one octet per char: a char above U+00FF keeps only its low octet).
  */
 export function encodeHeaders(headers: ReadonlyArray<readonly [string, string]>): Uint8Array {
-  const out: number[] = [];
+  let length = 0;
+  for (const [name, value] of headers) {
+    const index = STATIC_NAME.get(name);
+    length += index === undefined ? 1 + integerLength(name.length, 7) + name.length : integerLength(index, 4);
+    length += integerLength(value.length, 7) + value.length;
+  }
+  const out = new Uint8Array(length);
+  let pos = 0;
   for (const [name, value] of headers) {
     const index = STATIC_NAME.get(name);
     if (index === undefined) {
-      out.push(0);
-      pushString(out, name);
+      out[pos++] = 0;
+      pos = writeString(out, pos, name);
     } else {
-      pushInteger(out, index, 4, 0);
+      pos = writeInteger(out, pos, index, 4, 0);
     }
-    pushString(out, value);
+    pos = writeString(out, pos, value);
   }
-  return Uint8Array.from(out);
+  return out;
 }
