@@ -345,6 +345,26 @@ describe("GrpcChannel against a scripted server", () => {
     expect(scripted.accepted - before).toBe(1);
   });
 
+  test("the server's MAX_CONCURRENT_STREAMS holds later calls back until a stream closes; all complete", async () => {
+    scripted.handler = (stream) => reply(stream, [Uint8Array.of(1)]);
+    const ch = channel();
+    await ch.unary("/s/M", new Uint8Array());
+    for (const s of scripted.sessions) s.settings({ maxConcurrentStreams: 2 });
+    await Bun.sleep(100);
+    let open = 0;
+    let most = 0;
+    scripted.handler = (stream) => {
+      most = Math.max(most, ++open);
+      setTimeout(() => {
+        open--;
+        reply(stream, [Uint8Array.of(2)]);
+      }, 20);
+    };
+    const all = await Promise.all(Array.from({ length: 10 }, () => ch.unary("/s/M", new Uint8Array())));
+    expect(all.map((m) => m[0])).toEqual(Array(10).fill(2));
+    expect(most).toBe(2);
+  });
+
   test.each<[string, Handler, number, string]>([
     [
       "Trailers-Only with a percent-encoded message",
