@@ -100,8 +100,6 @@ export class H2Stream {
   /** The request body not sent yet (flow control), with END_STREAM after it. */
   pending: Uint8Array | undefined;
   closed = false;
-  /** The RST_STREAM code, when the stream was reset. */
-  rstCode: number | undefined;
 
   constructor(
     readonly session: H2Session,
@@ -324,7 +322,6 @@ export class H2Session {
     } else if (!this.#destroyed) {
       this.#frame(T.RST_STREAM, 0, stream.id, u32(code));
     }
-    stream.rstCode = code;
     this.#closeStream(stream, code, true);
   }
 
@@ -656,8 +653,7 @@ export class H2Session {
     }
     const stream = this.#streams.get(streamId);
     if (!stream) return;
-    stream.rstCode = payload.readUInt32BE(0);
-    this.#closeStream(stream, stream.rstCode, true);
+    this.#closeStream(stream, payload.readUInt32BE(0), true);
   }
 
   #onSettings(flags: number, streamId: number, payload: Buffer): void {
@@ -730,12 +726,10 @@ export class H2Session {
     // Streams the server did not process are refused (safe to retry); waiting ones never started.
     for (const s of [...this.#streams.values()]) {
       if (s.id > this.#lastAllowed) {
-        s.rstCode = H2Code.REFUSED_STREAM;
         this.#closeStream(s, H2Code.REFUSED_STREAM, false);
       }
     }
     for (const s of this.#waiting.splice(0)) {
-      s.rstCode = H2Code.REFUSED_STREAM;
       this.#closeStream(s, H2Code.REFUSED_STREAM, false);
     }
     this.#events.goaway?.(code);
