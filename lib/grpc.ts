@@ -331,13 +331,27 @@ export interface GrpcCallOptions {
   signal?: AbortSignal;
 }
 
-/** The messages of a server-streaming call, pulled one at a time. */
+/** Receives a call's messages as they arrive (see {@link GrpcStream.listen}). */
+export interface GrpcStreamListener {
+  /** One message. It should not throw: a throw cancels the call with INTERNAL. */
+  onMessage(message: Uint8Array): void;
+  /** The call ended: null for status OK, else its error. Called once, last. */
+  onEnd(err: GrpcError | null): void;
+}
+
+/** The messages of a server-streaming call, pulled one at a time or pushed to a listener. */
 export interface GrpcStream {
   /**
    * The next message; undefined once the call ended with status OK.
    * @throws {GrpcError} the call's status when it is not OK.
    */
   next(): Promise<Uint8Array | undefined>;
+  /**
+   * Pushes the messages to `listener` from now on, synchronously as they are decoded: first those
+   * already received, then each one as it arrives, then the end (at once if the call already
+   * ended). A long-lived watch holds no promise or frame while it waits. Not with next().
+   */
+  listen(listener: GrpcStreamListener): void;
   /**
    * Ends the call (RST_STREAM CANCEL) and drops unread messages; when it was still running, a
    * pending or later next() fails with CANCELLED. Idempotent.
@@ -652,6 +666,8 @@ class Call implements GrpcStream, H2StreamHandler {
   #signal: AbortSignal | undefined;
   /** Made only for a call with a signal: long-lived watches have none, and each closure stays resident. */
   #onAbort: (() => void) | undefined;
+  #listener: GrpcStreamListener | undefined;
+  #endSent = false;
 
   constructor(maxReceive: number) {
     this.#decoder = new MessageDecoder(maxReceive);
@@ -715,6 +731,10 @@ class Call implements GrpcStream, H2StreamHandler {
       return;
     }
     if (messages.length === 0) return;
+    if (this.#listener) {
+      for (const m of messages) if (!this.#local) this.#push(this.#listener, m);
+      return;
+    }
     for (const m of messages) this.#queue.push(m);
     if (this.#queue.length >= QUEUE_HIGH) this.#stream?.pause();
     this.#notify();
@@ -727,7 +747,8 @@ class Call implements GrpcStream, H2StreamHandler {
     if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
     this.#signal = undefined;
     this.#onAbort = undefined;
-    this.#notify();
+    if (this.#listener) this.#sendEnd(this.#listener);
+    else this.#notify();
   }
 
   /** The final result, once the stream closed with `code` (undefined: the connection was lost). */
@@ -775,6 +796,31 @@ class Call implements GrpcStream, H2StreamHandler {
         this.#wake = resolve;
       });
     }
+  }
+
+  listen(listener: GrpcStreamListener): void {
+    if (this.#listener) throw new Error("GrpcStream.listen: already listening");
+    this.#listener = listener;
+    for (let m = this.#queue.shift(); m && !this.#local; m = this.#queue.shift()) this.#push(listener, m);
+    this.#queue.length = 0;
+    if (this.#stream?.paused) this.#stream.resume();
+    if (this.#end !== undefined) this.#sendEnd(listener);
+  }
+
+  #push(listener: GrpcStreamListener, m: Uint8Array): void {
+    try {
+      listener.onMessage(m);
+    } catch (err) {
+      this.#cancelWith(
+        new GrpcError(GrpcStatus.INTERNAL, `The stream's listener failed: ${err}`, { cause: err }),
+      );
+    }
+  }
+
+  #sendEnd(listener: GrpcStreamListener): void {
+    if (this.#endSent) return;
+    this.#endSent = true;
+    listener.onEnd(this.#end ?? null);
   }
 
   cancel(): void {

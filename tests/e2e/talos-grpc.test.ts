@@ -512,6 +512,68 @@ describe("GrpcChannel against a scripted server", () => {
     expect(got.every((v, i) => v === i)).toBe(true);
   });
 
+  test("listen(): messages received before it first, then each as it arrives, in order, then the status once", async () => {
+    let held: http2.ServerHttp2Stream | undefined;
+    scripted.handler = (s) => {
+      held = s;
+      s.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+      s.on("wantTrailers", () => s.sendTrailers({ "grpc-status": "0" }));
+      s.write(Buffer.concat([frameMessage(Uint8Array.of(1)), frameMessage(Uint8Array.of(2))]));
+    };
+    const stream = channel().serverStream("/s/Watch", new Uint8Array());
+    expect([...((await stream.next()) ?? [])]).toEqual([1]);
+    await Bun.sleep(50); // message 2 waits in the call's queue
+    const got: number[] = [];
+    const ends: Array<GrpcError | null> = [];
+    stream.listen({ onMessage: (m) => got.push(...m), onEnd: (e) => ends.push(e) });
+    expect(got).toEqual([2]); // delivered by listen() itself
+    held?.write(frameMessage(Uint8Array.of(3)));
+    await until(() => got.length === 2, "message 3");
+    // 10,000 more in one go: no pause, all pushed, in order.
+    held?.end(Buffer.concat(Array.from({ length: 10_000 }, (_, i) => frameMessage(Uint8Array.of(i & 255)))));
+    await until(() => ends.length > 0, "the end of the call");
+    expect(got.length).toBe(2 + 10_000);
+    expect(got.slice(2).every((v, i) => v === (i & 255))).toBe(true);
+    expect(ends).toEqual([null]);
+    expect(() => stream.listen({ onMessage: () => {}, onEnd: () => {} })).toThrow("already listening");
+  });
+
+  test("listen(): a call that already failed ends at once; a listener that throws cancels the call INTERNAL", async () => {
+    const ac = new AbortController();
+    ac.abort();
+    const ended: Array<GrpcError | null> = [];
+    channel()
+      .serverStream("/s/Watch", new Uint8Array(), { signal: ac.signal })
+      .listen({ onMessage: () => {}, onEnd: (e) => ended.push(e) });
+    expect(ended.map((e) => e?.code)).toEqual([GrpcStatus.CANCELLED]);
+
+    let serverClosed = false;
+    scripted.handler = (s) => {
+      s.respond({ ":status": 200, "content-type": "application/grpc" });
+      s.write(Buffer.concat([frameMessage(Uint8Array.of(1)), frameMessage(Uint8Array.of(2))]));
+      s.on("close", () => {
+        serverClosed = true;
+      });
+    };
+    const got: number[] = [];
+    const ends: Array<GrpcError | null> = [];
+    channel()
+      .serverStream("/s/Watch", new Uint8Array())
+      .listen({
+        onMessage: (m) => {
+          got.push(...m);
+          throw new Error("handler bug");
+        },
+        onEnd: (e) => ends.push(e),
+      });
+    await until(() => ends.length > 0, "the end of the call");
+    expect(got).toEqual([1]); // nothing after the throw
+    expect(ends.map((e) => [e?.code, e?.details])).toEqual([
+      [GrpcStatus.INTERNAL, expect.stringContaining("handler bug")],
+    ]);
+    await until(() => serverClosed, "the server to see the reset");
+  });
+
   test("an AbortSignal resets the stream: the server sees it closed, the call is CANCELLED", async () => {
     let serverClosed = false;
     scripted.handler = (s) => {
