@@ -1,9 +1,10 @@
 // Talos machine API (apid) client: one gRPC channel per endpoint shared by every call and watch,
 // round-robin with failover, COSI Get/List/Watch of the resources a CCM reads, MachineService
 // Version, retries by status code, watches that resubscribe, talosconfig rotation, and the
-// `talosccm_api_*` metrics. The talosconfig and error types come from lib/talosconfig.ts, the wire
-// (paths, resources, decoding into lib/types.ts) from lib/taloswire.ts, the gRPC transport
-// (node:http2) from lib/grpc.ts.
+// `talosccm_api_*` metrics. The talosconfig and error types come from lib/talosconfig.ts and
+// lib/taloserrors.ts, the wire (paths, resources, decoding into lib/types.ts) from lib/taloswire.ts,
+// one watch's life (pushed events, resubscribe) from lib/taloswatch.ts, the gRPC transport from
+// lib/grpc.ts.
 // Memory: the transport is imported on the first call only, so loading this module and the
 // talosconfig costs nothing of it; the protobuf code is ts-proto output (plain functions on
 // protobuf-es' wire reader and writer), not protoc-gen-es' reflection runtime (~10 MB under Bun).
@@ -12,7 +13,7 @@ import { type FSWatcher, watch as fsWatch, statSync } from "node:fs";
 import { isIP } from "node:net";
 import { basename, dirname } from "node:path";
 import { type Backoff, backoffDelay, wait } from "./backoff.ts";
-import type { GrpcChannel, GrpcStream } from "./grpc.ts";
+import type { GrpcChannel } from "./grpc.ts";
 import { logger } from "./log.ts";
 import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
 import { GetRequest, ListRequest } from "./talos_pb.ts";
@@ -22,12 +23,12 @@ import {
   loadTalosConfig,
   type TalosConfig,
 } from "./talosconfig.ts";
-import { GrpcStatus, TalosError, TalosNotFoundError, TalosPermissionError } from "./taloserrors.ts";
+import { statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
+import { type TalosWatch, type TalosWatchHandler, type WatchHost, WatchSession } from "./taloswatch.ts";
 import {
   decodeGetResponse,
   decodeListResponse,
   decodeVersionResponse,
-  decodeWatchResponse,
   encodeWatchRequest,
   PATHS,
   RESOURCES,
@@ -44,12 +45,14 @@ import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } fro
 
 // What the client throws and returns, so that its users import one module.
 export {
+  statusError,
   TalosDecodeError,
   TalosError,
   type TalosErrorCode,
   TalosNotFoundError,
   TalosPermissionError,
 } from "./taloserrors.ts";
+export type { TalosWatch, TalosWatchHandler } from "./taloswatch.ts";
 export type {
   ResourceData,
   ResourceKind,
@@ -73,55 +76,6 @@ const MAX_MESSAGE_BYTES = 32 << 20;
  * certificate is still checked against the IP itself.
  */
 const IP_ENDPOINT_SNI = "talos";
-
-// ---------------------------------------------------------------------------------------------
-// Retry policy
-
-interface GrpcLikeError {
-  code?: unknown;
-  details?: unknown;
-  message?: unknown;
-}
-
-/**
- * Maps a gRPC status to a TalosError following talos-api.md §5: Unavailable, DeadlineExceeded,
- * Canceled (not by us) and Internal (except "invalid target") are retryable; NotFound is a typed
- * "not yet"; PermissionDenied, InvalidArgument and Unimplemented are final.
- * @param what "Cannot <what>" prefix of the message, e.g. `get PlatformMetadatas.talos.dev on node 10.0.0.5`.
- */
-export function statusError(what: string, err: unknown): TalosError {
-  if (err instanceof TalosError) return err;
-  const e = (err ?? {}) as GrpcLikeError;
-  const code = typeof e.code === "number" ? e.code : GrpcStatus.UNKNOWN;
-  const details = String(e.details ?? e.message ?? err);
-  const msg = `Cannot ${what}: ${details}`;
-  const opts = { cause: err, grpcCode: code };
-  switch (code) {
-    case GrpcStatus.NOT_FOUND:
-      return new TalosNotFoundError(`Cannot ${what}: not found (yet): ${details}`, { cause: err });
-    case GrpcStatus.PERMISSION_DENIED:
-      return new TalosPermissionError(
-        `Cannot ${what}: permission denied (${details}): the talosconfig certificate needs role os:reader ` +
-          "(and this Talos must serve the resource type); check machine.features.kubernetesTalosAPIAccess " +
-          "allowedRoles and the talos.dev ServiceAccount roles",
-        { cause: err },
-      );
-    case GrpcStatus.UNAVAILABLE:
-      return new TalosError("unavailable", msg, { ...opts, retryable: true });
-    case GrpcStatus.DEADLINE_EXCEEDED:
-      return new TalosError("deadline", msg, { ...opts, retryable: true });
-    case GrpcStatus.CANCELLED:
-      return new TalosError("unavailable", msg, { ...opts, retryable: true });
-    case GrpcStatus.INTERNAL:
-      return new TalosError("internal", msg, { ...opts, retryable: !details.includes("invalid target") });
-    case GrpcStatus.INVALID_ARGUMENT:
-      return new TalosError("invalid", msg, opts);
-    case GrpcStatus.UNIMPLEMENTED:
-      return new TalosError("unimplemented", msg, opts);
-    default:
-      return new TalosError("internal", msg, opts);
-  }
-}
 
 function abortError(what: string): TalosError {
   return new TalosError("canceled", `Cannot ${what}: canceled`);
@@ -249,15 +203,6 @@ export interface WatchOptions {
   signal?: AbortSignal;
 }
 
-interface WatchSession {
-  generation: Generation | undefined;
-  channel: GrpcChannel | undefined;
-  reconnecting: boolean;
-  call: GrpcStream | undefined;
-  /** Leaves the generation the stream runs on; set while subscribed. */
-  leave: (() => void) | undefined;
-}
-
 /** Deadline and cancellation of one attempt. */
 interface AttemptOptions {
   timeoutMs: number;
@@ -274,7 +219,8 @@ const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
  * @example
  * const talos = TalosClient.load();            // talosconfig search, TALOS_ENDPOINTS, file watching
  * const meta = await talos.platformMetadata("10.0.0.5");
- * for await (const ev of talos.watch("10.0.0.5", "addresses", { signal })) console.log(ev.type);
+ * const w = talos.subscribe("10.0.0.5", "addresses", { onEvent: (ev) => console.log(ev.type), onEnd: console.error });
+ * w.close();
  * talos.close();
  */
 export class TalosClient {
@@ -289,6 +235,7 @@ export class TalosClient {
   readonly #duration: Histogram;
   readonly #errors: Counter;
   readonly #watches = new Set<WatchSession>();
+  readonly #watchHost: WatchHost;
   #config: TalosConfig;
   #generation: Generation | undefined;
   #roundRobin = 0;
@@ -333,6 +280,26 @@ export class TalosClient {
       "Talos API calls that failed after retries.",
       ["request"],
     );
+    const client = this;
+    this.#watchHost = {
+      get closed() {
+        return client.#closed;
+      },
+      open: (session) => this.#openWatch(session),
+      leave: (session) => this.#leave(session.generation as Generation),
+      failed: async (session, e) => {
+        this.#errors.inc({ request: `watch_${session.kind}` });
+        if (!e.retryable) return;
+        log.v(2).info("Resubscribing Talos watch", {
+          node: session.node,
+          type: RESOURCES[session.kind].type,
+          err: e.message,
+        });
+        if (e.code === "unavailable" && session.channel) await this.#maybeReloadAfterFailure(session.channel);
+      },
+      retryDelay: (failures) => backoffDelay(failures - 1, this.#watchBackoff, this.#random),
+      drop: (session) => this.#watches.delete(session),
+    };
   }
 
   /**
@@ -478,12 +445,34 @@ export class TalosClient {
   }
 
   /**
-   * Watches one kind of resource on a node as an async iterator that never ends on its own: it
-   * resubscribes with jittered backoff after Unavailable, apid restarts or talosconfig reloads,
-   * and re-delivers the current state each time (`created` events, then for list watches
-   * `destroyed` for what vanished meanwhile and `bootstrapped`). An `errored` event marks the
-   * start of each outage. Many watches share the channel as HTTP/2 streams.
+   * Watches one kind of resource on a node, pushing each event to `handler` as it arrives; never
+   * ends on its own: it resubscribes with jittered backoff after Unavailable, apid restarts or
+   * talosconfig reloads, and re-delivers the current state each time (`created` events, then for
+   * list watches `destroyed` for what vanished meanwhile and `bootstrapped`). An `errored` event
+   * marks the start of each outage. A non-retryable error (e.g. PermissionDenied) ends it with
+   * `handler.onEnd`, and so does closing the client (code "closed"). Many watches share the
+   * channel as HTTP/2 streams; one waiting for events holds no promise or generator.
    * @param kind For singleton kinds the id defaults to the singleton; for `addresses` and `links` all are watched.
+   */
+  subscribe<K extends ResourceKind>(
+    nodeIP: string,
+    kind: K,
+    handler: TalosWatchHandler<ResourceData[K]>,
+    opts: { id?: string } = {},
+  ): TalosWatch {
+    const session = new WatchSession(this.#watchHost, nodeIP, kind, opts.id ?? RESOURCES[kind].id, handler);
+    if (this.#closed) {
+      session.abandon(new TalosError("closed", "Cannot watch Talos: the client is closed"));
+      return session;
+    }
+    this.#watches.add(session);
+    session.start();
+    return session;
+  }
+
+  /**
+   * {@link subscribe} as an async iterator: the same events; it ends when `opts.signal` aborts or
+   * the client closes, and throws the non-retryable error that ended the watch.
    * @throws {TalosError} from the iterator on non-retryable errors (e.g. PermissionDenied).
    */
   watch<K extends ResourceKind>(
@@ -491,7 +480,13 @@ export class TalosClient {
     kind: K,
     opts: WatchOptions = {},
   ): AsyncIterable<TalosWatchEvent<ResourceData[K]>> {
-    return { [Symbol.asyncIterator]: () => this.#watch(nodeIP, kind, opts) };
+    return {
+      [Symbol.asyncIterator]: () =>
+        iterateWatch<ResourceData[K]>(
+          (h) => this.subscribe(nodeIP, kind, h, opts.id === undefined ? {} : { id: opts.id }),
+          opts.signal,
+        ),
+    };
   }
 
   /**
@@ -542,7 +537,8 @@ export class TalosClient {
     this.#fileWatcher?.close();
     clearInterval(this.#pollTimer);
     this.#sem.failAll(new TalosError("closed", "Cannot call Talos: the client is closed"));
-    for (const w of this.#watches) w.call?.cancel();
+    const closed = new TalosError("closed", "Cannot watch Talos: the client is closed");
+    for (const w of [...this.#watches]) w.abandon(closed);
     if (this.#generation) this.#closeGeneration(this.#generation);
     this.#generation = undefined;
   }
@@ -627,9 +623,13 @@ export class TalosClient {
     return () => {
       if (done) return;
       done = true;
-      gen.inFlight--;
-      if (gen.retired && gen.inFlight === 0) this.#closeGeneration(gen);
+      this.#leave(gen);
     };
+  }
+
+  #leave(gen: Generation): void {
+    gen.inFlight--;
+    if (gen.retired && gen.inFlight === 0) this.#closeGeneration(gen);
   }
 
   /**
@@ -766,136 +766,80 @@ export class TalosClient {
     }
   }
 
-  async *#watch<K extends ResourceKind>(
-    node: string,
-    kind: K,
-    opts: WatchOptions,
-  ): AsyncGenerator<TalosWatchEvent<ResourceData[K]>> {
-    const { namespace, type } = RESOURCES[kind];
-    const id = opts.id ?? RESOURCES[kind].id;
-    const what = `watch ${type} on node ${node}`;
-    const request = encodeWatchRequest(namespace, type, id);
-    const { signal } = opts;
-    // A list watch remembers what it delivered, to report what vanished while it resubscribed; a
-    // singleton watch needs no copy of its resource (one per node would stay resident).
-    const known = id === undefined ? new Map<string, ResourceData[K]>() : undefined;
-    const session: WatchSession = {
-      generation: undefined,
-      channel: undefined,
-      reconnecting: false,
-      call: undefined,
-      leave: undefined,
-    };
-    const onAbort = () => session.call?.cancel();
-    signal?.addEventListener("abort", onAbort, { once: true });
-    this.#watches.add(session);
-    let failures = 0;
-    try {
-      while (!signal?.aborted && !this.#closed) {
-        try {
-          const { call, first } = await this.#subscribe(session, node, request, signal);
-          failures = 0;
-          yield* watchEvents(kind, call, first, known, what);
-          throw new TalosError("unavailable", `Cannot ${what}: stream ended`, { retryable: true });
-        } catch (err) {
-          if (signal?.aborted || this.#closed) return;
-          if (session.reconnecting) continue;
-          const e = statusError(what, err);
-          this.#errors.inc({ request: `watch_${kind}` });
-          if (!e.retryable) throw e;
-          if (failures++ === 0) yield { type: "errored", error: e.message };
-          await this.#resubscribeDelay(session, node, type, failures, e, signal);
-        } finally {
-          session.call?.cancel();
-          session.call = undefined;
-          session.leave?.();
-          session.leave = undefined;
-        }
-      }
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-      this.#watches.delete(session);
-    }
-  }
-
-  /**
-   * Opens the watch stream on the current generation's channel, holding a concurrency slot until the
-   * first response (empty from Talos) says the watch is established.
-   */
-  async #subscribe(
-    session: WatchSession,
-    node: string,
-    request: Uint8Array,
-    signal: AbortSignal | undefined,
-  ): Promise<{ call: GrpcStream; first: Uint8Array | undefined }> {
-    const release = await this.#sem.acquire(signal);
+  /** {@link WatchHost.open}: the watch's stream on the current channels, and its first response. */
+  async #openWatch(session: WatchSession): Promise<Uint8Array | undefined> {
+    const release = await this.#sem.acquire();
     try {
       const gen = await this.#currentGeneration();
-      session.leave = this.#enter(gen);
+      gen.inFlight++;
       session.generation = gen;
       session.reconnecting = false;
-      session.channel = this.#pick(gen);
-      const call = session.channel.serverStream(PATHS.watch, request, { metadata: { node } });
+      const channel = this.#pick(gen);
+      session.channel = channel;
+      const { namespace, type } = RESOURCES[session.kind];
+      const request = encodeWatchRequest(namespace, type, session.id);
+      const call = channel.serverStream(PATHS.watch, request, { metadata: { node: session.node } });
       session.call = call;
-      return { call, first: await call.next() };
+      try {
+        return await call.next();
+      } catch (err) {
+        call.cancel();
+        session.call = undefined;
+        this.#leave(gen);
+        throw err;
+      }
     } finally {
       release();
     }
   }
-
-  /** Waits out the backoff before a watch resubscribes, re-reading the talosconfig if it may help. */
-  async #resubscribeDelay(
-    session: WatchSession,
-    node: string,
-    type: string,
-    failures: number,
-    e: TalosError,
-    signal: AbortSignal | undefined,
-  ): Promise<void> {
-    log.v(2).info("Resubscribing Talos watch", { node, type, attempt: failures, err: e.message });
-    if (e.code === "unavailable" && session.channel) await this.#maybeReloadAfterFailure(session.channel);
-    await sleep(backoffDelay(failures - 1, this.#watchBackoff, this.#random), signal).catch(() => undefined);
-  }
 }
 
 /**
- * The events of one watch stream, from its first response on. A list watch's `known` map gets what
- * was delivered; at bootstrap, whatever it holds that the new stream did not list is reported
- * destroyed (it vanished while the watch resubscribed). An `errored` event from Talos ends the stream
- * as a retryable failure; a response that does not decode is reported and skipped.
+ * The events of a push watch as an async iterator: `open` subscribes with the handler; the iterator
+ * ends when `signal` aborts or the watch ends with code "closed", and throws any other ending error.
  */
-async function* watchEvents<K extends ResourceKind>(
-  kind: K,
-  call: GrpcStream,
-  first: Uint8Array | undefined,
-  known: Map<string, ResourceData[K]> | undefined,
-  what: string,
-): AsyncGenerator<TalosWatchEvent<ResourceData[K]>> {
-  const seen = known && new Set<string>();
-  for (let b = first; b !== undefined; b = await call.next()) {
-    let events: Array<TalosWatchEvent<ResourceData[K]>>;
-    try {
-      events = decodeWatchResponse(kind, b);
-    } catch (err) {
-      yield { type: "errored", error: (err as Error).message };
-      continue;
-    }
-    for (const ev of events) {
-      if (ev.type === "created" || ev.type === "updated") {
-        known?.set(ev.id, ev.resource);
-        seen?.add(ev.id);
-      } else if (ev.type === "destroyed") {
-        known?.delete(ev.id);
-      } else if (ev.type === "bootstrapped" && known && seen) {
-        for (const [gone, resource] of known) {
-          if (seen.has(gone)) continue;
-          known.delete(gone);
-          yield { type: "destroyed", id: gone, resource };
-        }
-      } else if (ev.type === "errored") {
-        throw new TalosError("unavailable", `Cannot ${what}: ${ev.error}`, { retryable: true });
+async function* iterateWatch<T>(
+  open: (handler: TalosWatchHandler<T>) => TalosWatch,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<TalosWatchEvent<T>> {
+  const queue: Array<TalosWatchEvent<T>> = [];
+  let end: TalosError | undefined;
+  let wake: (() => void) | undefined;
+  const notify = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  if (signal?.aborted) return;
+  const watch = open({
+    onEvent: (ev) => {
+      queue.push(ev);
+      notify();
+    },
+    onEnd: (err) => {
+      end = err;
+      notify();
+    },
+  });
+  signal?.addEventListener("abort", notify, { once: true });
+  try {
+    for (;;) {
+      if (signal?.aborted) return;
+      const ev = queue.shift();
+      if (ev) {
+        yield ev;
+        continue;
       }
-      yield ev;
+      if (end) {
+        if (end.code === "closed") return;
+        throw end;
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
     }
+  } finally {
+    signal?.removeEventListener("abort", notify);
+    watch.close();
   }
 }

@@ -90,3 +90,49 @@ export class TalosDecodeError extends TalosError {
     super("decode", message, opts);
   }
 }
+
+interface GrpcLikeError {
+  code?: unknown;
+  details?: unknown;
+  message?: unknown;
+}
+
+/**
+ * Maps a gRPC status to a TalosError following talos-api.md §5: Unavailable, DeadlineExceeded,
+ * Canceled (not by us) and Internal (except "invalid target") are retryable; NotFound is a typed
+ * "not yet"; PermissionDenied, InvalidArgument and Unimplemented are final.
+ * @param what "Cannot <what>" prefix of the message, e.g. `get PlatformMetadatas.talos.dev on node 10.0.0.5`.
+ */
+export function statusError(what: string, err: unknown): TalosError {
+  if (err instanceof TalosError) return err;
+  const e = (err ?? {}) as GrpcLikeError;
+  const code = typeof e.code === "number" ? e.code : GrpcStatus.UNKNOWN;
+  const details = String(e.details ?? e.message ?? err);
+  const msg = `Cannot ${what}: ${details}`;
+  const opts = { cause: err, grpcCode: code };
+  switch (code) {
+    case GrpcStatus.NOT_FOUND:
+      return new TalosNotFoundError(`Cannot ${what}: not found (yet): ${details}`, { cause: err });
+    case GrpcStatus.PERMISSION_DENIED:
+      return new TalosPermissionError(
+        `Cannot ${what}: permission denied (${details}): the talosconfig certificate needs role os:reader ` +
+          "(and this Talos must serve the resource type); check machine.features.kubernetesTalosAPIAccess " +
+          "allowedRoles and the talos.dev ServiceAccount roles",
+        { cause: err },
+      );
+    case GrpcStatus.UNAVAILABLE:
+      return new TalosError("unavailable", msg, { ...opts, retryable: true });
+    case GrpcStatus.DEADLINE_EXCEEDED:
+      return new TalosError("deadline", msg, { ...opts, retryable: true });
+    case GrpcStatus.CANCELLED:
+      return new TalosError("unavailable", msg, { ...opts, retryable: true });
+    case GrpcStatus.INTERNAL:
+      return new TalosError("internal", msg, { ...opts, retryable: !details.includes("invalid target") });
+    case GrpcStatus.INVALID_ARGUMENT:
+      return new TalosError("invalid", msg, opts);
+    case GrpcStatus.UNIMPLEMENTED:
+      return new TalosError("unimplemented", msg, opts);
+    default:
+      return new TalosError("internal", msg, opts);
+  }
+}

@@ -20,8 +20,10 @@ import { logger } from "./log.ts";
 import {
   type TalosAddressStatus,
   type TalosClient,
+  type TalosError,
   TalosNotFoundError,
   TalosPermissionError,
+  type TalosWatch,
 } from "./talos.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation } from "./types.ts";
 
@@ -31,7 +33,13 @@ const log = logger("cloud-node");
 /** The Talos client calls {@link TalosWatchCache} makes (a subset, so that tests can fake it). */
 export type TalosWatchClient = Pick<
   TalosClient,
-  "watch" | "platformMetadata" | "addresses" | "systemInformation" | "version" | "firstAnswer" | "nodename"
+  | "subscribe"
+  | "platformMetadata"
+  | "addresses"
+  | "systemInformation"
+  | "version"
+  | "firstAnswer"
+  | "nodename"
 >;
 
 /** Which optional facts the rules need (each costs a Talos call per node). */
@@ -130,7 +138,8 @@ class NodeWatch {
   failovers = 0;
   /** Cancels the pending move to the node's next IP. */
   cancelFailover: (() => void) | undefined;
-  abort: AbortController | undefined;
+  metadataWatch: TalosWatch | undefined;
+  addressesWatch: TalosWatch | undefined;
 
   constructor(
     readonly name: string,
@@ -314,20 +323,20 @@ export class TalosWatchCache {
   }
 
   #stop(w: NodeWatch): void {
-    w.abort?.abort();
+    w.metadataWatch?.close();
+    w.addressesWatch?.close();
     w.cancelFailover?.();
     w.cancelFailover = undefined;
   }
 
   #start(w: NodeWatch): void {
-    w.abort?.abort();
-    const abort = new AbortController();
-    w.abort = abort;
+    w.metadataWatch?.close();
+    w.addressesWatch?.close();
     w.down.delete("ended");
     w.down.delete("stalled");
     w.startedMs = this.#now();
-    void this.#watchMetadata(w, w.watchIP, abort.signal);
-    void this.#watchAddresses(w, w.watchIP, abort.signal);
+    w.metadataWatch = this.#watchMetadata(w, w.watchIP);
+    w.addressesWatch = this.#watchAddresses(w, w.watchIP);
     // Alongside the watches, so that confirming the node costs no round trip of its own.
     if (w.confirmedIP !== w.watchIP) void this.#verify(w, w.watchIP);
   }
@@ -411,37 +420,38 @@ export class TalosWatchCache {
     this.#onChange(w.name);
   }
 
-  async #watchMetadata(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
-    try {
-      for await (const ev of this.#talos.watch(ip, "platformmetadata", { signal })) {
-        if (signal.aborted) return;
+  /** PlatformMetadata from `ip`: each event updates the facts and re-queues the node. */
+  #watchMetadata(w: NodeWatch, ip: string): TalosWatch {
+    return this.#talos.subscribe(ip, "platformmetadata", {
+      onEvent: (ev) => {
         if (ev.type === "errored") {
           this.#failed(w, "metadata", ev.error);
-          continue;
+          return;
         }
         if (ev.type === "created" || ev.type === "updated") this.#setMetadata(w, ip, ev.resource);
         else if (ev.type === "destroyed") this.#setMetadata(w, ip, undefined);
-        else continue;
+        else return;
         this.#recovered(w, "metadata");
         this.#onChange(w.name);
-      }
-    } catch (err) {
-      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
-    }
+      },
+      onEnd: (err) => this.#ended(w, err),
+    });
   }
 
-  async #watchAddresses(w: NodeWatch, ip: string, signal: AbortSignal): Promise<void> {
-    // While (re)delivering its contents after a (re)connect, the watch reports once, at BOOTSTRAPPED.
+  /**
+   * AddressStatuses from `ip`. While it (re)delivers its contents after a (re)connect, the watch
+   * re-queues the node once, at BOOTSTRAPPED; afterwards on each change.
+   */
+  #watchAddresses(w: NodeWatch, ip: string): TalosWatch {
     let syncing = true;
     let changed = false;
-    try {
-      for await (const ev of this.#talos.watch(ip, "addresses", { signal })) {
-        if (signal.aborted) return;
+    return this.#talos.subscribe(ip, "addresses", {
+      onEvent: (ev) => {
         switch (ev.type) {
           case "errored":
             syncing = true;
             this.#failed(w, "addresses", ev.error);
-            continue;
+            return;
           case "created":
           case "updated": {
             const old = w.addresses.get(ev.id);
@@ -466,10 +476,14 @@ export class TalosWatchCache {
           changed = false;
           this.#onChange(w.name);
         }
-      }
-    } catch (err) {
-      if (!signal.aborted) this.#failed(w, "ended", (err as Error).message);
-    }
+      },
+      onEnd: (err) => this.#ended(w, err),
+    });
+  }
+
+  /** A watch ended on a non-retryable error; the node is polled until its watches start again. */
+  #ended(w: NodeWatch, err: TalosError): void {
+    if (err.code !== "closed") this.#failed(w, "ended", err.message);
   }
 
   #failed(w: NodeWatch, part: string, error: string): void {

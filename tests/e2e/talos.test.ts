@@ -806,6 +806,42 @@ describe("watch", () => {
     expect(w.events).toEqual([]);
   });
 
+  test("close() stops a watch at once: no event after it, the stream ends on the server", async () => {
+    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
+    try {
+      const { client } = await clientFor(own);
+      const w = collect(client, AWS, "platformmetadata");
+      await until(() => w.events.length >= 1, "initial state");
+      await w.stop();
+      own.updateNode(AWS, { platformMetadata: { zone: "us-east-1c" } });
+      await until(() => own.watchers() === 0, "the stream to close on the server");
+      await Bun.sleep(50);
+      expect(w.types()).toEqual(["created"]);
+      expect(w.ended).toBe(false); // closing is not an ending the handler is told about
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test("watch(): the same events as an async iterator; it ends on abort and throws what ended the watch", async () => {
+    const { client } = await clientFor();
+    const ac = new AbortController();
+    const got: string[] = [];
+    for await (const ev of client.watch(GCP, "platformmetadata", { signal: ac.signal })) {
+      got.push(ev.type);
+      if (got.length === 1) apid.updateNode(GCP, { platformMetadata: { zone: "us-central1-f" } });
+      else ac.abort();
+    }
+    expect(got).toEqual(["created", "updated"]);
+    const { client: denied } = await clientFor(apid, { roles: ["os:etcd:backup"] });
+    const e = await failure(
+      (async () => {
+        for await (const _ of denied.watch(AWS, "platformmetadata")) throw new Error("an event");
+      })(),
+    );
+    expect(e).toBeInstanceOf(TalosPermissionError);
+  });
+
   test("PermissionDenied ends the watch with a typed error", async () => {
     const { client } = await clientFor(apid, { roles: ["os:etcd:backup"] });
     const w = collect(client, AWS, "platformmetadata");

@@ -13,7 +13,13 @@ import {
 } from "../../lib/desirednode.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { CloudNodeController } from "../../lib/node.ts";
-import { TalosError, TalosNotFoundError, type TalosWatchEvent } from "../../lib/talos.ts";
+import {
+  TalosError,
+  TalosNotFoundError,
+  type TalosWatch,
+  type TalosWatchEvent,
+  type TalosWatchHandler,
+} from "../../lib/talos.ts";
 import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../lib/taloswatchcache.ts";
 import { managedRecordDigest, transform } from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
@@ -661,35 +667,29 @@ describe("nodePatch()", () => {
 type AnyEvent = TalosWatchEvent<unknown>;
 
 class FakeStream {
-  /** Iterations running (a stopped watch ends its iteration). */
-  active = 0;
+  /** Subscriptions open (a stopped watch closes its subscription). */
+  readonly #handlers = new Set<TalosWatchHandler<unknown>>();
+  /** Pushed while no subscription was open: delivered to the next one. */
   readonly #events: Array<AnyEvent | Error> = [];
-  #wake: (() => void) | undefined;
-  push(ev: AnyEvent | Error): void {
-    this.#events.push(ev);
-    this.#wake?.();
+  get active(): number {
+    return this.#handlers.size;
   }
-  async *iterate(signal: AbortSignal): AsyncGenerator<AnyEvent> {
-    const onAbort = () => this.#wake?.();
-    signal.addEventListener("abort", onAbort);
-    this.active++;
-    try {
-      for (;;) {
-        if (signal.aborted) return;
-        const ev = this.#events.shift();
-        if (ev instanceof Error) throw ev;
-        if (ev) {
-          yield ev;
-          continue;
-        }
-        await new Promise<void>((resolve) => {
-          this.#wake = resolve;
-        });
-      }
-    } finally {
-      this.active--;
-      signal.removeEventListener("abort", onAbort);
+  push(ev: AnyEvent | Error): void {
+    if (this.#handlers.size === 0) this.#events.push(ev);
+    else for (const h of [...this.#handlers]) this.#deliver(h, ev);
+  }
+  subscribe(handler: TalosWatchHandler<unknown>): TalosWatch {
+    this.#handlers.add(handler);
+    for (const ev of this.#events.splice(0)) if (this.#handlers.has(handler)) this.#deliver(handler, ev);
+    return { close: () => this.#handlers.delete(handler) };
+  }
+  #deliver(h: TalosWatchHandler<unknown>, ev: AnyEvent | Error): void {
+    if (!(ev instanceof Error)) {
+      h.onEvent(ev);
+      return;
     }
+    this.#handlers.delete(h);
+    h.onEnd(ev as TalosError);
   }
 }
 
@@ -710,11 +710,10 @@ class FakeTalos implements TalosWatchClient {
     }
     return s;
   }
-  watch = ((ip: string, kind: string, opts: { signal?: AbortSignal }) => {
+  subscribe = ((ip: string, kind: string, handler: TalosWatchHandler<unknown>) => {
     this.calls.push(`watch ${kind} ${ip}`);
-    const stream = this.stream(ip, kind);
-    return { [Symbol.asyncIterator]: () => stream.iterate(opts.signal ?? new AbortController().signal) };
-  }) as TalosWatchClient["watch"];
+    return this.stream(ip, kind).subscribe(handler);
+  }) as TalosWatchClient["subscribe"];
   platformMetadata = (async (ip: string) => {
     this.calls.push(`get platformmetadata ${ip}`);
     if (this.getFails) throw this.getFails;

@@ -1,0 +1,213 @@
+// One COSI watch of the Talos client (lib/talos.ts): subscribe, push each event to a handler as the
+// transport decodes it, resubscribe after a failure with backoff, and close. A watch waiting for
+// events holds no promise, generator or frame, only this object and its stream: a thousand-node
+// cluster keeps two of them per node for as long as the CCM runs.
+
+import type { GrpcChannel, GrpcError, GrpcStream, GrpcStreamListener } from "./grpc.ts";
+import { statusError, TalosError } from "./taloserrors.ts";
+import {
+  decodeWatchResponse,
+  RESOURCES,
+  type ResourceData,
+  type ResourceKind,
+  type TalosWatchEvent,
+} from "./taloswire.ts";
+
+/** What a watch delivers to its user, synchronously and in order. Neither method may throw. */
+export interface TalosWatchHandler<T> {
+  /** One event: `created`, `updated`, `destroyed`, `bootstrapped`, or `errored` (an outage began). */
+  onEvent(ev: TalosWatchEvent<T>): void;
+  /** The watch ended on a non-retryable error (e.g. PermissionDenied) and will not resubscribe. */
+  onEnd(err: TalosError): void;
+}
+
+/** A running watch. */
+export interface TalosWatch {
+  /** Ends the watch: no event is delivered afterwards. Idempotent. */
+  close(): void;
+}
+
+/** What a watch needs from its client: one per client, shared by every watch. */
+export interface WatchHost {
+  /** The client is closed: watches end quietly. */
+  readonly closed: boolean;
+  /**
+   * Opens the stream for `session` on the current channels, with a concurrency slot until the
+   * first response, which it returns (empty from Talos: the watch is established; undefined: the
+   * call ended). Sets `session.call`, `.channel` and `.generation`, enters that generation and
+   * clears `session.reconnecting`; when it throws, it has cancelled the call and left again.
+   */
+  open(session: WatchSession): Promise<Uint8Array | undefined>;
+  /** Leaves the generation `session` entered (once per open). */
+  leave(session: WatchSession): void;
+  /** Counts a failed watch; before a retry, waits for what may fix it (a talosconfig re-read). */
+  failed(session: WatchSession, err: TalosError): Promise<void>;
+  /** The delay before resubscribe attempt `failures` (1-based). */
+  retryDelay(failures: number): number;
+  /** Forgets a watch that ended or was closed. */
+  drop(session: WatchSession): void;
+}
+
+/**
+ * One watch (see TalosClient.subscribe). A list watch (no id) remembers what it delivered, to report
+ * what vanished while it resubscribed; a singleton watch keeps no copy of its resource. An `errored`
+ * event from Talos ends the stream as a retryable failure; a response that does not decode is
+ * reported as `errored` and skipped.
+ */
+export class WatchSession<K extends ResourceKind = ResourceKind> implements TalosWatch, GrpcStreamListener {
+  /** The generation of channels the stream runs on (the client's; opaque here). */
+  generation: unknown;
+  channel: GrpcChannel | undefined;
+  /** The client moved to new channels: resubscribe at once, without counting a failure. */
+  reconnecting = false;
+  /** The stream, from its opening to its end (the client cancels it to move to new channels). */
+  call: GrpcStream | undefined;
+  #closed = false;
+  #failures = 0;
+  /** A failure found in the stream's data, reported when the cancelled call ends. */
+  #error: TalosError | undefined;
+  #retryTimer: ReturnType<typeof setTimeout> | undefined;
+  readonly #known: Map<string, ResourceData[K]> | undefined;
+  /** Ids listed since the last (re)subscribe, until its bootstrap: list watches only. */
+  #seen: Set<string> | undefined;
+
+  constructor(
+    readonly host: WatchHost,
+    readonly node: string,
+    readonly kind: K,
+    readonly id: string | undefined,
+    readonly handler: TalosWatchHandler<ResourceData[K]>,
+  ) {
+    this.#known = id === undefined ? new Map() : undefined;
+  }
+
+  /** `watch <type> on node <node>`, for messages. */
+  get what(): string {
+    return `watch ${RESOURCES[this.kind].type} on node ${this.node}`;
+  }
+
+  get closed(): boolean {
+    return this.#closed || this.host.closed;
+  }
+
+  /** Subscribes; the first attempt starts at once. */
+  start(): void {
+    void this.#subscribe();
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#retryTimer);
+    this.call?.cancel();
+    this.host.drop(this);
+  }
+
+  /** The client closed: ends the watch, telling the handler with `err` (code "closed"). */
+  abandon(err: TalosError): void {
+    if (this.#closed) return;
+    this.close();
+    this.handler.onEnd(err);
+  }
+
+  async #subscribe(): Promise<void> {
+    this.#retryTimer = undefined;
+    if (this.closed) return;
+    let first: Uint8Array | undefined;
+    try {
+      first = await this.host.open(this);
+    } catch (err) {
+      void this.#failed(statusError(this.what, err));
+      return;
+    }
+    const call = this.call as GrpcStream;
+    this.#failures = 0;
+    this.#seen = this.#known && new Set();
+    if (first !== undefined) this.onMessage(first);
+    call.listen(this);
+  }
+
+  /** One response of the stream: its events, in order. */
+  onMessage(bytes: Uint8Array): void {
+    if (this.closed || this.#error) return;
+    let events: Array<TalosWatchEvent<ResourceData[K]>>;
+    try {
+      events = decodeWatchResponse(this.kind, bytes);
+    } catch (err) {
+      this.handler.onEvent({ type: "errored", error: (err as Error).message });
+      return;
+    }
+    for (const ev of events) {
+      if (this.closed) return;
+      if (ev.type === "errored") {
+        this.#error = new TalosError("unavailable", `Cannot ${this.what}: ${ev.error}`, { retryable: true });
+        this.call?.cancel();
+        return;
+      }
+      this.#track(ev);
+      this.handler.onEvent(ev);
+    }
+  }
+
+  /** Keeps a list watch's record; at bootstrap, first reports what vanished while it resubscribed. */
+  #track(ev: TalosWatchEvent<ResourceData[K]>): void {
+    const known = this.#known;
+    if (!known) return;
+    if (ev.type === "created" || ev.type === "updated") {
+      known.set(ev.id, ev.resource);
+      this.#seen?.add(ev.id);
+    } else if (ev.type === "destroyed") {
+      known.delete(ev.id);
+    } else if (ev.type === "bootstrapped" && this.#seen) {
+      const seen = this.#seen;
+      this.#seen = undefined;
+      for (const [gone, resource] of known) {
+        if (seen.has(gone)) continue;
+        known.delete(gone);
+        if (!this.closed) this.handler.onEvent({ type: "destroyed", id: gone, resource });
+      }
+    }
+  }
+
+  /** The stream ended: resubscribe (at once after a channel change, else after a backoff). */
+  onEnd(err: GrpcError | null): void {
+    const e =
+      this.#error ??
+      (err
+        ? statusError(this.what, err)
+        : new TalosError("unavailable", `Cannot ${this.what}: stream ended`, { retryable: true }));
+    this.#error = undefined;
+    this.#ended();
+    if (this.closed) return;
+    if (this.reconnecting) {
+      void this.#subscribe();
+      return;
+    }
+    void this.#failed(e);
+  }
+
+  #ended(): void {
+    if (!this.call) return;
+    this.call = undefined;
+    this.host.leave(this);
+  }
+
+  async #failed(e: TalosError): Promise<void> {
+    if (this.closed) return;
+    if (this.reconnecting) {
+      void this.#subscribe();
+      return;
+    }
+    if (!e.retryable) {
+      this.#closed = true;
+      void this.host.failed(this, e);
+      this.host.drop(this);
+      this.handler.onEnd(e);
+      return;
+    }
+    if (this.#failures++ === 0) this.handler.onEvent({ type: "errored", error: e.message });
+    await this.host.failed(this, e);
+    if (this.closed) return;
+    this.#retryTimer = setTimeout(() => void this.#subscribe(), this.host.retryDelay(this.#failures));
+  }
+}
