@@ -28,6 +28,8 @@ switch (parsed.command) {
     );
     break;
   case "run": {
+    // JSC reads its garbage collector's options at start-up: re-executes with them (lib/gcpacing.ts).
+    (await import("./lib/gcpacing.ts")).execWithPacing();
     const { run } = await import("./lib/manager.ts");
     await run(parsed.options, parsed.warnings);
     break;

@@ -4,7 +4,7 @@
 // SIGTERM takeovers, lost leadership, and cloud-config reload.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { KubeClient } from "../../lib/kube.ts";
 import { FakeApid } from "../support/apid.ts";
@@ -168,6 +168,31 @@ describe("command line", () => {
     await p.waitForLog(/node-csr-approval checks IP SANs against Node status only/);
     await p.waitForLog(/Starting controller.*node-csr-approval/);
     expect(await p.stop()).toBe(0);
+  });
+
+  test("run re-executes itself (same PID) with JSC's garbage collector paced; an operator's own setting wins", async () => {
+    const environ = (p: CcmProcess) => readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0");
+    const paced = ccmProcess({
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "node-csr-approval",
+      env: { HOME: cluster.dir },
+    });
+    procs.push(paced);
+    await paced.waitForLog(/Starting controller.*node-csr-approval/);
+    expect(environ(paced)).toContain("BUN_JSC_heapGrowthFunctionThresholdInMB=4294967295");
+    expect(environ(paced)).toContain(`HOME=${cluster.dir}`); // the rest of the environment is kept
+    expect(paced.output.match(/Starting controller.*node-csr-approval/g)?.length).toBe(1); // one process ran
+    expect(await paced.stop()).toBe(0);
+
+    const own = ccmProcess({
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "node-csr-approval",
+      env: { HOME: cluster.dir, BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" },
+    });
+    procs.push(own);
+    await own.waitForLog(/Starting controller.*node-csr-approval/);
+    expect(environ(own)).toContain("BUN_JSC_heapGrowthFunctionThresholdInMB=16384");
+    expect(await own.stop()).toBe(0);
   });
 
   test("cloud-node without a talosconfig refuses to start and says how to enable Talos API access", async () => {
