@@ -1,6 +1,6 @@
-// The errors of the Talos client, independent of the gRPC transport, and the gRPC status codes they
-// map from: every Talos module, the talosconfig loader and code inspecting errors share them without
-// loading the transport.
+// The errors of the Talos client, independent of the gRPC transport, the gRPC status codes they map
+// from and the mapping itself (statusError): every Talos module, the talosconfig loader and code
+// inspecting errors share them without loading the transport.
 
 /** gRPC status codes. */
 export const GrpcStatus = {
