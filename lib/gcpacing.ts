@@ -27,12 +27,17 @@ type Env = Readonly<Record<string, string | undefined>>;
 /**
  * The environment variables to add for the pacing above, or undefined when there is nothing to
  * add: JSC's options are already set, by the first exec or by the operator (whose values win).
- * @param memoryLimit the container's memory limit in bytes, if it has one
+ * @param memoryLimit reads the container's memory limit in bytes, if it has one; called only when
+ *   needed, so the re-executed process reads no cgroup file
  */
-export function pacingEnv(env: Env, memoryLimit: number | undefined): Record<string, string> | undefined {
+export function pacingEnv(
+  env: Env,
+  memoryLimit: () => number | undefined,
+): Record<string, string> | undefined {
   if (env[GROWTH_CURVE_VAR] !== undefined) return undefined;
   const add: Record<string, string> = { [GROWTH_CURVE_VAR]: NEVER };
-  if (memoryLimit !== undefined && env[RAM_SIZE_VAR] === undefined) add[RAM_SIZE_VAR] = String(memoryLimit);
+  const limit = env[RAM_SIZE_VAR] === undefined ? memoryLimit() : undefined;
+  if (limit !== undefined) add[RAM_SIZE_VAR] = String(limit);
   return add;
 }
 
@@ -91,7 +96,7 @@ function readText(path: string): string {
  */
 export function execWithPacing(): void {
   if (!import.meta.path.startsWith("/$bunfs/")) return;
-  const add = pacingEnv(process.env, containerMemoryLimit());
+  const add = pacingEnv(process.env, () => containerMemoryLimit());
   if (!add) return;
   try {
     process.execve?.(process.execPath, [process.execPath, ...process.argv.slice(2)], {

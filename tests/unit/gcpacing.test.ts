@@ -6,17 +6,20 @@ const MiB = 2 ** 20;
 
 describe("pacingEnv", () => {
   test("always turns JSC's 3× growth curve off; passes a container's memory limit as the RAM size", () => {
-    expect(pacingEnv({}, undefined)).toEqual({ BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" });
-    expect(pacingEnv({ PATH: "/bin" }, 256 * MiB)).toEqual({
+    expect(pacingEnv({}, () => undefined)).toEqual({ BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" });
+    expect(pacingEnv({ PATH: "/bin" }, () => 256 * MiB)).toEqual({
       BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295",
       BUN_JSC_forceRAMSize: String(256 * MiB),
     });
   });
 
   test("nothing to add once set (no second exec), and the operator's own values win", () => {
-    expect(pacingEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" }, 256 * MiB)).toBeUndefined();
-    expect(pacingEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" }, undefined)).toBeUndefined();
-    expect(pacingEnv({ BUN_JSC_forceRAMSize: "1000000000" }, 256 * MiB)).toEqual({
+    const noRead = () => {
+      throw new Error("read the cgroup files although nothing needs them");
+    };
+    expect(pacingEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" }, noRead)).toBeUndefined();
+    expect(pacingEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" }, noRead)).toBeUndefined();
+    expect(pacingEnv({ BUN_JSC_forceRAMSize: "1000000000" }, noRead)).toEqual({
       BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295",
     });
   });
