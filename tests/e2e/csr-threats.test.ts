@@ -18,7 +18,6 @@ import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../suppor
 import { SimulatedKubelet } from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
 
-const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const IP = { a: "10.31.0.1", b: "10.31.0.2" };
 /** A Talos virtual IP held by machine A (Talos lists it in A's NodeIPConfig excludeSubnets). */
 const VIP = "10.31.0.100";

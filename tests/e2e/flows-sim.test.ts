@@ -60,7 +60,6 @@ import { controlSpec, type SimResource, type SimResourceRef, TalosSim } from "..
 const CLUSTER_NAME = "sim-cluster";
 const MANAGED = "talos.dev/ccm-managed";
 const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
-const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
 const CLOUD_CONFIG = `
 global:

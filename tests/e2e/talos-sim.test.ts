@@ -11,11 +11,9 @@ import { join } from "node:path";
 import { GrpcChannel, GrpcError } from "../../lib/grpc.ts";
 import { Registry } from "../../lib/metrics.ts";
 import {
-  type ResourceData,
   type ResourceKind,
   statusError,
   TalosClient,
-  TalosError,
   TalosNotFoundError,
   TalosPermissionError,
   type TalosWatchEvent,

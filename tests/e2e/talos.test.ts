@@ -9,14 +9,11 @@ import { join, resolve } from "node:path";
 import { Registry } from "../../lib/metrics.ts";
 import {
   type CallOptions,
-  type ResourceData,
-  type ResourceKind,
   TalosClient,
   type TalosClientOptions,
   TalosError,
   TalosNotFoundError,
   TalosPermissionError,
-  type TalosWatchEvent,
 } from "../../lib/talos.ts";
 import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
