@@ -19,6 +19,7 @@ import { KubeClient, loadConnection } from "./kube.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
 import { controllerRunning, registerBuildInfo, registerProcessMetrics, registry } from "./metrics.ts";
+import { startPageTrim } from "./pagetrim.ts";
 import { type SecureServer, startSecureServer } from "./serve.ts";
 import type { TalosClient } from "./talos.ts";
 import { loadTalosConfig } from "./talosconfig.ts";
@@ -89,6 +90,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   registerProcessMetrics(registry);
   registerBuildInfo(registry, versionInfo());
   const signals = trapSignals();
+  const stopPageTrim = startPageTrim();
   // The file's digest is taken before it is read for use: a change in between is then seen by the
   // reload poller instead of being lost.
   const configDigest = opts.cloudConfig ? fileDigest(opts.cloudConfig) : "";
@@ -121,6 +123,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   manager.onStopped(async () => {
     await nodes.stop().catch(() => {});
     await server?.stop().catch(() => {});
+    stopPageTrim();
   });
   signals.handle((why) => void manager.shutdown(0, why));
   if (!elector) return manager.launch();

@@ -195,6 +195,29 @@ describe("command line", () => {
     expect(await own.stop()).toBe(0);
   });
 
+  test("once quiet, it gives its executable's pages back to the kernel (file-backed RSS drops)", async () => {
+    const fileKb = (p: CcmProcess) =>
+      Number(readFileSync(`/proc/${p.pid}/status`, "utf8").match(/^RssFile:\s+(\d+) kB/m)?.[1]);
+    const p = ccmProcess({
+      kubeconfig: cluster.adminKubeconfig,
+      controllers: "node-csr-approval",
+      args: ["--v=4"],
+      env: { HOME: cluster.dir },
+    });
+    procs.push(p);
+    await p.waitForLog(/Starting controller.*node-csr-approval/);
+    const before = fileKb(p);
+    // The first quiet 5 s tick after start-up trims; the log line carries both readings.
+    const m = await p.waitForLog(
+      /Returned code pages to the kernel.*fileRssMiB="?([\d.]+)"?.*afterMiB="?([\d.]+)"?/,
+    );
+    const [trimmedFrom, trimmedTo] = [Number(m[1]), Number(m[2])];
+    expect(trimmedFrom).toBeGreaterThan(20);
+    expect(trimmedTo).toBeLessThan(trimmedFrom / 2);
+    expect(fileKb(p)).toBeLessThan(before * 0.75); // what came back since is what it uses
+    expect(await p.stop()).toBe(0);
+  });
+
   test("cloud-node without a talosconfig refuses to start and says how to enable Talos API access", async () => {
     const p = ccmProcess({ kubeconfig: cluster.adminKubeconfig, env: { HOME: cluster.dir } });
     procs.push(p);
