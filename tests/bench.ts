@@ -620,11 +620,12 @@ async function measureIdle(e: Env, state: "fresh" | "cold" = "fresh"): Promise<n
   const ccm = startCcm(e, [`--cloud-config=${e.defaultConfig}`], port);
   await waitHealthz(port, ccm, t0);
   await Bun.sleep(Math.max(0, e.args.idleSeconds * 1000 - (performance.now() - t0)));
-  const { rssBytes } = procSample(ccm.pid);
+  const { rssBytes, anonBytes, fileBytes } = procSample(ccm.pid);
   const holder = e.lease ? (await readLease(e, e.lease))?.holderIdentity || "none" : "no leader election";
   await stopCcm(ccm);
   progress(
-    `idle RSS after ${e.args.idleSeconds} s (${state === "fresh" ? "fresh binary" : "binary dropped from the page cache"}): ${(rssBytes / MiB).toFixed(1)} MiB; Lease holder ${holder}`,
+    `idle RSS after ${e.args.idleSeconds} s (${state === "fresh" ? "fresh binary" : "binary dropped from the page cache"}): ${(rssBytes / MiB).toFixed(1)} MiB ` +
+      `(anonymous ${(anonBytes / MiB).toFixed(1)}, file-backed ${(fileBytes / MiB).toFixed(1)}); Lease holder ${holder}`,
   );
   return rssBytes / MiB;
 }
@@ -771,7 +772,8 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   notes.push(
     `cpu: ${cpuInit.toFixed(2)} s initialization, ${(after.cpuSeconds - before.cpuSeconds - cpuInit).toFixed(2)} s CSRs; ` +
       `RSS idle-leading ${(before.rssBytes / MiB).toFixed(1)}, initialized ${(atInit.rssBytes / MiB).toFixed(1)} ` +
-      `(peak so far ${(atInit.hwmBytes / MiB).toFixed(1)}), after the nodes ${(end.rssBytes / MiB).toFixed(1)}, ` +
+      `(peak so far ${(atInit.hwmBytes / MiB).toFixed(1)}), after the nodes ${(end.rssBytes / MiB).toFixed(1)} ` +
+      `(anonymous ${(end.anonBytes / MiB).toFixed(1)}, file-backed ${(end.fileBytes / MiB).toFixed(1)}), ` +
       `peak ${(Math.max(end.hwmBytes, sampler.maxBytes) / MiB).toFixed(1)} MiB`,
   );
 

@@ -8,16 +8,24 @@ import { readFileSync } from "node:fs";
 /** One reading of a process' memory and CPU. */
 export interface ProcSample {
   rssBytes: number;
+  /** The anonymous part of rssBytes (heap, JIT code) and the file-backed part (the executable's pages). */
+  anonBytes: number;
+  fileBytes: number;
   /** Peak resident set size since the process started. */
   hwmBytes: number;
   /** User plus system CPU seconds since the process started. */
   cpuSeconds: number;
 }
 
-/** VmRSS and VmHWM (bytes) from the text of /proc/<pid>/status. */
-export function parseStatus(text: string): { rssBytes: number; hwmBytes: number } {
+/** VmRSS, its RssAnon and RssFile parts, and VmHWM (bytes) from the text of /proc/<pid>/status. */
+export function parseStatus(text: string): Omit<ProcSample, "cpuSeconds"> {
   const kb = (field: string) => Number(text.match(new RegExp(`^${field}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN);
-  return { rssBytes: kb("VmRSS") * 1024, hwmBytes: kb("VmHWM") * 1024 };
+  return {
+    rssBytes: kb("VmRSS") * 1024,
+    anonBytes: kb("RssAnon") * 1024,
+    fileBytes: kb("RssFile") * 1024,
+    hwmBytes: kb("VmHWM") * 1024,
+  };
 }
 
 /**

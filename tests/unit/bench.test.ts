@@ -258,9 +258,15 @@ describe("slope()", () => {
 });
 
 describe("parseStatus() and parseStatCpu()", () => {
-  test("read VmRSS and VmHWM in bytes", () => {
-    const text = "Name:\tx\nVmHWM:\t  120 kB\nVmRSS:\t   100 kB\nRssAnon:\t 50 kB\n";
-    expect(parseStatus(text)).toEqual({ rssBytes: 100 * 1024, hwmBytes: 120 * 1024 });
+  test("read VmRSS, its anonymous and file-backed parts, and VmHWM in bytes", () => {
+    const text = "Name:\tx\nVmHWM:\t  120 kB\nVmRSS:\t   100 kB\nRssAnon:\t 60 kB\nRssFile:\t 40 kB\n";
+    expect(parseStatus(text)).toEqual({
+      rssBytes: 100 * 1024,
+      anonBytes: 60 * 1024,
+      fileBytes: 40 * 1024,
+      hwmBytes: 120 * 1024,
+    });
+    expect(parseStatus("VmRSS:\t 1 kB\n").fileBytes).toBeNaN();
   });
 
   test("count utime + stime after a command name with spaces and parentheses", () => {
