@@ -774,7 +774,9 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
       `RSS idle-leading ${(before.rssBytes / MiB).toFixed(1)}, initialized ${(atInit.rssBytes / MiB).toFixed(1)} ` +
       `(peak so far ${(atInit.hwmBytes / MiB).toFixed(1)}), after the nodes ${(end.rssBytes / MiB).toFixed(1)} ` +
       `(anonymous ${(end.anonBytes / MiB).toFixed(1)}, file-backed ${(end.fileBytes / MiB).toFixed(1)}), ` +
-      `peak ${(Math.max(end.hwmBytes, sampler.maxBytes) / MiB).toFixed(1)} MiB`,
+      `peak ${(Math.max(end.hwmBytes, sampler.maxBytes) / MiB).toFixed(1)} MiB (highest sample ` +
+      `${(sampler.maxBytes / MiB).toFixed(1)}: anonymous ${(sampler.maxSplit.anonBytes / MiB).toFixed(1)}, ` +
+      `file-backed ${(sampler.maxSplit.fileBytes / MiB).toFixed(1)})`,
   );
 
   return {

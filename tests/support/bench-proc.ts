@@ -69,6 +69,7 @@ export function procSample(pid: number): ProcSample {
 /** Samples a process' RSS every `intervalMs` until stopped; keeps the highest and the last reading. */
 export class RssSampler {
   #max = 0;
+  #maxSplit = { anonBytes: Number.NaN, fileBytes: Number.NaN };
   #last = 0;
   readonly #timer: ReturnType<typeof setInterval>;
 
@@ -83,9 +84,14 @@ export class RssSampler {
   /** Takes one reading now (ignored once the process is gone). */
   sample(): void {
     try {
-      const { rssBytes } = parseStatus(readFileSync(`/proc/${this.pid}/status`, "utf8"));
+      const { rssBytes, anonBytes, fileBytes } = parseStatus(
+        readFileSync(`/proc/${this.pid}/status`, "utf8"),
+      );
       this.#last = rssBytes;
-      if (rssBytes > this.#max) this.#max = rssBytes;
+      if (rssBytes > this.#max) {
+        this.#max = rssBytes;
+        this.#maxSplit = { anonBytes, fileBytes };
+      }
     } catch {
       // The process exited; the readings so far stand.
     }
@@ -93,6 +99,11 @@ export class RssSampler {
 
   get maxBytes(): number {
     return this.#max;
+  }
+
+  /** The anonymous and file-backed parts of the highest reading. */
+  get maxSplit(): { anonBytes: number; fileBytes: number } {
+    return this.#maxSplit;
   }
 
   get lastBytes(): number {

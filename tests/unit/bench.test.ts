@@ -5,7 +5,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { parseBenchArgs, qpsTuning } from "../bench.ts";
-import { parseStatCpu, parseStatus } from "../support/bench-proc.ts";
+import { parseStatCpu, parseStatus, RssSampler } from "../support/bench-proc.ts";
 import { LeaseReadiness } from "../support/bench-ready.ts";
 import {
   type BenchFigures,
@@ -267,6 +267,18 @@ describe("parseStatus() and parseStatCpu()", () => {
       hwmBytes: 120 * 1024,
     });
     expect(parseStatus("VmRSS:\t 1 kB\n").fileBytes).toBeNaN();
+  });
+
+  test.skipIf(process.platform !== "linux")("RssSampler keeps the highest reading with its two parts", () => {
+    const sampler = new RssSampler(process.pid, 60_000);
+    sampler.stop();
+    const { anonBytes, fileBytes } = sampler.maxSplit;
+    expect(sampler.maxBytes).toBeGreaterThan(0);
+    expect(anonBytes).toBeGreaterThan(0);
+    expect(fileBytes).toBeGreaterThan(0);
+    // VmRSS = RssAnon + RssFile + RssShmem, each rounded to a page.
+    expect(anonBytes + fileBytes).toBeLessThanOrEqual(sampler.maxBytes);
+    expect(anonBytes + fileBytes).toBeGreaterThan(sampler.maxBytes * 0.9);
   });
 
   test("count utime + stime after a command name with spaces and parentheses", () => {
