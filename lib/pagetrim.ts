@@ -117,13 +117,20 @@ async function loadMadvise(): Promise<Madvise | undefined> {
 
 /**
  * Advises the kernel to reclaim every read-only file-backed mapping of this process.
- * @returns false when the kernel refused one (e.g. older than 5.4), true otherwise.
+ * @returns how many mappings were advised and how many the kernel refused (a locked or device
+ *   mapping is refused alone; a kernel older than 5.4 refuses every one)
  */
-export function trimNow(madvise: Madvise, maps = readFileSync("/proc/self/maps", "utf8")): boolean {
+export function trimNow(
+  madvise: Madvise,
+  maps = readFileSync("/proc/self/maps", "utf8"),
+): { advised: number; refused: number } {
+  let advised = 0;
+  let refused = 0;
   for (const { start, end } of readOnlyFileMappings(maps)) {
-    if (madvise(start, end - start, MADV_PAGEOUT) !== 0) return false;
+    if (madvise(start, end - start, MADV_PAGEOUT) === 0) advised++;
+    else refused++;
   }
-  return true;
+  return { advised, refused };
 }
 
 /** Reads CPU time and file-backed RSS of this process. */
@@ -139,12 +146,18 @@ function sample(): TrimSample {
 /**
  * Starts trimming in the background (Linux only); the returned function stops it. The timer never
  * keeps the process alive. The C library is loaded at the first trim, so start-up pays nothing;
- * trimming stops by itself when madvise is missing or refused.
+ * trimming stops by itself when /proc cannot be read or madvise is missing or refused.
  */
 export function startPageTrim(): () => void {
   if (process.platform !== "linux") return () => {};
   let madvise: Madvise | undefined;
-  let state = initialTrimState(sample());
+  let state: TrimState;
+  try {
+    state = initialTrimState(sample());
+  } catch (err) {
+    log.v(2).info("Cannot read /proc/self/status: code pages stay mapped", { err: String(err) });
+    return () => {};
+  }
   const stop = () => clearInterval(timer);
   const tick = async () => {
     const now = sample();
@@ -153,8 +166,9 @@ export function startPageTrim(): () => void {
     if (!trim) return;
     madvise ??= await loadMadvise();
     if (!madvise) return stop();
-    if (!trimNow(madvise)) {
-      log.v(2).info("The kernel refused MADV_PAGEOUT: code pages stay mapped");
+    const { advised, refused } = trimNow(madvise);
+    if (advised === 0) {
+      log.v(2).info("The kernel refused MADV_PAGEOUT: code pages stay mapped", { refused });
       return stop();
     }
     const after = sample();
@@ -162,9 +176,15 @@ export function startPageTrim(): () => void {
     log.v(4).info("Returned code pages to the kernel", {
       fileRssMiB: (now.fileRssBytes / MiB).toFixed(1),
       afterMiB: (after.fileRssBytes / MiB).toFixed(1),
+      refused,
     });
   };
-  const timer = setInterval(() => void tick(), TICK_MS);
+  const timer = setInterval(() => {
+    tick().catch((err) => {
+      log.v(2).info("Cannot trim code pages: stopped", { err: String(err) });
+      stop();
+    });
+  }, TICK_MS);
   timer.unref();
   return stop;
 }
