@@ -62,8 +62,8 @@ build_apiserver() {
   ldflags+=" -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
   mkdir -p "$(dirname "$apiserver")"
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$apiserver.tmp" "$apiserver"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$apiserver.tmp.$$" k8s.io/kubernetes/cmd/kube-apiserver
+  mv "$apiserver.tmp.$$" "$apiserver"
 }
 
 # build_module OUT MODULE@VERSION PACKAGE LDFLAGS: builds one command of a released Go module in a
@@ -77,8 +77,8 @@ build_module() {
   go mod init "testbed/$(basename "$out")" >/dev/null 2>&1
   go get "$module" >/dev/null
   mkdir -p "$(dirname "$out")"
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$package"
-  mv "$out.tmp" "$out"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out.tmp.$$" "$package"
+  mv "$out.tmp.$$" "$out"
 }
 
 build_etcd() {
@@ -104,8 +104,8 @@ build_talossim() {
   mkdir -p "$(dirname "$talossim")"
   cd "$SIM_SRC"
   CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" \
-    -o "$talossim.tmp" .
-  mv "$talossim.tmp" "$talossim"
+    -o "$talossim.tmp.$$" .
+  mv "$talossim.tmp.$$" "$talossim"
   # Builds of other sources are of no further use (28 MB each): keep one simulator in the cache.
   if [[ -z "${TALOS_SIM:-}" ]]; then
     local d
