@@ -101,7 +101,8 @@ export function trimTick(
   return { trim, next: trim ? { ...next, baseBytes: undefined, lastTrimMs: sample.nowMs } : next };
 }
 
-type Madvise = (start: bigint, length: bigint, advice: number) => number;
+/** madvise(2): 0 when the kernel took the advice. */
+export type Madvise = (start: bigint, length: bigint, advice: number) => number;
 
 /** madvise(2) from the C library, or undefined where it cannot be loaded (no glibc, no FFI). */
 async function loadMadvise(): Promise<Madvise | undefined> {
@@ -147,9 +148,13 @@ function sample(): TrimSample {
  * Starts trimming in the background (Linux only); the returned function stops it. The timer never
  * keeps the process alive. The C library is loaded at the first trim, so start-up pays nothing;
  * trimming stops by itself when /proc cannot be read or madvise is missing or refused.
+ * @param opts.tickMs and opts.load (madvise's loader) are for tests
  */
-export function startPageTrim(): () => void {
+export function startPageTrim(
+  opts: { tickMs?: number; load?: () => Promise<Madvise | undefined> } = {},
+): () => void {
   if (process.platform !== "linux") return () => {};
+  const { tickMs = TICK_MS, load = loadMadvise } = opts;
   let madvise: Madvise | undefined;
   let state: TrimState;
   try {
@@ -161,10 +166,10 @@ export function startPageTrim(): () => void {
   const stop = () => clearInterval(timer);
   const tick = async () => {
     const now = sample();
-    const { trim, next } = trimTick(state, now);
+    const { trim, next } = trimTick(state, now, tickMs);
     state = next;
     if (!trim) return;
-    madvise ??= await loadMadvise();
+    madvise ??= await load();
     if (!madvise) return stop();
     const { advised, refused } = trimNow(madvise);
     if (advised === 0) {
@@ -184,7 +189,7 @@ export function startPageTrim(): () => void {
       log.v(2).info("Cannot trim code pages: stopped", { err: String(err) });
       stop();
     });
-  }, TICK_MS);
+  }, tickMs);
   timer.unref();
   return stop;
 }

@@ -3,12 +3,14 @@ import { describe, expect, test } from "bun:test";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { configureLogging } from "../../lib/log.ts";
 import {
   fileRss,
   initialTrimState,
   MIN_GROWTH_BYTES,
   MIN_INTERVAL_MS,
   readOnlyFileMappings,
+  startPageTrim,
   TICK_MS,
   trimNow,
   trimTick,
@@ -143,5 +145,40 @@ describe("trimNow", () => {
     };
     expect(trimNow(firstRefused, MAPS)).toEqual({ advised: 2, refused: 1 });
     expect(seen).toEqual([0x55d0c0a00000n, 0x4b000n, 0x55d0c0a4b000n, 0x20b5000n, 0x7f0000200000n, 0x1000n]);
+  });
+});
+
+describe("startPageTrim", () => {
+  /** Runs the trimmer on 50 ms ticks with `madvise` until a log line matches `re`. */
+  async function runUntil(madvise: (s: bigint, l: bigint, a: number) => number, re: RegExp): Promise<string> {
+    const lines: string[] = [];
+    configureLogging({ verbosity: 4, write: (l) => lines.push(l) });
+    const stop = startPageTrim({ tickMs: 50, load: async () => madvise });
+    try {
+      for (let i = 0; i < 100 && !lines.some((l) => re.test(l)); i++) await Bun.sleep(50);
+      return lines.find((l) => re.test(l)) ?? `no line ${re} in: ${lines.join("")}`;
+    } finally {
+      stop();
+      configureLogging({ verbosity: 0, write: (l) => process.stderr.write(l) });
+    }
+  }
+
+  test.skipIf(process.platform !== "linux")(
+    "on a quiet tick it advises every read-only file mapping and logs both readings",
+    async () => {
+      const advised: number[] = [];
+      const line = await runUntil((_s, _l, advice) => {
+        advised.push(advice);
+        return 0;
+      }, /Returned code pages/);
+      expect(line).toMatch(/fileRssMiB="?[\d.]+"?.*afterMiB="?[\d.]+"?.*refused=0/);
+      expect(advised.length).toBeGreaterThan(0);
+      expect(new Set(advised)).toEqual(new Set([21])); // MADV_PAGEOUT, never anything else
+    },
+  );
+
+  test.skipIf(process.platform !== "linux")("a kernel that refuses every mapping is reported", async () => {
+    const line = await runUntil(() => -1, /refused MADV_PAGEOUT/);
+    expect(line).toMatch(/code pages stay mapped.*refused=[1-9]/);
   });
 });
