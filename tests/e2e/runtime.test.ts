@@ -4,9 +4,11 @@
 // SIGTERM takeovers, lost leadership, and cloud-config reload.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { memoryLimitFiles } from "../../lib/gcpacing.ts";
 import { KubeClient } from "../../lib/kube.ts";
+import { fileRss } from "../../lib/pagetrim.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
@@ -195,9 +197,39 @@ describe("command line", () => {
     expect(await own.stop()).toBe(0);
   });
 
+  test("inside a cgroup with a memory limit, JSC is told the limit is the RAM it has", async () => {
+    // This test process's own memory cgroup (v1 or v2), as the binary finds it; a child with a limit.
+    const own = memoryLimitFiles(readFileSync("/proc/self/cgroup", "utf8"))
+      .filter((f) => existsSync(f))
+      .at(-1);
+    if (!own) throw new Error("No memory cgroup file found for this process (cgroup v1 or v2 with memory)");
+    const child = join(dirname(own), `ccm-test-${process.pid}`);
+    mkdirSync(child);
+    try {
+      const limit = 256 * 2 ** 20;
+      writeFileSync(join(child, basename(own)), String(limit));
+      const p = new CcmProcess(
+        [
+          `--kubeconfig=${cluster.adminKubeconfig}`,
+          "--controllers=node-csr-approval",
+          "--secure-port=0",
+          "--leader-elect=false",
+        ],
+        { env: { HOME: cluster.dir }, cgroup: child },
+      );
+      procs.push(p);
+      await p.waitForLog(/Starting controller.*node-csr-approval/);
+      const environ = readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0");
+      expect(environ).toContain(`BUN_JSC_forceRAMSize=${limit}`);
+      expect(readFileSync(join(child, "cgroup.procs"), "utf8").trim()).toBe(String(p.pid));
+      expect(await p.stop()).toBe(0);
+    } finally {
+      rmdirSync(child);
+    }
+  });
+
   test("once quiet, it gives its executable's pages back to the kernel (file-backed RSS drops)", async () => {
-    const fileKb = (p: CcmProcess) =>
-      Number(readFileSync(`/proc/${p.pid}/status`, "utf8").match(/^RssFile:\s+(\d+) kB/m)?.[1]);
+    const fileBytes = (p: CcmProcess) => fileRss(readFileSync(`/proc/${p.pid}/status`, "utf8"));
     const p = ccmProcess({
       kubeconfig: cluster.adminKubeconfig,
       controllers: "node-csr-approval",
@@ -206,7 +238,7 @@ describe("command line", () => {
     });
     procs.push(p);
     await p.waitForLog(/Starting controller.*node-csr-approval/);
-    const before = fileKb(p);
+    const before = fileBytes(p);
     // The first quiet 5 s tick after start-up trims; the log line carries both readings.
     const m = await p.waitForLog(
       /Returned code pages to the kernel.*fileRssMiB="?([\d.]+)"?.*afterMiB="?([\d.]+)"?/,
@@ -214,7 +246,7 @@ describe("command line", () => {
     const [trimmedFrom, trimmedTo] = [Number(m[1]), Number(m[2])];
     expect(trimmedFrom).toBeGreaterThan(20);
     expect(trimmedTo).toBeLessThan(trimmedFrom / 2);
-    expect(fileKb(p)).toBeLessThan(before * 0.75); // what came back since is what it uses
+    expect(fileBytes(p)).toBeLessThan(before * 0.75); // what came back since is what it uses
     expect(await p.stop()).toBe(0);
   });
 

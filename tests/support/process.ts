@@ -31,6 +31,8 @@ export interface CcmOptions {
   cwd?: string;
   /** Print the process' output to the test's stderr as it comes (or set TEST_LOG=1). */
   echo?: boolean;
+  /** A cgroup directory the process joins before the binary starts. */
+  cgroup?: string;
 }
 
 /** A running CCM process with its collected output. */
@@ -40,7 +42,11 @@ export class CcmProcess {
   readonly #waiters = new Set<() => void>();
 
   constructor(args: string[], opts: CcmOptions = {}) {
-    this.proc = spawn([ccmBinary(), ...args], {
+    // Joining a cgroup before the binary starts: the shell moves itself, then becomes the binary.
+    const command = opts.cgroup
+      ? ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', opts.cgroup, ccmBinary(), ...args]
+      : [ccmBinary(), ...args];
+    this.proc = spawn(command, {
       stdin: "ignore",
       stdout: "pipe",
       stderr: "pipe",
