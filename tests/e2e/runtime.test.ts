@@ -205,10 +205,11 @@ describe("command line", () => {
     if (!own) throw new Error("No memory cgroup file found for this process (cgroup v1 or v2 with memory)");
     const child = join(dirname(own), `ccm-test-${process.pid}`);
     mkdirSync(child);
+    let p: CcmProcess | undefined;
     try {
       const limit = 256 * 2 ** 20;
       writeFileSync(join(child, basename(own)), String(limit));
-      const p = new CcmProcess(
+      p = new CcmProcess(
         [
           `--kubeconfig=${cluster.adminKubeconfig}`,
           "--controllers=node-csr-approval",
@@ -224,6 +225,8 @@ describe("command line", () => {
       expect(readFileSync(join(child, "cgroup.procs"), "utf8").trim()).toBe(String(p.pid));
       expect(await p.stop()).toBe(0);
     } finally {
+      // A cgroup with a process in it cannot be removed: a failed check must not leave one behind.
+      await p?.stop("SIGKILL");
       rmdirSync(child);
     }
   });
