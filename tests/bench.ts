@@ -89,8 +89,9 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          against their budgets (not with --nodes)
   --slope-nodes A,B      the two sizes of --slope instead (A < B; implies --slope); the slope budgets
                          apply between ${SLOPE_NODES[0]} and ${SLOPE_NODES[1]} only, other sizes report
-  --json                 print one JSON object instead of the table; with --slope
-                         {"runs": [A, B], "peak_slope_mb_per_1000", "settled_slope_mb_per_1000"}
+  --json                 print one JSON object instead of the table (the notes go to stderr); with
+                         --slope {"runs": [A, B], "peak_slope_mb_per_1000",
+                         "settled_slope_mb_per_1000"}
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
   --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
@@ -881,7 +882,10 @@ async function measureSlope(args: BenchArgs, source: string, version: string): P
     runs.push(await measure({ ...args, nodes, ccmLog }, source, version));
   }
   const [a, b] = runs.map((r) => r.figures) as [BenchFigures, BenchFigures];
-  if (args.json) return JSON.stringify(slopeJson(a, b));
+  if (args.json) {
+    for (const r of runs) for (const note of r.notes) progress(`N = ${r.figures.nodes}: ${note}`);
+    return JSON.stringify(slopeJson(a, b));
+  }
   return [
     ...runs.map((r) => `${formatTable(r.figures, r.header, r.notes)}\n`),
     formatSlope(slope("peak", a, b)),
@@ -913,8 +917,10 @@ async function main(): Promise<void> {
     return;
   }
   const { figures, header, notes } = await measure(args, source, version);
-  if (args.json) process.stdout.write(`${JSON.stringify(toJson(figures))}\n`);
-  else process.stdout.write(`${formatTable(figures, header, notes)}\n`);
+  if (args.json) {
+    for (const note of notes) progress(note);
+    process.stdout.write(`${JSON.stringify(toJson(figures))}\n`);
+  } else process.stdout.write(`${formatTable(figures, header, notes)}\n`);
 }
 
 if (import.meta.main) {
