@@ -28,8 +28,8 @@ switch (parsed.command) {
     );
     break;
   case "run": {
-    // JSC reads its garbage collector's options at start-up: re-executes with them (lib/gcpacing.ts).
-    (await import("./lib/gcpacing.ts")).execWithPacing();
+    // JSC reads its options (GC pacing, JIT tiers) at start-up: re-executes with them (lib/jscoptions.ts).
+    (await import("./lib/jscoptions.ts")).execWithJscOptions();
     const { run } = await import("./lib/manager.ts");
     await run(parsed.options, parsed.warnings);
     break;

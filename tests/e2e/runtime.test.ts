@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { memoryLimitFiles } from "../../lib/gcpacing.ts";
+import { memoryLimitFiles } from "../../lib/jscoptions.ts";
 import { KubeClient } from "../../lib/kube.ts";
 import { fileRss } from "../../lib/pagetrim.ts";
 import { FakeApid } from "../support/apid.ts";
@@ -172,16 +172,20 @@ describe("command line", () => {
     expect(await p.stop()).toBe(0);
   });
 
-  test("run re-executes itself (same PID) with JSC's garbage collector paced; an operator's own setting wins", async () => {
+  test("run re-executes itself (same PID) with JSC's garbage collector paced and its optimizing JIT tiers off; an operator's own setting wins", async () => {
     const environ = (p: CcmProcess) => readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0");
     const paced = ccmProcess({
       kubeconfig: cluster.adminKubeconfig,
       controllers: "node-csr-approval",
-      env: { HOME: cluster.dir },
+      // JSC prints the options that differ from its defaults, so the log shows what it really read.
+      env: { HOME: cluster.dir, BUN_JSC_dumpOptions: "1" },
     });
     procs.push(paced);
     await paced.waitForLog(/Starting controller.*node-csr-approval/);
     expect(environ(paced)).toContain("BUN_JSC_heapGrowthFunctionThresholdInMB=4294967295");
+    expect(environ(paced)).toContain("BUN_JSC_useDFGJIT=false");
+    expect(paced.output).toMatch(/useDFGJIT=false \(default: true\)/);
+    expect(paced.output).toMatch(/heapGrowthFunctionThresholdInMB=4294967295 \(default: \d+\)/);
     expect(environ(paced)).toContain(`HOME=${cluster.dir}`); // the rest of the environment is kept
     expect(paced.output.match(/Starting controller.*node-csr-approval/g)?.length).toBe(1); // one process ran
     expect(await paced.stop()).toBe(0);
@@ -189,11 +193,13 @@ describe("command line", () => {
     const own = ccmProcess({
       kubeconfig: cluster.adminKubeconfig,
       controllers: "node-csr-approval",
-      env: { HOME: cluster.dir, BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" },
+      env: { HOME: cluster.dir, BUN_JSC_heapGrowthFunctionThresholdInMB: "16384", BUN_JSC_useDFGJIT: "true" },
     });
     procs.push(own);
     await own.waitForLog(/Starting controller.*node-csr-approval/);
     expect(environ(own)).toContain("BUN_JSC_heapGrowthFunctionThresholdInMB=16384");
+    expect(environ(own)).toContain("BUN_JSC_useDFGJIT=true");
+    expect(environ(own)).not.toContain("BUN_JSC_useDFGJIT=false");
     expect(await own.stop()).toBe(0);
   });
 

@@ -1,14 +1,24 @@
-// How the binary paces JavaScriptCore's garbage collector for a long-running controller.
+// The JavaScriptCore options the binary runs with: how its garbage collector is paced, and which
+// JIT tiers compile.
 //
-// JSC lets the heap grow between collections by a factor it picks from the machine's RAM: on 16 GB
-// or more, a curve meant for browsers that allows 3× the live heap; below, 2× until the process's
-// memory footprint passes 80 % of RAM, 1.5× to 90 %, and 1.24× above. A CCM's live heap is small and
-// its garbage comes in bursts (nodes joining, CSRs), so at 3× a burst leaves heap capacity that JSC
-// never returns. The binary always uses the tiered rule (2×, as Go's default GOGC=100 grows its
-// heap), and inside a container with a memory limit it tells JSC that the limit is the RAM it has,
-// so that collections get more frequent as the footprint nears the limit rather than the container
-// being OOM-killed. JSC reads its options once, at start-up, from BUN_JSC_* environment variables:
-// the `run` command re-executes the binary (same PID, arguments and environment) with them set.
+// Pacing. JSC lets the heap grow between collections by a factor it picks from the machine's RAM:
+// on 16 GB or more, a curve meant for browsers that allows 3× the live heap; below, 2× until the
+// process's memory footprint passes 80 % of RAM, 1.5× to 90 %, and 1.24× above. A CCM's live heap is
+// small and its garbage comes in bursts (nodes joining, CSRs), so at 3× a burst leaves heap capacity
+// that JSC never returns. The binary always uses the tiered rule (2×, as Go's default GOGC=100 grows
+// its heap), and inside a container with a memory limit it tells JSC that the limit is the RAM it
+// has, so that collections get more frequent as the footprint nears the limit rather than the
+// container being OOM-killed.
+//
+// JIT tiers. JSC runs code in its interpreter, then its baseline JIT, then, for code that stays hot,
+// the optimizing DFG and FTL compilers. A controller's work is I/O, parsing and small decisions,
+// in bursts: at 1,000 nodes joining at once, the optimizing tiers took the same CPU time as they
+// saved, and the compilers' own code (~5 MiB of the executable's pages) stayed resident through the
+// burst. The binary runs with the interpreter and the baseline JIT only.
+//
+// JSC reads its options once, at start-up, from BUN_JSC_* environment variables: the `run` command
+// re-executes the binary (same PID, arguments and environment) with them set. A variable the
+// operator set is kept as is.
 
 import { readFileSync } from "node:fs";
 import { totalmem } from "node:os";
@@ -17,6 +27,8 @@ import { totalmem } from "node:os";
 const GROWTH_CURVE_VAR = "BUN_JSC_heapGrowthFunctionThresholdInMB";
 /** The RAM JSC assumes the machine has, in bytes. */
 const RAM_SIZE_VAR = "BUN_JSC_forceRAMSize";
+/** Whether JSC's optimizing DFG JIT runs (the FTL JIT needs it, so neither does when false). */
+const DFG_VAR = "BUN_JSC_useDFGJIT";
 /** The largest value JSC's unsigned option takes: the curve is never used. */
 const NEVER = "4294967295";
 /** cgroup v1 reports "no limit" as a huge page-aligned number; anything from here on is no limit. */
@@ -25,20 +37,21 @@ const NO_LIMIT_V1 = 2 ** 62;
 type Env = Readonly<Record<string, string | undefined>>;
 
 /**
- * The environment variables to add for the pacing above, or undefined when there is nothing to
- * add: JSC's options are already set, by the first exec or by the operator (whose values win).
+ * The environment variables to add for the options above, or undefined when there is nothing to
+ * add: they are already set, by the first exec or by the operator (whose values win). The pacing
+ * counts as set once the growth rule's variable is.
  * @param memoryLimit reads the container's memory limit in bytes, if it has one; called only when
  *   needed, so the re-executed process reads no cgroup file
  */
-export function pacingEnv(
-  env: Env,
-  memoryLimit: () => number | undefined,
-): Record<string, string> | undefined {
-  if (env[GROWTH_CURVE_VAR] !== undefined) return undefined;
-  const add: Record<string, string> = { [GROWTH_CURVE_VAR]: NEVER };
-  const limit = env[RAM_SIZE_VAR] === undefined ? memoryLimit() : undefined;
-  if (limit !== undefined) add[RAM_SIZE_VAR] = String(limit);
-  return add;
+export function jscEnv(env: Env, memoryLimit: () => number | undefined): Record<string, string> | undefined {
+  const add: Record<string, string> = {};
+  if (env[GROWTH_CURVE_VAR] === undefined) {
+    add[GROWTH_CURVE_VAR] = NEVER;
+    const limit = env[RAM_SIZE_VAR] === undefined ? memoryLimit() : undefined;
+    if (limit !== undefined) add[RAM_SIZE_VAR] = String(limit);
+  }
+  if (env[DFG_VAR] === undefined) add[DFG_VAR] = "false";
+  return Object.keys(add).length > 0 ? add : undefined;
 }
 
 /**
@@ -90,13 +103,13 @@ function readText(path: string): string {
 }
 
 /**
- * Re-executes the compiled binary with the pacing environment when it lacks it; returns (and the
+ * Re-executes the compiled binary with the options' environment when it lacks it; returns (and the
  * process goes on with JSC's defaults) when it has it, when this is not the compiled binary (e.g.
  * `bun main.ts`), or when exec fails, which it reports on stderr.
  */
-export function execWithPacing(): void {
+export function execWithJscOptions(): void {
   if (!import.meta.path.startsWith("/$bunfs/")) return;
-  const add = pacingEnv(process.env, () => containerMemoryLimit());
+  const add = jscEnv(process.env, () => containerMemoryLimit());
   if (!add) return;
   try {
     process.execve?.(process.execPath, [process.execPath, ...process.argv.slice(2)], {
@@ -104,8 +117,6 @@ export function execWithPacing(): void {
       ...add,
     });
   } catch (err) {
-    process.stderr.write(
-      `Cannot re-execute with the garbage collector's pacing (going on without it): ${err}\n`,
-    );
+    process.stderr.write(`Cannot re-execute with JavaScriptCore's options (going on without them): ${err}\n`);
   }
 }

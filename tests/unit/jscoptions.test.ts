@@ -1,15 +1,19 @@
 import { describe, expect, test } from "bun:test";
-import { containerMemoryLimit, memoryLimitFiles, pacingEnv, parseMemoryLimit } from "../../lib/gcpacing.ts";
+import { containerMemoryLimit, jscEnv, memoryLimitFiles, parseMemoryLimit } from "../../lib/jscoptions.ts";
 
 const GB = 2 ** 30;
 const MiB = 2 ** 20;
 
-describe("pacingEnv", () => {
-  test("always turns JSC's 3× growth curve off; passes a container's memory limit as the RAM size", () => {
-    expect(pacingEnv({}, () => undefined)).toEqual({ BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" });
-    expect(pacingEnv({ PATH: "/bin" }, () => 256 * MiB)).toEqual({
-      BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295",
+describe("jscEnv", () => {
+  const GROWTH = { BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" };
+  const NO_DFG = { BUN_JSC_useDFGJIT: "false" };
+
+  test("always turns JSC's 3× growth curve and its optimizing JIT tiers off; passes a container's memory limit as the RAM size", () => {
+    expect(jscEnv({}, () => undefined)).toEqual({ ...GROWTH, ...NO_DFG });
+    expect(jscEnv({ PATH: "/bin" }, () => 256 * MiB)).toEqual({
+      ...GROWTH,
       BUN_JSC_forceRAMSize: String(256 * MiB),
+      ...NO_DFG,
     });
   });
 
@@ -17,11 +21,13 @@ describe("pacingEnv", () => {
     const noRead = () => {
       throw new Error("read the cgroup files although nothing needs them");
     };
-    expect(pacingEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" }, noRead)).toBeUndefined();
-    expect(pacingEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" }, noRead)).toBeUndefined();
-    expect(pacingEnv({ BUN_JSC_forceRAMSize: "1000000000" }, noRead)).toEqual({
-      BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295",
-    });
+    expect(jscEnv({ ...GROWTH, ...NO_DFG }, noRead)).toBeUndefined();
+    expect(
+      jscEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "16384", BUN_JSC_useDFGJIT: "true" }, noRead),
+    ).toBeUndefined();
+    expect(jscEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" }, noRead)).toEqual(NO_DFG);
+    expect(jscEnv({ BUN_JSC_useDFGJIT: "1" }, () => undefined)).toEqual(GROWTH);
+    expect(jscEnv({ BUN_JSC_forceRAMSize: "1000000000" }, noRead)).toEqual({ ...GROWTH, ...NO_DFG });
   });
 });
 
