@@ -1,5 +1,6 @@
 // `npm test`: the whole suite, unit and integration. Makes sure the test bed's kube-apiserver, etcd,
 // helm and Talos simulator exist (building them once per machine with tests/support/testbed-bins.sh),
+// and the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Extra arguments go to `bun test` (e.g. `npm test -- tests/unit`).
 
@@ -25,6 +26,20 @@ if (!(env.KUBEBUILDER_ASSETS || (env.KUBE_APISERVER && env.ETCD)) || !env.HELM |
     fail("cannot build kube-apiserver, etcd, helm and the Talos simulator for the test bed (see above)");
   for (const line of r.stdout.split("\n")) {
     const m = line.match(/^(KUBE_APISERVER|ETCD|HELM|TALOS_SIM)=(.+)$/);
+    if (m) env[m[1] as string] = m[2];
+  }
+}
+
+// The clouds' own CCMs, run beside this one by tests/e2e/beside-*.test.ts (built from the shared
+// fixtures' release archives once per machine).
+if (!env.EXOSCALE_CCM || !env.OXIDE_CCM) {
+  const r = spawnSync(join(root, "tests/support/cloudccm-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0) fail("cannot build the Exoscale and Oxide CCMs for the test bed (see above)");
+  for (const line of r.stdout.split("\n")) {
+    const m = line.match(/^(EXOSCALE_CCM|OXIDE_CCM)=(.+)$/);
     if (m) env[m[1] as string] = m[2];
   }
 }
