@@ -23,7 +23,7 @@ fixtures_dir() {
 exoscale="${EXOSCALE_CCM:-$CACHE/exoscale-ccm-$EXOSCALE_CCM_VERSION/exoscale-cloud-controller-manager}"
 oxide="${OXIDE_CCM:-$CACHE/oxide-ccm-$OXIDE_CCM_VERSION/oxide-cloud-controller-manager}"
 
-# build_archive OUT ARCHIVE TOPDIR GOFLAGS...: unpacks a release archive in a temp dir, builds its
+# build_archive OUT ARCHIVE TOPDIR [FLAGS...] PACKAGE: unpacks a release archive in a temp dir, builds its
 # main package there statically, and moves the binary into place only when the build succeeded.
 build_archive() {
   local out="$1" archive="$2" top="$3" work
@@ -34,7 +34,7 @@ build_archive() {
   tar -xzf "$archive" -C "$work"
   cd "$work/$top"
   mkdir -p "$(dirname "$out")"
-  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" go build -trimpath -ldflags "-s -w" "$@" -o "$out.tmp.$$"
+  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" go build -trimpath -ldflags "-s -w" -o "$out.tmp.$$" "$@"
   mv "$out.tmp.$$" "$out"
 }
 
