@@ -26,24 +26,12 @@ import type {
   V1CertificateSigningRequestCondition,
   V1Node,
 } from "@kubernetes/client-node";
-import { RESOURCES, type ResourceKind } from "../../lib/taloswire.ts";
-import {
-  encodeAddress,
-  encodeHostnameStatus,
-  encodeLinkStatus,
-  encodeNodeIPConfig,
-  encodeNodename,
-  encodePlatformMetadata,
-  encodeSystemInformation,
-} from "../support/apid.ts";
+import { encodePlatformMetadata } from "../support/apid.ts";
 import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeAddress,
   type FakeNodeSpec,
   loadFixture,
-  nodeIdentity,
-  nodeIPConfigOf,
-  nodeLinks,
   normalizeAddress,
   platformMetadata,
 } from "../support/fixtures.ts";
@@ -55,7 +43,8 @@ import {
   UNINITIALIZED_TAINT,
 } from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
-import { controlSpec, type SimResource, type SimResourceRef, TalosSim } from "../support/talossim.ts";
+import { addSimMachine, simAddress, simAddressRef, simResource } from "../support/simmachines.ts";
+import { TalosSim } from "../support/talossim.ts";
 
 const CLUSTER_NAME = "sim-cluster";
 const MANAGED = "talos.dev/ccm-managed";
@@ -102,50 +91,6 @@ const OTHER: FakeNodeSpec = {
   ],
 };
 
-/** A resource of `kind` with a YAML spec, as the control surface takes it. */
-function res(kind: ResourceKind, yaml: string, id?: string): SimResource {
-  const { namespace, type } = RESOURCES[kind];
-  const rid = id ?? RESOURCES[kind].id;
-  if (rid === undefined) throw new Error(`${kind} needs an id`);
-  return { namespace, type, id: rid, spec: yaml };
-}
-
-/** An AddressStatus, with its `local` (see controlSpec). */
-function addressRes(a: FakeAddress): SimResource {
-  return res("addresses", controlSpec(encodeAddress(a).yaml, a.local), a.id);
-}
-
-function addressRef(a: FakeAddress): SimResourceRef {
-  const { namespace, type } = RESOURCES.addresses;
-  return { namespace, type, id: a.id };
-}
-
-/** Everything a machine publishes for the CCM, from a fixture node. */
-function machineResources(spec: FakeNodeSpec): SimResource[] {
-  const id = nodeIdentity(spec);
-  const out: SimResource[] = [
-    res("platformmetadata", encodePlatformMetadata(spec.platformMetadata).yaml),
-    res(
-      "nodename",
-      encodeNodename({ nodename: id.nodename, hostnameVersion: "2", skipNodeRegistration: false }).yaml,
-    ),
-    res("hostname", encodeHostnameStatus({ hostname: id.hostname, domainname: id.domainname }).yaml),
-    ...spec.addresses.map(addressRes),
-    ...nodeLinks(spec).map((l) => res("links", encodeLinkStatus(l).yaml, l.name)),
-  ];
-  if (spec.systemInformation)
-    out.push(res("systeminformation", encodeSystemInformation(spec.systemInformation).yaml));
-  const nodeIPConfig = nodeIPConfigOf(spec);
-  if (nodeIPConfig) out.push(res("nodeipconfig", encodeNodeIPConfig(nodeIPConfig).yaml));
-  return out;
-}
-
-async function addMachine(spec: FakeNodeSpec): Promise<void> {
-  const ip = spec.nodeIPs[0] as string;
-  await sim.addMachine(ip, { platform: spec.platformMetadata.platform, talosVersion: spec.talosVersion });
-  for (const r of machineResources(spec)) await sim.put(ip, r);
-}
-
 let cluster: TestCluster;
 let sim: TalosSim;
 let dir: string;
@@ -155,7 +100,7 @@ const kubelets: SimulatedKubelet[] = [];
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "flows-sim-e2e-"));
   [cluster, sim] = await Promise.all([TestCluster.start(), TalosSim.start()]);
-  for (const spec of [AWS, HCLOUD, OTHER]) await addMachine(spec);
+  for (const spec of [AWS, HCLOUD, OTHER]) await addSimMachine(sim, spec);
 });
 
 afterAll(async () => {
@@ -288,8 +233,8 @@ describe("cloud-node against the simulator", () => {
 
   test("an Elastic IP change reaches the Node's addresses through the watch, with no Talos call", async () => {
     const before = await sim.calls();
-    await sim.put(AWS_IP, addressRes(NEW_EIP));
-    await sim.destroy(AWS_IP, addressRef(FIXTURE_EIP));
+    await sim.put(AWS_IP, simAddress(NEW_EIP));
+    await sim.destroy(AWS_IP, simAddressRef(FIXTURE_EIP));
     const want = awsNode({ team: "platform", instanceType: "m6i.large", external: ["98.84.12.201"] });
     const node = await nodeWhen(
       AWS.name,
@@ -303,7 +248,7 @@ describe("cloud-node against the simulator", () => {
   test("a PlatformMetadata update (an instance tag) re-labels the Node through the watch", async () => {
     const before = await sim.calls();
     const pm = { ...AWS.platformMetadata, tags: { ...AWS.platformMetadata.tags, team: "payments" } };
-    await sim.put(AWS_IP, res("platformmetadata", encodePlatformMetadata(pm).yaml));
+    await sim.put(AWS_IP, simResource("platformmetadata", encodePlatformMetadata(pm).yaml));
     const node = await nodeWhen(
       AWS.name,
       "example.com/team is not payments",
@@ -331,9 +276,9 @@ describe("cloud-node against the simulator", () => {
       instanceType: "m6i.xlarge",
       tags: { ...AWS.platformMetadata.tags, team: "payments" },
     };
-    await sim.put(AWS_IP, res("platformmetadata", encodePlatformMetadata(pm).yaml));
-    await sim.destroy(AWS_IP, addressRef(NEW_EIP));
-    await sim.put(AWS_IP, addressRes(RESTART_IP));
+    await sim.put(AWS_IP, simResource("platformmetadata", encodePlatformMetadata(pm).yaml));
+    await sim.destroy(AWS_IP, simAddressRef(NEW_EIP));
+    await sim.put(AWS_IP, simAddress(RESTART_IP));
     expect(nodeView(await getNode(AWS.name))).toEqual(
       awsNode({ team: "payments", instanceType: "m6i.large", external: ["98.84.12.201"] }),
     );
@@ -351,7 +296,7 @@ describe("cloud-node against the simulator", () => {
     // The resubscribed watches keep the Node current: a public IPv6 associated afterwards arrives
     // through them alone.
     const after = await sim.calls();
-    await sim.put(AWS_IP, addressRes(IPV6_EIP));
+    await sim.put(AWS_IP, simAddress(IPV6_EIP));
     const dual = awsNode({
       team: "payments",
       instanceType: "m6i.xlarge",
