@@ -6,13 +6,17 @@
 //
 // Severity policy: the config fails closed. Anything that can never work (wrong types, bad
 // operators, regexes or templates) is an error and nothing is loaded, so the cluster is never
-// touched with a broken config. So is an unknown key inside a rule (a mapping key, a selector key, a
-// platformMetadata field), as Kubernetes' strict field validation does: a misspelling there must
-// never widen what the rule matches (`nodeSelecter:` would leave the rule without a selector, so it
-// would match every node). Unknown keys at the top level and under `global` stay warnings, as do
-// entries Kubernetes would refuse (an invalid label key, a reserved taint): the entry is dropped and
-// the rest applies, because the reference accepted such files at load and refusing to start would
-// block every node over one entry. The file's size and shape are bounded before YAML parsing
+// touched with a broken config. So is an unknown key that could widen what a rule matches or write a
+// wrong permanent fact: in a rule without `nodeSelector` (`nodeSelecter:` would leave the rule
+// matching every node), inside a selector requirement, a selector key no node has (DoesNotExist on
+// it matches every node), and an unknown platformMetadata field (a misspelled ProviderID would let
+// the fallback provider ID be written, and spec.providerID never changes). Unknown keys that can
+// only narrow what applies are warnings, as the reference ignores them: `name` on a nodeSelector
+// term is documentation (the reference's docs name every term), other keys in a term, under
+// `features` (an unknown feature stays off), under `global` or at the top level. So are entries
+// Kubernetes would refuse (an invalid label key, a reserved taint): the entry is dropped and the rest
+// applies, because the reference accepted such files at load and refusing to start would block
+// every node over one entry. The file's size and shape are bounded before YAML parsing
 // (lib/configlimits.ts).
 
 import * as v from "valibot";
@@ -331,8 +335,8 @@ const StringMap = v.nullish(
 );
 
 const RequirementSchema = mapping({ key: Text, operator: Text, values: list(Text) });
-const TermSchema = mapping({ matchExpressions: list(RequirementSchema) });
-const RuleSchema = mapping({
+const TermSchema = mapping({ name: Text, matchExpressions: list(RequirementSchema) });
+const RULE_ENTRIES = {
   name: Text,
   nodeSelector: list(TermSchema),
   labels: StringMap,
@@ -340,7 +344,8 @@ const RuleSchema = mapping({
   taints: StringMap,
   platformMetadata: StringMap,
   features: mapping({ publicIPDiscovery: Bool }),
-});
+};
+const RuleSchema = mapping(RULE_ENTRIES);
 
 /** The valibot schema of the whole file, after YAML decoding. Unknown keys are stripped. */
 export const ConfigSchema = mapping({
@@ -370,9 +375,15 @@ interface SchemaShape {
 }
 
 /**
- * Reports every key the schema does not know. Inside a rule (`transformations[i]` and below) that
- * is an error: a misspelled key there could widen what the rule matches (`nodeSelecter` would leave
- * it without a selector, so every node). Elsewhere (top level, `global`) it is a warning.
+ * Reports every key the schema does not know. An unknown key is an error only where a misspelling
+ * could widen what a rule matches, and a warning elsewhere (the reference ignores every unknown key):
+ * - in a rule without `nodeSelector`: the key may be the misspelled selector, and the rule would
+ *   then apply to every node;
+ * - inside a selector requirement (`matchExpressions[j]`): a misspelled `key`, `operator` or
+ *   `values` changes what the requirement tests.
+ * An unknown key in a rule that has its `nodeSelector`, in a nodeSelector term (a term without
+ * `matchExpressions` matches no node), under `features` (an unknown feature stays off) or
+ * `global`, or at the top level can only narrow what applies: a warning, as the reference ignores it.
  */
 function reportUnknownKeys(schema: SchemaShape, value: Plain, path: Path, c: Compiler): void {
   let s = schema;
@@ -383,9 +394,11 @@ function reportUnknownKeys(schema: SchemaShape, value: Plain, path: Path, c: Com
     for (const [key, child] of Object.entries(value)) {
       const entry = s.entries[key];
       if (entry) reportUnknownKeys(entry, child, [...path, key], c);
-      else if (isInRule(path))
-        c.error([...path, key], unknownKeyMessage("key", key, known, "not allowed in a rule"));
-      else c.warn([...path, key], unknownKeyMessage("key", key, known, "ignored"));
+      else {
+        const widening = unknownKeyWidens(path, value);
+        const report = widening === undefined ? c.warn : c.error;
+        report([...path, key], unknownKeyText(path, key, known, widening));
+      }
     }
   } else if (s.item && Array.isArray(value)) {
     const item = s.item;
@@ -395,9 +408,31 @@ function reportUnknownKeys(schema: SchemaShape, value: Plain, path: Path, c: Com
   }
 }
 
-/** Tells whether `path` is inside a transformation rule: `transformations[i]` or below. */
-function isInRule(path: Path): boolean {
-  return path[0] === "transformations" && path.length >= 2;
+/**
+ * Why an unknown key in the mapping at `path` could widen what a rule matches (the error's wording),
+ * or undefined when it cannot.
+ */
+function unknownKeyWidens(path: Path, mapping: object): string | undefined {
+  if (path[0] !== "transformations") return undefined;
+  if (path.length === 2 && !("nodeSelector" in mapping))
+    return "not allowed in a rule without nodeSelector, which applies to every node";
+  if (path.length === 6 && path[4] === "matchExpressions") return "not allowed in a selector requirement";
+  return undefined;
+}
+
+/** The message for an unknown key: why it is refused (`widening`), or why ignoring it is safe. */
+function unknownKeyText(path: Path, key: string, known: string[], widening: string | undefined): string {
+  if (widening !== undefined) return unknownKeyMessage("key", key, known, widening);
+  const inRule = path[0] === "transformations";
+  const inTerm = inRule && path.at(-2) === "nodeSelector";
+  // The reference's own unit test indents a rule's labels and annotations into its term.
+  if (inTerm && key in RULE_ENTRIES)
+    return `unknown key ${JSON.stringify(key)}: ignored: a rule's key inside a nodeSelector term (check its indentation)`;
+  if (inTerm)
+    return unknownKeyMessage("key", key, known, "ignored: a term matches by its matchExpressions alone");
+  if (inRule && path.at(-1) === "features")
+    return unknownKeyMessage("key", key, known, "ignored: an unknown feature stays off");
+  return unknownKeyMessage("key", key, known, "ignored");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -476,7 +511,7 @@ function compileSelector(raw: RawRule["nodeSelector"], base: Path, c: Compiler):
       for (const issue of compiled.issues) c.error([...path, ...issue.path], issue.message);
       return [];
     });
-    return { matchExpressions };
+    return term.name === "" ? { matchExpressions } : { name: term.name, matchExpressions };
   });
 }
 

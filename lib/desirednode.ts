@@ -326,9 +326,13 @@ export function nodePatch(node: LeanNode, want: DesiredNode): NodePatch {
   return patch;
 }
 
+/** `rule "name"`, with the nodeSelector term that matched when it is named. */
+function ruleLabel(e: Pick<TransformError, "rule" | "term">): string {
+  const rule = `rule ${JSON.stringify(e.rule)}`;
+  return e.term === undefined ? rule : `${rule} (term ${JSON.stringify(e.term)})`;
+}
+
 /** One line per value a rule could not apply, for the Node's Event. */
 export function describeTransformErrors(errors: readonly TransformError[]): string {
-  return errors
-    .map((e) => `rule ${JSON.stringify(e.rule)} ${e.field}[${JSON.stringify(e.key)}]: ${e.reason}`)
-    .join("; ");
+  return errors.map((e) => `${ruleLabel(e)} ${e.field}[${JSON.stringify(e.key)}]: ${e.reason}`).join("; ");
 }

@@ -41,8 +41,13 @@ export type Requirement =
   | { key: string; operator: "Gt" | "Lt"; bound: bigint }
   | { key: string; operator: "Regexp"; regex: RegExp };
 
-/** A compiled term: its requirements are ANDed. A term without requirements matches nothing. */
+/**
+ * A compiled term: its requirements are ANDed. A term without requirements matches nothing. Its
+ * `name` (the reference's docs name every term) is documentation: shown in logs, Events and
+ * `validate`, never matched on.
+ */
 export interface SelectorTerm {
+  name?: string;
   matchExpressions: readonly Requirement[];
 }
 
@@ -189,4 +194,15 @@ export function matchTerm(term: SelectorTerm, fields: SelectorFields): boolean {
  */
 export function matchSelector(terms: readonly SelectorTerm[], fields: SelectorFields): boolean {
   return terms.length === 0 || terms.some((t) => matchTerm(t, fields));
+}
+
+/**
+ * The name of the first term that matches, for logs and Events: "" when the selector matches without
+ * a named term (no terms at all, or an unnamed one), undefined when it does not match.
+ * @example matchedTermName([{ name: "arm", matchExpressions: [...] }], fields) // "arm"
+ */
+export function matchedTermName(terms: readonly SelectorTerm[], fields: SelectorFields): string | undefined {
+  if (terms.length === 0) return "";
+  const term = terms.find((t) => matchTerm(t, fields));
+  return term === undefined ? undefined : (term.name ?? "");
 }

@@ -10,7 +10,7 @@
 import { createHash } from "node:crypto";
 import type { CompiledConfig, RuleEntry, RuleValue } from "./config.ts";
 import { registry as processRegistry, type Registry } from "./metrics.ts";
-import { matchSelector, selectorFields } from "./selector.ts";
+import { matchedTermName, selectorFields } from "./selector.ts";
 import type { Features, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
 import {
   ANNOTATIONS_MAX_BYTES,
@@ -28,6 +28,8 @@ import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./wellknown.ts";
 export interface TransformError {
   /** The rule's name (or `transformations[<index>]`). */
   rule: string;
+  /** The name of the nodeSelector term that matched, when it has one. */
+  term?: string;
   field: "labels" | "annotations" | "taints" | "platformMetadata";
   key: string;
   reason: string;
@@ -179,7 +181,9 @@ export function transform(
   const taints = new Map<string, Taint>();
 
   for (const rule of config.transformations) {
-    if (!matchSelector(rule.nodeSelector, fields)) continue;
+    const term = matchedTermName(rule.nodeSelector, fields);
+    if (term === undefined) continue;
+    const from = term === "" ? { rule: rule.name } : { rule: rule.name, term };
     /** Renders each entry and hands it to `accept`, which stores it or says why it cannot. */
     const each = <E extends RuleEntry>(
       field: TransformError["field"],
@@ -189,7 +193,7 @@ export function transform(
       for (const entry of entries) {
         const r = render(entry.value, data);
         const reason = r.ok ? accept(entry, r.text) : r.reason;
-        if (reason !== undefined) result.errors.push({ rule: rule.name, field, key: entry.key, reason });
+        if (reason !== undefined) result.errors.push({ ...from, field, key: entry.key, reason });
       }
     };
     each("labels", rule.labels, ({ key }, text) => {

@@ -32,7 +32,7 @@ import { describeTransformErrors, desiredNode, instanceFacts } from "./desiredno
 import type { ValidateOptions } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { matchSelector, SELECTOR_KEYS, selectorFields } from "./selector.ts";
+import { matchedTermName, SELECTOR_KEYS, selectorFields } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
 import { type TransformError, transform } from "./transform.ts";
@@ -511,7 +511,7 @@ export interface PreviewResult {
   nodeName: string;
   /** The node IP assumed for the default providerID, or {@link NODE_IP_PLACEHOLDER}. */
   nodeIP: string;
-  /** Names of the rules whose nodeSelector matches, in order. */
+  /** Names of the rules whose nodeSelector matches, in order, each with its matching term's name when it has one. */
   matchedRules: string[];
   /** Values the rules could not apply on this node (the controller skips them, the rest applies). */
   errors: TransformError[];
@@ -595,9 +595,11 @@ export function previewNode(
     },
     nodeName,
     nodeIP,
-    matchedRules: config.transformations
-      .filter((r) => matchSelector(r.nodeSelector, fields))
-      .map((r) => r.name),
+    matchedRules: config.transformations.flatMap((r) => {
+      const term = matchedTermName(r.nodeSelector, fields);
+      if (term === undefined) return [];
+      return [term === "" ? r.name : `${r.name} (term ${JSON.stringify(term)})`];
+    }),
     errors: result.errors,
   };
 }

@@ -9,7 +9,6 @@ import type { ConfigIssue } from "../../lib/configissue.ts";
 import { matchSelector, selectorFields } from "../../lib/selector.ts";
 import { stressCases, writeCase } from "../support/config-stress.ts";
 import { platformMetadata } from "../support/fixtures.ts";
-import { withoutUnknownRuleKeys } from "../support/reference-configs.ts";
 
 const fixture = (name: string) => join(import.meta.dir, "..", "fixtures", name);
 
@@ -149,7 +148,7 @@ describe("parseConfig() unknown keys outside rules are warnings (weakness 3)", (
   });
 });
 
-describe("parseConfig() unknown keys inside a rule are errors: a rule never widens", () => {
+describe("parseConfig() unknown keys in a rule: an error where a misspelling could widen a match, else a warning", () => {
   test("parseConfig() refuses a misspelled nodeSelector, which would otherwise match every node", () => {
     const err = fails(`transformations:
   - name: gpu
@@ -159,55 +158,98 @@ describe("parseConfig() unknown keys inside a rule are errors: a rule never wide
     taints:
       nvidia.com/gpu: "present:NoSchedule"
 `);
-    expect(err.issues).toEqual([
-      {
-        path: "transformations[0].nodeSelecter",
-        line: 3,
-        message: 'unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")',
-      },
-    ]);
+    const message =
+      'unknown key "nodeSelecter": not allowed in a rule without nodeSelector, which applies to every node (closest known key: "nodeSelector")';
+    expect(err.issues).toEqual([{ path: "transformations[0].nodeSelecter", line: 3, message }]);
     expect(err.message).toBe(
-      'Cannot load cloud config: 1 problem:\n  transformations[0].nodeSelecter (line 3): unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")',
+      `Cannot load cloud config: 1 problem:\n  transformations[0].nodeSelecter (line 3): ${message}`,
     );
   });
 
   test.each([
     ["transformations:\n  - nodeSelectors: []", "transformations[0].nodeSelectors", "nodeSelector"],
+    // Without a nodeSelector any unknown key may be the selector: the rule would apply to every node.
     ["transformations:\n  - label: {}", "transformations[0].label", "labels"],
-    [
-      "transformations:\n  - nodeSelector:\n      - {matchExpression: [], matchExpressions: [{key: zone, operator: Exists}]}",
-      "transformations[0].nodeSelector[0].matchExpression",
-      "matchExpressions",
-    ],
-    [
-      "transformations:\n  - nodeSelector:\n      - {name: a term, matchExpressions: [{key: zone, operator: Exists}]}",
-      "transformations[0].nodeSelector[0].name",
-      "matchExpressions",
-    ],
-    [
-      "transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - {key: zone, operator: Exists, value: []}",
-      "transformations[0].nodeSelector[0].matchExpressions[0].value",
-      "values",
-    ],
-    [
-      "transformations:\n  - features: {publicIPPredict: true}",
-      "transformations[0].features.publicIPPredict",
-      "publicIPDiscovery",
-    ],
   ])("parseConfig() refuses %j at %s, naming %s", (text, path, near) => {
     const err = fails(text);
     expect(err.issues).toHaveLength(1);
     expect(err.issues[0]?.path).toBe(path);
     expect(err.issues[0]?.message).toStartWith(
-      `unknown key "${path.split(".").at(-1)}": not allowed in a rule`,
+      `unknown key "${path.split(".").at(-1)}": not allowed in a rule without nodeSelector`,
     );
     expect(err.issues[0]?.message).toContain(`"${near}"`);
+  });
+
+  test("parseConfig() refuses an unknown key inside a selector requirement: a misspelled values changes the test", () => {
+    const err = fails(
+      "transformations:\n  - nodeSelector:\n      - matchExpressions:\n          - {key: zone, operator: Exists, value: []}",
+    );
+    expect(err.issues.map((i) => [i.path, i.message])).toEqual([
+      [
+        "transformations[0].nodeSelector[0].matchExpressions[0].value",
+        'unknown key "value": not allowed in a selector requirement (closest known key: "values")',
+      ],
+    ]);
+  });
+
+  test.each([
+    [
+      "a key beside nodeSelector in a rule",
+      "transformations:\n  - nodeSelector: [{matchExpressions: [{key: zone, operator: Exists}]}]\n    label: {a: b}",
+      "transformations[0].label",
+      'unknown key "label": ignored (closest known key: "labels")',
+    ],
+    [
+      "a key beside matchExpressions in a term",
+      "transformations:\n  - nodeSelector:\n      - {matchExpression: [], matchExpressions: [{key: zone, operator: Exists}]}",
+      "transformations[0].nodeSelector[0].matchExpression",
+      'unknown key "matchExpression": ignored: a term matches by its matchExpressions alone (closest known key: "matchExpressions")',
+    ],
+    [
+      "a rule's key indented into a term, as the reference's own unit test has it",
+      "transformations:\n  - nodeSelector:\n      - matchExpressions: [{key: zone, operator: Exists}]\n        labels: {a: b}",
+      "transformations[0].nodeSelector[0].labels",
+      `unknown key "labels": ignored: a rule's key inside a nodeSelector term (check its indentation)`,
+    ],
+    [
+      "a misspelled feature",
+      "transformations:\n  - features: {publicIPPredict: true}\n    nodeSelector: []",
+      "transformations[0].features.publicIPPredict",
+      'unknown key "publicIPPredict": ignored: an unknown feature stays off (closest known key: "publicIPDiscovery")',
+    ],
+  ])(
+    "parseConfig() warns about %s: it can only narrow what applies, as the reference ignores it",
+    (_, text, path, message) => {
+      const c = parseConfig(text);
+      expect(c.warnings.map((w) => [w.path, w.message])).toEqual([[path, message]]);
+    },
+  );
+
+  test("parseConfig() keeps a misspelled matchExpressions a warning: the term, left empty, matches no node", () => {
+    const c = parseConfig(
+      "transformations:\n  - nodeSelector:\n      - matchExpresions: [{key: zone, operator: Exists}]\n    labels: {a: b}",
+    );
+    expect(c.warnings.map((w) => w.path)).toEqual([
+      "transformations[0].nodeSelector[0].matchExpresions",
+      "transformations[0].nodeSelector[0]",
+    ]);
+    expect(c.warnings[1]?.message).toBe("a term without matchExpressions matches no node");
+    const fields = selectorFields(platformMetadata({ zone: "a" }));
+    expect(matchSelector(c.transformations[0]?.nodeSelector ?? [], fields)).toBe(false);
+  });
+
+  test("parseConfig() takes a term's name as documentation, as the reference's docs write it", () => {
+    const c = parseConfig(
+      "transformations:\n  - name: r\n    nodeSelector:\n      - name: arm\n        matchExpressions: [{key: zone, operator: Exists}]\n      - matchExpressions: [{key: region, operator: Exists}]",
+    );
+    expect(c.warnings).toEqual([]);
+    expect(c.transformations[0]?.nodeSelector.map((t) => t.name)).toEqual(["arm", undefined]);
   });
 
   test("parseConfig() says when only the case differs inside a rule: keys are case-sensitive", () => {
     const err = fails("transformations:\n  - NodeSelector: []\n");
     expect(err.issues.map((i) => i.message)).toEqual([
-      'unknown key "NodeSelector": not allowed in a rule; keys are case-sensitive, did you mean "nodeSelector"?',
+      'unknown key "NodeSelector": not allowed in a rule without nodeSelector, which applies to every node; keys are case-sensitive, did you mean "nodeSelector"?',
     ]);
   });
 
@@ -731,42 +773,14 @@ describe("reference example configs", () => {
     expect(rule?.labels.map((l) => [l.key, l.value.source])).toEqual([["node-role.kubernetes.io/web", ""]]);
   });
 
-  test("loadConfig() refuses the reference's docs/rules.yaml: its rules hold keys no rule has", () => {
-    const err = (() => {
-      try {
-        loadConfig(fixture("reference-rules.yaml"));
-      } catch (e) {
-        return e as ConfigError;
-      }
-      throw new Error("expected a ConfigError");
-    })();
-    expect(err.issues.map((i) => [i.path, i.line, i.message])).toEqual([
-      [
-        "transformations[0].nodeSelector[0].name",
-        6,
-        'unknown key "name": not allowed in a rule (closest known key: "matchExpressions")',
-      ],
-      [
-        "transformations[0].nodeSelector[1].name",
-        17,
-        'unknown key "name": not allowed in a rule (closest known key: "matchExpressions")',
-      ],
-      [
-        "transformations[1].nodeSelector[0].name",
-        38,
-        'unknown key "name": not allowed in a rule (closest known key: "matchExpressions")',
-      ],
-      [
-        "transformations[1].features.publicIPPredict",
-        65,
-        'unknown key "publicIPPredict": not allowed in a rule (closest known key: "publicIPDiscovery")',
-      ],
-    ]);
-  });
-
-  test("parseConfig() loads the reference's docs/rules.yaml once those keys are removed, warning about what it ignores", () => {
-    const c = parseConfig(withoutUnknownRuleKeys(readFileSync(fixture("reference-rules.yaml"), "utf8")));
+  test("loadConfig() loads the reference's docs/rules.yaml unchanged, warning about what it ignores", () => {
+    const c = loadConfig(fixture("reference-rules.yaml"));
     expect(c.transformations.map((r) => r.name)).toEqual(["oracle", "openstack"]);
+    // The terms' names are documentation, kept for logs, Events and validate.
+    expect(c.transformations.map((r) => r.nodeSelector.map((t) => t.name))).toEqual([
+      ["oracle vm in frankfurt", "special vm name"],
+      ["fix openstack zone"],
+    ]);
     expect(c.transformations[0]?.nodeSelector.map((t) => t.matchExpressions.length)).toEqual([2, 1]);
     expect(c.transformations[1]?.platformMetadata.map((o) => o.field)).toEqual([
       "zone",
@@ -775,9 +789,20 @@ describe("reference example configs", () => {
     ]);
     // The stray quote in `talos.dev/zone"` makes an invalid label key: that entry alone is dropped.
     expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["node-role.kubernetes.io/web"]);
-    expect(c.warnings.map((w) => [w.path, w.line])).toEqual([
-      ['transformations[0].labels["talos.dev/zone\\""]', 29],
-      ["", 71],
+    // publicIPPredict is no feature: it stays off, as the reference ignores it.
+    expect(c.transformations[1]?.features).toEqual({ publicIPDiscovery: false });
+    expect(c.warnings.map((w) => [w.path, w.line, w.message])).toEqual([
+      [
+        'transformations[0].labels["talos.dev/zone\\""]',
+        29,
+        "entry ignored: key name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+      ],
+      [
+        "transformations[1].features.publicIPPredict",
+        65,
+        'unknown key "publicIPPredict": ignored: an unknown feature stays off (closest known key: "publicIPDiscovery")',
+      ],
+      ["", 71, "only the first YAML document is read; 1 more ignored"],
     ]);
   });
 

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { type CompiledConfig, type CompiledRule, ConfigError, parseConfig } from "../../lib/config.ts";
+import { describeTransformErrors } from "../../lib/desirednode.ts";
 import { Registry } from "../../lib/metrics.ts";
 import {
   type ManagedRecord,
@@ -370,6 +371,30 @@ describe("transform() errors", () => {
         reason: 'invalid taint "eu-1a": effect "eu-1a" is not one of NoSchedule, PreferNoSchedule, NoExecute',
       },
     ]);
+  });
+
+  test("transform() names the nodeSelector term that matched, and the Event's text says it", () => {
+    const config = parseConfig(`transformations:
+  - name: named
+    nodeSelector:
+      - name: not this one
+        matchExpressions: [{key: platform, operator: In, values: [aws]}]
+      - name: metal hosts
+        matchExpressions: [{key: platform, operator: In, values: [metal]}]
+    labels: {example.com/bad: "{{ .Hostname }}"}
+  - name: unnamed
+    nodeSelector: [{matchExpressions: [{key: platform, operator: Exists}]}]
+    labels: {example.com/also-bad: "{{ .Hostname }}"}
+`);
+    const r = run(config, facts({ hostname: "has space" }));
+    expect(r.errors.map((e) => [e.rule, e.term])).toEqual([
+      ["named", "metal hosts"],
+      ["unnamed", undefined],
+    ]);
+    expect(describeTransformErrors(r.errors)).toStartWith(
+      'rule "named" (term "metal hosts") labels["example.com/bad"]: invalid value "has space"',
+    );
+    expect(describeTransformErrors(r.errors)).toContain('; rule "unnamed" labels["example.com/also-bad"]: ');
   });
 
   test("transform() reports a template execution error against its rule, field and key", () => {

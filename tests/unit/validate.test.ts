@@ -617,7 +617,7 @@ describe("validate()", () => {
       1,
       "",
       [
-        'c.yaml: error: transformations[0].nodeSelecter (line 3): unknown key "nodeSelecter": not allowed in a rule (closest known key: "nodeSelector")',
+        'c.yaml: error: transformations[0].nodeSelecter (line 3): unknown key "nodeSelecter": not allowed in a rule without nodeSelector, which applies to every node (closest known key: "nodeSelector")',
         "c.yaml: invalid (1 error)",
       ],
     ],
