@@ -371,7 +371,7 @@ describe("validate on the reference's example configs", () => {
     const config = join(FIXTURES, "reference-ccm-config.yaml");
     expect(validate(["--cloud-config", config])).toEqual({
       status: 0,
-      stdout: `${config}: valid (1 transformation rule, 0 warnings)\n`,
+      stdout: `${config}: valid (2 transformation rules, 0 warnings)\n`,
       stderr: "",
     });
     const r = validate(["--cloud-config", config, "--metadata", file(PLATFORM_METADATA), "-o", "json"]);
@@ -381,10 +381,10 @@ describe("validate on the reference's example configs", () => {
         labels: { "node-role.kubernetes.io/web": "", "node.cloudprovider.kubernetes.io/platform": "metal" },
         annotations: {
           "talos.dev/ccm-managed":
-            '{"v":1,"labels":["node-role.kubernetes.io/web"],"annotations":["talos.dev/instance-id"]}',
+            '{"v":1,"labels":["node-role.kubernetes.io/web"],"annotations":["talos.dev/instance-id"],"taints":["node.cloudprovider.kubernetes.io/storage-type:NoSchedule"]}',
           "talos.dev/instance-id": "id-7c9e6679",
         },
-        taints: [],
+        taints: [{ key: "node.cloudprovider.kubernetes.io/storage-type", value: "", effect: "NoSchedule" }],
         platformMetadata: meta({
           platform: "metal",
           hostname: "web-a1b2-frontend",

@@ -453,7 +453,7 @@ transformations:
     );
     expect(paths(err2.issues)).toEqual([
       "transformations[0].nodeSelector[0].matchExpressions[0].values[0]",
-      "transformations[1].platformMetadata.Zone",
+      "transformations[2].platformMetadata.Zone",
     ]);
     const err3 = fails(`transformations:
   - nodeSelector:
@@ -764,13 +764,17 @@ describe("reference example configs", () => {
     const c = loadConfig(fixture("reference-ccm-config.yaml"));
     expect(c.warnings).toEqual([]);
     expect(c.global).toEqual(DEFAULT_GLOBAL);
-    expect(c.transformations).toHaveLength(1);
-    const rule = c.transformations[0];
-    expect(rule?.nodeSelector[0]?.matchExpressions[0]).toMatchObject({ key: "hostname", operator: "Regexp" });
-    expect(rule?.annotations.map((a) => [a.key, a.value.source])).toEqual([
+    expect(c.transformations.map((r) => r.name)).toEqual(["web", "nocloud"]);
+    const [web, nocloud] = c.transformations;
+    expect(web?.nodeSelector[0]?.matchExpressions[0]).toMatchObject({ key: "hostname", operator: "Regexp" });
+    expect(web?.annotations.map((a) => [a.key, a.value.source])).toEqual([
       ["talos.dev/instance-id", "id-{{ .InstanceID }}"],
     ]);
-    expect(rule?.labels.map((l) => [l.key, l.value.source])).toEqual([["node-role.kubernetes.io/web", ""]]);
+    expect(web?.labels.map((l) => [l.key, l.value.source])).toEqual([["node-role.kubernetes.io/web", ""]]);
+    expect(web?.taints.map((t) => [t.key, t.value.source])).toEqual([
+      ["node.cloudprovider.kubernetes.io/storage-type", "NoSchedule"],
+    ]);
+    expect(nocloud?.platformMetadata.map((o) => o.field)).toEqual(["instanceType", "providerId"]);
   });
 
   test("loadConfig() loads the reference's docs/rules.yaml unchanged, warning about what it ignores", () => {
