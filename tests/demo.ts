@@ -2,7 +2,7 @@
 // local test bed (a real kube-apiserver + etcd, simulated Talos nodes on several platforms), runs the
 // compiled CCM with a rule set from rules/, lets simulated kubelets join and submit serving CSRs,
 // prints a table of the resulting Nodes and exits 0. `--keep` leaves everything running and prints a
-// kubeconfig path for `kubectl get nodes`.
+// kubeconfig path and the test bed's own kubectl for `kubectl get nodes`.
 
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, writeFileSync } from "node:fs";
@@ -24,15 +24,17 @@ function step(msg: string): void {
 }
 
 function ensureTestbedBinaries(): void {
-  if (process.env.KUBEBUILDER_ASSETS || (process.env.KUBE_APISERVER && process.env.ETCD)) return;
-  step("Preparing kube-apiserver and etcd (built once per machine from Go modules, then cached)");
+  const have = process.env.KUBEBUILDER_ASSETS || (process.env.KUBE_APISERVER && process.env.ETCD);
+  if (have && process.env.KUBECTL) return;
+  // The script keeps binaries named in the environment, so its answer can replace them.
+  step("Preparing kube-apiserver, kubectl and etcd (built once per machine from Go modules, then cached)");
   const r = spawnSync(join(root, "tests/support/testbed-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   });
-  if (r.status !== 0) throw new Error("Cannot build kube-apiserver and etcd (see above)");
+  if (r.status !== 0) throw new Error("Cannot build kube-apiserver, kubectl and etcd (see above)");
   for (const line of r.stdout.split("\n")) {
-    const m = line.match(/^(KUBE_APISERVER|ETCD)=(.+)$/);
+    const m = line.match(/^(KUBE_APISERVER|ETCD|KUBECTL)=(.+)$/);
     if (m) process.env[m[1] as string] = m[2];
   }
 }
@@ -167,8 +169,13 @@ async function main(): Promise<number> {
     if (keep) {
       const kc = join(cluster.dir, "demo.kubeconfig");
       copyFileSync(cluster.adminKubeconfig, kc);
-      writeFileSync(join(cluster.dir, "README"), "kubectl --kubeconfig demo.kubeconfig get nodes -o wide\n");
-      step(`Still running. Try:  kubectl --kubeconfig ${kc} get nodes -o wide   (Ctrl-C to stop)`);
+      // The machine may have no kubectl of its own: the test bed built one beside kube-apiserver.
+      const kubectl = process.env.KUBECTL ?? "kubectl";
+      writeFileSync(
+        join(cluster.dir, "README"),
+        `${kubectl} --kubeconfig demo.kubeconfig get nodes -o wide\n`,
+      );
+      step(`Still running. Try:  ${kubectl} --kubeconfig ${kc} get nodes -o wide   (Ctrl-C to stop)`);
       await new Promise(() => {});
     }
     return 0;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the test bed's kube-apiserver, etcd and helm from Go modules, and the Talos simulator
+# Builds the test bed's kube-apiserver (with kubectl), etcd and helm from Go modules, and the Talos simulator
 # (tests/support/talossim, a local module on pinned upstream modules), and caches them outside the
 # repository, keyed by version (the simulator also by a hash of its sources), so a machine builds
-# them once. Prints KUBE_APISERVER=, ETCD=, HELM= and TALOS_SIM= lines. Honours KUBEBUILDER_ASSETS
-# (kube-apiserver and etcd), KUBE_APISERVER, ETCD, HELM and TALOS_SIM when they are already set.
+# them once. Prints KUBE_APISERVER=, KUBECTL=, ETCD=, HELM= and TALOS_SIM= lines. Honours
+# KUBEBUILDER_ASSETS (kube-apiserver and etcd), KUBE_APISERVER, KUBECTL, ETCD, HELM and TALOS_SIM when
+# they are already set.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -24,6 +25,7 @@ need_go() {
 
 apiserver="${KUBE_APISERVER:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/kube-apiserver}}"
 apiserver="${apiserver:-$CACHE/kubernetes-$K8S_VERSION/kube-apiserver}"
+kubectl="${KUBECTL:-$CACHE/kubernetes-$K8S_VERSION/kubectl}"
 etcd="${ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}"
 etcd="${etcd:-$CACHE/etcd-$ETCD_VERSION/etcd}"
 helm="${HELM:-$CACHE/helm-$HELM_VERSION/helm}"
@@ -39,7 +41,9 @@ sim_key() {
 }
 talossim="${TALOS_SIM:-$CACHE/talossim-$(sim_key)/talossim}"
 
-build_apiserver() {
+# kube-apiserver and kubectl (for people trying the demo: `npm run demo -- --keep` prints its path),
+# built from one throw-away module that points k8s.io/kubernetes's staging modules at their releases.
+build_kubernetes() {
   local work staging_ver gomod
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' RETURN
@@ -55,15 +59,22 @@ build_apiserver() {
     echo ")"
   } >>go.mod
   go mod tidy -e >/dev/null 2>&1 || true
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" >/dev/null
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" >/dev/null
   local ldflags="-s -w"
   ldflags+=" -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
   ldflags+=" -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  mkdir -p "$(dirname "$apiserver")"
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$apiserver.tmp.$$" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$apiserver.tmp.$$" "$apiserver"
+  if [[ ! -x "$apiserver" ]]; then
+    mkdir -p "$(dirname "$apiserver")"
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$apiserver.tmp.$$" k8s.io/kubernetes/cmd/kube-apiserver
+    mv "$apiserver.tmp.$$" "$apiserver"
+  fi
+  if [[ ! -x "$kubectl" ]]; then
+    mkdir -p "$(dirname "$kubectl")"
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$kubectl.tmp.$$" k8s.io/kubernetes/cmd/kubectl
+    mv "$kubectl.tmp.$$" "$kubectl"
+  fi
 }
 
 # build_module OUT MODULE@VERSION PACKAGE LDFLAGS: builds one command of a released Go module in a
@@ -115,15 +126,16 @@ build_talossim() {
   fi
 }
 
-if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$helm" || ! -x "$talossim" ]]; then
+if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$kubectl" || ! -x "$helm" || ! -x "$talossim" ]]; then
   command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd, helm and the Talos simulator" >&2; exit 1; }
   need_go
 fi
 [[ -x "$etcd" ]] || (build_etcd) >&2
-[[ -x "$apiserver" ]] || (build_apiserver) >&2
+[[ -x "$apiserver" && -x "$kubectl" ]] || (build_kubernetes) >&2
 [[ -x "$helm" ]] || (build_helm) >&2
 [[ -x "$talossim" ]] || (build_talossim) >&2
 echo "KUBE_APISERVER=$apiserver"
+echo "KUBECTL=$kubectl"
 echo "ETCD=$etcd"
 echo "HELM=$helm"
 echo "TALOS_SIM=$talossim"
