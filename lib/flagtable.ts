@@ -42,6 +42,7 @@ const TYPE_NAMES: Readonly<Record<Kind, string>> = {
   level: "Level",
   ip: "ip",
   stringSlice: "strings",
+  int32Slice: "int32Slice",
   mapStringBool: "mapStringBool",
   quantity: "quantity",
   certKey: "namedCertKey",
@@ -256,6 +257,11 @@ const RUN_FLAGS: readonly FlagSpec[] = [
     ["webhook-tls-cert-file", "string"],
     ["webhook-tls-private-key-file", "string"],
     ["webhook-ca-cert-file", "string"],
+    ["webhook-tls-cipher-suites", "stringSlice"],
+    ["webhook-tls-curve-preferences", "int32Slice"],
+    ["webhook-tls-min-version", "string"],
+    ["webhook-tls-sni-cert-key", "certKey"],
+    ["webhook-disable-http2-serving", "bool"],
   ]),
   ...accepted("without --tls-cert-file the serving certificate is self-signed in memory", [
     ["cert-dir", "string"],
@@ -263,7 +269,12 @@ const RUN_FLAGS: readonly FlagSpec[] = [
   ...accepted(WHY_TLS, [
     ["tls-cipher-suites", "stringSlice"],
     ["tls-sni-cert-key", "certKey"],
+    ["tls-curve-preferences", "int32Slice"],
     ["http2-max-streams-per-connection", "int"],
+    ["disable-http2-serving", "bool"],
+  ]),
+  ...accepted("node status is written by one worker per update (cloud-provider 1.36's flag)", [
+    ["concurrent-node-status-updates", "int32"],
   ]),
   ...accepted(WHY_SHARING, [
     ["permit-port-sharing", "bool"],

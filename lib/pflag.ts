@@ -39,6 +39,7 @@ export type Kind =
   | "level"
   | "ip"
   | "stringSlice"
+  | "int32Slice"
   | "mapStringBool"
   | "quantity"
   | "certKey"
@@ -64,6 +65,7 @@ const EXPECTED: Readonly<Record<Kind, string>> = {
   level: "a non-negative integer",
   ip: "an IP address",
   stringSlice: "comma-separated values (double-quote a value that contains a comma)",
+  int32Slice: "comma-separated 32-bit integers",
   mapStringBool: "comma-separated key=true|false pairs",
   quantity: "a quantity such as 512, 1K or 2Mi",
   certKey: 'a "cert-file,key-file" pair, optionally followed by ":domain,..."',
@@ -118,6 +120,11 @@ function convert(spec: PflagSpec, raw: string, previous: Value | undefined): Val
     }
     case "stringSlice": {
       const items = parseCsvRecord(raw) ?? bad();
+      return Array.isArray(previous) ? [...previous, ...items] : items;
+    }
+    case "int32Slice": {
+      // pflag's int32Slice: the first use replaces the default, later uses append (kept as decimal text).
+      const items = raw.split(",").map((item) => String(parseGoInt(item, 32, false) ?? bad()));
       return Array.isArray(previous) ? [...previous, ...items] : items;
     }
     case "certKey": {

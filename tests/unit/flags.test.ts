@@ -1,4 +1,6 @@
 import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import fc from "fast-check";
 import { controllerCatalog, resolveControllers } from "../../lib/controllernames.ts";
 import { type ParseResult, parseCommandLine, type RunOptions } from "../../lib/flags.ts";
@@ -403,7 +405,21 @@ const SAMPLE_VALUES: Record<string, string> = {
   mapStringBool: "SomeGate=true",
   quantity: "1Ki",
   namedCertKey: "tls.crt,tls.key",
+  int32Slice: "23,29",
 };
+
+describe("the Go CCM's command line", () => {
+  const goFlags = readFileSync(join(import.meta.dir, "..", "fixtures", "go-ccm-flags.tsv"), "utf8")
+    .split("\n")
+    .filter((line) => line !== "" && !line.startsWith("#"))
+    .map((line) => line.split("\t")[0] as string);
+
+  test("listFlags() knows every flag of the Go CCM (cloud-provider v0.36.2's set and its node-ipam flags)", () => {
+    expect(goFlags).toHaveLength(88);
+    const known = new Set(listFlags("run").map((f) => f.name));
+    expect(goFlags.filter((name) => !known.has(name))).toEqual([]);
+  });
+});
 
 describe("parseCommandLine() flags accepted for compatibility", () => {
   const accepted = listFlags("run").filter((f) => !f.implemented);
