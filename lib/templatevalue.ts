@@ -145,11 +145,15 @@ export function truth(v: unknown): boolean {
 }
 
 /**
- * reflect.Value.IsZero, which the reference's `empty` and `default` use: maps, slices and the data
- * (a pointer in the reference) are never zero.
+ * reflect.Value.IsZero, which the reference's `empty` and `default` use: slices and the data (a
+ * pointer in the reference) are never zero. A map is zero when it has no entries: the one map the
+ * data holds, `.Tags`, is nil in the reference for a node without tags (Talos's protobuf decoding
+ * leaves an absent map nil), so `{{ empty .Tags }}` is true there, and so here.
  */
 export function isZero(v: unknown): boolean {
   switch (kindOf(v)) {
+    case "map":
+      return mapSize(v) === 0;
     case "nil":
       return true;
     case "string":

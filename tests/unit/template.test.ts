@@ -381,6 +381,13 @@ describe("parseTemplate() does not escape HTML (weakness 4)", () => {
   });
 });
 
+describe("templates on a node without tags", () => {
+  test("empty and default see its .Tags as the reference's nil map: empty, while printing shows map[]", () => {
+    const t = parseTemplate('{{empty .Tags}} {{default "d" .Tags}} {{.Tags}} {{len .Tags}}', "t");
+    expect(t.execute({ ...data, Tags: {} })).toBe("true d map[] 0");
+  });
+});
+
 describe("parseTemplate() parses once", () => {
   test("parseTemplate() result executes many times with different data", () => {
     const t: Template = parseTemplate("{{ .Hostname | upper }}/{{ .Tags.env }}", "t");
