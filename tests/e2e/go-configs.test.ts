@@ -6,8 +6,8 @@
 // Node whose machine a rule matches comes out as the Go CCM would write it for the same metadata
 // (its transformer matches on the metadata Talos reports, renders values with the same templates,
 // and ignores the keys these files hold that it has no field for). Where the Go CCM would fail, the
-// test says so: the invalid label key in docs/rules.yaml made the Go CCM's Node update fail as a
-// whole; here that entry alone is dropped.
+// test says so: the Go CCM's transformer refused the invalid label key in docs/rules.yaml, which
+// left every matching node uninitialized; here that entry alone is dropped.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -161,7 +161,7 @@ describe("the Go project's configs, as operators have them", () => {
       "oci.oraclecloud.com/instance-id": ORACLE.platformMetadata.instanceId,
       "oci.oraclecloud.com/compartment-id": "ocid1.compartment.oc1..aaaaaaaabbbbbbccccccdddddd",
     });
-    // `talos.dev/zone"` is no label key: the Go CCM's Node update failed on it; here it alone is left out.
+    // `talos.dev/zone"` is no label key: the Go CCM's transformer failed on it; here it alone is left out.
     expect(Object.keys(view.labels).filter((k) => k.startsWith("talos.dev/"))).toEqual([]);
     expect(ccm?.output).toContain("publicIPPredict");
   });
