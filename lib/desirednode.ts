@@ -46,6 +46,11 @@ const LEGACY_PAIRS = [
 /** The providerID scheme of nodes whose metadata has none (`talos://<platform>/<node IP>`). */
 export const PROVIDER_NAME = "talos";
 
+/** The reference's providerID for a node whose metadata has none: `talos://<platform>/<node IP>`. */
+export function fallbackProviderID(platform: string, nodeIP: string): string {
+  return `${PROVIDER_NAME}://${platform}/${nodeIP}`;
+}
+
 // From cloud-provider-azure: the resource group is the part between resourceGroups/ and /providers/.
 const AZURE_RESOURCE_GROUP = /.*\/subscriptions\/(?:.*)\/resourceGroups\/(.+)\/providers\/(?:.*)/;
 
@@ -58,7 +63,7 @@ const AZURE_RESOURCE_GROUP = /.*\/subscriptions\/(?:.*)\/resourceGroups\/(.+)\/p
  */
 export function instanceFacts(facts: NodeFacts, nodeIP: string, nodeName: string): NodeFacts {
   const meta: PlatformMetadata = { ...facts.platformMetadata, tags: { ...facts.platformMetadata.tags } };
-  if (meta.providerId === "") meta.providerId = `${PROVIDER_NAME}://${meta.platform}/${nodeIP}`;
+  if (meta.providerId === "") meta.providerId = fallbackProviderID(meta.platform, nodeIP);
   if (meta.platform === "azure") {
     const group = AZURE_RESOURCE_GROUP.exec(meta.providerId)?.[1];
     if (group !== undefined) meta.providerId = meta.providerId.replace(group, group.toLowerCase());

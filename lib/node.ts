@@ -25,6 +25,7 @@ import {
   type DesiredNode,
   describeTransformErrors,
   desiredNode,
+  fallbackProviderID,
   instanceFacts,
   isForeign,
   isUninitialized,
@@ -32,6 +33,7 @@ import {
   nodePatch,
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
+import { decideProviderID, type ProviderIDDecision } from "./instanceid.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
@@ -52,7 +54,12 @@ import {
   type TransformResult,
   transform,
 } from "./transform.ts";
-import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
+import {
+  MANAGED_ANNOTATION,
+  MANAGED_DIGEST_LABEL,
+  PROVIDED_NODE_IP_ANNOTATION,
+  UNINITIALIZED_TAINT,
+} from "./wellknown.ts";
 
 const log = logger("cloud-node");
 
@@ -147,8 +154,13 @@ function controllerMetrics(reg: Registry) {
     ),
     failed: reg.counter(
       "talosccm_node_initialization_errors_total",
-      "Initialization passes that left a node tainted, by reason (talos, identity, nodeip, kubernetes).",
+      "Initialization passes that left a node tainted, by reason (talos, identity, nodeip, instance_id, kubernetes).",
       ["reason"],
+    ),
+    waitingForInstanceID: reg.gauge(
+      "talosccm_nodes_waiting_for_instance_id",
+      "Nodes without a providerID whose platform names its instances while Talos has not published the instance ID " +
+        "(initializing ones stay tainted).",
     ),
     watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
       "state",
@@ -182,6 +194,8 @@ export class CloudNodeController {
    * reported once when it starts being left out, not at every pass (whose action may differ).
    */
   readonly #notOnMachine = new Map<string, readonly string[]>();
+  /** Nodes waiting for their instance ID ({@link decideProviderID}), since when (ms). */
+  readonly #waitingForID = new Map<string, number>();
   /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
   #needs: { config: CompiledConfig; needs: FactsNeeds } | undefined;
   #stopped = false;
@@ -201,6 +215,7 @@ export class CloudNodeController {
       const { nodes, down } = this.#facts.stats();
       this.#m.watches.set({ state: "healthy" }, nodes - down);
       this.#m.watches.set({ state: "down" }, down);
+      this.#m.waitingForInstanceID.set(undefined, this.#waitingForID.size);
     });
   }
 
@@ -246,6 +261,7 @@ export class CloudNodeController {
     const found = this.#factsOf(pass);
     if (!found) return;
     const want = this.#desired(pass, found.ips, found.state);
+    if (!want) return;
     const patch = nodePatch(pass.node, want);
     if (!(await this.#write(pass, patch))) return;
     this.#reportWritten(pass, patch, want, found.state.nodeIP);
@@ -305,18 +321,28 @@ export class CloudNodeController {
   /**
    * Step 3: the Node as it should be. The node IPs the confirmed machine has, the facts as the rules
    * see them ({@link instanceFacts}) and the rules' result ({@link transform}) go into
-   * {@link desiredNode}. Reports IPs left out, rule values that failed and an untrustworthy record.
+   * {@link desiredNode}, with the providerID {@link decideProviderID} allows. Reports IPs left out,
+   * rule values that failed and an untrustworthy record. Undefined while an initializing node waits
+   * for its instance ID (it stays tainted; the PlatformMetadata watch re-queues it).
    */
-  #desired(pass: Pass, ips: NodeIPs, state: ReadyFacts): DesiredNode {
+  #desired(pass: Pass, ips: NodeIPs, state: ReadyFacts): DesiredNode | undefined {
     const { name, node, config } = pass;
     const g = config.global;
     const split = nodeIPsOnMachine(ips, state.nodeIP, state.facts.addresses);
     this.#reportNotOnMachine(node, pass.action, ips.source, split, state.nodeIP);
     const facts = instanceFacts(state.facts, state.nodeIP, name);
     const result = transform(config, facts, name, { registry: this.#opts.registry });
+    const decision = decideProviderID({
+      nodeProviderID: node.spec.providerID ?? "",
+      talos: state.facts.platformMetadata,
+      before: facts.platformMetadata.providerId,
+      after: result.platformMetadata.providerId,
+    });
+    this.#reportProviderID(pass, decision, state.nodeIP);
+    if (decision.action === "wait" && pass.initializing) return undefined;
     const managed = readManagedRecord(node.metadata);
     this.#reportRuleProblems(pass, result, managed);
-    return desiredNode(
+    const want = desiredNode(
       node,
       facts,
       result,
@@ -329,6 +355,9 @@ export class CloudNodeController {
       split.onMachine,
       managed,
     );
+    // An initialized node without a providerID gets everything else now, its providerID later.
+    if (decision.action === "wait") delete want.providerID;
+    return want;
   }
 
   /**
@@ -411,6 +440,51 @@ export class CloudNodeController {
     this.#facts.forget(name);
     this.#stale.delete(name);
     this.#notOnMachine.delete(name);
+    this.#waitingForID.delete(name);
+  }
+
+  /**
+   * Reports a node that waits for its instance ID ({@link decideProviderID}): a Warning Event at
+   * each pass (the recorder folds repeats into one Event's series), a count while it initializes, a
+   * log line when the wait starts and when it ends.
+   */
+  #reportProviderID(
+    { name, node, initializing, action }: Pass,
+    decision: ProviderIDDecision,
+    ip: string,
+  ): void {
+    const since = this.#waitingForID.get(name);
+    if (decision.action !== "wait") {
+      if (since === undefined) return;
+      this.#waitingForID.delete(name);
+      this.#log.info("Instance ID published; writing the providerID", {
+        node: name,
+        providerID: decision.action === "write" ? decision.providerID : (node.spec.providerID ?? ""),
+        waitedSeconds: Math.round((Date.now() - since) / 1000),
+      });
+      return;
+    }
+    if (since === undefined) {
+      this.#waitingForID.set(name, Date.now());
+      this.#log.warn("Waiting for the instance ID before writing a providerID", {
+        node: name,
+        platform: decision.platform,
+        nodeIP: ip,
+        tainted: initializing,
+      });
+    }
+    if (initializing) this.#m.failed.inc({ reason: "instance_id" });
+    const fallback = fallbackProviderID(decision.platform, ip);
+    this.#warn(
+      node,
+      "WaitingForInstanceID",
+      action,
+      `Waiting for ${decision.waitingFor}. Until then the node ${
+        initializing ? `keeps its ${UNINITIALIZED_TAINT} taint` : "gets no providerID"
+      }, rather than the fallback ${fallback}, which its cloud's controllers cannot parse and which could never ` +
+        `be changed. Check \`talosctl -n ${ip} get platformmetadata\` and machined's log; to write another ` +
+        "providerID now, set ProviderID in a rule's platformMetadata (or the kubelet's --provider-id)",
+    );
   }
 
   /** Reports a Node without any IP to ask Talos on (only while it waits for its initialization). */

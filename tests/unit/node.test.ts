@@ -1704,4 +1704,125 @@ describe("CloudNodeController.reconcile()", () => {
     expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
     expect(talos.stream("10.0.0.5", "addresses").active).toBe(0);
   });
+
+  /** Pushes node-1's PlatformMetadata (a created or updated event) and lets the watch cache take it. */
+  async function platform(talos: FakeTalos, meta: Partial<PlatformMetadata>, version = "1") {
+    talos.stream("10.0.0.5", "platformmetadata").push({
+      type: version === "1" ? "created" : "updated",
+      id: "platformmetadata",
+      version,
+      resource: metadata({ hostname: "node-1", ...meta }),
+    });
+    await settle();
+  }
+
+  /** Lets the controller see its own writes, as the informer would (a new resourceVersion). */
+  function informerCatchesUp(store: Map<string, LeanNode>) {
+    const n = store.get("node-1") as LeanNode;
+    n.metadata.resourceVersion = String(Number(n.metadata.resourceVersion) + 1000);
+  }
+
+  const WAITING = "talosccm_nodes_waiting_for_instance_id";
+
+  test("CloudNodeController.reconcile() leaves a node tainted while its hcloud PlatformMetadata has no instance ID, then initializes it with hcloud://<id>", async () => {
+    const { talos, store, writes, events, controller, registry } = controllerSetup(lean({}));
+    await controller.reconcile("node-1");
+    await platform(talos, { platform: "hcloud" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    expect(events).toEqual(["Warning WaitingForInstanceID node-1", "Warning WaitingForInstanceID node-1"]);
+    expect(store.get("node-1")?.spec).toEqual({ taints: [UNINIT, NOT_READY] });
+    expect(registry.expose()).toContain('talosccm_node_initialization_errors_total{reason="instance_id"} 2');
+    expect(registry.expose()).toContain(`${WAITING} 1`);
+
+    await platform(
+      talos,
+      { platform: "hcloud", instanceId: "51234567", providerId: "hcloud://51234567" },
+      "2",
+    );
+    await controller.reconcile("node-1");
+    expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "hcloud://51234567" });
+    expect(events.at(-1)).toBe("Normal Synced node-1");
+    expect(registry.expose()).toContain(`${WAITING} 0`);
+    // The instance ID is part of the machine's identity: Talos confirmed the node again.
+    expect(talos.calls.filter((c) => c.startsWith("get nodename"))).toEqual([
+      "get nodename 10.0.0.5",
+      "get nodename 10.0.0.5",
+    ]);
+  });
+
+  test("CloudNodeController.reconcile() waits on Talos's half-built `hcloud://` (instance-id answered empty)", async () => {
+    const { talos, store, writes, events, controller } = controllerSetup(lean({}));
+    await controller.reconcile("node-1");
+    await platform(talos, { platform: "hcloud", providerId: "hcloud://" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
+    expect(events).toEqual(["Warning WaitingForInstanceID node-1"]);
+    expect(store.get("node-1")?.spec.providerID).toBeUndefined();
+  });
+
+  test("CloudNodeController.reconcile() gives an initialized node without providerID everything but the fallback while it waits", async () => {
+    const { talos, store, events, controller } = controllerSetup(lean({ taints: [] }));
+    await controller.reconcile("node-1");
+    await platform(talos, { platform: "aws", region: "us-east-1" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Warning WaitingForInstanceID node-1"]);
+    expect(store.get("node-1")?.spec.providerID).toBeUndefined();
+    expect(store.get("node-1")?.metadata.labels["node.cloudprovider.kubernetes.io/platform"]).toBe("aws");
+    informerCatchesUp(store);
+    await platform(
+      talos,
+      { platform: "aws", region: "us-east-1", instanceId: "i-1", providerId: "aws:///us-east-1a/i-1" },
+      "2",
+    );
+    await controller.reconcile("node-1");
+    expect(store.get("node-1")?.spec.providerID).toBe("aws:///us-east-1a/i-1");
+  });
+
+  test("CloudNodeController.reconcile() initializes a node that has a providerID at once, whatever Talos reports", async () => {
+    const { talos, store, events, controller, registry } = controllerSetup(
+      lean({ providerID: "hcloud://7" }),
+    );
+    await controller.reconcile("node-1");
+    await platform(talos, { platform: "hcloud" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Normal Synced node-1"]);
+    expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "hcloud://7" });
+    expect(registry.expose()).toContain(`${WAITING} 0`);
+  });
+
+  test("CloudNodeController.reconcile() writes a rule's ProviderID at once on a platform still without its instance ID", async () => {
+    const { talos, store, events, controller } = controllerSetup(lean({}), {
+      transformations: [
+        rule({
+          platformMetadata: [{ key: "ProviderID", field: "providerId", value: { source: "hcloud://42" } }],
+        }),
+      ],
+    });
+    await controller.reconcile("node-1");
+    await platform(talos, { platform: "hcloud" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Normal Synced node-1"]);
+    expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "hcloud://42" });
+  });
+
+  test("CloudNodeController.reconcile() falls back to talos://metal/<ip> at once on bare metal", async () => {
+    const { talos, store, events, controller } = controllerSetup(lean({}));
+    await controller.reconcile("node-1");
+    await bootstrap(talos);
+    await controller.reconcile("node-1");
+    expect(events).toEqual(["Normal Synced node-1"]);
+    expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "talos://metal/10.0.0.5" });
+  });
 });
