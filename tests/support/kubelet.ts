@@ -28,6 +28,11 @@ export interface KubeletOptions {
   labels?: Record<string, string>;
   /** Register with the uninitialized taint (default true). */
   external?: boolean;
+  /**
+   * `status.nodeInfo.systemUUID`, which a kubelet reads from the machine's SMBIOS product UUID (on
+   * Exoscale the instance ID, which the Exoscale CCM relies on). Default: none.
+   */
+  systemUUID?: string;
   /** Heartbeat interval; 0 disables heartbeats (default 10 s). */
   heartbeatMs?: number;
   /**
@@ -144,7 +149,12 @@ export class SimulatedKubelet {
         },
       ],
       addresses: this.addresses(),
-      nodeInfo: { kubeletVersion: "v1.35.4", osImage: "Talos (simulated)", architecture: "amd64" },
+      nodeInfo: {
+        kubeletVersion: "v1.35.4",
+        osImage: "Talos (simulated)",
+        architecture: "amd64",
+        ...(this.opts.systemUUID === undefined ? {} : { systemUUID: this.opts.systemUUID }),
+      },
     };
   }
 

@@ -33,6 +33,8 @@ export interface CcmOptions {
   echo?: boolean;
   /** A cgroup directory the process joins before the binary starts. */
   cgroup?: string;
+  /** Another executable to run the same way, e.g. a cloud's own CCM (default: the binary under test). */
+  binary?: string;
 }
 
 /** A running CCM process with its collected output. */
@@ -43,9 +45,10 @@ export class CcmProcess {
 
   constructor(args: string[], opts: CcmOptions = {}) {
     // Joining a cgroup before the binary starts: the shell moves itself, then becomes the binary.
+    const binary = opts.binary ?? ccmBinary();
     const command = opts.cgroup
-      ? ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', opts.cgroup, ccmBinary(), ...args]
-      : [ccmBinary(), ...args];
+      ? ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', opts.cgroup, binary, ...args]
+      : [binary, ...args];
     this.proc = spawn(command, {
       stdin: "ignore",
       stdout: "pipe",
