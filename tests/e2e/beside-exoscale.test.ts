@@ -1,0 +1,706 @@
+// Beside the Exoscale CCM, end to end: this CCM (cloud-node, cloud-node-lifecycle) and the Exoscale
+// CCM v0.34.0 (built from the shared fixtures' release archive by tests/support/cloudccm-bins.sh,
+// EXOSCALE_CCM) on one real API server, the Talos simulator for the machines, a fake of the Exoscale
+// API v2 (tests/support/fakeexoscale.ts) for the cloud. The Exoscale CCM runs as its own identity
+// (service account kube-system/cloud-controller-manager) with the RBAC its manifests give it
+// (docs/examples/cloud-controller-manager-rbac.yml, read from the same archive); this CCM as user
+// talos-ccm. The API server's audit log says who wrote what.
+//
+// a. The split operators run: this CCM initializes the Nodes of two simulated Talos machines on the
+//    exoscale platform (providerID exoscale://<instance id> as Talos' platform reports it, topology
+//    ch-gva-2, instance type standard.medium) and of a bare-metal machine (talos://metal/<ip>); the
+//    Exoscale CCM runs its service controller only. A wrong API secret is refused by the fake with
+//    the API's 403, which stops the Exoscale CCM at start. A `type: LoadBalancer` Service fails while
+//    a node that is no Exoscale instance takes part (the Exoscale CCM looks up every node's
+//    systemUUID); with that node labelled out of load balancers, the Service gets an NLB whose
+//    service targets the exoscale nodes' instance pool, and the NLB's IP as its ingress; the
+//    Exoscale CCM writes nothing to any Node.
+// b. The Exoscale CCM with its default controllers beside this one (status loop every 2 s, lifecycle
+//    every 1 s), what happens is recorded and asserted: both CCMs keep rewriting the exoscale Nodes'
+//    status.addresses, this CCM undoing each of the Exoscale CCM's writes; labels, taints and
+//    provider IDs this CCM wrote stay; a NotReady node with a talos:// provider ID is deleted by the
+//    Exoscale CCM's lifecycle controller; a NotReady node whose instance is stopped gets its shutdown
+//    taint; a node whose Talos facts come late is initialized by the Exoscale CCM, with a region and
+//    never a zone label; kubelet-serving CSRs stay untouched unless EXOSCALE_SKS_AGENT_RUNNERS turns
+//    on its CSR runner, which then approves a node's CSR for another node's name and IP; a NotReady
+//    node whose instance was destroyed is deleted by it; its RBAC covered everything it did.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
+import { parseAllDocuments } from "yaml";
+import { PATCH } from "../../lib/kube.ts";
+import {
+  type AuditEvent,
+  type EventV1,
+  freePort,
+  TestCluster,
+  waitFor,
+  writeKubeconfig,
+} from "../support/cluster.ts";
+import { type ExoInstance, FakeExoscale } from "../support/fakeexoscale.ts";
+import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import { nodeView, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import { CcmProcess, startCcm } from "../support/process.ts";
+import { addSimMachine } from "../support/simmachines.ts";
+import { TalosSim } from "../support/talossim.ts";
+
+const ZONE = "ch-gva-2";
+const API_KEY = "EXOa1b2c3d4e5f60718293a4b5c";
+const API_SECRET = "Zm9vYmFyLXNlY3JldC1mb3ItdGhlLWZha2UtYXBp";
+const EXO_USER = "system:serviceaccount:kube-system:cloud-controller-manager";
+const TALOS_USER = "talos-ccm";
+const SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown";
+const EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/** The Exoscale CCM's controllers on by default (cloud-provider app DefaultInitFuncConstructors). */
+const DEFAULT_CONTROLLERS = [
+  "cloud-node-controller",
+  "cloud-node-lifecycle-controller",
+  "service-lb-controller",
+];
+
+/** Every request of the Exoscale CCM's identity (reads too, to see refusals); writes of everyone else. */
+const AUDIT_POLICY = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+    users: ["${EXO_USER}"]
+  - level: None
+    verbs: ["get", "list", "watch"]
+  - level: Metadata
+`;
+
+const TYPE_ID = "b6cd1ff5-3a2f-4e9d-810b-2d2c6a4f1e01";
+const POOL_ID = "7f0a3c52-9d3e-4b61-a2f4-5c8e1d9b6a70";
+
+/** A simulated Exoscale machine: the exoscale fixture's shape with its own name, IPs and instance. */
+function exoMachine(n: number, instanceId: string): FakeNodeSpec {
+  const base = loadFixture("exoscale");
+  const name = `talos-exo-${n}`;
+  const v4 = `185.19.28.${9 + n}`;
+  const v6 = `2a04:c43:e00:6f1b:4b0:b0ff:fe00:${(0x1a2a + n).toString(16)}`;
+  const addr = (a: Record<string, unknown>) => normalizeAddress(name, a);
+  return {
+    ...base,
+    name,
+    nodeIPs: [v4, v6],
+    talosVersion: "v1.13.5",
+    // What Talos' exoscale platform reports (platform/exoscale/exoscale.go ParseMetadata): region and
+    // zone are both the availability zone, the instance type the service offering's first word.
+    platformMetadata: platformMetadata({
+      platform: "exoscale",
+      hostname: name,
+      region: ZONE,
+      zone: ZONE,
+      instanceType: "standard.medium",
+      instanceId,
+      providerId: `exoscale://${instanceId}`,
+    }),
+    systemInformation: {
+      ...(base.systemInformation as NonNullable<FakeNodeSpec["systemInformation"]>),
+      uuid: instanceId,
+    },
+    addresses: [
+      addr({ address: "127.0.0.1/8", linkName: "lo", linkIndex: 1, scope: "host", flags: "permanent" }),
+      addr({ address: `${v4}/22`, linkName: "eth0", linkIndex: 2, priority: 1024 }),
+      addr({ address: `${v6}/64`, linkName: "eth0", linkIndex: 2, flags: "noprefixroute,mngmtmpaddr" }),
+    ],
+  };
+}
+
+const EXO1 = exoMachine(1, "5b8d2f4a-1c3e-4f6a-9b0d-2e4f6a8c1d31");
+const EXO2 = exoMachine(2, "5b8d2f4a-1c3e-4f6a-9b0d-2e4f6a8c1d32");
+/** A bare-metal Talos machine in the same cluster: its providerID is talos://metal/<ip>. */
+const METAL = loadFixture("metal-56");
+const METAL_UUID = "0c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5";
+
+const instanceIdOf = (m: FakeNodeSpec) => m.platformMetadata.instanceId;
+const v4Of = (m: FakeNodeSpec) => m.nodeIPs[0] as string;
+const v6Of = (m: FakeNodeSpec) => m.nodeIPs[1] as string;
+
+let cluster: TestCluster;
+let sim: TalosSim;
+let exo: FakeExoscale;
+let dir: string;
+let talosCcm: CcmProcess | undefined;
+let exoCcm: CcmProcess | undefined;
+/** Every Exoscale CCM process started, for their output. */
+const exoProcesses: CcmProcess[] = [];
+const exoOutputs = () => exoProcesses.map((p) => p.output).join("\n");
+let exoKubeconfig: string;
+let metricsPort: number;
+const kubelets = new Map<string, SimulatedKubelet>();
+
+/** The Exoscale CCM binary, or a loud failure naming how to get it. */
+function exoscaleBinary(): string {
+  const bin = process.env.EXOSCALE_CCM ?? "";
+  if (!bin || !existsSync(bin))
+    throw new Error(
+      `EXOSCALE_CCM not found${bin ? ` (${bin})` : ""}: run the suite with \`npm test\` (tests/support/cloudccm-bins.sh ` +
+        "builds the Exoscale CCM from the shared fixtures), or set EXOSCALE_CCM to its binary",
+    );
+  return bin;
+}
+
+/** The Exoscale CCM's own RBAC manifest, read from its release archive in the shared fixtures. */
+function exoscaleRbac(): Array<{
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string };
+}> {
+  const root = join(import.meta.dir, "..", "..");
+  const fixtures = [
+    process.env.SHARED_FIXTURES,
+    join(root, "..", "shared", "fixtures"),
+    "/work/shared/fixtures",
+  ].find((d) => d && existsSync(d));
+  const archive = join(fixtures ?? "", "exoscale-ccm", "exoscale-cloud-controller-manager-0.34.0.tar.gz");
+  if (!fixtures || !existsSync(archive))
+    throw new Error(
+      `Cannot read the Exoscale CCM's RBAC: ${archive} is missing (shared fixtures, or SHARED_FIXTURES)`,
+    );
+  const r = spawnSync("tar", [
+    "-xzOf",
+    archive,
+    "exoscale-cloud-controller-manager-0.34.0/docs/examples/cloud-controller-manager-rbac.yml",
+  ]);
+  if (r.status !== 0) throw new Error(`Cannot extract the Exoscale CCM's RBAC manifest: ${r.stderr}`);
+  return parseAllDocuments(r.stdout.toString())
+    .map((d) => d.toJS())
+    .filter((o) => o?.kind);
+}
+
+/** Starts the Exoscale CCM with `args`; resolves once it logged that each controller in `started` started. */
+async function startExoscaleCcm(
+  args: string[],
+  started: string[],
+  env: Record<string, string> = {},
+  secret = API_SECRET,
+): Promise<CcmProcess> {
+  const caFile = join(dir, "fake-exoscale-ca.pem");
+  writeFileSync(caFile, exo.caCert);
+  const p = new CcmProcess(
+    [
+      `--kubeconfig=${exoKubeconfig}`,
+      "--cloud-provider=exoscale",
+      "--allow-untagged-cloud",
+      "--leader-elect=false",
+      "--secure-port=0",
+      ...args,
+    ],
+    {
+      binary: exoscaleBinary(),
+      env: {
+        EXOSCALE_API_KEY: API_KEY,
+        EXOSCALE_API_SECRET: secret,
+        EXOSCALE_API_ENDPOINT: exo.url,
+        EXOSCALE_API_ZONE: ZONE,
+        // Go's crypto/x509 reads the roots from SSL_CERT_FILE: the fake's CA, nothing else.
+        SSL_CERT_FILE: caFile,
+        ...env,
+      },
+    },
+  );
+  exoProcesses.push(p);
+  for (const c of started) await p.waitForLog(new RegExp(`Started "${c}"`), 20_000);
+  return p;
+}
+
+function output(): string {
+  return (
+    `this CCM:\n${talosCcm?.output.slice(-3000)}\nExoscale CCM:\n${exoCcm?.output.slice(-4000)}\n` +
+    `fake Exoscale API, last requests:\n${JSON.stringify(exo.requests.slice(-15))}`
+  );
+}
+
+async function getNode(name: string): Promise<V1Node> {
+  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
+}
+
+async function nodeWhen(
+  name: string,
+  what: string,
+  pred: (n: V1Node) => boolean,
+  ms = 20_000,
+): Promise<V1Node> {
+  let node: V1Node | undefined;
+  await waitFor(
+    async () => {
+      node = await getNode(name);
+      return pred(node);
+    },
+    ms,
+    () => `node ${name}: ${what}; it is ${JSON.stringify(node && nodeView(node))}\n${output()}`,
+  );
+  return node as V1Node;
+}
+
+const initialized = (n: V1Node) => !(n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "beside-exoscale-e2e-"));
+  exoscaleBinary();
+  [cluster, sim, exo] = await Promise.all([
+    TestCluster.start({ auditPolicy: AUDIT_POLICY }),
+    TalosSim.start(),
+    FakeExoscale.start({ zone: ZONE, key: API_KEY, secret: API_SECRET }),
+  ]);
+  for (const m of [EXO1, EXO2, METAL]) await addSimMachine(sim, m);
+
+  // The cloud: one instance type, the nodes' instance pool, its two instances.
+  exo.addInstanceType({ id: TYPE_ID, family: "standard", size: "medium", cpus: 2, memory: 4294967296 });
+  exo.addPool({ id: POOL_ID, name: "talos-workers" });
+  for (const m of [EXO1, EXO2])
+    exo.addInstance({
+      id: instanceIdOf(m),
+      name: m.name,
+      instanceTypeId: TYPE_ID,
+      state: "running",
+      publicIP: v4Of(m),
+      ipv6: v6Of(m),
+      poolId: POOL_ID,
+    });
+
+  // The Exoscale CCM's identity: the service account its manifests bind system:cloud-controller-manager to.
+  await cluster.apply(exoscaleRbac());
+  exoKubeconfig = writeKubeconfig(
+    join(dir, "exoscale-ccm.kubeconfig"),
+    await cluster.serviceAccountConnection("kube-system", "cloud-controller-manager"),
+  );
+
+  metricsPort = await freePort();
+  talosCcm = await startCcm(
+    {
+      kubeconfig: writeKubeconfig(
+        join(dir, "talos-ccm.kubeconfig"),
+        await cluster.userConnection(TALOS_USER, ["system:masters"]),
+      ),
+      controllers: "cloud-node,cloud-node-lifecycle",
+      talosconfig: sim.talosconfig,
+      securePort: metricsPort,
+      alwaysAllowPaths: "/metrics",
+    },
+    /Starting controller.*cloud-node-lifecycle/,
+  );
+  for (const [m, uuid] of [
+    [EXO1, instanceIdOf(EXO1)],
+    [EXO2, instanceIdOf(EXO2)],
+    [METAL, METAL_UUID],
+  ] as const) {
+    kubelets.set(
+      m.name,
+      await SimulatedKubelet.register(cluster, {
+        name: m.name,
+        ips: m.nodeIPs,
+        heartbeatMs: 0,
+        statusOnCreate: true,
+        systemUUID: uuid,
+      }),
+    );
+  }
+});
+
+afterAll(async () => {
+  await exoCcm?.stop("SIGKILL");
+  await talosCcm?.stop("SIGKILL");
+  for (const k of kubelets.values()) k.close();
+  await exo?.stop();
+  await sim?.stop();
+  await cluster?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("a. this CCM for nodes, the Exoscale CCM for load balancers only", () => {
+  test("this CCM initializes the exoscale Nodes: exoscale://<instance id>, topology and instance type from Talos", async () => {
+    for (const m of [EXO1, EXO2]) {
+      const node = await nodeWhen(m.name, "is not initialized", initialized);
+      const v = nodeView(node);
+      expect(v.providerID).toBe(`exoscale://${instanceIdOf(m)}`);
+      expect(v.labels).toMatchObject({
+        "node.cloudprovider.kubernetes.io/platform": "exoscale",
+        "topology.kubernetes.io/region": ZONE,
+        "topology.kubernetes.io/zone": ZONE,
+        "node.kubernetes.io/instance-type": "standard.medium",
+      });
+      expect(v.addresses).toEqual([
+        { type: "InternalIP", address: v4Of(m) },
+        { type: "InternalIP", address: v6Of(m) },
+        { type: "Hostname", address: m.name },
+      ]);
+    }
+    const metal = await nodeWhen(METAL.name, "is not initialized", initialized);
+    expect(metal.spec?.providerID).toBe(`talos://metal/${v4Of(METAL)}`);
+  });
+
+  test("a wrong API secret is refused with the API's 403: the Exoscale CCM stops at start", async () => {
+    const before = exo.requests.length;
+    const p = await startExoscaleCcm(["--controllers=service-lb-controller"], [], {}, "d3Jvbmctc2VjcmV0");
+    const code = await Promise.race([p.proc.exited, Bun.sleep(20_000).then(() => "timeout")]);
+    await p.stop("SIGKILL");
+    expect(code).not.toBe(0);
+    expect(p.output).toContain("Forbidden: Invalid request signature");
+    const refused = exo.requests.slice(before);
+    expect(refused.length).toBeGreaterThan(0);
+    expect(refused.every((r) => r.status === 403 && r.key === API_KEY)).toBe(true);
+  });
+
+  test("a node that is no Exoscale instance (the bare-metal one) stops the NLB: the Exoscale CCM looks every node's systemUUID up", async () => {
+    exoCcm = await startExoscaleCcm(["--controllers=service-lb-controller"], ["service-lb-controller"]);
+    await cluster.adminClient.create<V1Service>("/api/v1/namespaces/default/services", {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { name: "web" },
+      spec: {
+        type: "LoadBalancer",
+        selector: { app: "web" },
+        ports: [{ name: "http", port: 80, targetPort: 8080 }],
+      },
+    });
+    // loadbalancer.go EnsureLoadBalancer infers the instance pool from GetInstance(node systemUUID) of
+    // every node the service controller passes: the metal node's answers 404 and the sync fails.
+    let failed: EventV1 | undefined;
+    await waitFor(
+      async () => {
+        failed = (await cluster.eventsAbout("web")).find((e) => e.reason === "SyncLoadBalancerFailed");
+        return failed !== undefined;
+      },
+      20_000,
+      () => `no SyncLoadBalancerFailed Event on Service web\n${output()}`,
+    );
+    expect(failed?.note).toContain("error retrieving Compute instance information");
+    expect(failed?.note).toContain("Not Found");
+    expect(
+      exo.requestsTo("GET", new RegExp(`^/v2/instance/${METAL_UUID}$`)).every((r) => r.status === 404),
+    ).toBe(true);
+    expect(exo.loadBalancers()).toEqual([]);
+  });
+
+  test("with that node excluded from load balancers, the Service gets an NLB targeting the nodes' instance pool, and its IP as ingress", async () => {
+    await cluster.adminClient.patch(`/api/v1/nodes/${METAL.name}`, {
+      metadata: { labels: { [EXCLUDE_LB]: "true" } },
+    });
+    let svc: V1Service | undefined;
+    await waitFor(
+      async () => {
+        svc = await cluster.adminClient.get<V1Service>("/api/v1/namespaces/default/services/web");
+        return (svc.status?.loadBalancer?.ingress?.length ?? 0) > 0;
+      },
+      40_000,
+      () => `Service web has no ingress: ${JSON.stringify(svc?.status)}\n${output()}`,
+    );
+    const uid = svc?.metadata?.uid as string;
+    const nodePort = svc?.spec?.ports?.[0]?.nodePort as number;
+    const nlbs = exo.loadBalancers();
+    expect(nlbs).toHaveLength(1);
+    const nlb = nlbs[0] as (typeof nlbs)[number];
+    expect(svc?.status?.loadBalancer?.ingress?.map((i) => i.ip)).toEqual([nlb.ip]);
+    expect(nlb).toMatchObject({ name: `k8s-${uid}`, state: "running" });
+    expect(nlb.services).toHaveLength(1);
+    expect(nlb.services[0]).toMatchObject({
+      name: `${uid}-80`,
+      port: 80,
+      "target-port": nodePort,
+      protocol: "tcp",
+      strategy: "round-robin",
+      state: "running",
+      healthcheck: { mode: "tcp", port: nodePort, interval: 10, timeout: 5, retries: 1 },
+      "instance-pool": { id: POOL_ID },
+    });
+    // The NLB sends traffic to the pool's members: the two exoscale nodes' instances.
+    expect(nlb.services[0]?.["healthcheck-status"].map((s) => s["public-ip"]).sort()).toEqual(
+      [v4Of(EXO1), v4Of(EXO2)].sort(),
+    );
+    expect(svc?.metadata?.annotations).toMatchObject({
+      "service.beta.kubernetes.io/exoscale-loadbalancer-id": nlb.id,
+      "service.beta.kubernetes.io/exoscale-loadbalancer-service-instancepool-id": POOL_ID,
+    });
+    // Both writes were asynchronous operations the client polled until they succeeded.
+    expect(exo.requestsTo("POST", /^\/v2\/load-balancer$/)).toHaveLength(1);
+    expect(exo.requestsTo("POST", /^\/v2\/load-balancer\/[^/]+\/service$/)).toHaveLength(1);
+    expect(exo.requestsTo("GET", /^\/v2\/operation\//).length).toBeGreaterThanOrEqual(2);
+    // Running only its service controller, the Exoscale CCM wrote nothing to any Node.
+    const nodeWrites = cluster
+      .auditEvents()
+      .filter(
+        (e) => e.user.username === EXO_USER && e.objectRef?.resource === "nodes" && WRITES.includes(e.verb),
+      );
+    expect(nodeWrites).toEqual([]);
+    // Refusals: the wrong secret's 403s and the metal node's 404s, nothing else.
+    const refused = exo.requests.filter((r) => r.status >= 400);
+    expect(refused.filter((r) => r.status !== 403 && r.path !== `/v2/instance/${METAL_UUID}`)).toEqual([]);
+  });
+});
+
+/**
+ * Posts Ready=False as the node's kubelet (conditions only: a strategic merge of the kubelet's own
+ * address list onto the one a CCM wrote would duplicate entries by type and be refused).
+ */
+async function goNotReady(m: FakeNodeSpec): Promise<void> {
+  const k = kubelets.get(m.name) as SimulatedKubelet;
+  const t = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+  const ready = { type: "Ready", status: "False", reason: "KubeletNotReady", message: "simulated outage" };
+  await k.client.patch(
+    `/api/v1/nodes/${m.name}/status`,
+    { status: { conditions: [{ ...ready, lastHeartbeatTime: t, lastTransitionTime: t }] } },
+    PATCH.strategic,
+  );
+}
+
+/** Who wrote node `name`'s status (verb patch on nodes/status), in order, since audit event `from`. */
+function statusWriters(name: string, from: number): string[] {
+  return cluster
+    .auditEvents()
+    .slice(from)
+    .filter((e) => {
+      const r = e.objectRef;
+      return e.verb === "patch" && r?.resource === "nodes" && r.subresource === "status" && r.name === name;
+    })
+    .map((e) => e.user.username);
+}
+
+const WRITES = ["create", "update", "patch", "delete", "deletecollection"];
+
+const count = (xs: string[], x: string) => xs.filter((y) => y === x).length;
+
+/** Who deleted node `name` (audit), if anyone. */
+function deleters(name: string): string[] {
+  return cluster
+    .auditEvents()
+    .filter(
+      (e: AuditEvent) =>
+        e.verb === "delete" && e.objectRef?.resource === "nodes" && e.objectRef.name === name,
+    )
+    .map((e) => e.user.username);
+}
+
+/** The Exoscale CCM's status loop period and lifecycle period in test b (its defaults: 5 min, 5 s). */
+const STATUS_PERIOD = "2s";
+const MONITOR_PERIOD = "1s";
+/** Address rewrites by the Exoscale CCM counted per node (one per STATUS_PERIOD). */
+const ROUNDS = 3;
+
+describe("b. the Exoscale CCM with its default controllers beside this one", () => {
+  let labelsBefore: Record<string, Record<string, string>>;
+  let pendingCsr: V1CertificateSigningRequest;
+  let defaultsStarted: number;
+
+  beforeAll(async () => {
+    labelsBefore = {};
+    for (const m of [EXO1, EXO2, METAL])
+      labelsBefore[m.name] = (await getNode(m.name)).metadata?.labels ?? {};
+    // A kubelet-serving CSR from talos-exo-1 before the Exoscale CCM starts: nobody approves it
+    // (this CCM runs without node-csr-approval here).
+    pendingCsr = await (kubelets.get(EXO1.name) as SimulatedKubelet).submitServingCSR({
+      dns: [EXO1.name],
+      ips: [v4Of(EXO1), v6Of(EXO1)],
+    });
+    await exoCcm?.stop();
+    defaultsStarted = cluster.auditEvents().length;
+    exoCcm = await startExoscaleCcm(
+      [`--node-status-update-frequency=${STATUS_PERIOD}`, `--node-monitor-period=${MONITOR_PERIOD}`],
+      DEFAULT_CONTROLLERS,
+    );
+  });
+
+  test(`both CCMs keep rewriting the exoscale Nodes' addresses: this CCM undoes each of the Exoscale CCM's writes (every ${STATUS_PERIOD})`, async () => {
+    const from = cluster.auditEvents().length;
+    const start = Date.now();
+    const settled = (m: FakeNodeSpec) => {
+      const w = statusWriters(m.name, from);
+      return count(w, EXO_USER) >= ROUNDS && w.at(-1) === TALOS_USER;
+    };
+    await waitFor(
+      () => settled(EXO1) && settled(EXO2),
+      30_000,
+      () => `writers: ${JSON.stringify([EXO1, EXO2].map((m) => statusWriters(m.name, from)))}\n${output()}`,
+    );
+    const ms = Date.now() - start;
+    for (const m of [EXO1, EXO2]) {
+      const w = statusWriters(m.name, from);
+      console.log(
+        `${m.name}: status.addresses written ${count(w, EXO_USER)}× by the Exoscale CCM and ` +
+          `${count(w, TALOS_USER)}× by this CCM in ${ms} ms: ${w.map((u) => (u === EXO_USER ? "E" : "T")).join("")}`,
+      );
+      // Every write of the Exoscale CCM is answered by one of this CCM before the next.
+      expect(w.every((u, i) => u !== EXO_USER || w[i + 1] === TALOS_USER)).toBe(true);
+      expect(count(w, TALOS_USER)).toBeGreaterThanOrEqual(count(w, EXO_USER));
+    }
+    // What each writes: the Exoscale CCM the instance's public IPs as ExternalIP and InternalIP
+    // (instances.go NodeAddressesByProviderID, node IPs first: cloud-provider's
+    // GetNodeAddressesFromNodeIP), this CCM the node IPs as InternalIP; this CCM wrote last.
+    const writes = cluster
+      .auditEvents()
+      .slice(from)
+      .filter((e) => e.objectRef?.name === EXO1.name && e.objectRef.subresource === "status");
+    expect(new Set(writes.map((e) => e.user.username))).toEqual(new Set([EXO_USER, TALOS_USER]));
+    expect(nodeView(await getNode(EXO1.name)).addresses).toEqual([
+      { type: "InternalIP", address: v4Of(EXO1) },
+      { type: "InternalIP", address: v6Of(EXO1) },
+      { type: "Hostname", address: EXO1.name },
+    ]);
+    // The talos:// node: no instance behind its provider ID or its systemUUID, nothing written.
+    expect(count(statusWriters(METAL.name, defaultsStarted), EXO_USER)).toBe(0);
+  });
+
+  test("labels, taints and provider IDs this CCM wrote stay as they were", async () => {
+    for (const m of [EXO1, EXO2, METAL]) {
+      const node = await getNode(m.name);
+      expect(node.metadata?.labels).toEqual(labelsBefore[m.name]);
+      expect(node.spec?.taints?.map((t) => t.key)).toEqual(["node.kubernetes.io/not-ready"]);
+    }
+    expect((await getNode(EXO1.name)).spec?.providerID).toBe(`exoscale://${instanceIdOf(EXO1)}`);
+    expect((await getNode(METAL.name)).spec?.providerID).toBe(`talos://metal/${v4Of(METAL)}`);
+    // The Exoscale CCM wrote nothing but status to these Nodes (its cloud-node controller only
+    // reconciles the beta/GA label pairs of initialized nodes, which this CCM keeps equal).
+    const other = cluster
+      .auditEvents()
+      .slice(defaultsStarted)
+      .filter(
+        (e) => e.user.username === EXO_USER && e.objectRef?.resource === "nodes" && !e.objectRef.subresource,
+      )
+      .filter((e) => WRITES.includes(e.verb));
+    expect(other.map((e) => [e.verb, e.objectRef?.name])).toEqual([]);
+  });
+
+  test("a NotReady node with a talos:// provider ID is deleted by the Exoscale CCM's lifecycle controller", async () => {
+    await goNotReady(METAL);
+    await waitFor(
+      async () =>
+        (await cluster.adminClient.get<{ items: V1Node[] }>("/api/v1/nodes")).items.every(
+          (n) => n.metadata?.name !== METAL.name,
+        ),
+      20_000,
+      () => `node ${METAL.name} was not deleted\n${output()}`,
+    );
+    expect(deleters(METAL.name)).toEqual([EXO_USER]);
+    // It asked its API for the instance the provider ID names, got 404 and took that for "gone"
+    // (instances.go InstanceExistsByProviderID; formatProviderID strips only "exoscale://").
+    const asked = exo.requestsTo("GET", new RegExp(`^/v2/instance/talos://metal/${v4Of(METAL)}$`));
+    expect(asked.map((r) => r.status)).toContain(404);
+  });
+
+  test("a NotReady node whose instance is stopped gets the shutdown taint from the Exoscale CCM, and stays", async () => {
+    (exo.instances.get(instanceIdOf(EXO2)) as ExoInstance).state = "stopped";
+    await goNotReady(EXO2);
+    const node = await nodeWhen(EXO2.name, "has no shutdown taint", (n) =>
+      (n.spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT),
+    );
+    expect(node.metadata?.deletionTimestamp).toBeUndefined();
+    expect(deleters(EXO2.name)).toEqual([]);
+  });
+
+  test("a node whose Talos facts come late is initialized by the Exoscale CCM: region but no zone label, ever", async () => {
+    const exo3 = exoMachine(3, "5b8d2f4a-1c3e-4f6a-9b0d-2e4f6a8c1d33");
+    exo.addInstance({
+      id: instanceIdOf(exo3),
+      name: exo3.name,
+      instanceTypeId: TYPE_ID,
+      state: "running",
+      publicIP: v4Of(exo3),
+      ipv6: v6Of(exo3),
+      poolId: POOL_ID,
+    });
+    const from = cluster.auditEvents().length;
+    kubelets.set(
+      exo3.name,
+      await SimulatedKubelet.register(cluster, {
+        name: exo3.name,
+        ips: exo3.nodeIPs,
+        heartbeatMs: 0,
+        statusOnCreate: true,
+        systemUUID: instanceIdOf(exo3),
+      }),
+    );
+    const byExoscale = await nodeWhen(exo3.name, "is not initialized", initialized);
+    // Its cloud-node controller initialized it (one Node update, node_controller.go syncNode):
+    // provider ID from the kubelet's systemUUID (instances.go InstanceID), instance type from its API,
+    // region from its own zone setting and no zone (zones.go GetZoneByProviderID sets Region only).
+    const updates = cluster
+      .auditEvents()
+      .slice(from)
+      .filter(
+        (e) => e.objectRef?.resource === "nodes" && e.objectRef.name === exo3.name && e.verb === "update",
+      )
+      .filter((e) => (e.responseStatus?.code ?? 0) < 300);
+    expect(updates.map((e) => [e.objectRef?.subresource ?? "", e.user.username])).toEqual([["", EXO_USER]]);
+    const exoscaleView = nodeView(byExoscale);
+    expect(exoscaleView.providerID).toBe(`exoscale://${instanceIdOf(exo3)}`);
+    expect(exoscaleView.labels).toMatchObject({
+      "node.kubernetes.io/instance-type": "standard.medium",
+      "beta.kubernetes.io/instance-type": "standard.medium",
+      "topology.kubernetes.io/region": ZONE,
+      "failure-domain.beta.kubernetes.io/region": ZONE,
+    });
+    expect(Object.keys(exoscaleView.labels).filter((k) => k.endsWith("/zone"))).toEqual([]);
+    // The machine's Talos answers: this CCM's first pass on the initialized node adds its labels,
+    // but it writes topology at initialization only, so the node never gets a zone label.
+    await addSimMachine(sim, exo3);
+    const both = await nodeWhen(
+      exo3.name,
+      "has no platform label from this CCM",
+      (n) => n.metadata?.labels?.["node.cloudprovider.kubernetes.io/platform"] === "exoscale",
+    );
+    expect(nodeView(both).labels).toEqual({
+      ...exoscaleView.labels,
+      "node.cloudprovider.kubernetes.io/platform": "exoscale",
+    });
+    expect(nodeView(both).providerID).toBe(exoscaleView.providerID);
+  });
+
+  test("kubelet-serving CSRs: untouched by default; with EXOSCALE_SKS_AGENT_RUNNERS=node-csr-validation it approves, even a node's CSR for another node's name and IP", async () => {
+    const name = pendingCsr.metadata?.name as string;
+    const csrPath = `/apis/certificates.k8s.io/v1/certificatesigningrequests/${name}`;
+    // The Exoscale CCM has run its default controllers through the tests above: the CSR submitted
+    // before it started is still Pending (the runner starts only from the environment variable,
+    // exoscale.go Initialize).
+    expect(
+      (await cluster.adminClient.get<V1CertificateSigningRequest>(csrPath)).status?.conditions,
+    ).toBeUndefined();
+    await exoCcm?.stop();
+    exoCcm = await startExoscaleCcm(
+      [`--node-status-update-frequency=${STATUS_PERIOD}`, `--node-monitor-period=${MONITOR_PERIOD}`],
+      DEFAULT_CONTROLLERS,
+      { EXOSCALE_SKS_AGENT_RUNNERS: "node-csr-validation" },
+    );
+    const honest = await cluster.csrDecision(name, 20_000, output);
+    expect(honest).toMatchObject({
+      type: "Approved",
+      status: "True",
+      reason: "ExoscaleCloudControllerApproved",
+    });
+    // talos-exo-3's kubelet asks for a serving certificate in talos-exo-1's name and IP: the runner
+    // checks the requester's groups and that the name and IPs belong to one instance, not that they
+    // are the requester's own (sks_agent_runner_node_csr_validation.go run).
+    const forger = kubelets.get("talos-exo-3") as SimulatedKubelet;
+    const forged = await forger.submitServingCSR({ dns: [EXO1.name], ips: [v4Of(EXO1)] });
+    expect(forged.spec.username).toBe("system:node:talos-exo-3");
+    const cond = await cluster.csrDecision(forged.metadata?.name as string, 20_000, output);
+    expect(cond).toMatchObject({ type: "Approved", reason: "ExoscaleCloudControllerApproved" });
+  });
+
+  test("a NotReady node whose instance was destroyed is deleted by the Exoscale CCM (this CCM cannot tell)", async () => {
+    exo.instances.delete(instanceIdOf(EXO2));
+    await waitFor(
+      async () =>
+        (await cluster.adminClient.get<{ items: V1Node[] }>("/api/v1/nodes")).items.every(
+          (n) => n.metadata?.name !== EXO2.name,
+        ),
+      20_000,
+      () => `node ${EXO2.name} was not deleted\n${output()}`,
+    );
+    expect(deleters(EXO2.name)).toEqual([EXO_USER]);
+  });
+
+  test("the Exoscale CCM's own RBAC covered all it did: the API server refused none of its requests", () => {
+    const refused = cluster
+      .auditEvents()
+      .filter((e) => e.user.username === EXO_USER && (e.responseStatus?.code ?? 0) === 403);
+    expect(refused.map((e) => [e.verb, e.objectRef?.resource, e.objectRef?.subresource])).toEqual([]);
+    expect(exoOutputs()).not.toMatch(/is forbidden/);
+  });
+});
