@@ -492,6 +492,31 @@ function deleters(name: string): string[] {
     .map((e) => e.user.username);
 }
 
+/**
+ * The audit events `pick` selects, once there are any: the API server writes an event after it has
+ * answered, so a change seen through the API can be ahead of its audit line.
+ */
+async function audited(what: string, pick: (events: AuditEvent[]) => AuditEvent[]): Promise<AuditEvent[]> {
+  let found: AuditEvent[] = [];
+  await waitFor(
+    async () => {
+      found = pick(cluster.auditEvents());
+      return found.length > 0;
+    },
+    5_000,
+    () => `no audit event: ${what}`,
+  );
+  return found;
+}
+
+/** Waits for the audited deletion of node `name`; returns who deleted it. */
+async function deletedBy(name: string): Promise<string[]> {
+  const events = await audited(`deletion of node ${name}`, (all) =>
+    all.filter((e) => e.verb === "delete" && e.objectRef?.resource === "nodes" && e.objectRef.name === name),
+  );
+  return events.map((e) => e.user.username);
+}
+
 /** Occurrences of `re` in `text`. */
 const count = (text: string, re: RegExp) => (text.match(new RegExp(re.source, "g")) ?? []).length;
 
@@ -621,7 +646,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
       15_000,
       () => `node ${OX2.name} was not deleted\n${output()}`,
     );
-    expect(deleters(OX2.name)).toEqual([OXIDE_USER]);
+    expect(await deletedBy(OX2.name)).toEqual([OXIDE_USER]);
     expect(
       oxide.requestsTo("GET", new RegExp(`^/v1/instances/${idOf(OX2)}$`)).map((r) => r.status),
     ).toContain(404);
@@ -632,12 +657,13 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
     const from = cluster.auditEvents().length;
     await register(OX3);
     const byOxide = await nodeWhen(OX3.name, "is not initialized", initialized);
-    const inits = cluster
-      .auditEvents()
-      .slice(from)
-      .filter(
-        (e) => e.verb === "update" && e.objectRef?.resource === "nodes" && e.objectRef.name === OX3.name,
-      );
+    const inits = await audited(`initialization of node ${OX3.name}`, (all) =>
+      all
+        .slice(from)
+        .filter(
+          (e) => e.verb === "update" && e.objectRef?.resource === "nodes" && e.objectRef.name === OX3.name,
+        ),
+    );
     expect(inits.map((e) => [e.objectRef?.subresource ?? "", e.user.username])).toEqual([["", OXIDE_USER]]);
     // instances_v2.go getInstance: no provider ID yet, so InstanceView by node name in the project.
     expect(
@@ -734,7 +760,7 @@ describe("c. with Node cleanup: the Oxide CCM's service and lifecycle controller
       15_000,
       () => `node ${OX3.name} was not deleted\n${output()}`,
     );
-    expect(deleters(OX3.name)).toEqual([OXIDE_USER]);
+    expect(await deletedBy(OX3.name)).toEqual([OXIDE_USER]);
     for (const m of [OX1, METAL]) expect(writesTo(m.name, from, "status")[OXIDE_USER]).toBeUndefined();
     // The Service keeps its floating IP on talos-ox-1.
     expect(oxide.floatingIps().map((f) => f.instance_id)).toEqual([idOf(OX1)]);
