@@ -1,12 +1,15 @@
 // Shared informers: list, then watch from the list's resourceVersion, re-list when the server says the
 // version is gone, reconnect with backoff after any other failure, and fan events out to handlers.
 // The Node informer keeps a lean copy of each Node (what the controllers read, not images, managed
-// fields or capacity), so thousands of nodes cost little memory.
+// fields or capacity; of the managed fields only who owns what cloud-node writes), so thousands of
+// nodes cost little memory.
 
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
 import { type Backoff, backoffDelay, wait } from "./backoff.ts";
+import { type FieldOwners, fieldOwners, type ManagedFieldsEntry } from "./fieldowners.ts";
 import { isGone, type KubeClient } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
+import { FIELD_MANAGER } from "./wellknown.ts";
 
 /** The fields every cached object has. */
 export interface CachedMeta {
@@ -219,6 +222,8 @@ export interface LeanNode extends CachedMeta {
     labels: Record<string, string>;
     annotations: Record<string, string>;
     deletionTimestamp?: string;
+    /** Who wrote the fields cloud-node owns (from managedFields, which are not kept). */
+    owners?: FieldOwners;
   };
   spec: {
     providerID?: string;
@@ -267,6 +272,8 @@ export function leanNode(raw: unknown): LeanNode {
     status: { addresses: n.status?.addresses ?? [], ready: ready?.status ?? "Unknown" },
   };
   if (md.deletionTimestamp) lean.metadata.deletionTimestamp = String(md.deletionTimestamp);
+  const owners = fieldOwners(md.managedFields as ManagedFieldsEntry[] | undefined, FIELD_MANAGER);
+  if (owners) lean.metadata.owners = owners;
   if (n.spec?.providerID) lean.spec.providerID = n.spec.providerID;
   if (n.spec?.podCIDR) lean.spec.podCIDR = n.spec.podCIDR;
   if (n.spec?.podCIDRs?.length) lean.spec.podCIDRs = n.spec.podCIDRs;

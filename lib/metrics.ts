@@ -135,6 +135,36 @@ export class Histogram implements Family {
   }
 }
 
+/**
+ * Keeps a label whose values come from outside (e.g. field manager names another client chooses)
+ * bounded: the first `max` distinct values are used as they are (cut to `maxLength` characters,
+ * non-printable characters dropped), every later one becomes `overflow`, an empty one `empty`.
+ * @example
+ * const managers = new LabelCap(2);
+ * [managers.value("a"), managers.value("b"), managers.value("c"), managers.value("a")] // ["a", "b", "other", "a"]
+ */
+export class LabelCap {
+  readonly #seen = new Set<string>();
+  constructor(
+    readonly max: number,
+    readonly overflow = "other",
+    readonly empty = "unknown",
+    readonly maxLength = 64,
+  ) {
+    if (!(max >= 1)) throw new TypeError("LabelCap: max must be at least 1");
+  }
+  /** The label value to use for `raw`. */
+  value(raw: string): string {
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is dropped
+    const v = raw.replace(/[\u0000-\u001f\u007f]/g, "").slice(0, this.maxLength);
+    if (v === "") return this.empty;
+    if (this.#seen.has(v)) return v;
+    if (this.#seen.size >= this.max) return this.overflow;
+    this.#seen.add(v);
+    return v;
+  }
+}
+
 /** A set of metric families and scrape-time collectors, rendered in the text exposition format. */
 export class Registry {
   readonly #families = new Map<string, Family>();

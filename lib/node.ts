@@ -33,10 +33,11 @@ import {
   nodePatch,
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
+import { type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
 import { decideProviderID, type ProviderIDDecision } from "./instanceid.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
-import type { Registry } from "./metrics.ts";
+import { LabelCap, type Registry } from "./metrics.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import {
   type FactsNeeds,
@@ -55,6 +56,7 @@ import {
   transform,
 } from "./transform.ts";
 import {
+  FIELD_MANAGER,
   MANAGED_ANNOTATION,
   MANAGED_DIGEST_LABEL,
   PROVIDED_NODE_IP_ANNOTATION,
@@ -62,6 +64,9 @@ import {
 } from "./wellknown.ts";
 
 const log = logger("cloud-node");
+
+/** This CCM's Node patches are recorded under {@link FIELD_MANAGER}, whatever the User-Agent. */
+const AS_FIELD_MANAGER = { query: { fieldManager: FIELD_MANAGER } };
 
 /** The optional facts the rules read (each costs a Talos call per node). */
 function factsNeeds(config: CompiledConfig): FactsNeeds {
@@ -137,7 +142,49 @@ export interface CloudNodeOptions {
   workers: number;
   /** `--node-status-update-frequency`. */
   statusUpdateFrequencyMs: number;
+  /** At most one ConflictingWriter Event per node and field in this window (default 10 minutes). */
+  conflictWindowMs?: number;
+  now?: () => number;
   log?: Logger;
+}
+
+/** How many field manager names get a label value of their own in the conflicting-writes metric. */
+const CONFLICT_MANAGERS = 16;
+
+/**
+ * How long the write-back of a field another writer changed waits, by the number of its changes in
+ * the current window: the first is corrected at once; a writer that changes it again at once (a
+ * watch-driven controller) backs both off, 1 s doubling to 5 min, instead of a write loop.
+ */
+export function correctionDelayMs(changesInWindow: number): number {
+  return changesInWindow <= 1 ? 0 : Math.min(300_000, 1000 * 2 ** (changesInWindow - 2));
+}
+
+/** What a ConflictingWriter Event says about one change. */
+export function describeConflict(c: ConflictingWrite, node: LeanNode, windowMs: number): string {
+  const by = `field manager ${JSON.stringify(c.manager.slice(0, 128))}`;
+  const list = c.keys.map((k) => JSON.stringify(k)).join(", ");
+  const what =
+    c.field === "status.addresses"
+      ? `status.addresses (${c.keys.join(", ")}) was changed by ${by} after this CCM wrote it; the Node now lists ${node.status.addresses
+          .map((a) => `${a.type} ${a.address}`)
+          .join(", ")}`
+      : c.field === "spec.providerID"
+        ? `spec.providerID was set to ${list} by ${by}`
+        : c.field === "spec.taints"
+          ? `spec.taints: ${list}, put there by this CCM's rules, was removed or changed by ${by}`
+          : `${c.field} ${list}, written by this CCM, changed by ${by}`;
+  const then =
+    c.field === "spec.providerID"
+      ? "A providerID cannot change once set: this CCM keeps it and writes none of its own"
+      : "This CCM writes the field again from Talos's facts and its rules wherever it keeps it current, as " +
+        "upstream cloud-node does with addresses";
+  return (
+    `${what}. Two controllers writing one field undo each other at every write: let one node controller ` +
+    `own these nodes (beside a cloud's own CCM, run it without its cloud-node controller). ${then}; further ` +
+    `changes of this field within ${Math.round(windowMs / 60_000)} minutes are counted in ` +
+    "talosccm_node_conflicting_writes_total, not reported again"
+  );
 }
 
 function controllerMetrics(reg: Registry) {
@@ -165,6 +212,13 @@ function controllerMetrics(reg: Registry) {
     watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
       "state",
     ]),
+    conflicts: reg.counter(
+      "talosccm_node_conflicting_writes_total",
+      "Changes another field manager made to a Node field this CCM writes (status.addresses, spec.providerID, " +
+        `spec.taints, metadata.labels, metadata.annotations), by field and manager (the first ${CONFLICT_MANAGERS} ` +
+        "manager names as they are, later ones as other).",
+      ["field", "manager"],
+    ),
     rejectedIPs: reg.counter(
       "talosccm_node_ips_rejected_total",
       "Node IPs (provided-node-ip annotation or InternalIP) left out of a Node's addresses when first found, " +
@@ -194,6 +248,14 @@ export class CloudNodeController {
    * reported once when it starts being left out, not at every pass (whose action may differ).
    */
   readonly #notOnMachine = new Map<string, readonly string[]>();
+  /**
+   * Per node and field another writer changed: when its ConflictingWriter Event was recorded and how
+   * many changes the window has seen since (pruned with the node).
+   */
+  readonly #conflicts = new Map<string, Map<string, { sinceMs: number; count: number }>>();
+  readonly #managers = new LabelCap(CONFLICT_MANAGERS);
+  readonly #conflictWindowMs: number;
+  readonly #now: () => number;
   /** Nodes waiting for their instance ID ({@link decideProviderID}), since when (ms). */
   readonly #waitingForID = new Map<string, number>();
   /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
@@ -204,6 +266,8 @@ export class CloudNodeController {
     if (!(opts.workers >= 1)) throw new TypeError("CloudNodeController: workers must be at least 1");
     this.#opts = opts;
     this.#log = opts.log ?? log;
+    this.#conflictWindowMs = opts.conflictWindowMs ?? 600_000;
+    this.#now = opts.now ?? Date.now;
     this.#queue = new WorkQueue("cloud-node", { registry: opts.registry });
     this.#facts = new TalosWatchCache({
       talos: opts.talos,
@@ -231,7 +295,10 @@ export class CloudNodeController {
     this.#opts.nodes.addHandlers({
       onAdd: enqueue,
       onUpdate: (old, n) => {
-        if (relevantChange(old, n)) enqueue(n);
+        if (!relevantChange(old, n)) return;
+        const delayMs = this.#noticeConflicts(old, n);
+        if (delayMs > 0) this.#queue.addAfter(n.metadata.name, delayMs);
+        else enqueue(n);
       },
       onDelete: (n) => {
         if (this.#stopped) return;
@@ -395,13 +462,14 @@ export class CloudNodeController {
         `${path}/status`,
         { status: { addresses: patch.addresses } },
         PATCH.merge,
+        AS_FIELD_MANAGER,
       );
       const rv = res?.metadata?.resourceVersion;
       if (rv !== node.metadata.resourceVersion) this.#stale.set(name, stale);
       if (rv !== undefined && patch.ops.length > 0) stale.add(rv);
     }
     if (patch.ops.length > 0) {
-      await this.#opts.client.patch(path, patch.ops, PATCH.json);
+      await this.#opts.client.patch(path, patch.ops, PATCH.json, AS_FIELD_MANAGER);
       this.#stale.set(name, stale);
     }
   }
@@ -441,6 +509,44 @@ export class CloudNodeController {
     this.#stale.delete(name);
     this.#notOnMachine.delete(name);
     this.#waitingForID.delete(name);
+    this.#conflicts.delete(name);
+  }
+
+  /**
+   * Reports the changes another field manager made to fields this CCM owns between two versions
+   * of a Node ({@link conflictingWrites}): each is counted; a Warning ConflictingWriter Event and a
+   * log line come at most once per node and field in the window, later ones are logged at --v=2.
+   * @returns how long the write-back should wait ({@link correctionDelayMs}).
+   */
+  #noticeConflicts(old: LeanNode, node: LeanNode): number {
+    const found = conflictingWrites(old, node, FIELD_MANAGER, readManagedRecord(old.metadata).record.taints);
+    if (found.length === 0) return 0;
+    const name = node.metadata.name;
+    const fields = this.#conflicts.get(name) ?? new Map<string, { sinceMs: number; count: number }>();
+    this.#conflicts.set(name, fields);
+    const now = this.#now();
+    let delayMs = 0;
+    for (const c of found) {
+      this.#m.conflicts.inc({ field: c.field, manager: this.#managers.value(c.manager) });
+      const seen = fields.get(c.field);
+      const facts = { node: name, field: c.field, keys: c.keys, manager: c.manager };
+      if (seen && now - seen.sinceMs < this.#conflictWindowMs) {
+        seen.count++;
+        delayMs = Math.max(delayMs, correctionDelayMs(seen.count));
+        this.#log
+          .v(2)
+          .info("Another writer changed a field this CCM owns, again", { ...facts, times: seen.count });
+        continue;
+      }
+      fields.set(c.field, { sinceMs: now, count: 1 });
+      this.#log.warn(
+        "Another writer changed a field this CCM owns; writing it again from Talos and the rules",
+        facts,
+      );
+      const action = isUninitialized(node) ? "InitializeNode" : "UpdateNode";
+      this.#warn(node, "ConflictingWriter", action, describeConflict(c, node, this.#conflictWindowMs));
+    }
+    return delayMs;
   }
 
   /**

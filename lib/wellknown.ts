@@ -35,3 +35,13 @@ export const MANAGED_ANNOTATION = "talos.dev/ccm-managed";
  * this label was not written by the CCM, and what it names is never removed.
  */
 export const MANAGED_DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
+
+/**
+ * The field manager this CCM's writes are recorded under in a Node's metadata.managedFields. The
+ * API server names a writer without an explicit `fieldManager` after its User-Agent up to the first
+ * "/" (k8s.io/apiserver prefixFromUserAgent): this CCM's clients send
+ * `talos-cloud-controller-manager/<version>` (lib/manager.ts), and so did the Go CCM's binary
+ * (client-go's default User-Agent is the executable's name), so Nodes it wrote read the same. The
+ * cloud-node controller also passes it explicitly with each Node patch.
+ */
+export const FIELD_MANAGER = "talos-cloud-controller-manager";

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { controllerRunning, Registry, registerBuildInfo } from "../../lib/metrics.ts";
+import { controllerRunning, LabelCap, Registry, registerBuildInfo } from "../../lib/metrics.ts";
 import { formatVersionRaw, versionInfo } from "../../lib/version.ts";
 
 describe("Registry", () => {
@@ -103,5 +103,32 @@ describe("--version=raw", () => {
     expect(formatVersionRaw(versionInfo("0.1.0", "abc"))).toBe(
       `version.Info{Major:"0", Minor:"1", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", GitVersion:"v0.1.0", GitCommit:"abc", GitTreeState:"", BuildDate:"", GoVersion:"", Compiler:"bun", Platform:"${process.platform}/${arch}"}`,
     );
+  });
+});
+
+describe("LabelCap", () => {
+  test("LabelCap.value() keeps the first max values, maps later ones to other, empty ones to unknown", () => {
+    const cap = new LabelCap(2);
+    expect(["a", "b", "c", "a", "", "b", "d"].map((v) => cap.value(v))).toEqual([
+      "a",
+      "b",
+      "other",
+      "a",
+      "unknown",
+      "b",
+      "other",
+    ]);
+  });
+
+  test("LabelCap.value() cuts long values and drops control characters before counting them", () => {
+    const cap = new LabelCap(1, "rest", "none", 8);
+    expect(cap.value("manager-with-a-long-name")).toBe("manager-");
+    expect(cap.value("manager-\u0000other")).toBe("manager-");
+    expect(cap.value("\n\t")).toBe("none");
+    expect(cap.value("x")).toBe("rest");
+  });
+
+  test("LabelCap refuses a bound below 1", () => {
+    expect(() => new LabelCap(0)).toThrow(TypeError);
   });
 });

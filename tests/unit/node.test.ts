@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
 import { nodeIPs, nodeIPsOnMachine } from "../../lib/addresses.ts";
-import type { LeanNode } from "../../lib/cache.ts";
+import type { Handlers, LeanNode } from "../../lib/cache.ts";
 import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
 import {
   type DesiredNode,
@@ -12,7 +12,7 @@ import {
   nodePatch,
 } from "../../lib/desirednode.ts";
 import { Registry } from "../../lib/metrics.ts";
-import { CloudNodeController } from "../../lib/node.ts";
+import { CloudNodeController, correctionDelayMs } from "../../lib/node.ts";
 import {
   TalosError,
   TalosNotFoundError,
@@ -24,6 +24,7 @@ import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../l
 import { managedRecordDigest, transform } from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
+  FIELD_MANAGER,
   MANAGED_ANNOTATION,
   MANAGED_DIGEST_LABEL,
   PROVIDED_NODE_IP_ANNOTATION,
@@ -1304,12 +1305,18 @@ function applyJsonPatch(target: Record<string, unknown>, ops: JsonPatchOp[]): vo
   }
 }
 
-function controllerSetup(node: LeanNode, config: Partial<CompiledConfig> = {}) {
+function controllerSetup(
+  node: LeanNode,
+  config: Partial<CompiledConfig> = {},
+  more: Partial<ConstructorParameters<typeof CloudNodeController>[0]> = {},
+) {
+  const handlers: Handlers<LeanNode>[] = [];
   const talos = new FakeTalos();
   const registry = new Registry();
   const store = new Map([[node.metadata.name, structuredClone(node)]]);
   const writes: string[] = [];
   const events: string[] = [];
+  const notes: string[] = [];
   let rv = 100;
   const compiled: CompiledConfig = {
     global: {
@@ -1355,13 +1362,14 @@ function controllerSetup(node: LeanNode, config: Partial<CompiledConfig> = {}) {
       },
     },
     nodes: {
-      addHandlers: () => {},
+      addHandlers: (h) => handlers.push(h),
       get: (name: string) => store.get(name),
       list: () => [...store.values()],
     },
     events: {
-      record: async (target, type, reason) => {
+      record: async (target, type, reason, _action, note) => {
         events.push(`${type} ${reason} ${target.name}`);
+        notes.push(note);
       },
     },
     registry,
@@ -1369,8 +1377,9 @@ function controllerSetup(node: LeanNode, config: Partial<CompiledConfig> = {}) {
     talos,
     workers: 1,
     statusUpdateFrequencyMs: 60_000,
+    ...more,
   });
-  return { talos, store, writes, events, controller, registry };
+  return { talos, store, writes, events, notes, controller, registry, handlers };
 }
 
 describe("CloudNodeController.reconcile()", () => {
@@ -1824,5 +1833,87 @@ describe("CloudNodeController.reconcile()", () => {
     await controller.reconcile("node-1");
     expect(events).toEqual(["Normal Synced node-1"]);
     expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "talos://metal/10.0.0.5" });
+  });
+});
+
+describe("CloudNodeController: a second writer of its fields", () => {
+  const CONFLICTS = "talosccm_node_conflicting_writes_total";
+  /** node-1 initialized by this CCM, then the same Node with its addresses rewritten by `manager`. */
+  function rewritten(manager: string, address: string): [LeanNode, LeanNode] {
+    const ours = lean({ taints: [NOT_READY] });
+    ours.metadata.owners = {
+      addresses: { InternalIP: FIELD_MANAGER, Hostname: FIELD_MANAGER },
+      selfAddresses: true,
+    };
+    const theirs = lean({
+      taints: [NOT_READY],
+      addresses: [
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "ExternalIP", address },
+      ],
+    });
+    theirs.metadata.owners = {
+      addresses: { InternalIP: FIELD_MANAGER, ExternalIP: manager },
+      selfAddresses: true,
+    };
+    return [ours, theirs];
+  }
+
+  test("CloudNodeController reports another writer of a Node's addresses once per window, counts every write, and backs the write-back off when it repeats", async () => {
+    let now = 1_000_000;
+    const { controller, events, notes, registry, handlers } = controllerSetup(
+      lean({}),
+      {},
+      { now: () => now, conflictWindowMs: 600_000 },
+    );
+    const ac = new AbortController();
+    const running = controller.run(ac.signal);
+    const h = handlers[0] as Handlers<LeanNode>;
+    const [ours, theirs] = rewritten("exoscale-cloud-controller-manager", "203.0.113.7");
+    h.onUpdate?.(ours, theirs);
+    expect(events).toEqual(["Warning ConflictingWriter node-1"]);
+    expect(notes[0]).toStartWith(
+      'status.addresses (ExternalIP) was changed by field manager "exoscale-cloud-controller-manager" after this ' +
+        "CCM wrote it; the Node now lists InternalIP 10.0.0.5, ExternalIP 203.0.113.7.",
+    );
+    now += 5 * 60_000;
+    h.onUpdate?.(ours, theirs);
+    now += 4 * 60_000;
+    h.onUpdate?.(ours, theirs);
+    expect(events).toHaveLength(1);
+    expect(registry.expose()).toContain(
+      `${CONFLICTS}{field="status.addresses",manager="exoscale-cloud-controller-manager"} 3`,
+    );
+    // A new window, a new Event.
+    now += 60_000;
+    h.onUpdate?.(ours, theirs);
+    expect(events).toEqual(["Warning ConflictingWriter node-1", "Warning ConflictingWriter node-1"]);
+    // Its own writes and other fields are not reported.
+    h.onUpdate?.(theirs, ours);
+    expect(events).toHaveLength(2);
+    ac.abort();
+    await running;
+  });
+
+  test("CloudNodeController gives the first 16 field managers a label value of their own, later ones other", async () => {
+    const { controller, registry, handlers } = controllerSetup(lean({}));
+    const ac = new AbortController();
+    const running = controller.run(ac.signal);
+    for (let i = 0; i < 20; i++) {
+      const [ours, theirs] = rewritten(`writer-${i}`, `203.0.113.${i}`);
+      handlers[0]?.onUpdate?.(ours, theirs);
+    }
+    const text = registry.expose();
+    expect(text).toContain(`${CONFLICTS}{field="status.addresses",manager="writer-15"} 1`);
+    expect(text).not.toContain("writer-16");
+    expect(text).toContain(`${CONFLICTS}{field="status.addresses",manager="other"} 4`);
+    ac.abort();
+    await running;
+  });
+
+  test("correctionDelayMs() corrects at once, then backs off 1 s doubling to 5 min within a window", () => {
+    expect([1, 2, 3, 4, 10, 11, 100].map(correctionDelayMs)).toEqual([
+      0, 1000, 2000, 4000, 256_000, 300_000, 300_000,
+    ]);
   });
 });

@@ -1,0 +1,233 @@
+// Who wrote the Node fields the cloud-node controller owns, read from the Node's
+// metadata.managedFields, and which changes between two versions of a Node another writer made
+// (pure: the Node informer keeps the summary, lib/cache.ts; the controller reports, lib/node.ts).
+//
+// The API server records, per field manager, the fields it set (server-side field management): an
+// Update (PATCH/PUT) makes its manager the owner of every field it changed and takes them from the
+// others; a manager without an explicit `fieldManager` is its User-Agent up to the first "/"
+// (k8s.io/apiserver pkg/endpoints/handlers/create.go prefixFromUserAgent). Node fields and their
+// granularity in k8s.io/api core/v1 (v0.35): status.addresses is a map-list keyed by `type`
+// (an entry per address type), spec.taints an atomic list (one owner for the whole list),
+// labels and annotations one owner per key, spec.providerID one owner.
+//
+// A change another writer made to a field this CCM wrote shows as: the value changed, and the
+// field (or the changed entry) now belongs to a manager that is not this CCM. A removal carries no
+// owner (a removed field belongs to nobody), so it cannot be attributed and is not reported.
+
+import { sameList } from "./lists.ts";
+
+/**
+ * The owners of the fields the cloud-node controller writes, from a Node's managedFields. Where
+ * several managers own parts of one field (an address entry whose `address` another writer changed
+ * while this CCM still owns its `type`; a field several appliers share), the one that is not this
+ * CCM is named: a change it made must not hide behind this CCM's older ownership.
+ */
+export interface FieldOwners {
+  /** Owner of each status.addresses entry, by address type. */
+  addresses?: Record<string, string>;
+  /** This CCM owns some part of status.addresses (it wrote them). */
+  selfAddresses?: boolean;
+  providerID?: string;
+  /** Owner of spec.taints (an atomic list). */
+  taints?: string;
+  /** Owner of each label, by key. */
+  labels?: Record<string, string>;
+  /** Owner of each annotation, by key. */
+  annotations?: Record<string, string>;
+}
+
+/** One metadata.managedFields entry, as the API returns it. */
+export interface ManagedFieldsEntry {
+  manager?: string;
+  operation?: string;
+  subresource?: string;
+  fieldsType?: string;
+  fieldsV1?: unknown;
+}
+
+type Fields = Record<string, unknown>;
+
+function child(fields: unknown, key: string): Fields | undefined {
+  if (typeof fields !== "object" || fields === null) return undefined;
+  const v = (fields as Fields)[key];
+  return typeof v === "object" && v !== null ? (v as Fields) : undefined;
+}
+
+/** Manager names are few; one string per name instead of one per Node. */
+const interned = new Map<string, string>();
+const MAX_INTERNED = 256;
+function intern(s: string): string {
+  const have = interned.get(s);
+  if (have !== undefined) return have;
+  if (interned.size < MAX_INTERNED) interned.set(s, s);
+  return s;
+}
+
+/** The owner to keep when `next` also owns a field `have` owns: the one that is not `self`. */
+function pick(have: string | undefined, next: string, self: string): string {
+  return have === undefined || have === self ? next : have;
+}
+
+/** Sets `owner` on each key of `set` (FieldsV1 `f:<key>` members) in `into`, as {@link pick} says. */
+function ownKeys(set: Fields, owner: string, self: string, into: Record<string, string>): void {
+  for (const k of Object.keys(set)) {
+    if (!k.startsWith("f:")) continue;
+    const key = k.slice(2);
+    into[key] = pick(into[key], owner, self);
+  }
+}
+
+/** The address type of a FieldsV1 map-list member `k:{"type":"InternalIP"}`, if it is one. */
+function addressType(k: string): string | undefined {
+  if (!k.startsWith("k:")) return undefined;
+  try {
+    const t = (JSON.parse(k.slice(2)) as { type?: unknown }).type;
+    return typeof t === "string" ? t : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The owners of the fields cloud-node writes, from a Node's managedFields (undefined when none of
+ * them has an owner). Never throws: an entry it cannot read is skipped.
+ * @param self the field manager this CCM's writes are recorded under.
+ * @example
+ * fieldOwners([{ manager: "kubelet", fieldsV1: { "f:spec": { "f:providerID": {} } } }], "ccm") // { providerID: "kubelet" }
+ */
+export function fieldOwners(
+  entries: readonly ManagedFieldsEntry[] | undefined,
+  self: string,
+): FieldOwners | undefined {
+  if (!Array.isArray(entries) || entries.length === 0) return undefined;
+  const out: FieldOwners = {};
+  for (const e of entries) {
+    if (typeof e?.manager !== "string" || (e.fieldsType ?? "FieldsV1") !== "FieldsV1") continue;
+    const manager = intern(e.manager);
+    const meta = child(e.fieldsV1, "f:metadata");
+    const labels = child(meta, "f:labels");
+    if (labels) {
+      out.labels ??= {};
+      ownKeys(labels, manager, self, out.labels);
+    }
+    const annotations = child(meta, "f:annotations");
+    if (annotations) {
+      out.annotations ??= {};
+      ownKeys(annotations, manager, self, out.annotations);
+    }
+    const spec = child(e.fieldsV1, "f:spec");
+    if (child(spec, "f:providerID")) out.providerID = pick(out.providerID, manager, self);
+    if (child(spec, "f:taints")) out.taints = pick(out.taints, manager, self);
+    const addresses = child(child(e.fieldsV1, "f:status"), "f:addresses");
+    for (const k of Object.keys(addresses ?? {})) {
+      const type = addressType(k);
+      if (type === undefined) continue;
+      out.addresses ??= {};
+      out.addresses[type] = pick(out.addresses[type], manager, self);
+      if (manager === self) out.selfAddresses = true;
+    }
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+/** The fields {@link conflictingWrites} reports, as the `field` label and Events name them. */
+export type OwnedField =
+  | "status.addresses"
+  | "spec.providerID"
+  | "spec.taints"
+  | "metadata.labels"
+  | "metadata.annotations";
+
+/** A change another field manager made to a field this CCM owns. */
+export interface ConflictingWrite {
+  field: OwnedField;
+  /** The label or annotation key, the address types, or the taints (`key:Effect`) that changed. */
+  keys: string[];
+  /** The field manager that made it (from managedFields). */
+  manager: string;
+}
+
+/** The parts of a Node {@link conflictingWrites} compares (a LeanNode has them). */
+export interface NodeFields {
+  metadata: {
+    labels: Readonly<Record<string, string>>;
+    annotations: Readonly<Record<string, string>>;
+    owners?: FieldOwners;
+  };
+  spec: { providerID?: string; taints: ReadonlyArray<{ key: string; value?: string; effect: string }> };
+  status: { addresses: ReadonlyArray<{ type: string; address: string }> };
+}
+
+function addressesOf(n: NodeFields, type: string): string[] {
+  return n.status.addresses.filter((a) => a.type === type).map((a) => a.address);
+}
+
+/** Changed entries of status.addresses, by their new owner (not `self`); only when `self` wrote some. */
+function addressConflicts(old: NodeFields, now: NodeFields, self: string): ConflictingWrite[] {
+  if (!old.metadata.owners?.selfAddresses) return [];
+  const types = new Set([...old.status.addresses, ...now.status.addresses].map((a) => a.type));
+  const byManager = new Map<string, string[]>();
+  for (const type of types) {
+    if (sameList(addressesOf(old, type), addressesOf(now, type), (a, b) => a === b)) continue;
+    const owner = now.metadata.owners?.addresses?.[type];
+    if (owner === undefined || owner === self) continue;
+    byManager.set(owner, [...(byManager.get(owner) ?? []), type]);
+  }
+  return [...byManager].map(([manager, keys]) => ({ field: "status.addresses", keys, manager }));
+}
+
+/** Keys of labels or annotations `self` owned whose value another owner changed. */
+function mapConflicts(
+  field: "metadata.labels" | "metadata.annotations",
+  old: NodeFields,
+  now: NodeFields,
+  self: string,
+): ConflictingWrite[] {
+  const which = field === "metadata.labels" ? "labels" : "annotations";
+  const before = old.metadata.owners?.[which] ?? {};
+  const byManager = new Map<string, string[]>();
+  for (const [key, owner] of Object.entries(before)) {
+    if (owner !== self) continue;
+    const value = now.metadata[which][key];
+    if (value === undefined || value === old.metadata[which][key]) continue;
+    const by = now.metadata.owners?.[which]?.[key];
+    if (by === undefined || by === self) continue;
+    byManager.set(by, [...(byManager.get(by) ?? []), key]);
+  }
+  return [...byManager].map(([manager, keys]) => ({ field, keys, manager }));
+}
+
+/**
+ * The changes from `old` to `now` that a field manager other than `self` made to fields `self`
+ * owns: status.addresses entries, labels and annotations `self` had written, a providerID set by
+ * someone else, and taints `self`'s rules put there (`managedTaints`, `key:Effect`) that someone
+ * else removed or changed. Removals of addresses, labels and annotations carry no owner and are
+ * not reported.
+ * @param self the field manager this CCM's writes are recorded under.
+ * @param managedTaints the taints the rules put on the node (its record's), `key:Effect`.
+ */
+export function conflictingWrites(
+  old: NodeFields,
+  now: NodeFields,
+  self: string,
+  managedTaints: readonly string[] = [],
+): ConflictingWrite[] {
+  const out = addressConflicts(old, now, self);
+  out.push(...mapConflicts("metadata.labels", old, now, self));
+  out.push(...mapConflicts("metadata.annotations", old, now, self));
+  const providerID = now.spec.providerID ?? "";
+  const by = now.metadata.owners?.providerID;
+  if ((old.spec.providerID ?? "") === "" && providerID !== "" && by !== undefined && by !== self)
+    out.push({ field: "spec.providerID", keys: [providerID], manager: by });
+  const taintsBy = now.metadata.owners?.taints;
+  if (taintsBy !== undefined && taintsBy !== self) {
+    const show = (t: { key: string; value?: string; effect: string }) =>
+      `${t.key}=${t.value ?? ""}:${t.effect}`;
+    const nowTaints = new Set(now.spec.taints.map(show));
+    const changed = old.spec.taints
+      .filter((t) => managedTaints.includes(`${t.key}:${t.effect}`) && !nowTaints.has(show(t)))
+      .map((t) => `${t.key}:${t.effect}`);
+    if (changed.length > 0) out.push({ field: "spec.taints", keys: changed, manager: taintsBy });
+  }
+  return out;
+}

@@ -1,0 +1,287 @@
+import { describe, expect, test } from "bun:test";
+import {
+  type ConflictingWrite,
+  conflictingWrites,
+  type FieldOwners,
+  fieldOwners,
+  type ManagedFieldsEntry,
+  type NodeFields,
+} from "../../lib/fieldowners.ts";
+import { PROGRAM_NAME } from "../../lib/help.ts";
+import { FIELD_MANAGER } from "../../lib/wellknown.ts";
+
+const SELF = FIELD_MANAGER;
+const ip = (address: string) => ({ type: "InternalIP", address });
+const ext = (address: string) => ({ type: "ExternalIP", address });
+const host = (address: string) => ({ type: "Hostname", address });
+
+/**
+ * A Node's managedFields as kube-apiserver 1.35 recorded them in tests/e2e/conflicting-writer.test.ts,
+ * after another client (field manager other-ccm) replaced the addresses with a merge patch of the
+ * status and changed one label: it owns the ExternalIP entry's `address`, this CCM still its
+ * `type` (the entry has both as owners).
+ */
+const AFTER_OTHER: ManagedFieldsEntry[] = [
+  {
+    manager: "other-ccm",
+    operation: "Update",
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:metadata": { "f:labels": { "f:node.cloudprovider.kubernetes.io/platform": {} } } },
+  },
+  {
+    manager: SELF,
+    operation: "Update",
+    subresource: "status",
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:status": { "f:addresses": { 'k:{"type":"ExternalIP"}': { ".": {}, "f:type": {} } } } },
+  },
+  {
+    manager: "other-ccm",
+    operation: "Update",
+    subresource: "status",
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:status": { "f:addresses": { 'k:{"type":"ExternalIP"}': { "f:address": {} } } } },
+  },
+  {
+    manager: SELF,
+    operation: "Update",
+    fieldsType: "FieldsV1",
+    fieldsV1: {
+      "f:metadata": {
+        "f:annotations": { ".": {}, "f:alpha.kubernetes.io/provided-node-ip": {} },
+        "f:labels": { ".": {}, "f:kubernetes.io/hostname": {}, "f:topology.kubernetes.io/zone": {} },
+      },
+      "f:spec": { "f:providerID": {}, "f:taints": {} },
+    },
+  },
+];
+
+describe("fieldOwners()", () => {
+  test("fieldOwners() reads who owns each field cloud-node writes, naming the other writer where two share one", () => {
+    expect(fieldOwners(AFTER_OTHER, SELF)).toEqual({
+      labels: {
+        "node.cloudprovider.kubernetes.io/platform": "other-ccm",
+        "kubernetes.io/hostname": SELF,
+        "topology.kubernetes.io/zone": SELF,
+      },
+      annotations: { "alpha.kubernetes.io/provided-node-ip": SELF },
+      addresses: { ExternalIP: "other-ccm" },
+      selfAddresses: true,
+      providerID: SELF,
+      taints: SELF,
+    });
+    // The order of the entries does not matter.
+    expect(fieldOwners([...AFTER_OTHER].reverse(), SELF)).toEqual(
+      fieldOwners(AFTER_OTHER, SELF) as FieldOwners,
+    );
+  });
+
+  test("fieldOwners() is undefined without entries and skips entries it cannot read", () => {
+    expect(fieldOwners(undefined, SELF)).toBeUndefined();
+    expect(fieldOwners([], SELF)).toBeUndefined();
+    const odd = [
+      { manager: "x", fieldsType: "FieldsV2", fieldsV1: { "f:spec": { "f:providerID": {} } } },
+      { fieldsV1: { "f:spec": { "f:providerID": {} } } },
+      { manager: "y", fieldsV1: "not an object" },
+      {
+        manager: "z",
+        fieldsV1: { "f:status": { "f:addresses": { "k:{not json": {}, "i:0": {}, ".": {} } } },
+      },
+      null,
+    ] as unknown as ManagedFieldsEntry[];
+    expect(fieldOwners(odd, SELF)).toBeUndefined();
+  });
+
+  test("fieldOwners() shares one string per manager name across Nodes", () => {
+    const a = fieldOwners([{ manager: `${"kube"}let`, fieldsV1: { "f:spec": { "f:taints": {} } } }], SELF);
+    const b = fieldOwners(
+      [{ manager: ["kub", "elet"].join(""), fieldsV1: { "f:spec": { "f:taints": {} } } }],
+      SELF,
+    );
+    expect(a?.taints).toBe("kubelet");
+    expect(b?.taints).toBe("kubelet");
+  });
+
+  test("FIELD_MANAGER is what the API server records for this CCM's User-Agent (the program's name up to /)", () => {
+    expect(FIELD_MANAGER).toBe(PROGRAM_NAME);
+  });
+});
+
+/** A Node as conflictingWrites() compares it. */
+function node(over: {
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  providerID?: string;
+  taints?: Array<{ key: string; value?: string; effect: string }>;
+  addresses?: Array<{ type: string; address: string }>;
+  owners?: FieldOwners;
+}): NodeFields {
+  const n: NodeFields = {
+    metadata: { labels: over.labels ?? {}, annotations: over.annotations ?? {} },
+    spec: { taints: over.taints ?? [] },
+    status: { addresses: over.addresses ?? [ip("10.0.0.5"), host("n1")] },
+  };
+  if (over.owners) n.metadata.owners = over.owners;
+  if (over.providerID !== undefined) n.spec.providerID = over.providerID;
+  return n;
+}
+
+const OURS = { addresses: { InternalIP: SELF, Hostname: SELF }, selfAddresses: true };
+const RULE_TAINT = { key: "example.com/storage", value: "ceph", effect: "NoSchedule" };
+const NOT_READY = { key: "node.kubernetes.io/not-ready", effect: "NoSchedule" };
+
+describe("conflictingWrites()", () => {
+  const cases: Array<{
+    name: string;
+    old: NodeFields;
+    now: NodeFields;
+    managedTaints?: string[];
+    want: ConflictingWrite[];
+  }> = [
+    {
+      name: "reports address entries another manager changed after this CCM wrote the addresses",
+      old: node({ owners: OURS }),
+      now: node({
+        addresses: [ip("10.0.0.5"), ext("203.0.113.7")],
+        owners: {
+          addresses: { InternalIP: SELF, ExternalIP: "exoscale-cloud-controller-manager" },
+          selfAddresses: true,
+        },
+      }),
+      want: [
+        { field: "status.addresses", keys: ["ExternalIP"], manager: "exoscale-cloud-controller-manager" },
+      ],
+    },
+    {
+      name: "reports an entry whose address another manager changed while this CCM still owns its type",
+      old: node({
+        addresses: [ext("198.51.100.1")],
+        owners: { addresses: { ExternalIP: SELF }, selfAddresses: true },
+      }),
+      now: node({ addresses: [ext("203.0.113.7")], owners: fieldOwners(AFTER_OTHER, SELF) as FieldOwners }),
+      want: [{ field: "status.addresses", keys: ["ExternalIP"], manager: "other-ccm" }],
+    },
+    {
+      name: "does not report addresses this CCM never wrote (the kubelet's before initialization)",
+      old: node({ owners: { addresses: { InternalIP: "kubelet" } } }),
+      now: node({ addresses: [ip("10.0.0.6")], owners: { addresses: { InternalIP: "kubelet" } } }),
+      want: [],
+    },
+    {
+      name: "does not report its own change",
+      old: node({ owners: OURS }),
+      now: node({
+        addresses: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")],
+        owners: { ...OURS, addresses: { ...OURS.addresses, ExternalIP: SELF } },
+      }),
+      want: [],
+    },
+    {
+      name: "does not report a removal alone (a removed entry has no owner)",
+      old: node({ owners: OURS }),
+      now: node({
+        addresses: [ip("10.0.0.5")],
+        owners: { addresses: { InternalIP: SELF }, selfAddresses: true },
+      }),
+      want: [],
+    },
+    {
+      name: "reports a label this CCM wrote that another manager changed, once per manager",
+      old: node({
+        labels: {
+          "topology.kubernetes.io/zone": "a",
+          "node.cloudprovider.kubernetes.io/platform": "exoscale",
+        },
+        owners: {
+          labels: { "topology.kubernetes.io/zone": SELF, "node.cloudprovider.kubernetes.io/platform": SELF },
+        },
+      }),
+      now: node({
+        labels: { "topology.kubernetes.io/zone": "b", "node.cloudprovider.kubernetes.io/platform": "x" },
+        owners: {
+          labels: {
+            "topology.kubernetes.io/zone": "kubectl-label",
+            "node.cloudprovider.kubernetes.io/platform": "kubectl-label",
+          },
+        },
+      }),
+      want: [
+        {
+          field: "metadata.labels",
+          keys: ["topology.kubernetes.io/zone", "node.cloudprovider.kubernetes.io/platform"],
+          manager: "kubectl-label",
+        },
+      ],
+    },
+    {
+      name: "does not report labels this CCM did not write, nor removed ones",
+      old: node({
+        labels: { "kubernetes.io/hostname": "n1", "example.com/x": "1" },
+        owners: { labels: { "kubernetes.io/hostname": "kubelet", "example.com/x": SELF } },
+      }),
+      now: node({
+        labels: { "kubernetes.io/hostname": "n2" },
+        owners: { labels: { "kubernetes.io/hostname": "kubelet" } },
+      }),
+      want: [],
+    },
+    {
+      name: "reports an annotation this CCM wrote that another manager changed",
+      old: node({
+        annotations: { "talos.dev/ccm-managed": "{}" },
+        owners: { annotations: { "talos.dev/ccm-managed": SELF } },
+      }),
+      now: node({
+        annotations: { "talos.dev/ccm-managed": "{ }" },
+        owners: { annotations: { "talos.dev/ccm-managed": "kubelet" } },
+      }),
+      want: [{ field: "metadata.annotations", keys: ["talos.dev/ccm-managed"], manager: "kubelet" }],
+    },
+    {
+      name: "reports a providerID another manager set",
+      old: node({}),
+      now: node({ providerID: "exoscale://1", owners: { providerID: "exoscale-cloud-controller-manager" } }),
+      want: [
+        { field: "spec.providerID", keys: ["exoscale://1"], manager: "exoscale-cloud-controller-manager" },
+      ],
+    },
+    {
+      name: "does not report the providerID it set itself",
+      old: node({}),
+      now: node({ providerID: "talos://metal/10.0.0.5", owners: { providerID: SELF } }),
+      want: [],
+    },
+    {
+      name: "reports a rule's taint another manager removed",
+      old: node({ taints: [RULE_TAINT, NOT_READY], owners: { taints: SELF } }),
+      now: node({ taints: [NOT_READY], owners: { taints: "kubectl-taint" } }),
+      managedTaints: ["example.com/storage:NoSchedule"],
+      want: [{ field: "spec.taints", keys: ["example.com/storage:NoSchedule"], manager: "kubectl-taint" }],
+    },
+    {
+      name: "reports a rule's taint whose value another manager changed",
+      old: node({ taints: [RULE_TAINT], owners: { taints: "kube-controller-manager" } }),
+      now: node({ taints: [{ ...RULE_TAINT, value: "nfs" }], owners: { taints: "kubectl-taint" } }),
+      managedTaints: ["example.com/storage:NoSchedule"],
+      want: [{ field: "spec.taints", keys: ["example.com/storage:NoSchedule"], manager: "kubectl-taint" }],
+    },
+    {
+      name: "does not report taints others add beside the rules' (the node lifecycle's not-ready)",
+      old: node({ taints: [RULE_TAINT], owners: { taints: SELF } }),
+      now: node({ taints: [RULE_TAINT, NOT_READY], owners: { taints: "kube-controller-manager" } }),
+      managedTaints: ["example.com/storage:NoSchedule"],
+      want: [],
+    },
+    {
+      name: "does not report taints the rules did not put there",
+      old: node({ taints: [RULE_TAINT, NOT_READY], owners: { taints: "kube-controller-manager" } }),
+      now: node({ taints: [RULE_TAINT], owners: { taints: "kube-controller-manager" } }),
+      managedTaints: ["example.com/storage:NoSchedule"],
+      want: [],
+    },
+  ];
+  for (const c of cases)
+    test(`conflictingWrites() ${c.name}`, () => {
+      expect(conflictingWrites(c.old, c.now, SELF, c.managedTaints)).toEqual(c.want);
+    });
+});
