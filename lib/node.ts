@@ -151,13 +151,29 @@ export interface CloudNodeOptions {
 /** How many field manager names get a label value of their own in the conflicting-writes metric. */
 const CONFLICT_MANAGERS = 16;
 
+/** A change of a field this soon after the write-back of the previous one continues a write loop. */
+const LOOP_GAP_MS = 10_000;
+
+/** What is remembered about another writer of one field of one node. */
+interface FieldConflict {
+  /** When its ConflictingWriter Event was recorded (the window starts there). */
+  eventMs: number;
+  /** When it last changed the field, and how long that write-back waited. */
+  lastMs: number;
+  delayMs: number;
+  /** Changes in a row each within {@link LOOP_GAP_MS} of the previous write-back. */
+  streak: number;
+}
+
 /**
- * How long the write-back of a field another writer changed waits, by the number of its changes in
- * the current window: the first is corrected at once; a writer that changes it again at once (a
- * watch-driven controller) backs both off, 1 s doubling to 5 min, instead of a write loop.
+ * How long the write-back of a field another writer changed waits, by `streak`: changes in a row,
+ * each coming within 10 s of the previous write-back. A writer that changes the field every few
+ * minutes (a cloud CCM's status loop) is corrected at once every time; one that changes it again
+ * right after each write-back (a watch-driven controller) backs both off, 1 s doubling to 5 min,
+ * instead of a write loop.
  */
-export function correctionDelayMs(changesInWindow: number): number {
-  return changesInWindow <= 1 ? 0 : Math.min(300_000, 1000 * 2 ** (changesInWindow - 2));
+export function correctionDelayMs(streak: number): number {
+  return streak <= 0 ? 0 : Math.min(300_000, 1000 * 2 ** (streak - 1));
 }
 
 /** What a ConflictingWriter Event says about one change. */
@@ -248,11 +264,8 @@ export class CloudNodeController {
    * reported once when it starts being left out, not at every pass (whose action may differ).
    */
   readonly #notOnMachine = new Map<string, readonly string[]>();
-  /**
-   * Per node and field another writer changed: when its ConflictingWriter Event was recorded and how
-   * many changes the window has seen since (pruned with the node).
-   */
-  readonly #conflicts = new Map<string, Map<string, { sinceMs: number; count: number }>>();
+  /** Per node and field another writer changed, what is remembered about it (pruned with the node). */
+  readonly #conflicts = new Map<string, Map<string, FieldConflict>>();
   readonly #managers = new LabelCap(CONFLICT_MANAGERS);
   readonly #conflictWindowMs: number;
   readonly #now: () => number;
@@ -522,23 +535,24 @@ export class CloudNodeController {
     const found = conflictingWrites(old, node, FIELD_MANAGER, readManagedRecord(old.metadata).record.taints);
     if (found.length === 0) return 0;
     const name = node.metadata.name;
-    const fields = this.#conflicts.get(name) ?? new Map<string, { sinceMs: number; count: number }>();
+    const fields = this.#conflicts.get(name) ?? new Map<string, FieldConflict>();
     this.#conflicts.set(name, fields);
     const now = this.#now();
     let delayMs = 0;
     for (const c of found) {
       this.#m.conflicts.inc({ field: c.field, manager: this.#managers.value(c.manager) });
       const seen = fields.get(c.field);
-      const facts = { node: name, field: c.field, keys: c.keys, manager: c.manager };
-      if (seen && now - seen.sinceMs < this.#conflictWindowMs) {
-        seen.count++;
-        delayMs = Math.max(delayMs, correctionDelayMs(seen.count));
-        this.#log
-          .v(2)
-          .info("Another writer changed a field this CCM owns, again", { ...facts, times: seen.count });
+      const loop = seen !== undefined && now - seen.lastMs < seen.delayMs + LOOP_GAP_MS;
+      const streak = loop ? seen.streak + 1 : 0;
+      const delay = correctionDelayMs(streak);
+      delayMs = Math.max(delayMs, delay);
+      const facts = { node: name, field: c.field, keys: c.keys, manager: c.manager, writeBackDelayMs: delay };
+      if (seen && now - seen.eventMs < this.#conflictWindowMs) {
+        Object.assign(seen, { lastMs: now, delayMs: delay, streak });
+        this.#log.v(2).info("Another writer changed a field this CCM owns, again", facts);
         continue;
       }
-      fields.set(c.field, { sinceMs: now, count: 1 });
+      fields.set(c.field, { eventMs: now, lastMs: now, delayMs: delay, streak });
       this.#log.warn(
         "Another writer changed a field this CCM owns; writing it again from Talos and the rules",
         facts,

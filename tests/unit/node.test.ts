@@ -11,6 +11,7 @@ import {
   type JsonPatchOp,
   nodePatch,
 } from "../../lib/desirednode.ts";
+import type { Logger } from "../../lib/log.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { CloudNodeController, correctionDelayMs } from "../../lib/node.ts";
 import {
@@ -1859,7 +1860,7 @@ describe("CloudNodeController: a second writer of its fields", () => {
     return [ours, theirs];
   }
 
-  test("CloudNodeController reports another writer of a Node's addresses once per window, counts every write, and backs the write-back off when it repeats", async () => {
+  test("CloudNodeController reports another writer of a Node's addresses once per window and counts every write", async () => {
     let now = 1_000_000;
     const { controller, events, notes, registry, handlers } = controllerSetup(
       lean({}),
@@ -1911,9 +1912,41 @@ describe("CloudNodeController: a second writer of its fields", () => {
     await running;
   });
 
-  test("correctionDelayMs() corrects at once, then backs off 1 s doubling to 5 min within a window", () => {
-    expect([1, 2, 3, 4, 10, 11, 100].map(correctionDelayMs)).toEqual([
+  test("correctionDelayMs() corrects at once, then backs a write loop off 1 s doubling to 5 min", () => {
+    expect([0, 1, 2, 3, 9, 10, 100].map(correctionDelayMs)).toEqual([
       0, 1000, 2000, 4000, 256_000, 300_000, 300_000,
     ]);
+  });
+
+  test("CloudNodeController writes back at once after a writer of every few minutes, and backs off a writer that answers each write-back", async () => {
+    let now = 1_000_000;
+    const delays: number[] = [];
+    const record = (_msg: string, kv?: Record<string, unknown>) =>
+      delays.push(kv?.writeBackDelayMs as number);
+    const log = {
+      info: () => {},
+      warn: record,
+      error: () => {},
+      v: () => ({ enabled: true, info: record }),
+      with: () => log,
+    } as unknown as Logger;
+    const { controller, handlers } = controllerSetup(lean({}), {}, { now: () => now, log });
+    const ac = new AbortController();
+    const running = controller.run(ac.signal);
+    const h = handlers[0] as Handlers<LeanNode>;
+    const [ours, theirs] = rewritten("other", "203.0.113.7");
+    // Every 5 minutes, as a cloud CCM's node status loop: corrected at once each time.
+    for (let i = 0; i < 3; i++) {
+      h.onUpdate?.(ours, theirs);
+      now += 300_000;
+    }
+    // Right after each write-back (its delay and a moment): 1 s, 2 s, 4 s …
+    for (let i = 0; i < 4; i++) {
+      h.onUpdate?.(ours, theirs);
+      now += (delays.at(-1) as number) + 50;
+    }
+    expect(delays).toEqual([0, 0, 0, 0, 1000, 2000, 4000]);
+    ac.abort();
+    await running;
   });
 });
