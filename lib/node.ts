@@ -532,9 +532,16 @@ export class CloudNodeController {
    * @returns how long the write-back should wait ({@link correctionDelayMs}).
    */
   #noticeConflicts(old: LeanNode, node: LeanNode): number {
-    const found = conflictingWrites(old, node, FIELD_MANAGER, readManagedRecord(old.metadata).record.taints);
-    if (found.length === 0) return 0;
     const name = node.metadata.name;
+    // A providerID set while this CCM waits for the instance ID settles the wait; nobody fights over it.
+    const waiting = this.#waitingForID.has(name);
+    const found = conflictingWrites(
+      old,
+      node,
+      FIELD_MANAGER,
+      readManagedRecord(old.metadata).record.taints,
+    ).filter((c) => !(waiting && c.field === "spec.providerID"));
+    if (found.length === 0) return 0;
     const fields = this.#conflicts.get(name) ?? new Map<string, FieldConflict>();
     this.#conflicts.set(name, fields);
     const now = this.#now();
@@ -602,8 +609,9 @@ export class CloudNodeController {
       `Waiting for ${decision.waitingFor}. Until then the node ${
         initializing ? `keeps its ${UNINITIALIZED_TAINT} taint` : "gets no providerID"
       }, rather than the fallback ${fallback}, which its cloud's controllers cannot parse and which could never ` +
-        `be changed. Check \`talosctl -n ${ip} get platformmetadata\` and machined's log; to write another ` +
-        "providerID now, set ProviderID in a rule's platformMetadata (or the kubelet's --provider-id)",
+        `be changed. Check \`talosctl -n ${ip} get platformmetadata\` and machined's log; to give it a ` +
+        "providerID now, set ProviderID in a rule's platformMetadata, or set the Node's spec.providerID yourself " +
+        "(it is then kept)",
     );
   }
 

@@ -1912,6 +1912,36 @@ describe("CloudNodeController: a second writer of its fields", () => {
     await running;
   });
 
+  test("CloudNodeController takes a providerID someone sets while it waits for the instance ID as the answer, not a conflict", async () => {
+    const { talos, store, events, controller, handlers } = controllerSetup(lean({}));
+    const ac = new AbortController();
+    const running = controller.run(ac.signal);
+    await controller.reconcile("node-1");
+    talos.stream("10.0.0.5", "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: metadata({ platform: "hcloud" }),
+    });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    await controller.reconcile("node-1");
+    // (The running workers reconcile the node too, on the watch cache's changes.)
+    expect(new Set(events)).toEqual(new Set(["Warning WaitingForInstanceID node-1"]));
+    const before = store.get("node-1") as LeanNode;
+    const after = structuredClone(before);
+    after.spec.providerID = "hcloud://9";
+    after.metadata.resourceVersion = "200";
+    after.metadata.owners = { providerID: "kubectl-patch" };
+    handlers[0]?.onUpdate?.(before, after);
+    store.set("node-1", after);
+    await controller.reconcile("node-1");
+    expect(new Set(events)).toEqual(new Set(["Warning WaitingForInstanceID node-1", "Normal Synced node-1"]));
+    expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "hcloud://9" });
+    ac.abort();
+    await running;
+  });
+
   test("correctionDelayMs() corrects at once, then backs a write loop off 1 s doubling to 5 min", () => {
     expect([0, 1, 2, 3, 9, 10, 100].map(correctionDelayMs)).toEqual([
       0, 1000, 2000, 4000, 256_000, 300_000, 300_000,
