@@ -17,11 +17,12 @@
 //    Exoscale CCM writes nothing to any Node.
 // b. The Exoscale CCM with its default controllers beside this one (status loop every 2 s, lifecycle
 //    every 1 s), what happens is recorded and asserted: both CCMs keep rewriting the exoscale Nodes'
-//    status.addresses, this CCM undoing each of the Exoscale CCM's writes; labels, taints and
+//    status.addresses, this CCM undoing each of the Exoscale CCM's writes, and its ConflictingWriter
+//    detection does not notice (no Event, no count: see that test for why); labels, taints and
 //    provider IDs this CCM wrote stay; a NotReady node with a talos:// provider ID is deleted by the
 //    Exoscale CCM's lifecycle controller; a NotReady node whose instance is stopped gets its shutdown
 //    taint; a node whose Talos facts come late is initialized by the Exoscale CCM, with a region and
-//    never a zone label; kubelet-serving CSRs stay untouched unless EXOSCALE_SKS_AGENT_RUNNERS turns
+//    never a zone label, and this CCM reports the provider ID it set (ConflictingWriter Event, count); kubelet-serving CSRs stay untouched unless EXOSCALE_SKS_AGENT_RUNNERS turns
 //    on its CSR runner, which then approves a node's CSR for another node's name and IP; a NotReady
 //    node whose instance was destroyed is deleted by it; its RBAC covered everything it did.
 
@@ -52,6 +53,8 @@ const ZONE = "ch-gva-2";
 const API_KEY = "EXOa1b2c3d4e5f60718293a4b5c";
 const API_SECRET = "Zm9vYmFyLXNlY3JldC1mb3ItdGhlLWZha2UtYXBp";
 const EXO_USER = "system:serviceaccount:kube-system:cloud-controller-manager";
+/** The Exoscale CCM's field manager: client-go's User-Agent up to the first "/", its binary's name. */
+const EXO_MANAGER = "exoscale-cloud-controller-manager";
 const TALOS_USER = "talos-ccm";
 const SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown";
 const EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -467,6 +470,32 @@ const WRITES = ["create", "update", "patch", "delete", "deletecollection"];
 
 const count = (xs: string[], x: string) => xs.filter((y) => y === x).length;
 
+/**
+ * Who deleted node `name`, once the audit log has the line (the API server writes it after
+ * answering, so it can lag the deletion a client sees).
+ */
+async function deletedBy(name: string): Promise<string[]> {
+  await waitFor(
+    () => deleters(name).length > 0,
+    10_000,
+    () => `no audit line for the deletion of ${name}`,
+  );
+  return deleters(name);
+}
+
+/** This CCM's talosccm_node_conflicting_writes_total for `field` and `manager` (0 when absent). */
+async function conflictCount(field: string, manager: string): Promise<number> {
+  const res = await fetch(`https://127.0.0.1:${metricsPort}/metrics`, { tls: { rejectUnauthorized: false } });
+  const line = `talosccm_node_conflicting_writes_total{field="${field}",manager="${manager}"} `;
+  const found = (await res.text()).split("\n").find((l) => l.startsWith(line));
+  return found ? Number(found.slice(line.length)) : 0;
+}
+
+/** The ConflictingWriter Events this CCM recorded about node `name`. */
+async function conflictEvents(name: string): Promise<EventV1[]> {
+  return (await cluster.eventsAbout(name)).filter((e) => e.reason === "ConflictingWriter");
+}
+
 /** Who deleted node `name` (audit), if anyone. */
 function deleters(name: string): string[] {
   return cluster
@@ -543,6 +572,15 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       { type: "InternalIP", address: v6Of(EXO1) },
       { type: "Hostname", address: EXO1.name },
     ]);
+    // This CCM's conflicting-writer detection (lib/fieldowners.ts) does not see this fight: it reports
+    // a changed address entry only on Nodes whose managedFields show this CCM as an owner of some
+    // status.addresses entry, and it never becomes one here. Its address list is the kubelet's own
+    // (an InternalIP per node IP and the Hostname), so its writes only remove the Exoscale CCM's
+    // ExternalIP entries, and a removal gives the API server nothing to record an owner for. Reported
+    // to the lead; when it changes, these three lines fail and must say what happens instead.
+    expect(await conflictEvents(EXO1.name)).toEqual([]);
+    expect(await conflictEvents(EXO2.name)).toEqual([]);
+    expect(await conflictCount("status.addresses", EXO_MANAGER)).toBe(0);
     // The talos:// node: no instance behind its provider ID or its systemUUID, nothing written.
     expect(count(statusWriters(METAL.name, defaultsStarted), EXO_USER)).toBe(0);
   });
@@ -577,7 +615,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       20_000,
       () => `node ${METAL.name} was not deleted\n${output()}`,
     );
-    expect(deleters(METAL.name)).toEqual([EXO_USER]);
+    expect(await deletedBy(METAL.name)).toEqual([EXO_USER]);
     // It asked its API for the instance the provider ID names, got 404 and took that for "gone"
     // (instances.go InstanceExistsByProviderID; formatProviderID strips only "exoscale://").
     const asked = exo.requestsTo("GET", new RegExp(`^/v2/instance/talos://metal/${v4Of(METAL)}$`));
@@ -650,6 +688,29 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       "node.cloudprovider.kubernetes.io/platform": "exoscale",
     });
     expect(nodeView(both).providerID).toBe(exoscaleView.providerID);
+    // This CCM noticed the provider ID another controller set (lib/fieldowners.ts: the informer's
+    // update carries the Exoscale CCM's managedFields entry for spec.providerID) and said so.
+    let events: EventV1[] = [];
+    await waitFor(
+      async () => {
+        events = await conflictEvents(exo3.name);
+        return events.length > 0;
+      },
+      10_000,
+      () => `no ConflictingWriter Event on ${exo3.name}\n${output()}`,
+    );
+    expect(events).toHaveLength(1);
+    expect(events[0]?.note).toStartWith(
+      `spec.providerID was set to "exoscale://${instanceIdOf(exo3)}" by field manager "${EXO_MANAGER}".`,
+    );
+    expect(events[0]).toMatchObject({
+      type: "Warning",
+      reportingController: "talos-cloud-controller-manager",
+    });
+    expect(await conflictCount("spec.providerID", EXO_MANAGER)).toBe(1);
+    expect(talosCcm?.output).toMatch(
+      /Another writer changed a field this CCM owns.*spec\.providerID.*exoscale-cloud-controller-manager/,
+    );
   });
 
   test("kubelet-serving CSRs: untouched by default; with EXOSCALE_SKS_AGENT_RUNNERS=node-csr-validation it approves, even a node's CSR for another node's name and IP", async () => {
@@ -693,7 +754,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       20_000,
       () => `node ${EXO2.name} was not deleted\n${output()}`,
     );
-    expect(deleters(EXO2.name)).toEqual([EXO_USER]);
+    expect(await deletedBy(EXO2.name)).toEqual([EXO_USER]);
   });
 
   test("the Exoscale CCM's own RBAC covered all it did: the API server refused none of its requests", () => {
