@@ -30,13 +30,14 @@ import type { ConfigIssue } from "./configissue.ts";
 import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
 import { describeTransformErrors, desiredNode, instanceFacts } from "./desirednode.ts";
 import type { ValidateOptions } from "./flags.ts";
+import { decideProviderID } from "./instanceid.ts";
 import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { matchedTermName, SELECTOR_KEYS, selectorFields } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
 import { type TransformError, transform } from "./transform.ts";
-import type { Features, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
+import type { Features, NodeFacts, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 // ---------------------------------------------------------------------------------------------
@@ -511,6 +512,8 @@ export interface PreviewResult {
   nodeName: string;
   /** The node IP assumed for the default providerID, or {@link NODE_IP_PLACEHOLDER}. */
   nodeIP: string;
+  /** What the controller waits for before writing a providerID (then `preview.providerID` is ""). */
+  providerIDWait?: string;
   /** Names of the rules whose nodeSelector matches, in order, each with its matching term's name when it has one. */
   matchedRules: string[];
   /** Values the rules could not apply on this node (the controller skips them, the rest applies). */
@@ -574,6 +577,7 @@ export function previewNode(
   });
   const fields = selectorFields(facts.platformMetadata);
   const meta = result.platformMetadata;
+  const decision = providerIDDecision(sample, facts, meta);
   const platformMetadata = Object.fromEntries(
     PLATFORM_KEYS.map((k) => [k, k === "tags" ? sortedRecord(meta.tags) : meta[k]]),
   ) as unknown as PlatformMetadata;
@@ -582,7 +586,7 @@ export function previewNode(
   );
   return {
     preview: {
-      providerID: want.providerID ?? "",
+      providerID: decision.action === "wait" ? "" : (want.providerID ?? ""),
       labels: sortedRecord(want.labels),
       annotations: sortedRecord(annotations),
       taints: want.taints.map((t) => ({
@@ -595,6 +599,7 @@ export function previewNode(
     },
     nodeName,
     nodeIP,
+    ...(decision.action === "wait" ? { providerIDWait: decision.waitingFor } : {}),
     matchedRules: config.transformations.flatMap((r) => {
       const term = matchedTermName(r.nodeSelector, fields);
       if (term === undefined) return [];
@@ -604,13 +609,23 @@ export function previewNode(
   };
 }
 
+/** The controller writes a providerID only when {@link decideProviderID} allows it (a fresh Node has none). */
+function providerIDDecision(sample: SampleNode, facts: NodeFacts, after: PlatformMetadata) {
+  return decideProviderID({
+    nodeProviderID: "",
+    talos: sample.platformMetadata,
+    before: facts.platformMetadata.providerId,
+    after: after.providerId,
+  });
+}
+
 /** Renders a preview for people: one section per part, `key=value` lines, "(none)" when empty. */
 export function formatPreview(result: PreviewResult): string {
   const p = result.preview;
   const out = [
     `Node ${result.nodeName} (platform ${p.platformMetadata.platform || '""'}, node IP ${result.nodeIP})`,
     `Matching rules: ${result.matchedRules.length > 0 ? result.matchedRules.join(", ") : "(none)"}`,
-    `providerID: ${p.providerID}`,
+    `providerID: ${result.providerIDWait === undefined ? p.providerID : "(none yet: waits for the instance ID)"}`,
   ];
   const section = (title: string, lines: string[]) => {
     out.push(`${title}:`);
@@ -707,7 +722,11 @@ export function validate(input: ValidateInput, options: { registry?: Registry } 
   for (const e of result.errors) {
     stderr.push(`${input.configPath}: warning: skipped on this node: ${describeTransformErrors([e])}`);
   }
-  if (result.nodeIP === NODE_IP_PLACEHOLDER && sample.platformMetadata.providerId === "") {
+  if (result.providerIDWait !== undefined) {
+    stderr.push(
+      `${metadataPath}: warning: no providerID is written yet: the controller waits for ${result.providerIDWait}`,
+    );
+  } else if (result.nodeIP === NODE_IP_PLACEHOLDER && sample.platformMetadata.providerId === "") {
     stderr.push(
       `${metadataPath}: warning: no node IP (talosctl's "node:" field), so the default providerID shows ${NODE_IP_PLACEHOLDER}`,
     );

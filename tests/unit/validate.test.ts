@@ -481,6 +481,28 @@ describe("previewNode()", () => {
     expect(r.preview.platformMetadata.hostname).toBe(hostname === "" ? "node" : hostname);
   });
 
+  test("previewNode() writes no providerID where the controller waits for the instance ID, and says so", () => {
+    const r = previewNode(
+      parseConfig(""),
+      { platformMetadata: emptyMetadata({ platform: "hcloud", hostname: "w1" }), node: "10.0.1.2" },
+      { registry: new Registry() },
+    );
+    expect(r.preview.providerID).toBe("");
+    expect(r.providerIDWait).toStartWith(
+      "its instance ID: Talos reports platform hcloud without an instance ID",
+    );
+    expect(formatPreview(r).split("\n")).toContain("providerID: (none yet: waits for the instance ID)");
+    const out = validate({
+      configPath: "c.yaml",
+      configText: "",
+      metadataPath: "m.yaml",
+      metadataText: "spec: {platform: hcloud}\nnode: 10.0.1.2\n",
+    });
+    expect(out.stderr).toEqual([
+      `m.yaml: warning: no providerID is written yet: the controller waits for ${r.providerIDWait}`,
+    ]);
+  });
+
   test("previewNode() keeps a providerID Talos reports and writes the cloud's topology and spot labels", () => {
     const r = previewNode(
       parseConfig("global:\n  clusterName: prod\n"),
@@ -491,6 +513,7 @@ describe("previewNode()", () => {
           region: "us-east-1",
           zone: "us-east-1a",
           instanceType: "m7i.large",
+          instanceId: "i-1",
           providerId: "aws:///us-east-1a/i-1",
           spot: true,
         }),
