@@ -15,16 +15,19 @@
 //    systemUUID); with that node labelled out of load balancers, the Service gets an NLB whose
 //    service targets the exoscale nodes' instance pool, and the NLB's IP as its ingress; the
 //    Exoscale CCM writes nothing to any Node.
-// b. The Exoscale CCM with its default controllers beside this one (status loop every 2 s, lifecycle
-//    every 1 s), what happens is recorded and asserted: both CCMs keep rewriting the exoscale Nodes'
-//    status.addresses, this CCM undoing each of the Exoscale CCM's writes, and its ConflictingWriter
-//    detection does not notice (no Event, no count: see that test for why); labels, taints and
-//    provider IDs this CCM wrote stay; a NotReady node with a talos:// provider ID is deleted by the
-//    Exoscale CCM's lifecycle controller; a NotReady node whose instance is stopped gets its shutdown
-//    taint; a node whose Talos facts come late is initialized by the Exoscale CCM, with a region and
-//    never a zone label, and this CCM reports the provider ID it set (ConflictingWriter Event, count); kubelet-serving CSRs stay untouched unless EXOSCALE_SKS_AGENT_RUNNERS turns
-//    on its CSR runner, which then approves a node's CSR for another node's name and IP; a NotReady
-//    node whose instance was destroyed is deleted by it; its RBAC covered everything it did.
+// b. The Exoscale CCM with its default controllers beside this one (status loop every 2 s, both
+//    lifecycle controllers every 1 s), what happens is recorded and asserted: both CCMs keep
+//    rewriting the exoscale Nodes' status.addresses, this CCM undoing each of the Exoscale CCM's
+//    writes, and this CCM's ConflictingWriter detection does not notice (no Event, no count: see that
+//    test for why); labels, taints and provider IDs this CCM wrote stay; a NotReady node with a
+//    talos:// provider ID is deleted by the Exoscale CCM's lifecycle controller; a NotReady node whose
+//    instance is stopped gets the shutdown taint from it every period, which this CCM's lifecycle
+//    controller removes every period; a node whose Talos facts come late is initialized by the
+//    Exoscale CCM, with a region and never a zone label, and this CCM reports the provider ID it set
+//    (ConflictingWriter Event, count); kubelet-serving CSRs stay untouched unless
+//    EXOSCALE_SKS_AGENT_RUNNERS turns on its CSR runner, which then approves a node's CSR for another
+//    node's name and IP; a NotReady node whose instance was destroyed is deleted by it; its RBAC
+//    covered everything it did.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -77,6 +80,15 @@ rules:
     verbs: ["get", "list", "watch"]
   - level: Metadata
 `;
+
+/**
+ * The Exoscale CCM's status loop and lifecycle periods in test b (its defaults: 5 min, 5 s); the
+ * lifecycle period is this CCM's too (its default 5 s).
+ */
+const STATUS_PERIOD = "2s";
+const MONITOR_PERIOD = "1s";
+/** Rounds of a fight counted per node: address rewrites (one per STATUS_PERIOD), taint flips. */
+const ROUNDS = 3;
 
 const TYPE_ID = "b6cd1ff5-3a2f-4e9d-810b-2d2c6a4f1e01";
 const POOL_ID = "7f0a3c52-9d3e-4b61-a2f4-5c8e1d9b6a70";
@@ -287,6 +299,8 @@ beforeAll(async () => {
       talosconfig: sim.talosconfig,
       securePort: metricsPort,
       alwaysAllowPaths: "/metrics",
+      // The lifecycle controller's period (default 5 s), as short as the Exoscale CCM's in b.
+      args: [`--node-monitor-period=${MONITOR_PERIOD}`],
     },
     /Starting controller.*cloud-node-lifecycle/,
   );
@@ -507,12 +521,6 @@ function deleters(name: string): string[] {
     .map((e) => e.user.username);
 }
 
-/** The Exoscale CCM's status loop period and lifecycle period in test b (its defaults: 5 min, 5 s). */
-const STATUS_PERIOD = "2s";
-const MONITOR_PERIOD = "1s";
-/** Address rewrites by the Exoscale CCM counted per node (one per STATUS_PERIOD). */
-const ROUNDS = 3;
-
 describe("b. the Exoscale CCM with its default controllers beside this one", () => {
   let labelsBefore: Record<string, Record<string, string>>;
   let pendingCsr: V1CertificateSigningRequest;
@@ -622,13 +630,41 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
     expect(asked.map((r) => r.status)).toContain(404);
   });
 
-  test("a NotReady node whose instance is stopped gets the shutdown taint from the Exoscale CCM, and stays", async () => {
+  test("a NotReady node whose instance is stopped: the Exoscale CCM adds the shutdown taint every period, this CCM's lifecycle controller removes it every period", async () => {
     (exo.instances.get(instanceIdOf(EXO2)) as ExoInstance).state = "stopped";
+    const from = cluster.auditEvents().length;
     await goNotReady(EXO2);
-    const node = await nodeWhen(EXO2.name, "has no shutdown taint", (n) =>
-      (n.spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT),
+    // Watch the taint come and go; the audit log says who wrote each change (Node patches without
+    // subresource: the Exoscale CCM's node_lifecycle_controller.go AddOrUpdateTaintOnNode, this
+    // CCM's lifecycle.ts removeShutdownTaint; neither writes anything else to this Node here).
+    const states: boolean[] = [];
+    const writers = () =>
+      cluster
+        .auditEvents()
+        .slice(from)
+        .filter((e) => e.verb === "patch" && e.objectRef?.name === EXO2.name && !e.objectRef.subresource)
+        .map((e) => e.user.username);
+    await waitFor(
+      async () => {
+        const tainted = ((await getNode(EXO2.name)).spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT);
+        if (states.at(-1) !== tainted) states.push(tainted);
+        const w = writers();
+        return count(w, EXO_USER) >= ROUNDS && count(w, TALOS_USER) >= ROUNDS;
+      },
+      30_000,
+      () => `taint states ${JSON.stringify(states)}, writers ${JSON.stringify(writers())}\n${output()}`,
+      50,
     );
-    expect(node.metadata?.deletionTimestamp).toBeUndefined();
+    const w = writers();
+    console.log(
+      `${EXO2.name}: shutdown taint added ${count(w, EXO_USER)}× by the Exoscale CCM, removed ` +
+        `${count(w, TALOS_USER)}× by this CCM: ${w.map((u) => (u === EXO_USER ? "E" : "T")).join("")}`,
+    );
+    expect(new Set(w)).toEqual(new Set([EXO_USER, TALOS_USER]));
+    // Seen both ways at least twice (a poll can miss a short-lived state, not all of them).
+    expect(states.filter((t) => t).length).toBeGreaterThanOrEqual(2);
+    expect(states.filter((t) => !t).length).toBeGreaterThanOrEqual(2);
+    expect((await getNode(EXO2.name)).metadata?.deletionTimestamp).toBeUndefined();
     expect(deleters(EXO2.name)).toEqual([]);
   });
 
