@@ -22,7 +22,12 @@
 //    taint from the Oxide CCM and loses it to this CCM's lifecycle controller, again and again; a
 //    NotReady node whose instance is gone is deleted by the Oxide CCM; a node whose Talos is not up
 //    yet is initialized by the Oxide CCM (instance looked up by node name); kubelet-serving CSRs
-//    are never touched by it (no CSR code, no CSR permission).
+//    are never touched by it (no CSR code, no CSR permission). This CCM's second-writer detection
+//    reports the late node's provider ID (a ConflictingWriter Event, the metric, a log line) and,
+//    as it is built, neither the address fight nor the shutdown taint.
+// c. The split with Node cleanup: the Oxide CCM's service-lb and cloud-node-lifecycle controllers,
+//    this CCM's cloud-node only: a stopped instance's node keeps its shutdown taint, a gone
+//    instance's node is deleted, no address is rewritten.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -32,7 +37,14 @@ import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { PATCH } from "../../lib/kube.ts";
-import { type AuditEvent, type EventV1, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
+import {
+  type AuditEvent,
+  type EventV1,
+  freePort,
+  TestCluster,
+  waitFor,
+  writeKubeconfig,
+} from "../support/cluster.ts";
 import { FakeOxide } from "../support/fakeoxide.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { nodeView, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
@@ -44,6 +56,8 @@ const ROOT = join(import.meta.dir, "..", "..");
 const PROJECT = "talos";
 const TOKEN = "oxide-token-4f1c2b9a7d3e5f60718293a4b5c6d7e8f9a0b1c2";
 const OXIDE_USER = "system:serviceaccount:kube-system:oxide-cloud-controller-manager";
+/** The Oxide CCM's field manager: client-go's User-Agent up to the first "/", its binary's name. */
+const OXIDE_MANAGER = "oxide-cloud-controller-manager";
 const TALOS_USER = "talos-ccm";
 const SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown";
 const EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -102,6 +116,7 @@ let dir: string;
 let talosCcm: CcmProcess | undefined;
 let oxideCcm: CcmProcess | undefined;
 let oxideKubeconfig: string;
+let metricsPort: number;
 const kubelets = new Map<string, SimulatedKubelet>();
 
 /** Writes to nodes/status are logged with their request (what each CCM wrote), every request of the
@@ -294,6 +309,7 @@ beforeAll(async () => {
     await cluster.serviceAccountConnection("kube-system", "oxide-cloud-controller-manager"),
   );
 
+  metricsPort = await freePort();
   talosCcm = await startCcm(
     {
       kubeconfig: writeKubeconfig(
@@ -303,6 +319,8 @@ beforeAll(async () => {
       controllers: "cloud-node,cloud-node-lifecycle",
       cloudConfig: join(ROOT, "rules", "oxide.yaml"),
       talosconfig: sim.talosconfig,
+      securePort: metricsPort,
+      alwaysAllowPaths: "/metrics",
       args: ["--node-monitor-period=1s"],
     },
     /Starting controller.*cloud-node-lifecycle/,
@@ -517,6 +535,22 @@ async function deletedBy(name: string): Promise<string[]> {
   return events.map((e) => e.user.username);
 }
 
+/** This CCM's talosccm_node_conflicting_writes_total lines (all fields and managers). */
+async function conflictLines(): Promise<string[]> {
+  const res = await fetch(`https://127.0.0.1:${metricsPort}/metrics`, { tls: { rejectUnauthorized: false } });
+  return (await res.text())
+    .split("\n")
+    .filter((l) => l.startsWith("talosccm_node_conflicting_writes_total{"));
+}
+
+/** The ConflictingWriter Events this CCM recorded, about any node. */
+async function conflictEvents(): Promise<EventV1[]> {
+  const list = await cluster.adminClient.get<{ items: EventV1[] }>(
+    "/apis/events.k8s.io/v1/namespaces/default/events",
+  );
+  return list.items.filter((e) => e.reason === "ConflictingWriter");
+}
+
 /** Occurrences of `re` in `text`. */
 const count = (text: string, re: RegExp) => (text.match(new RegExp(re.source, "g")) ?? []).length;
 
@@ -702,6 +736,39 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
     // It was busy with nodes the whole time; not one request of it went to certificates.k8s.io.
     expect(mine.some((e) => e.objectRef?.resource === "nodes")).toBe(true);
     expect(mine.filter((e) => e.objectRef?.resource === "certificatesigningrequests")).toEqual([]);
+  });
+
+  test("this CCM's second-writer reports: the provider ID the Oxide CCM set on the late node; nothing for the address fight or the shutdown taint", async () => {
+    let events: EventV1[] = [];
+    await waitFor(
+      async () => {
+        events = await conflictEvents();
+        return events.length > 0;
+      },
+      10_000,
+      () => `no ConflictingWriter Event\n${output()}`,
+    );
+    // lib/fieldowners.ts reports a changed value of a field this CCM owns. On talos-ox-3 the
+    // informer's update carries the Oxide CCM's managedFields entry for spec.providerID.
+    expect(events.map((e) => [e.regarding.name, e.type, e.reportingController])).toEqual([
+      [OX3.name, "Warning", "talos-cloud-controller-manager"],
+    ]);
+    expect(events[0]?.note).toStartWith(
+      `spec.providerID was set to "oxide://${idOf(OX3)}" by field manager "${OXIDE_MANAGER}".`,
+    );
+    expect(talosCcm?.output).toMatch(
+      new RegExp(
+        `Another writer changed a field this CCM owns.*node="${OX3.name}" field="spec.providerID".*manager="${OXIDE_MANAGER}"`,
+      ),
+    );
+    // Not reported: the address fight on talos-ox-1, because this CCM's list equals the kubelet's
+    // (InternalIP, Hostname), so the entries it could own never change; the Oxide CCM adds ExternalIP
+    // entries and this CCM's write-backs only remove them, and a removal records no owner. Nor the
+    // shutdown taint on talos-ox-2: spec.taints is reported for taints this CCM's rules put there, and
+    // rules/oxide.yaml has none (the taint's remover is this CCM's lifecycle controller).
+    expect(await conflictLines()).toEqual([
+      `talosccm_node_conflicting_writes_total{field="spec.providerID",manager="${OXIDE_MANAGER}"} 1`,
+    ]);
   });
 });
 
