@@ -28,6 +28,9 @@
 //    EXOSCALE_SKS_AGENT_RUNNERS turns on its CSR runner, which then approves a node's CSR for another
 //    node's name and IP; a NotReady node whose instance was destroyed is deleted by it; its RBAC
 //    covered everything it did.
+// c. Leader election: both CCMs default to the Lease kube-system/cloud-controller-manager; with the
+//    defaults this CCM sees the Exoscale CCM as the leader and starts nothing; with the name its
+//    shipped manifests and chart set (cloud-controller-manager-talos) it leads its own.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -799,5 +802,35 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       .filter((e) => e.user.username === EXO_USER && (e.responseStatus?.code ?? 0) === 403);
     expect(refused.map((e) => [e.verb, e.objectRef?.resource, e.objectRef?.subresource])).toEqual([]);
     expect(exoOutputs()).not.toMatch(/is forbidden/);
+  });
+});
+
+describe("c. leader election: both CCMs' default Lease is kube-system/cloud-controller-manager", () => {
+  test("with the default names only one of the two runs; this CCM's shipped name (cloud-controller-manager-talos) lets both run", async () => {
+    await exoCcm?.stop();
+    exoCcm = await startExoscaleCcm(
+      ["--controllers=service-lb-controller", "--leader-elect=true"],
+      ["service-lb-controller"],
+    );
+    const lease = await cluster.adminClient.get<{ spec: { holderIdentity: string } }>(
+      "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager",
+    );
+    const kubeconfig = join(dir, "talos-ccm.kubeconfig");
+    const common = { kubeconfig, controllers: "cloud-node", talosconfig: sim.talosconfig, leaderElect: true };
+    // This CCM with the default name sees the Exoscale CCM holding the Lease and starts nothing.
+    const waiting = await startCcm(common, /New leader elected/);
+    try {
+      expect(waiting.output).toContain(lease.spec.holderIdentity);
+      expect(waiting.output).not.toMatch(/Starting controller/);
+    } finally {
+      await waiting.stop();
+    }
+    // With the name the shipped manifests and chart set, it leads its own Lease.
+    const own = await startCcm(
+      { ...common, args: ["--leader-elect-resource-name=cloud-controller-manager-talos"] },
+      /Successfully acquired lease.*cloud-controller-manager-talos/,
+      /Starting controller.*cloud-node/,
+    );
+    await own.stop();
   });
 });
