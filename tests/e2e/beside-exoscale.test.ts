@@ -31,6 +31,8 @@
 // c. Leader election: both CCMs default to the Lease kube-system/cloud-controller-manager; with the
 //    defaults this CCM sees the Exoscale CCM as the leader and starts nothing; with the name its
 //    shipped manifests and chart set (cloud-controller-manager-talos) it leads its own.
+// d. One lifecycle controller, the Exoscale CCM's (with its service controller) beside this CCM's
+//    cloud-node alone: a stopped instance's NotReady node keeps the shutdown taint it sets.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -832,5 +834,49 @@ describe("c. leader election: both CCMs' default Lease is kube-system/cloud-cont
       /Starting controller.*cloud-node/,
     );
     await own.stop();
+  });
+});
+
+describe("d. one lifecycle controller: the Exoscale CCM's, beside this CCM's cloud-node alone", () => {
+  test("a stopped instance's NotReady node keeps the shutdown taint the Exoscale CCM sets", async () => {
+    await exoCcm?.stop();
+    await talosCcm?.stop();
+    talosCcm = await startCcm(
+      {
+        kubeconfig: join(dir, "talos-ccm.kubeconfig"),
+        controllers: "cloud-node",
+        talosconfig: sim.talosconfig,
+      },
+      /Starting controller.*cloud-node/,
+    );
+    exoCcm = await startExoscaleCcm(
+      [
+        "--controllers=service-lb-controller,cloud-node-lifecycle-controller",
+        `--node-monitor-period=${MONITOR_PERIOD}`,
+      ],
+      ["service-lb-controller", "cloud-node-lifecycle-controller"],
+    );
+    (exo.instances.get(instanceIdOf(EXO1)) as ExoInstance).state = "stopped";
+    const from = cluster.auditEvents().length;
+    await goNotReady(EXO1);
+    await nodeWhen(EXO1.name, "has no shutdown taint", (n) =>
+      (n.spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT),
+    );
+    // Processed: the Exoscale CCM's lifecycle controller looked the instance up ROUNDS more times.
+    const lookups = () => exo.requestsTo("GET", new RegExp(`^/v2/instance/${instanceIdOf(EXO1)}$`)).length;
+    const seen = lookups();
+    await waitFor(
+      () => lookups() >= seen + ROUNDS,
+      20_000,
+      () => `no more instance lookups\n${output()}`,
+    );
+    const node = await getNode(EXO1.name);
+    expect((node.spec?.taints ?? []).filter((t) => t.key === SHUTDOWN_TAINT)).toHaveLength(1);
+    const patches = cluster
+      .auditEvents()
+      .slice(from)
+      .filter((e) => e.verb === "patch" && e.objectRef?.name === EXO1.name && !e.objectRef.subresource)
+      .map((e) => e.user.username);
+    expect(patches).toEqual([EXO_USER]);
   });
 });
