@@ -1,7 +1,7 @@
 // The cloud-node-lifecycle controller. Every `--node-monitor-period` it looks at each cached Node:
 // a Ready node loses a stale shutdown taint and nothing else; a NotReady node whose instance no
-// longer exists is deleted (with a log line, an Event and a metric naming the reason), otherwise its
-// shutdown taint follows InstanceShutdown. "Exists" has the reference's Talos semantics (a GCP spot
+// longer exists is deleted (with a log line, an Event and a metric naming the reason), otherwise it
+// gets the shutdown taint when InstanceShutdown says so, and a taint it has is kept (as upstream). "Exists" has the reference's Talos semantics (a GCP spot
 // node reported NotReady and older than 30 s is gone) plus one rule on positive evidence only: Talos answering on
 // the node's IP for a different instance means the old one was replaced. Decisions are pure
 // (`decideLifecycle`); the controller class does the I/O: Talos probes, taint patches, deletions
@@ -242,7 +242,8 @@ export function wantsProbe(node: LifecycleNode, now: number): boolean {
 /**
  * Decides what to do with one node, as upstream's MonitorNodes with the Talos InstanceExists:
  * excluded or terminating nodes are left alone; Ready nodes only lose the shutdown taint; a NotReady
- * node whose instance does not exist is deleted; else the shutdown taint follows `facts.shutdown`.
+ * node whose instance does not exist is deleted; else it is tainted when `facts.shutdown` is true, and
+ * a shutdown taint it has is kept (upstream removes it only from Ready nodes).
  * Never deletes a Ready node, and never deletes on a Talos error.
  * @param now milliseconds since the epoch (ages are measured against creationTimestamp).
  * @example decideLifecycle(node, Date.now(), {}) // { action: "none", reason: "Ready", … }
@@ -272,13 +273,9 @@ export function decideLifecycle(
       ? { action: "none", reason: "Shutdown", message: `node ${name} is shut down and tainted` }
       : { action: "addShutdownTaint", reason: "Shutdown", message: `node ${name} is shut down` };
   }
-  return tainted
-    ? {
-        action: "removeShutdownTaint",
-        reason: e.reason,
-        message: `node ${name} is NotReady and not shut down`,
-      }
-    : { action: "none", reason: e.reason, message: e.message };
+  // As upstream: a NotReady node's shutdown taint is left alone (another lifecycle controller, a
+  // cloud's own CCM with a shutdown signal, may have set it); it goes when the node is Ready again.
+  return { action: "none", reason: e.reason, message: e.message };
 }
 
 /**

@@ -231,10 +231,10 @@ describe("decideLifecycle()", () => {
       want: ["none", "TalosUnavailable"],
     },
     {
-      name: "NotReady node with the shutdown taint that is not shut down: taint removed",
+      name: "NotReady node with the shutdown taint that is not shut down: taint kept, as upstream (another CCM may have set it)",
       node: { ready: "False", taints: [{ ...SHUTDOWN_TAINT }] },
       facts: { probe: answered() },
-      want: ["removeShutdownTaint", "SameInstance"],
+      want: ["none", "SameInstance"],
     },
     {
       name: "NotReady node that is shut down: taint added",
