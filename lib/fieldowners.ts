@@ -25,8 +25,6 @@ import { sameList } from "./lists.ts";
 export interface FieldOwners {
   /** Owner of each status.addresses entry, by address type. */
   addresses?: Record<string, string>;
-  /** This CCM owns some part of status.addresses (it wrote them). */
-  selfAddresses?: boolean;
   providerID?: string;
   /** Owner of spec.taints (an atomic list). */
   taints?: string;
@@ -124,7 +122,6 @@ export function fieldOwners(
       if (type === undefined) continue;
       out.addresses ??= {};
       out.addresses[type] = pick(out.addresses[type], manager, self);
-      if (manager === self) out.selfAddresses = true;
     }
   }
   return Object.keys(out).length > 0 ? out : undefined;
@@ -162,15 +159,25 @@ function addressesOf(n: NodeFields, type: string): string[] {
   return n.status.addresses.filter((a) => a.type === type).map((a) => a.address);
 }
 
-/** Changed entries of status.addresses, by their new owner (not `self`); only when `self` wrote some. */
+/**
+ * The field manager of a Node's own kubelet, which writes its addresses at registration (and whose
+ * node IPs this CCM checks itself): its changes are no second writer's.
+ */
+const KUBELET_MANAGER = "kubelet";
+
+/**
+ * Changed entries of status.addresses, by their new owner. cloud-node owns the whole list, so an
+ * entry another manager added or changed counts even when this CCM never owned an entry (its list
+ * may be the kubelet's, and its write-backs then only remove what the other added); this CCM's own
+ * writes and the kubelet's do not.
+ */
 function addressConflicts(old: NodeFields, now: NodeFields, self: string): ConflictingWrite[] {
-  if (!old.metadata.owners?.selfAddresses) return [];
   const types = new Set([...old.status.addresses, ...now.status.addresses].map((a) => a.type));
   const byManager = new Map<string, string[]>();
   for (const type of types) {
     if (sameList(addressesOf(old, type), addressesOf(now, type), (a, b) => a === b)) continue;
     const owner = now.metadata.owners?.addresses?.[type];
-    if (owner === undefined || owner === self) continue;
+    if (owner === undefined || owner === self || owner === KUBELET_MANAGER) continue;
     byManager.set(owner, [...(byManager.get(owner) ?? []), type]);
   }
   return [...byManager].map(([manager, keys]) => ({ field: "status.addresses", keys, manager }));
@@ -199,7 +206,7 @@ function mapConflicts(
 
 /**
  * The changes from `old` to `now` that a field manager other than `self` made to fields `self`
- * owns: status.addresses entries, labels and annotations `self` had written, a providerID set by
+ * owns: status.addresses entries (the kubelet's excepted), labels and annotations `self` had written, a providerID set by
  * someone else, and taints `self`'s rules put there (`managedTaints`, `key:Effect`) that someone
  * else removed or changed. Removals of addresses, labels and annotations carry no owner and are
  * not reported.

@@ -66,7 +66,6 @@ describe("fieldOwners()", () => {
       },
       annotations: { "alpha.kubernetes.io/provided-node-ip": SELF },
       addresses: { ExternalIP: "other-ccm" },
-      selfAddresses: true,
       providerID: SELF,
       taints: SELF,
     });
@@ -126,7 +125,7 @@ function node(over: {
   return n;
 }
 
-const OURS = { addresses: { InternalIP: SELF, Hostname: SELF }, selfAddresses: true };
+const OURS = { addresses: { InternalIP: SELF, Hostname: SELF } };
 const RULE_TAINT = { key: "example.com/storage", value: "ceph", effect: "NoSchedule" };
 const NOT_READY = { key: "node.kubernetes.io/not-ready", effect: "NoSchedule" };
 
@@ -145,7 +144,6 @@ describe("conflictingWrites()", () => {
         addresses: [ip("10.0.0.5"), ext("203.0.113.7")],
         owners: {
           addresses: { InternalIP: SELF, ExternalIP: "exoscale-cloud-controller-manager" },
-          selfAddresses: true,
         },
       }),
       want: [
@@ -156,13 +154,28 @@ describe("conflictingWrites()", () => {
       name: "reports an entry whose address another manager changed while this CCM still owns its type",
       old: node({
         addresses: [ext("198.51.100.1")],
-        owners: { addresses: { ExternalIP: SELF }, selfAddresses: true },
+        owners: { addresses: { ExternalIP: SELF } },
       }),
       now: node({ addresses: [ext("203.0.113.7")], owners: fieldOwners(AFTER_OTHER, SELF) as FieldOwners }),
       want: [{ field: "status.addresses", keys: ["ExternalIP"], manager: "other-ccm" }],
     },
     {
-      name: "does not report addresses this CCM never wrote (the kubelet's before initialization)",
+      name: "reports entries a cloud's CCM adds to a list this CCM never owned an entry of (its list is the kubelet's)",
+      old: node({ owners: { addresses: { InternalIP: "kubelet", Hostname: "kubelet" } } }),
+      now: node({
+        addresses: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")],
+        owners: {
+          addresses: {
+            InternalIP: "kubelet",
+            Hostname: "kubelet",
+            ExternalIP: "oxide-cloud-controller-manager",
+          },
+        },
+      }),
+      want: [{ field: "status.addresses", keys: ["ExternalIP"], manager: "oxide-cloud-controller-manager" }],
+    },
+    {
+      name: "does not report the kubelet's own address changes (before or after initialization)",
       old: node({ owners: { addresses: { InternalIP: "kubelet" } } }),
       now: node({ addresses: [ip("10.0.0.6")], owners: { addresses: { InternalIP: "kubelet" } } }),
       want: [],
@@ -181,7 +194,7 @@ describe("conflictingWrites()", () => {
       old: node({ owners: OURS }),
       now: node({
         addresses: [ip("10.0.0.5")],
-        owners: { addresses: { InternalIP: SELF }, selfAddresses: true },
+        owners: { addresses: { InternalIP: SELF } },
       }),
       want: [],
     },

@@ -1844,7 +1844,6 @@ describe("CloudNodeController: a second writer of its fields", () => {
     const ours = lean({ taints: [NOT_READY] });
     ours.metadata.owners = {
       addresses: { InternalIP: FIELD_MANAGER, Hostname: FIELD_MANAGER },
-      selfAddresses: true,
     };
     const theirs = lean({
       taints: [NOT_READY],
@@ -1855,7 +1854,6 @@ describe("CloudNodeController: a second writer of its fields", () => {
     });
     theirs.metadata.owners = {
       addresses: { InternalIP: FIELD_MANAGER, ExternalIP: manager },
-      selfAddresses: true,
     };
     return [ours, theirs];
   }
