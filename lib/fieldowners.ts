@@ -13,6 +13,10 @@
 // A change another writer made to a field this CCM wrote shows as: the value changed, and the
 // field (or the changed entry) now belongs to a manager that is not this CCM. A removal carries no
 // owner (a removed field belongs to nobody), so it cannot be attributed and is not reported.
+// status.addresses is cloud-node's as a whole (upstream's cloud-node replaces the list), so there
+// the test is what cloud-node is about to undo: an entry it would remove or change that another
+// manager (not the node's kubelet) added or changed, even when this CCM never owned an entry (its
+// list may be the kubelet's; its write-backs then only remove, and record no owner).
 
 import { sameList } from "./lists.ts";
 
@@ -165,17 +169,33 @@ function addressesOf(n: NodeFields, type: string): string[] {
  */
 const KUBELET_MANAGER = "kubelet";
 
+/** A status.addresses entry. */
+export interface Address {
+  type: string;
+  address: string;
+}
+
 /**
- * Changed entries of status.addresses, by their new owner. cloud-node owns the whole list, so an
- * entry another manager added or changed counts even when this CCM never owned an entry (its list
- * may be the kubelet's, and its write-backs then only remove what the other added); this CCM's own
- * writes and the kubelet's do not.
+ * Entries of status.addresses another manager added or changed that cloud-node is about to remove
+ * or change, by their owner: the address types whose entries changed from `old` to `now`, differ
+ * in `now` from `want` (cloud-node's list for the node), and belong (managedFields) to a manager
+ * that is neither `self` nor the kubelet. Nothing while cloud-node's list is unknown (it has not
+ * decided one: it is about to change nothing), nor for entries nobody owns.
  */
-function addressConflicts(old: NodeFields, now: NodeFields, self: string): ConflictingWrite[] {
+function addressConflicts(
+  old: NodeFields,
+  now: NodeFields,
+  self: string,
+  want: readonly Address[] | undefined,
+): ConflictingWrite[] {
+  if (want === undefined) return [];
+  const same = (a: readonly string[], b: readonly string[]) => sameList(a, b, (x, y) => x === y);
+  const wanted = (type: string) => want.filter((a) => a.type === type).map((a) => a.address);
   const types = new Set([...old.status.addresses, ...now.status.addresses].map((a) => a.type));
   const byManager = new Map<string, string[]>();
   for (const type of types) {
-    if (sameList(addressesOf(old, type), addressesOf(now, type), (a, b) => a === b)) continue;
+    const entries = addressesOf(now, type);
+    if (same(addressesOf(old, type), entries) || same(entries, wanted(type))) continue;
     const owner = now.metadata.owners?.addresses?.[type];
     if (owner === undefined || owner === self || owner === KUBELET_MANAGER) continue;
     byManager.set(owner, [...(byManager.get(owner) ?? []), type]);
@@ -206,20 +226,24 @@ function mapConflicts(
 
 /**
  * The changes from `old` to `now` that a field manager other than `self` made to fields `self`
- * owns: status.addresses entries (the kubelet's excepted), labels and annotations `self` had written, a providerID set by
- * someone else, and taints `self`'s rules put there (`managedTaints`, `key:Effect`) that someone
- * else removed or changed. Removals of addresses, labels and annotations carry no owner and are
- * not reported.
+ * owns: status.addresses entries another manager than the kubelet added or changed and cloud-node
+ * is about to undo (`wantAddresses`), labels and annotations `self` had written, a providerID set
+ * by someone else, and taints `self`'s rules put there (`managedTaints`, `key:Effect`) that
+ * someone else removed or changed. Removals carry no owner and are not reported (an address entry
+ * another writer removed cloud-node adds again silently).
  * @param self the field manager this CCM's writes are recorded under.
  * @param managedTaints the taints the rules put on the node (its record's), `key:Effect`.
+ * @param wantAddresses cloud-node's address list for the node (its latest decision); undefined
+ *   while it has none, and then no address entry is reported.
  */
 export function conflictingWrites(
   old: NodeFields,
   now: NodeFields,
   self: string,
   managedTaints: readonly string[] = [],
+  wantAddresses?: readonly Address[],
 ): ConflictingWrite[] {
-  const out = addressConflicts(old, now, self);
+  const out = addressConflicts(old, now, self, wantAddresses);
   out.push(...mapConflicts("metadata.labels", old, now, self));
   out.push(...mapConflicts("metadata.annotations", old, now, self));
   const providerID = now.spec.providerID ?? "";

@@ -182,7 +182,7 @@ export function describeConflict(c: ConflictingWrite, node: LeanNode, windowMs: 
   const list = c.keys.map((k) => JSON.stringify(k)).join(", ");
   const what =
     c.field === "status.addresses"
-      ? `status.addresses (${c.keys.join(", ")}) was changed by ${by} after this CCM wrote it; the Node now lists ${node.status.addresses
+      ? `status.addresses (${c.keys.join(", ")}) was changed by ${by} to entries this CCM's list for the node does not have; the Node now lists ${node.status.addresses
           .map((a) => `${a.type} ${a.address}`)
           .join(", ")}`
       : c.field === "spec.providerID"
@@ -266,6 +266,11 @@ export class CloudNodeController {
   readonly #notOnMachine = new Map<string, readonly string[]>();
   /** Per node and field another writer changed, what is remembered about it (pruned with the node). */
   readonly #conflicts = new Map<string, Map<string, FieldConflict>>();
+  /**
+   * Per node, the address list its latest pass decided ({@link desiredNode}): what a second writer's
+   * address entries are compared with ({@link conflictingWrites}).
+   */
+  readonly #wantAddresses = new Map<string, DesiredNode["addresses"]>();
   readonly #managers = new LabelCap(CONFLICT_MANAGERS);
   readonly #conflictWindowMs: number;
   readonly #now: () => number;
@@ -342,6 +347,7 @@ export class CloudNodeController {
     if (!found) return;
     const want = this.#desired(pass, found.ips, found.state);
     if (!want) return;
+    this.#wantAddresses.set(name, want.addresses);
     const patch = nodePatch(pass.node, want);
     if (!(await this.#write(pass, patch))) return;
     this.#reportWritten(pass, patch, want, found.state.nodeIP);
@@ -523,6 +529,7 @@ export class CloudNodeController {
     this.#notOnMachine.delete(name);
     this.#waitingForID.delete(name);
     this.#conflicts.delete(name);
+    this.#wantAddresses.delete(name);
   }
 
   /**
@@ -540,6 +547,7 @@ export class CloudNodeController {
       node,
       FIELD_MANAGER,
       readManagedRecord(old.metadata).record.taints,
+      this.#wantAddresses.get(name),
     ).filter((c) => !(waiting && c.field === "spec.providerID"));
     if (found.length === 0) return 0;
     const fields = this.#conflicts.get(name) ?? new Map<string, FieldConflict>();

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import {
+  type Address,
   type ConflictingWrite,
   conflictingWrites,
   type FieldOwners,
@@ -55,6 +56,46 @@ const AFTER_OTHER: ManagedFieldsEntry[] = [
     },
   },
 ];
+
+/**
+ * A Node's managedFields as kube-apiserver 1.35 recorded them in tests/e2e/beside-oxide.test.ts
+ * while the Oxide CCM's cloud-node controller had just added the instance's two ExternalIPs (a
+ * strategic merge patch replacing the list): the kubelet registered the Node with its status (the
+ * API server records no owner of a status sent with the create), this CCM's list is the kubelet's,
+ * so it owns no address entry; the Oxide CCM owns `k:{"type":"ExternalIP"}` (two entries of one key:
+ * an empty set).
+ */
+const OXIDE_ADDED: ManagedFieldsEntry[] = [
+  {
+    manager: "kubelet",
+    operation: "Update",
+    fieldsType: "FieldsV1",
+    fieldsV1: {
+      "f:metadata": {
+        "f:annotations": { ".": {}, "f:alpha.kubernetes.io/provided-node-ip": {} },
+        "f:labels": { ".": {}, "f:kubernetes.io/hostname": {}, "f:kubernetes.io/os": {} },
+      },
+    },
+  },
+  {
+    manager: SELF,
+    operation: "Update",
+    fieldsType: "FieldsV1",
+    fieldsV1: {
+      "f:metadata": { "f:labels": { "f:node.cloudprovider.kubernetes.io/platform": {} } },
+      "f:spec": { "f:providerID": {}, "f:taints": {} },
+    },
+  },
+  {
+    manager: "oxide-cloud-controller-manager",
+    operation: "Update",
+    subresource: "status",
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:status": { "f:addresses": { 'k:{"type":"ExternalIP"}': {} } } },
+  },
+];
+/** The Oxide node's own addresses (the kubelet's, and this CCM's list for it). */
+const OX1 = [ip("172.30.0.5"), host("talos-ox-1")];
 
 describe("fieldOwners()", () => {
   test("fieldOwners() reads who owns each field cloud-node writes, naming the other writer where two share one", () => {
@@ -126,6 +167,8 @@ function node(over: {
 }
 
 const OURS = { addresses: { InternalIP: SELF, Hostname: SELF } };
+/** cloud-node's address list for the node in most cases: the kubelet's own (node() default). */
+const KUBELETS: Address[] = [ip("10.0.0.5"), host("n1")];
 const RULE_TAINT = { key: "example.com/storage", value: "ceph", effect: "NoSchedule" };
 const NOT_READY = { key: "node.kubernetes.io/not-ready", effect: "NoSchedule" };
 
@@ -135,6 +178,8 @@ describe("conflictingWrites()", () => {
     old: NodeFields;
     now: NodeFields;
     managedTaints?: string[];
+    /** cloud-node's address list for the node (default {@link KUBELETS}); null: it has none yet. */
+    decided?: Address[] | null;
     want: ConflictingWrite[];
   }> = [
     {
@@ -157,6 +202,7 @@ describe("conflictingWrites()", () => {
         owners: { addresses: { ExternalIP: SELF } },
       }),
       now: node({ addresses: [ext("203.0.113.7")], owners: fieldOwners(AFTER_OTHER, SELF) as FieldOwners }),
+      decided: [ext("198.51.100.1")],
       want: [{ field: "status.addresses", keys: ["ExternalIP"], manager: "other-ccm" }],
     },
     {
@@ -173,6 +219,47 @@ describe("conflictingWrites()", () => {
         },
       }),
       want: [{ field: "status.addresses", keys: ["ExternalIP"], manager: "oxide-cloud-controller-manager" }],
+    },
+    {
+      name: "does not report entries another manager added while cloud-node has decided no list for the node yet",
+      old: node({ owners: { addresses: { InternalIP: "kubelet", Hostname: "kubelet" } } }),
+      now: node({
+        addresses: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")],
+        owners: { addresses: { InternalIP: "kubelet", Hostname: "kubelet", ExternalIP: "other-ccm" } },
+      }),
+      decided: null,
+      want: [],
+    },
+    {
+      name: "does not report entries another manager changed to what cloud-node wants (nothing to undo)",
+      old: node({ owners: OURS }),
+      now: node({
+        addresses: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")],
+        owners: { addresses: { ...OURS.addresses, ExternalIP: "other-ccm" } },
+      }),
+      decided: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")],
+      want: [],
+    },
+    {
+      name: "reports only the types cloud-node is about to change, per owner",
+      old: node({ addresses: [ip("10.0.0.5"), host("n1")], owners: OURS }),
+      now: node({
+        addresses: [ip("10.0.0.5"), ip("192.0.2.9"), ext("203.0.113.7"), host("n1.example")],
+        owners: {
+          addresses: { InternalIP: "exoscale-ccm", ExternalIP: "exoscale-ccm", Hostname: "other-ccm" },
+        },
+      }),
+      decided: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")],
+      want: [
+        { field: "status.addresses", keys: ["InternalIP"], manager: "exoscale-ccm" },
+        { field: "status.addresses", keys: ["Hostname"], manager: "other-ccm" },
+      ],
+    },
+    {
+      name: "does not report entries nobody owns",
+      old: node({ owners: OURS }),
+      now: node({ addresses: [ip("10.0.0.5"), ext("203.0.113.7"), host("n1")], owners: OURS }),
+      want: [],
     },
     {
       name: "does not report the kubelet's own address changes (before or after initialization)",
@@ -293,8 +380,25 @@ describe("conflictingWrites()", () => {
       want: [],
     },
   ];
+  test("conflictingWrites() reports the Oxide CCM's ExternalIPs on a Node whose addresses this CCM never owned (recorded)", () => {
+    const owners = fieldOwners(OXIDE_ADDED, SELF) as FieldOwners;
+    expect(owners.addresses).toEqual({ ExternalIP: "oxide-cloud-controller-manager" });
+    const before = fieldOwners(OXIDE_ADDED.slice(0, 2), SELF) as FieldOwners;
+    const old = node({ addresses: OX1, owners: before });
+    const now = node({
+      addresses: [...OX1, ext("198.51.100.31"), ext("198.51.100.10")],
+      owners,
+    });
+    expect(conflictingWrites(old, now, SELF, [], OX1)).toEqual([
+      { field: "status.addresses", keys: ["ExternalIP"], manager: "oxide-cloud-controller-manager" },
+    ]);
+    // This CCM's write-back, a removal: nothing to report.
+    expect(conflictingWrites(now, old, SELF, [], OX1)).toEqual([]);
+  });
+
   for (const c of cases)
     test(`conflictingWrites() ${c.name}`, () => {
-      expect(conflictingWrites(c.old, c.now, SELF, c.managedTaints)).toEqual(c.want);
+      const decided = c.decided === null ? undefined : (c.decided ?? KUBELETS);
+      expect(conflictingWrites(c.old, c.now, SELF, c.managedTaints, decided)).toEqual(c.want);
     });
 });
