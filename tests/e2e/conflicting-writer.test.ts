@@ -121,9 +121,13 @@ test("the CCM's own writes are recorded under field manager talos-cloud-controll
   );
   ours = addresses(node as V1Node);
   expect(ours.some((a) => a.type === "Hostname")).toBe(true);
-  const status = (node?.metadata?.managedFields ?? []).find((e) => e.subresource === "status");
-  expect(status?.manager).toBe("talos-cloud-controller-manager");
-  expect(JSON.stringify(status?.fieldsV1)).toContain('"f:addresses"');
+  // The kubelet's writes are its own (its User-Agent names field manager kubelet; the status it
+  // registered with records no owner); the status this CCM wrote (its addresses) is this CCM's.
+  const fields = node?.metadata?.managedFields ?? [];
+  expect(fields.filter((e) => e.manager === "kubelet").map((e) => e.subresource ?? "")).toEqual([""]);
+  const status = fields.filter((e) => e.subresource === "status");
+  expect(status.map((e) => e.manager)).toEqual(["talos-cloud-controller-manager"]);
+  expect(JSON.stringify(status[0]?.fieldsV1)).toContain('"f:addresses"');
   expect(await conflictEvents()).toEqual([]);
 });
 

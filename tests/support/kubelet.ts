@@ -50,6 +50,13 @@ export interface KubeletOptions {
   statusOnCreate?: boolean;
 }
 
+/**
+ * A kubelet's User-Agent (client-go's default: binary/version (os/arch) kubernetes/commit, the commit a
+ * placeholder), so the API server records the simulated kubelet's writes under field manager `kubelet`,
+ * as a real one's.
+ */
+export const KUBELET_USER_AGENT = "kubelet/v1.35.4 (linux/amd64) kubernetes/0000000";
+
 function now(): string {
   return new Date().toISOString().replace(/\.\d+Z$/, "Z");
 }
@@ -82,7 +89,7 @@ export class SimulatedKubelet {
   static async connect(cluster: TestCluster, opts: KubeletOptions): Promise<SimulatedKubelet> {
     const conn =
       opts.connection ?? (await cluster.userConnection(`system:node:${opts.name}`, ["system:nodes"]));
-    return new SimulatedKubelet(opts, new KubeClient(conn, { qps: 0 }));
+    return new SimulatedKubelet(opts, new KubeClient(conn, { qps: 0, userAgent: KUBELET_USER_AGENT }));
   }
 
   /** Registers the Node (and its Lease) and starts heartbeats; returns the Node as created. */
