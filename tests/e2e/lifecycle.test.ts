@@ -2,7 +2,7 @@
 // kubelets and the fake apid: GCP spot nodes deleted only once reported NotReady and 30 s old (a
 // silent one is kept), Ready nodes never deleted, NotReady nodes kept unless Talos positively shows
 // their instance was replaced (never on a Talos error), the shutdown taint removed from Ready nodes and
-// kept on NotReady ones (as upstream), an Event and a log
+// kept on NotReady ones until they turn Ready (as upstream), an Event and a log
 // line per deletion, and --node-monitor-period honoured. One cluster; all nodes register together so
 // their 30 s age gates run in parallel with the other assertions.
 
@@ -56,7 +56,7 @@ const NODES = {
     labels: { "node.cloudprovider.kubernetes.io/platform": "hcloud" },
     state: "notReady",
   },
-  /** NotReady AWS node whose IP answers for itself, with a shutdown taint: kept, taint kept. */
+  /** NotReady AWS node whose IP answers for itself, with a shutdown taint: kept, taint kept until it is Ready. */
   same: {
     name: "ip-172-31-20-15.ec2.internal",
     ips: ["172.31.20.15"],
@@ -218,7 +218,8 @@ describe("cloud-node-lifecycle", () => {
   });
 
   test("keeps the shutdown taint of a NotReady node whose instance exists, as upstream (another CCM may have set it)", async () => {
-    // Two more scans of every cached node, the same instance answering on its IP each time.
+    // Two more scans of every cached node (the node is younger than 30 s: not yet asked about on
+    // Talos; the test after the deletions below checks it again once Talos showed its instance).
     await waitForScans(ccm, 2);
     const node = await getNode(NODES.same.name);
     expect(node).toBeDefined();
@@ -289,6 +290,23 @@ describe("cloud-node-lifecycle", () => {
     expect(ccm.output).toMatch(/"Checked NotReady node with Talos" node="talos-spot-3" result="error"/);
     expect(ccm.output.match(/"Deleted node"/g)).toHaveLength(2);
     expect(ccm.exitCode).toBeNull();
+  });
+
+  test("keeps that NotReady node's shutdown taint after Talos showed its instance, and removes it once the node turns Ready", async () => {
+    // The lifecycle controller asked Talos about the node (older than 30 s now) and found the same
+    // instance on its IP; two more scans after that, the taint is still there.
+    await ccm.waitForLog(
+      new RegExp(`"Checked NotReady node with Talos" node="${NODES.same.name}" result="same"`),
+    );
+    await waitForScans(ccm, 2);
+    expect(hasShutdownTaint(await getNode(NODES.same.name))).toBe(true);
+    expect(ccm.output).not.toContain(`"Removed shutdown taint" node="${NODES.same.name}"`);
+    const kubelet = kubelets.find((k) => k.name === NODES.same.name) as SimulatedKubelet;
+    await kubelet.goReady(2_000);
+    await ccm.waitForLog(new RegExp(`"Removed shutdown taint" node="${NODES.same.name}"`));
+    const node = await getNode(NODES.same.name);
+    expect(hasShutdownTaint(node)).toBe(false);
+    expect(node?.status?.conditions?.find((c) => c.type === "Ready")?.status).toBe("True");
   });
 
   test("honours --node-monitor-period", async () => {
