@@ -34,13 +34,12 @@
 //    cloud-node alone: a stopped instance's NotReady node keeps the shutdown taint it sets.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
-import { parseAllDocuments } from "yaml";
 import { PATCH } from "../../lib/kube.ts";
+import { cloudCcmBinary, cloudCcmRbac } from "../support/cloudccm.ts";
 import {
   type AuditEvent,
   type EventV1,
@@ -155,45 +154,6 @@ let exoKubeconfig: string;
 let metricsPort: number;
 const kubelets = new Map<string, SimulatedKubelet>();
 
-/** The Exoscale CCM binary, or a loud failure naming how to get it. */
-function exoscaleBinary(): string {
-  const bin = process.env.EXOSCALE_CCM ?? "";
-  if (!bin || !existsSync(bin))
-    throw new Error(
-      `EXOSCALE_CCM not found${bin ? ` (${bin})` : ""}: run the suite with \`npm test\` (tests/support/cloudccm-bins.sh ` +
-        "builds the Exoscale CCM from the shared fixtures), or set EXOSCALE_CCM to its binary",
-    );
-  return bin;
-}
-
-/** The Exoscale CCM's own RBAC manifest, read from its release archive in the shared fixtures. */
-function exoscaleRbac(): Array<{
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string };
-}> {
-  const root = join(import.meta.dir, "..", "..");
-  const fixtures = [
-    process.env.SHARED_FIXTURES,
-    join(root, "..", "shared", "fixtures"),
-    "/work/shared/fixtures",
-  ].find((d) => d && existsSync(d));
-  const archive = join(fixtures ?? "", "exoscale-ccm", "exoscale-cloud-controller-manager-0.34.0.tar.gz");
-  if (!fixtures || !existsSync(archive))
-    throw new Error(
-      `Cannot read the Exoscale CCM's RBAC: ${archive} is missing (shared fixtures, or SHARED_FIXTURES)`,
-    );
-  const r = spawnSync("tar", [
-    "-xzOf",
-    archive,
-    "exoscale-cloud-controller-manager-0.34.0/docs/examples/cloud-controller-manager-rbac.yml",
-  ]);
-  if (r.status !== 0) throw new Error(`Cannot extract the Exoscale CCM's RBAC manifest: ${r.stderr}`);
-  return parseAllDocuments(r.stdout.toString())
-    .map((d) => d.toJS())
-    .filter((o) => o?.kind);
-}
-
 /** Starts the Exoscale CCM with `args`; resolves once it logged that each controller in `started` started. */
 async function startExoscaleCcm(
   args: string[],
@@ -213,7 +173,7 @@ async function startExoscaleCcm(
       ...args,
     ],
     {
-      binary: exoscaleBinary(),
+      binary: cloudCcmBinary("exoscale"),
       env: {
         EXOSCALE_API_KEY: API_KEY,
         EXOSCALE_API_SECRET: secret,
@@ -263,7 +223,7 @@ const initialized = (n: V1Node) => !(n.spec?.taints ?? []).some((t) => t.key ===
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "beside-exoscale-e2e-"));
-  exoscaleBinary();
+  cloudCcmBinary("exoscale");
   [cluster, sim, exo] = await Promise.all([
     TestCluster.start({ auditPolicy: AUDIT_POLICY }),
     TalosSim.start(),
@@ -286,7 +246,7 @@ beforeAll(async () => {
     });
 
   // The Exoscale CCM's identity: the service account its manifests bind system:cloud-controller-manager to.
-  await cluster.apply(exoscaleRbac());
+  await cluster.apply(cloudCcmRbac("exoscale"));
   exoKubeconfig = writeKubeconfig(
     join(dir, "exoscale-ccm.kubeconfig"),
     await cluster.serviceAccountConnection("kube-system", "cloud-controller-manager"),

@@ -31,13 +31,12 @@
 //    instance's node is deleted, no address is rewritten.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
-import { parseAllDocuments } from "yaml";
 import { PATCH } from "../../lib/kube.ts";
+import { cloudCcmBinary, cloudCcmRbac } from "../support/cloudccm.ts";
 import {
   type AuditEvent,
   type EventV1,
@@ -137,44 +136,6 @@ rules:
   - level: Metadata
 `;
 
-/** The Oxide CCM binary, or a loud failure naming how to get it. */
-function oxideBinary(): string {
-  const bin = process.env.OXIDE_CCM ?? "";
-  if (!bin || !existsSync(bin))
-    throw new Error(
-      `OXIDE_CCM not found${bin ? ` (${bin})` : ""}: run the suite with \`npm test\` (tests/support/cloudccm-bins.sh ` +
-        "builds the Oxide CCM from the shared fixtures), or set OXIDE_CCM to its binary",
-    );
-  return bin;
-}
-
-/** The Oxide CCM's ServiceAccount, ClusterRole and binding, from its release manifest in the shared fixtures. */
-function oxideRbac(): Array<{
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string };
-}> {
-  const fixtures = [
-    process.env.SHARED_FIXTURES,
-    join(ROOT, "..", "shared", "fixtures"),
-    "/work/shared/fixtures",
-  ].find((d) => d && existsSync(d));
-  const archive = join(fixtures ?? "", "oxide-ccm", "oxide-cloud-controller-manager-0.7.1.tar.gz");
-  if (!fixtures || !existsSync(archive))
-    throw new Error(
-      `Cannot read the Oxide CCM's RBAC: ${archive} is missing (shared fixtures, or SHARED_FIXTURES)`,
-    );
-  const r = spawnSync("tar", [
-    "-xzOf",
-    archive,
-    "oxide-cloud-controller-manager-0.7.1/manifests/oxide-cloud-controller-manager.yaml",
-  ]);
-  if (r.status !== 0) throw new Error(`Cannot extract the Oxide CCM's manifest: ${r.stderr}`);
-  return parseAllDocuments(r.stdout.toString())
-    .map((d) => d.toJS())
-    .filter((o) => ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"].includes(o?.kind));
-}
-
 /** Starts the Oxide CCM with `args`; resolves once it logged that each controller in `started` started. */
 async function startOxideCcm(args: string[], started: string[], token = TOKEN): Promise<CcmProcess> {
   const caFile = join(dir, "fake-oxide-ca.pem");
@@ -188,7 +149,7 @@ async function startOxideCcm(args: string[], started: string[], token = TOKEN): 
       ...args,
     ],
     {
-      binary: oxideBinary(),
+      binary: cloudCcmBinary("oxide"),
       env: {
         OXIDE_HOST: oxide.url,
         OXIDE_TOKEN: token,
@@ -293,7 +254,7 @@ async function register(m: FakeNodeSpec): Promise<void> {
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "beside-oxide-e2e-"));
-  oxideBinary();
+  cloudCcmBinary("oxide");
   [cluster, sim, oxide] = await Promise.all([
     TestCluster.start({ auditPolicy: AUDIT_POLICY }),
     TalosSim.start(),
@@ -304,7 +265,7 @@ beforeAll(async () => {
   addInstance(OX2);
 
   // The Oxide CCM's identity: the service account its manifest binds its ClusterRole to.
-  await cluster.apply(oxideRbac());
+  await cluster.apply(cloudCcmRbac("oxide"));
   oxideKubeconfig = writeKubeconfig(
     join(dir, "oxide-ccm.kubeconfig"),
     await cluster.serviceAccountConnection("kube-system", "oxide-cloud-controller-manager"),
