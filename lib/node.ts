@@ -595,12 +595,12 @@ export class CloudNodeController {
       this.#log.info("Instance ID published; writing the providerID", {
         node: name,
         providerID: decision.action === "write" ? decision.providerID : (node.spec.providerID ?? ""),
-        waitedSeconds: Math.round((Date.now() - since) / 1000),
+        waitedSeconds: Math.round((this.#now() - since) / 1000),
       });
       return;
     }
     if (since === undefined) {
-      this.#waitingForID.set(name, Date.now());
+      this.#waitingForID.set(name, this.#now());
       this.#log.warn("Waiting for the instance ID before writing a providerID", {
         node: name,
         platform: decision.platform,
