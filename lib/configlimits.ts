@@ -1,4 +1,4 @@
-// Bounds on the cloud-config input, so that no file up to the ConfigMap size limit (a YAML alias
+// Bounds on the cloud-config input (and on validate's node metadata), so that no file up to the ConfigMap size limit (a YAML alias
 // bomb, 100,000 nested brackets, a million tiny nodes, a megabyte of double-quoted text, thousands
 // of regexps) can stall the process or exhaust its memory. The size is checked before the file is
 // read; the YAML is lexed and parsed with bounds on tokens, nesting and double-quoted text before
@@ -7,7 +7,7 @@
 // files these bounds let through.
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { Composer, type CST, type Document, Lexer, type LineCounter, Parser } from "yaml";
+import { Composer, type CST, type Document, Lexer, LineCounter, Parser } from "yaml";
 import type { ConfigIssue } from "./configissue.ts";
 
 /** Largest cloud-config file accepted, in bytes: the size limit of a ConfigMap. */
@@ -58,25 +58,34 @@ export class ConfigLimitError extends Error {
   }
 }
 
-function tooLarge(what: string): ConfigLimitError {
+/** What a bounded file holds, for the message when it is too large. */
+export type BoundedInput = "config" | "node metadata";
+
+const SIZE_REASON: Record<BoundedInput, string> = {
+  config: "the size limit of a ConfigMap",
+  "node metadata": "a node's metadata from talosctl is a few KiB",
+};
+
+function tooLarge(what: string, input: BoundedInput): ConfigLimitError {
   return new ConfigLimitError({
     path: "",
-    message: `${what} is larger than ${MAX_CONFIG_BYTES} bytes (1 MiB, the size limit of a ConfigMap)`,
+    message: `${what} is larger than ${MAX_CONFIG_BYTES} bytes (1 MiB, ${SIZE_REASON[input]})`,
   });
 }
 
 /**
- * Reads a config file, refusing it without reading it when it is larger than {@link MAX_CONFIG_BYTES},
- * and never holding more than that limit plus one chunk when the size is unknown (stdin, a pipe) or
- * grows while being read.
+ * Reads a config (or node metadata) file, refusing it without reading it when it is larger than
+ * {@link MAX_CONFIG_BYTES}, and never holding more than that limit plus one chunk when the size is
+ * unknown (stdin, a pipe) or grows while being read.
  * @param path a file name, or a file descriptor (0 for stdin).
+ * @param input what the file holds, named in the message when it is too large.
  * @throws {ConfigLimitError} when the file is too large; the system's error when it cannot be read.
  */
-export function readConfigFile(path: string | number): string {
+export function readConfigFile(path: string | number, input: BoundedInput = "config"): string {
   const fd = typeof path === "number" ? path : openSync(path, "r");
   try {
     const { size } = fstatSync(fd);
-    if (size > MAX_CONFIG_BYTES) throw tooLarge(`the file (${size} bytes)`);
+    if (size > MAX_CONFIG_BYTES) throw tooLarge(`the file (${size} bytes)`, input);
     const chunks: Buffer[] = [];
     let total = 0;
     for (;;) {
@@ -85,7 +94,7 @@ export function readConfigFile(path: string | number): string {
       if (n === 0) break;
       chunks.push(chunk.subarray(0, n));
       total += n;
-      if (total > MAX_CONFIG_BYTES) throw tooLarge("the file");
+      if (total > MAX_CONFIG_BYTES) throw tooLarge("the file", input);
     }
     return Buffer.concat(chunks, total).toString("utf8");
   } finally {
@@ -112,24 +121,65 @@ export interface FirstDocument {
  * @throws {ConfigLimitError} naming the bound and the line where it was passed.
  */
 export function parseFirstDocument(text: string, lines: LineCounter): FirstDocument {
-  // A string's length in UTF-16 units is at least its UTF-8 length divided by 3: skip the count when small.
-  if (text.length * 3 > MAX_CONFIG_BYTES && Buffer.byteLength(text, "utf8") > MAX_CONFIG_BYTES) {
-    throw tooLarge("the config");
-  }
-  const parser = new Parser(lines.addNewLine);
-  lines.addNewLine(0);
   const first: CST.Token[] = [];
   let documents = 0;
   let moreOffset: number | undefined;
-  let tokens = 0;
-  let doubleQuoted = 0;
   // Keeps what comes up to the first document, and counts the documents after it.
-  const collect = (token: CST.Token) => {
+  parseBounded(text, lines, "config", Number.POSITIVE_INFINITY, (token) => {
     if (token.type === "document" && ++documents === 2) moreOffset = token.value?.offset;
     if (documents === 0 || (documents === 1 && token.type === "document")) first.push(token);
+  });
+  const composer = new Composer({ merge: true });
+  let doc: Document.Parsed | undefined;
+  for (const token of first) for (const d of composer.next(token)) doc ??= d;
+  for (const d of composer.end()) doc ??= d;
+  return { doc, more: Math.max(0, documents - 1), moreOffset };
+}
+
+/**
+ * Most YAML documents in a node metadata file: talosctl prints one per resource, and a sample node
+ * needs two (PlatformMetadata, SystemInformation).
+ */
+export const MAX_METADATA_DOCUMENTS = 16;
+
+/**
+ * Checks node metadata against the same bounds as a config ({@link MAX_CONFIG_BYTES},
+ * {@link MAX_YAML_TOKENS}, {@link MAX_YAML_DEPTH}, {@link MAX_DOUBLE_QUOTED_CHARS}) and at most
+ * {@link MAX_METADATA_DOCUMENTS} documents, before any of it is composed.
+ * @throws {ConfigLimitError} naming the bound and the line where it was passed.
+ */
+export function checkMetadataBounds(text: string): void {
+  parseBounded(text, new LineCounter(), "node metadata", MAX_METADATA_DOCUMENTS, () => {});
+}
+
+/**
+ * Runs the YAML lexer and parser over `text`, refusing it as soon as it passes a bound, and hands
+ * each CST token to `each`.
+ */
+function parseBounded(
+  text: string,
+  lines: LineCounter,
+  input: BoundedInput,
+  maxDocuments: number,
+  each: (token: CST.Token) => void,
+): void {
+  // A string's length in UTF-16 units is at least its UTF-8 length divided by 3: skip the count when small.
+  if (text.length * 3 > MAX_CONFIG_BYTES && Buffer.byteLength(text, "utf8") > MAX_CONFIG_BYTES) {
+    throw tooLarge(`the ${input}`, input);
+  }
+  const parser = new Parser(lines.addNewLine);
+  lines.addNewLine(0);
+  let tokens = 0;
+  let doubleQuoted = 0;
+  let documents = 0;
+  const refuse = (message: string, offset = parser.offset): never => {
+    throw new ConfigLimitError({ path: "", line: lines.linePos(offset).line, message });
   };
-  const refuse = (message: string): never => {
-    throw new ConfigLimitError({ path: "", line: lines.linePos(parser.offset).line, message });
+  const take = (token: CST.Token) => {
+    if (token.type === "document" && ++documents > maxDocuments) {
+      refuse(`more than ${maxDocuments} YAML documents: give one node's metadata`, token.offset);
+    }
+    each(token);
   };
   for (const lexeme of new Lexer().lex(text)) {
     tokens += yamlTokens(lexeme);
@@ -146,15 +196,10 @@ export function parseFirstDocument(text: string, lines: LineCounter): FirstDocum
         );
       }
     }
-    for (const token of parser.next(lexeme)) collect(token);
+    for (const token of parser.next(lexeme)) take(token);
     if (parser.stack.length > MAX_YAML_DEPTH) refuse(`YAML nesting deeper than ${MAX_YAML_DEPTH} levels`);
   }
-  for (const token of parser.end()) collect(token);
-  const composer = new Composer({ merge: true });
-  let doc: Document.Parsed | undefined;
-  for (const token of first) for (const d of composer.next(token)) doc ??= d;
-  for (const d of composer.end()) doc ??= d;
-  return { doc, more: Math.max(0, documents - 1), moreOffset };
+  for (const token of parser.end()) take(token);
 }
 
 /**

@@ -12,7 +12,6 @@
 // initializes the node, so the file is usable). Exit 2 is for command-line errors (main.ts reports
 // the flag parser's; here only stdin given for both files).
 
-import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import {
   isAlias,
@@ -27,7 +26,7 @@ import {
 import type { LeanNode } from "./cache.ts";
 import { byLine, type CompiledConfig, ConfigError, formatIssue, formatPath, parseConfig } from "./config.ts";
 import type { ConfigIssue } from "./configissue.ts";
-import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
+import { ConfigLimitError, checkMetadataBounds, readConfigFile } from "./configlimits.ts";
 import { describeTransformErrors, desiredNode, instanceFacts } from "./desirednode.ts";
 import type { ValidateOptions } from "./flags.ts";
 import { decideProviderID } from "./instanceid.ts";
@@ -403,6 +402,12 @@ function resourceKind(
  * @example parseMetadata("platform: metal\nhostname: web-1\n").node.platformMetadata.hostname // "web-1"
  */
 export function parseMetadata(text: string): { node: SampleNode; warnings: ConfigIssue[] } {
+  try {
+    checkMetadataBounds(text);
+  } catch (err) {
+    if (err instanceof ConfigLimitError) throw new MetadataError([err.issue], []);
+    throw err;
+  }
   const errors: ConfigIssue[] = [];
   const warnings: ConfigIssue[] = [];
   const docs: DocResult[] = [];
@@ -684,8 +689,10 @@ function plural(n: number, word: string): string {
  */
 export function validate(input: ValidateInput, options: { registry?: Registry } = {}): ValidateOutcome {
   const stderr: string[] = [];
+  let warned = 0;
   const report = (file: string, severity: "error" | "warning", issues: readonly ConfigIssue[]) => {
     for (const i of issues) stderr.push(`${file}: ${severity}: ${formatIssue(i)}`);
+    if (severity === "warning") warned += issues.length;
   };
   let config: CompiledConfig;
   try {
@@ -698,12 +705,16 @@ export function validate(input: ValidateInput, options: { registry?: Registry } 
     return { exitCode: 1, stdout: "", stderr };
   }
   report(input.configPath, "warning", config.warnings);
-  const summary = `${input.configPath}: valid (${plural(config.transformations.length, "transformation rule")}, ${plural(config.warnings.length, "warning")})\n`;
+  // The summary counts every warning the run prints, the metadata's and the preview's included.
+  const summary = () =>
+    `${input.configPath}: valid (${plural(config.transformations.length, "transformation rule")}, ${plural(warned, "warning")})\n`;
 
   if (input.metadataText === undefined) {
-    if (input.output !== undefined)
+    if (input.output !== undefined) {
       stderr.push(`warning: -o ${input.output} has no effect without --metadata`);
-    return { exitCode: 0, stdout: summary, stderr };
+      warned++;
+    }
+    return { exitCode: 0, stdout: summary(), stderr };
   }
   const metadataPath = input.metadataPath ?? "metadata";
   let sample: SampleNode;
@@ -719,26 +730,39 @@ export function validate(input: ValidateInput, options: { registry?: Registry } 
     return { exitCode: 1, stdout: "", stderr };
   }
   const result = previewNode(config, sample, options);
-  for (const e of result.errors) {
-    stderr.push(`${input.configPath}: warning: skipped on this node: ${describeTransformErrors([e])}`);
-  }
-  if (result.providerIDWait !== undefined) {
-    stderr.push(
-      `${metadataPath}: warning: no providerID is written yet: the controller waits for ${result.providerIDWait}`,
-    );
-  } else if (result.nodeIP === NODE_IP_PLACEHOLDER && sample.platformMetadata.providerId === "") {
-    stderr.push(
-      `${metadataPath}: warning: no node IP (talosctl's "node:" field), so the default providerID shows ${NODE_IP_PLACEHOLDER}`,
-    );
-  }
+  const previewed = previewWarnings(input.configPath, metadataPath, sample, result);
+  stderr.push(...previewed);
+  warned += previewed.length;
   switch (input.output) {
     case "json":
       return { exitCode: 0, stdout: `${JSON.stringify(result.preview, null, 2)}\n`, stderr };
     case "yaml":
       return { exitCode: 0, stdout: stringifyYaml(result.preview), stderr };
     default:
-      return { exitCode: 0, stdout: summary + formatPreview(result), stderr };
+      return { exitCode: 0, stdout: summary() + formatPreview(result), stderr };
   }
+}
+
+/** What the preview warns about: values skipped on this node, and a providerID it cannot show. */
+function previewWarnings(
+  configPath: string,
+  metadataPath: string,
+  sample: SampleNode,
+  result: ReturnType<typeof previewNode>,
+): string[] {
+  const out = result.errors.map(
+    (e) => `${configPath}: warning: skipped on this node: ${describeTransformErrors([e])}`,
+  );
+  if (result.providerIDWait !== undefined) {
+    out.push(
+      `${metadataPath}: warning: no providerID is written yet: the controller waits for ${result.providerIDWait}`,
+    );
+  } else if (result.nodeIP === NODE_IP_PLACEHOLDER && sample.platformMetadata.providerId === "") {
+    out.push(
+      `${metadataPath}: warning: no node IP (talosctl's "node:" field), so the default providerID shows ${NODE_IP_PLACEHOLDER}`,
+    );
+  }
+  return out;
 }
 
 const log = logger("validate");
@@ -747,7 +771,7 @@ const log = logger("validate");
 function readInput(path: string, what: "cloud config" | "node metadata"): string {
   // "-" reads stdin, so that `talosctl get … -o yaml | … validate --metadata -` works.
   const source = path === "-" ? 0 : path;
-  return what === "cloud config" ? readConfigFile(source) : readFileSync(source, "utf8");
+  return readConfigFile(source, what === "cloud config" ? "config" : "node metadata");
 }
 
 /**
@@ -774,13 +798,14 @@ export function runValidate(opts: ValidateOptions, warnings: readonly string[]):
     } catch (err) {
       // A file over the size limit is an invalid config, reported as validate() reports one.
       if (err instanceof ConfigLimitError) {
-        process.stderr.write(`${path}: error: ${formatIssue(err.issue)}\n${path}: invalid (1 error)\n`);
+        const label = path === "-" ? "stdin" : path;
+        process.stderr.write(`${label}: error: ${formatIssue(err.issue)}\n${label}: invalid (1 error)\n`);
       } else process.stderr.write(`Cannot read ${what} ${path}: ${(err as Error).message}\n`);
       return 1;
     }
   }
   const outcome = validate({
-    configPath: opts.cloudConfig,
+    configPath: opts.cloudConfig === "-" ? "stdin" : opts.cloudConfig,
     configText: texts.configText ?? "",
     ...(opts.metadata === undefined ? {} : { metadataPath: opts.metadata === "-" ? "stdin" : opts.metadata }),
     ...(texts.metadataText === undefined ? {} : { metadataText: texts.metadataText }),

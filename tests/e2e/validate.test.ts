@@ -241,6 +241,43 @@ describe("validate exit codes", () => {
     expect(r.stderr).toContain(message);
   });
 
+  test.each<[string, string, boolean, string]>([
+    [
+      "a metadata file over 1 MiB, refused by its size before it is read",
+      `platform: metal\n# ${"x".repeat(2 * 1024 * 1024)}\n`,
+      false,
+      "error: document: the file (2097171 bytes) is larger than 1048576 bytes (1 MiB, a node's metadata from talosctl is a few KiB)",
+    ],
+    [
+      // Bun hands spawnSync's input over as a file, so its size is known here too.
+      "over 1 MiB of metadata on stdin",
+      `platform: metal\n# ${"x".repeat(2 * 1024 * 1024)}\n`,
+      true,
+      "error: document: the file (2097171 bytes) is larger than 1048576 bytes (1 MiB, a node's metadata from talosctl is a few KiB)",
+    ],
+    [
+      "metadata nested 200,000 deep",
+      `platform: metal\nx: ${"[".repeat(200_000)}${"]".repeat(200_000)}\n`,
+      false,
+      "error: document (line 2): YAML nesting deeper than 64 levels",
+    ],
+    [
+      "metadata of 50,000 documents",
+      "---\nplatform: metal\n".repeat(50_000),
+      false,
+      "error: document (line 33): more than 16 YAML documents: give one node's metadata",
+    ],
+  ])("validate exits 1 on %s", (_name, metadata, stdin, message) => {
+    const path = stdin ? "-" : file(metadata);
+    const r = validate(["--cloud-config", file(""), "--metadata", path], stdin ? metadata : undefined);
+    const label = stdin ? "stdin" : path;
+    expect(r).toEqual({
+      status: 1,
+      stdout: "",
+      stderr: `${label}: ${message}\n${label}: invalid (1 error)\n`,
+    });
+  });
+
   test("validate exits 2 when both files would come from stdin", () => {
     const r = validate(["--cloud-config", "-", "--metadata", "-"], "platform: metal\n");
     expect(r).toEqual({

@@ -683,7 +683,7 @@ describe("validate()", () => {
     const r = validate({ configPath: "c.yaml", configText: "", output: "json" }, { registry });
     expect(r).toEqual({
       exitCode: 0,
-      stdout: "c.yaml: valid (0 transformation rules, 0 warnings)\n",
+      stdout: "c.yaml: valid (0 transformation rules, 1 warning)\n",
       stderr: ["warning: -o json has no effect without --metadata"],
     });
   });
@@ -773,6 +773,56 @@ describe("validate()", () => {
         /^c\.yaml: warning: skipped on this node: rule "r" labels\["l"\]: invalid value "web-1\.example\.com\/x"/,
       ),
     ]);
+  });
+
+  test.each<[string, string, string]>([
+    [
+      "over the size limit",
+      `platform: metal\n# ${"x".repeat(1024 * 1024)}\n`,
+      "m.yaml: error: document: the node metadata is larger than 1048576 bytes (1 MiB, a node's metadata from talosctl is a few KiB)",
+    ],
+    [
+      "200,000 nested brackets",
+      `platform: metal\nx: ${"[".repeat(200_000)}${"]".repeat(200_000)}\n`,
+      "m.yaml: error: document (line 2): YAML nesting deeper than 64 levels",
+    ],
+    [
+      "100,000 documents",
+      "---\nplatform: metal\n".repeat(100_000).slice(0, 1_000_000),
+      "m.yaml: error: document (line 33): more than 16 YAML documents: give one node's metadata",
+    ],
+    [
+      "20,000 keys",
+      `platform: metal\n${Array.from({ length: 20_000 }, (_, i) => `k${i}: 1\n`).join("")}`,
+      "m.yaml: error: document (line 1429): more than 10000 YAML tokens (keys, values, indicators, indentation, comments and line breaks)",
+    ],
+  ])(
+    "validate() refuses node metadata %s before composing it, naming the bound",
+    (_name, metadataText, error) => {
+      const r = validate(
+        { configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText },
+        { registry },
+      );
+      expect(r).toEqual({ exitCode: 1, stdout: "", stderr: [error, "m.yaml: invalid (1 error)"] });
+    },
+  );
+
+  test("validate()'s summary counts every warning it printed: the config's, the metadata's and the preview's", () => {
+    const r = validate(
+      {
+        configPath: "c.yaml",
+        configText:
+          "global: {PreferIPv6: true}\ntransformations:\n  - name: r\n    labels:\n      l: '{{ .Hostname }}/x'\n",
+        metadataPath: "m.yaml",
+        metadataText: "platform: metal\nhostname: web-1\nx: 1\ny: 2\n",
+      },
+      { registry },
+    );
+    expect(r.exitCode).toBe(0);
+    const warnings = r.stderr.filter((l) => /^(c|m)\.yaml: warning: /.test(l));
+    expect(warnings.length).toBe(5); // PreferIPv6, x, y, the skipped label, the node IP
+    expect(r.stderr).toEqual(warnings);
+    expect(r.stdout).toStartWith("c.yaml: valid (1 transformation rule, 5 warnings)\n");
   });
 
   test("validate() warns when the default providerID lacks the node IP", () => {
