@@ -16,6 +16,7 @@ import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoff.ts";
 import { H2Code, type H2Headers, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
+import { MessageQueue } from "./messagequeue.ts";
 import { endpointTarget } from "./talosconfig.ts";
 import { GrpcStatus } from "./taloserrors.ts";
 
@@ -23,6 +24,11 @@ const log = logger("grpc");
 
 /** Bytes of the Length-Prefixed-Message header: compressed flag, then a big-endian uint32 length. */
 const PREFIX_BYTES = 5;
+
+/** What MessageDecoder.push() returns when a chunk completes no message (never written to). */
+const NO_MESSAGES: Uint8Array[] = [];
+/** Every empty message (nothing can be written to it). */
+const NO_BYTES = new Uint8Array(0);
 
 /** The gRPC default receive limit; callers talking to apid raise it. */
 const DEFAULT_MAX_RECEIVE_BYTES = 4 << 20;
@@ -40,9 +46,14 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
 /** The longest delay setTimeout honours (a longer one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** Messages queued unread before a stream stops reading (HTTP/2 flow control then holds the server). */
+/**
+ * Messages, or bytes of them, queued unread before a stream stops returning flow-control credit
+ * (the server then stops within the stream's window, 1 MiB), and below which it returns it again.
+ */
 const QUEUE_HIGH = 256;
 const QUEUE_LOW = 64;
+const QUEUE_HIGH_BYTES = 1 << 20;
+const QUEUE_LOW_BYTES = 256 << 10;
 
 const STATUS_NAMES = new Map<number, string>(Object.entries(GrpcStatus).map(([name, code]) => [code, name]));
 
@@ -199,16 +210,23 @@ export function frameMessage(message: Uint8Array): Buffer {
 
 /**
  * Splits DATA chunks into messages: a frame may span chunks and a chunk may hold many frames.
- * Messages wholly inside a chunk are views of it, not copies.
+ * A message wholly inside a chunk is a view of it when it fills at least half of the chunk's
+ * buffer, else a copy, so a small message never keeps a large socket chunk alive. A message that
+ * spans chunks is copied into a buffer that doubles as it fills (never beyond the announced
+ * length), so its memory is at most twice its bytes whatever the framing: one-byte DATA frames
+ * cost what one frame of the whole message costs.
  * @example const d = new MessageDecoder(32 << 20); for (const m of d.push(chunk)) handle(m)
  */
 export class MessageDecoder {
   readonly #maxBytes: number;
-  /** Bytes of the unfinished message received so far (header included). */
-  #parts: Uint8Array[] = [];
-  #buffered = 0;
+  /** The Length-Prefixed-Message header of the unfinished message, and how much of it arrived. */
+  readonly #head = new Uint8Array(PREFIX_BYTES);
+  #headBytes = 0;
   /** Length of the unfinished message once its header is complete, else -1. */
   #length = -1;
+  /** Its bytes so far. */
+  #body: Uint8Array | undefined;
+  #bodyBytes = 0;
 
   /** @param maxBytes largest message accepted (the receive limit). */
   constructor(maxBytes: number) {
@@ -217,49 +235,77 @@ export class MessageDecoder {
 
   /** Whether no message is half-received (a stream may end here). */
   get idle(): boolean {
-    return this.#buffered === 0;
+    return this.#headBytes === 0;
   }
 
   /**
-   * Feeds one chunk and returns the messages it completes.
+   * Feeds bytes `start` to `end` of `chunk` (default all) and returns the messages they complete.
    * @throws {GrpcError} RESOURCE_EXHAUSTED for a message over the limit, INTERNAL for a
    *   compressed or malformed frame; the decoder is unusable afterwards.
    */
-  push(chunk: Uint8Array): Uint8Array[] {
-    const out: Uint8Array[] = [];
-    let off = 0;
-    while (off < chunk.length) {
-      if (this.#buffered === 0 && chunk.length - off >= PREFIX_BYTES) {
-        const end = off + PREFIX_BYTES + this.#header(chunk, off);
-        if (end <= chunk.length) {
-          out.push(chunk.subarray(off + PREFIX_BYTES, end));
-          off = end;
-          continue;
+  push(chunk: Uint8Array, start = 0, end = chunk.length): Uint8Array[] {
+    let out: Uint8Array[] | undefined;
+    let off = start;
+    while (off < end) {
+      let m: Uint8Array | undefined;
+      if (this.#headBytes === 0 && end - off >= PREFIX_BYTES) {
+        const last = off + PREFIX_BYTES + this.#header(chunk, off);
+        if (last <= end) {
+          m = messageOf(chunk, off + PREFIX_BYTES, last);
+          off = last;
         }
       }
-      const want = (this.#length < 0 ? PREFIX_BYTES : PREFIX_BYTES + this.#length) - this.#buffered;
-      const take = Math.min(want, chunk.length - off);
-      this.#parts.push(chunk.subarray(off, off + take));
-      this.#buffered += take;
-      off += take;
-      if (this.#length < 0 && this.#buffered === PREFIX_BYTES) {
-        const head = this.#joined();
-        this.#length = this.#header(head, 0);
+      if (m === undefined) {
+        off = this.#collect(chunk, off, end);
+        m = this.#complete();
       }
-      if (this.#length >= 0 && this.#buffered === PREFIX_BYTES + this.#length) {
-        out.push(this.#joined().subarray(PREFIX_BYTES));
-        this.#parts = [];
-        this.#buffered = 0;
-        this.#length = -1;
-      }
+      if (m === undefined) continue;
+      if (out === undefined) out = [m];
+      else out.push(m);
     }
-    return out;
+    // One-byte DATA frames come one call each: no array, no view, per call that completes nothing.
+    return out ?? NO_MESSAGES;
   }
 
-  #joined(): Uint8Array {
-    const all = this.#parts.length === 1 ? (this.#parts[0] as Uint8Array) : Buffer.concat(this.#parts);
-    this.#parts = [all];
-    return all;
+  /** Copies what chunk[off..end] holds of the unfinished message; returns where it stopped. */
+  #collect(chunk: Uint8Array, off: number, end: number): number {
+    if (this.#headBytes < PREFIX_BYTES) {
+      while (this.#headBytes < PREFIX_BYTES && off < end) {
+        this.#head[this.#headBytes++] = chunk[off++] as number;
+      }
+      if (this.#headBytes < PREFIX_BYTES) return off;
+      this.#length = this.#header(this.#head, 0);
+    }
+    const take = Math.min(this.#length - this.#bodyBytes, end - off);
+    if (take > 0) {
+      const body = this.#reserve(this.#bodyBytes + take);
+      if (take <= 16) for (let i = 0; i < take; i++) body[this.#bodyBytes + i] = chunk[off + i] as number;
+      else body.set(chunk.subarray(off, off + take), this.#bodyBytes);
+      this.#bodyBytes += take;
+      off += take;
+    }
+    return off;
+  }
+
+  /** The unfinished message once all of it arrived (its buffer grew to exactly its length), else undefined. */
+  #complete(): Uint8Array | undefined {
+    if (this.#length < 0 || this.#bodyBytes < this.#length) return undefined;
+    const m = this.#body ?? NO_BYTES;
+    this.#body = undefined;
+    this.#bodyBytes = 0;
+    this.#headBytes = 0;
+    this.#length = -1;
+    return m;
+  }
+
+  /** The body buffer, with room for `n` bytes: doubled (at least 4 KiB), never beyond the length. */
+  #reserve(n: number): Uint8Array {
+    const body = this.#body;
+    if (body && n <= body.length) return body;
+    const next = new Uint8Array(Math.min(this.#length, Math.max(n, (body?.length ?? 0) * 2, 4096)));
+    if (body) next.set(body.subarray(0, this.#bodyBytes));
+    this.#body = next;
+    return next;
   }
 
   /** Validates the header at `off` and returns the message length. */
@@ -288,8 +334,29 @@ export class MessageDecoder {
   }
 }
 
+/**
+ * chunk[start..end] as a message: a view when it fills at least half of the chunk's buffer, else a
+ * copy, so that a small message does not keep a large socket chunk alive.
+ */
+function messageOf(chunk: Uint8Array, start: number, end: number): Uint8Array {
+  const n = end - start;
+  if (n === 0) return NO_BYTES;
+  if (n * 2 >= chunk.buffer.byteLength) return chunk.subarray(start, end);
+  const m = new Uint8Array(n);
+  if (n <= 64) for (let i = 0; i < n; i++) m[i] = chunk[start + i] as number;
+  else m.set(chunk.subarray(start, end));
+  return m;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Channel
+
+/** The options of `opts` named, those that are set. */
+function pick<T extends object, K extends keyof T>(opts: T, ...names: K[]): Partial<Pick<T, K>> {
+  const out: Partial<Pick<T, K>> = {};
+  for (const n of names) if (opts[n] !== undefined) out[n] = opts[n];
+  return out;
+}
 
 /** Where and how {@link GrpcChannel} connects. */
 export interface GrpcChannelOptions {
@@ -317,6 +384,16 @@ export interface GrpcChannelOptions {
   keepaliveTimeoutMs?: number;
   /** A connection not established within this is dropped (default 20 s). */
   connectTimeoutMs?: number;
+  /**
+   * The server's SETTINGS must arrive within this once TLS is up, else the connection is dropped
+   * (default 10 s; lib/h2limits.ts).
+   */
+  settingsTimeoutMs?: number;
+  /**
+   * A call without a deadline fails UNAVAILABLE when it gets no stream slot and response headers
+   * within this (default 30 s; lib/h2limits.ts); a watch that then stays silent is not bounded.
+   */
+  streamStartTimeoutMs?: number;
   /** Jitter source of the backoff (tests make it deterministic). */
   random?: () => number;
 }
@@ -492,7 +569,10 @@ export class GrpcChannel {
         return call.fail(err as GrpcError);
       }
       try {
-        call.start(conn, opts, (handler) => conn.session.request(headers, frameMessage(message), handler));
+        const start = { startTimeout: opts.timeoutMs === undefined };
+        call.start(conn, opts, (handler) =>
+          conn.session.request(headers, frameMessage(message), handler, start),
+        );
       } catch (err) {
         // GOAWAY not yet seen by us, stream ids exhausted or a session torn down meanwhile: the
         // request was never sent, so one more try on a fresh connection is safe.
@@ -579,6 +659,7 @@ export class GrpcChannel {
         ...(servername === undefined ? {} : { servername }),
         // The identity checked is the endpoint's, also when the SNI differs (IP endpoints).
         checkServerIdentity: (_name: string, peer: PeerCertificate) => checkServerIdentity(host, peer),
+        ...pick(this.#opts, "settingsTimeoutMs", "streamStartTimeoutMs"),
       },
       {
         connect: () => {
@@ -650,7 +731,8 @@ export class GrpcChannel {
 /** One call's stream: frames in, messages queued for next(), the final status. */
 class Call implements GrpcStream, H2StreamHandler {
   readonly #decoder: MessageDecoder;
-  readonly #queue: Uint8Array[] = [];
+  /** Messages received and not read yet: made for the first one, dropped once a listener takes over. */
+  #queue: MessageQueue | undefined;
   #stream: H2Stream | undefined;
   #conn: Connection | undefined;
   /** Error decided on our side (deadline, cancel, receive limit); wins over anything received. */
@@ -721,11 +803,11 @@ class Call implements GrpcStream, H2StreamHandler {
         : (this.#headerError ?? new GrpcError(GrpcStatus.UNKNOWN, "Trailers without grpc-status"));
   }
 
-  onData(chunk: Uint8Array): void {
+  onData(buf: Uint8Array, start: number, end: number): void {
     if (this.#local || this.#headerError || this.#status !== undefined) return;
     let messages: Uint8Array[];
     try {
-      messages = this.#decoder.push(chunk);
+      messages = this.#decoder.push(buf, start, end);
     } catch (err) {
       this.#cancelWith(err as GrpcError);
       return;
@@ -735,14 +817,15 @@ class Call implements GrpcStream, H2StreamHandler {
       for (const m of messages) if (!this.#local) this.#push(this.#listener, m);
       return;
     }
+    this.#queue ??= new MessageQueue();
     for (const m of messages) this.#queue.push(m);
-    if (this.#queue.length >= QUEUE_HIGH) this.#stream?.pause();
+    if (this.#queue.length >= QUEUE_HIGH || this.#queue.bytes >= QUEUE_HIGH_BYTES) this.#stream?.pause();
     this.#notify();
   }
 
-  onClose(code: number | undefined): void {
+  onClose(code: number | undefined, reason?: string): void {
     this.#conn?.closed();
-    this.#end = this.#outcome(code);
+    this.#end = this.#outcome(code, reason);
     clearTimeout(this.#timer);
     if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
     this.#signal = undefined;
@@ -752,7 +835,7 @@ class Call implements GrpcStream, H2StreamHandler {
   }
 
   /** The final result, once the stream closed with `code` (undefined: the connection was lost). */
-  #outcome(code: number | undefined): GrpcError | null {
+  #outcome(code: number | undefined, reason: string | undefined): GrpcError | null {
     if (this.#local) return this.#local;
     if (this.#status === null) {
       return this.#decoder.idle ? null : new GrpcError(GrpcStatus.INTERNAL, "Stream ended inside a message");
@@ -765,13 +848,23 @@ class Call implements GrpcStream, H2StreamHandler {
       const why = err?.message ?? "the connection closed";
       return new GrpcError(GrpcStatus.UNAVAILABLE, `Connection to the server lost: ${why}`, { cause: err });
     }
+    if (reason !== undefined) {
+      // We reset the stream: CANCEL when the server did not start it in time (nothing was answered,
+      // so a retry is safe), else over the server's stream error.
+      return code === H2Code.CANCEL
+        ? new GrpcError(GrpcStatus.UNAVAILABLE, `The server did not start the call: ${reason}`)
+        : new GrpcError(
+            GrpcStatus.INTERNAL,
+            `Stream reset by the client (HTTP/2 error code ${code}): ${reason}`,
+          );
+    }
     return errorFromRstCode(code);
   }
 
   #cancelWith(err: GrpcError): void {
     if (this.#end !== undefined || this.#local) return;
     this.#local = err;
-    this.#queue.length = 0;
+    this.#queue = undefined;
     this.#stream?.cancel(H2Code.CANCEL);
   }
 
@@ -783,9 +876,10 @@ class Call implements GrpcStream, H2StreamHandler {
 
   async next(): Promise<Uint8Array | undefined> {
     for (;;) {
-      const m = this.#queue.shift();
-      if (m) {
-        if (this.#queue.length < QUEUE_LOW && this.#stream?.paused) this.#stream.resume();
+      const q = this.#queue;
+      const m = q?.shift();
+      if (q && m) {
+        if (this.#stream?.paused && q.length < QUEUE_LOW && q.bytes < QUEUE_LOW_BYTES) this.#stream.resume();
         return m;
       }
       if (this.#end !== undefined) {
@@ -801,8 +895,9 @@ class Call implements GrpcStream, H2StreamHandler {
   listen(listener: GrpcStreamListener): void {
     if (this.#listener) throw new Error("GrpcStream.listen: already listening");
     this.#listener = listener;
-    for (let m = this.#queue.shift(); m && !this.#local; m = this.#queue.shift()) this.#push(listener, m);
-    this.#queue.length = 0;
+    const q = this.#queue;
+    this.#queue = undefined;
+    for (let m = q?.shift(); m && !this.#local; m = q?.shift()) this.#push(listener, m);
     if (this.#stream?.paused) this.#stream.resume();
     if (this.#end !== undefined) this.#sendEnd(listener);
   }
@@ -825,6 +920,6 @@ class Call implements GrpcStream, H2StreamHandler {
 
   cancel(): void {
     if (this.#end === undefined) this.#cancelWith(new GrpcError(GrpcStatus.CANCELLED, "Cancelled on client"));
-    else this.#queue.length = 0;
+    else this.#queue = undefined;
   }
 }

@@ -4,12 +4,28 @@
 // and sent for keepalive), GOAWAY, and MAX_CONCURRENT_STREAMS (later requests wait their turn).
 // Not implemented: server push (refused in our SETTINGS), priorities (ignored), h2c, upgrade.
 //
+// A hostile server (a compromised apid, or anyone holding its certificate) is held to the limits of
+// lib/h2limits.ts, which nghttp2 and Go's x/net/http2 also keep: CONTINUATION frames per header
+// block, acknowledgements of PING and SETTINGS it has not read, frames that carry nothing (empty
+// DATA, PRIORITY, unknown types), entries per SETTINGS, both flow-control windows; a connection
+// whose server sends no SETTINGS in time, and a request that waits too long for a stream slot or
+// its response headers (only requests without a deadline), end with an error naming the cause.
+//
 // Why not node:http2: in Bun each of its client streams is a Duplex with its own readable and
 // writable state, listeners and native stream record, about 10-13 KB of RSS per idle stream; the
 // CCM keeps two Talos watches open per node. A stream here is one small object (~0.3 KB) whose
 // handler is the gRPC call itself, so an idle watch costs what its call state costs.
 
 import * as tls from "node:tls";
+import {
+  DEFAULT_SETTINGS_TIMEOUT_MS,
+  DEFAULT_STREAM_START_TIMEOUT_MS,
+  GLITCH_BURST,
+  GlitchMeter,
+  MAX_CONTINUATIONS,
+  MAX_SETTINGS_ENTRIES,
+  MAX_UNSENT_REPLIES,
+} from "./h2limits.ts";
 import { encodeHeaders, HpackDecoder, HpackError } from "./hpack.ts";
 
 /** HTTP/2 error codes (RFC 9113 §7). */
@@ -29,6 +45,8 @@ export const H2Code = {
   INADEQUATE_SECURITY: 0xc,
   HTTP_1_1_REQUIRED: 0xd,
 } as const;
+
+const CODE_NAMES = new Map<number, string>(Object.entries(H2Code).map(([name, code]) => [code, name]));
 
 /** Frame types (RFC 9113 §6). */
 const T = {
@@ -56,6 +74,7 @@ const SETTING = {
 } as const;
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+const EMPTY = Buffer.alloc(0);
 const FRAME_HEADER_BYTES = 9;
 /** The largest frame we accept: the protocol default, never raised in our SETTINGS. */
 const MAX_FRAME_RECEIVE = 16_384;
@@ -77,13 +96,20 @@ export type H2Headers = Record<string, string>;
 export interface H2StreamHandler {
   /** The response headers (`trailers` false), then the trailers (`trailers` true). */
   onHeaders(headers: H2Headers, trailers: boolean): void;
-  /** A DATA payload (a view of the received bytes). */
-  onData(chunk: Uint8Array): void;
+  /**
+   * A DATA payload: bytes `start` to `end` of `buf`, a chunk the socket delivered (up to 512 KiB
+   * in Bun), passed without a view of its own so that small frames cost nothing per frame. A view
+   * of it keeps the whole chunk alive: copy what is kept of a small part.
+   */
+  onData(buf: Uint8Array, start: number, end: number): void;
   /**
    * The stream closed, once: `code` is NO_ERROR after the server ended it, the RST_STREAM code after
    * a reset by either side, or undefined when the connection was lost (see {@link H2Session.error}).
+   * `reason` says why when the client reset the stream itself over what the server did or did not
+   * do: with CANCEL, the stream did not start in time (H2ConnectOptions.streamStartTimeoutMs);
+   * with another code, the server's stream error of that code.
    */
-  onClose(code: number | undefined): void;
+  onClose(code: number | undefined, reason?: string): void;
 }
 
 /** One request's stream. */
@@ -154,6 +180,19 @@ export interface H2ConnectOptions {
   key: string;
   servername?: string;
   checkServerIdentity?: tls.ConnectionOptions["checkServerIdentity"];
+  /** The server's SETTINGS and its acknowledgement of ours must arrive within this after TLS (default 10 s). */
+  settingsTimeoutMs?: number;
+  /**
+   * A request made with `startTimeout` must get a stream slot and then its response headers within
+   * this (default 30 s); silence afterwards is not bounded here.
+   */
+  streamStartTimeoutMs?: number;
+}
+
+/** Per-request options of {@link H2Session.request}. */
+export interface H2RequestOptions {
+  /** Bound the wait for a stream slot and the response headers (for requests without a deadline). */
+  startTimeout?: boolean;
 }
 
 /** A header block being collected from HEADERS and CONTINUATION frames. */
@@ -161,6 +200,8 @@ interface HeaderBlock {
   streamId: number;
   parts: Buffer[];
   bytes: number;
+  /** CONTINUATION frames so far. */
+  frames: number;
   endStream: boolean;
 }
 
@@ -194,6 +235,27 @@ export class H2Session {
   #peerMaxFrame = 16_384;
   #sendWindow = DEFAULT_WINDOW;
   #connUnacked = 0;
+  /** What the server may still send on the connection before our next WINDOW_UPDATE. */
+  #connReceive = CONNECTION_WINDOW;
+  /** Streams with request body left to send (flow control holds it). */
+  readonly #sendable = new Set<H2Stream>();
+  /** The server's SETTINGS arrived; it acknowledged ours. */
+  #gotSettings = false;
+  #settingsAcked = false;
+  #settingsTimer: ReturnType<typeof setTimeout> | undefined;
+  readonly #settingsTimeoutMs: number;
+  /** Requests with a start timeout not yet answered, each with performance.now() of the request. */
+  readonly #starting = new Map<H2Stream, number>();
+  #startTimer: ReturnType<typeof setTimeout> | undefined;
+  readonly #startTimeoutMs: number;
+  /** PING and SETTINGS acknowledgements queued in #out, and handed to the socket but not yet written. */
+  #outReplies = 0;
+  #unsentReplies = 0;
+  /** The buffer acknowledgements are written into until the next flush; [start, end) not yet in #out. */
+  #acks: Buffer | undefined;
+  #acksStart = 0;
+  #acksEnd = 0;
+  readonly #glitches = new GlitchMeter();
   /** Received bytes not yet parsed into frames. */
   #buf: Buffer = Buffer.alloc(0);
   /** A header block being collected from HEADERS and CONTINUATION frames. */
@@ -203,15 +265,19 @@ export class H2Session {
   #flushQueued = false;
   #connected = false;
   #draining = false;
+  /** A GOAWAY was received. */
+  #goaway = false;
   #destroyed = false;
   #error: Error | undefined;
   /** performance.now() of the last bytes received. */
   lastReadMs = performance.now();
 
-  private constructor(socket: tls.TLSSocket, authority: string, events: H2SessionEvents) {
+  private constructor(socket: tls.TLSSocket, opts: H2ConnectOptions, events: H2SessionEvents) {
     this.#socket = socket;
-    this.#authority = authority;
+    this.#authority = opts.authority;
     this.#events = events;
+    this.#settingsTimeoutMs = opts.settingsTimeoutMs ?? DEFAULT_SETTINGS_TIMEOUT_MS;
+    this.#startTimeoutMs = opts.streamStartTimeoutMs ?? DEFAULT_STREAM_START_TIMEOUT_MS;
   }
 
   /** Dials `opts` and starts the session; events report the outcome. */
@@ -226,7 +292,7 @@ export class H2Session {
       ...(opts.checkServerIdentity ? { checkServerIdentity: opts.checkServerIdentity } : {}),
       ALPNProtocols: ["h2"],
     });
-    const s = new H2Session(socket, opts.authority, events);
+    const s = new H2Session(socket, opts, events);
     s.#attach();
     return s;
   }
@@ -246,7 +312,7 @@ export class H2Session {
     return this.#destroyed;
   }
 
-  /** Open streams (started or waiting). */
+  /** Open streams (started, or waiting for a slot or the server's SETTINGS). */
   get streamCount(): number {
     return this.#streams.size + this.#waiting.length;
   }
@@ -270,6 +336,7 @@ export class H2Session {
     headers: ReadonlyArray<readonly [string, string]>,
     body: Uint8Array,
     handler: H2StreamHandler,
+    opts: H2RequestOptions = {},
   ): H2Stream {
     if (this.#draining || this.#destroyed) throw new Error("the HTTP/2 session is closing");
     if (this.#nextId > MAX_STREAM_ID) {
@@ -282,7 +349,9 @@ export class H2Session {
     for (const h of headers) if (!h[0].startsWith(":")) all.push(h);
     const stream = new H2Stream(this, handler, encodeHeaders(all));
     stream.pending = body;
-    if (this.#streams.size < this.#maxStreams) this.#start(stream);
+    if (opts.startTimeout) this.#watchStart(stream);
+    // Until the server's SETTINGS, its MAX_CONCURRENT_STREAMS is unknown: requests wait for them.
+    if (this.#gotSettings && this.#streams.size < this.#maxStreams) this.#start(stream);
     else this.#waiting.push(stream);
     return stream;
   }
@@ -315,6 +384,11 @@ export class H2Session {
 
   /** Resets `stream` with `code` (RST_STREAM) unless it has closed. Called by {@link H2Stream.cancel}. */
   reset(stream: H2Stream, code: number): void {
+    this.#resetWith(stream, code, undefined);
+  }
+
+  /** reset(), with the reason the handler's onClose gets. */
+  #resetWith(stream: H2Stream, code: number, reason: string | undefined): void {
     if (stream.closed) return;
     if (stream.id === 0) {
       const i = this.#waiting.indexOf(stream);
@@ -322,7 +396,7 @@ export class H2Session {
     } else if (!this.#destroyed) {
       this.#frame(T.RST_STREAM, 0, stream.id, u32(code));
     }
-    this.#closeStream(stream, code, true);
+    this.#closeStream(stream, code, true, reason);
   }
 
   /**
@@ -359,6 +433,8 @@ export class H2Session {
       this.#frame(T.WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - DEFAULT_WINDOW));
       this.#out.push(...pending);
       this.#flush();
+      this.#settingsTimer = setTimeout(() => this.#settingsTimedOut(), this.#settingsTimeoutMs);
+      this.#settingsTimer.unref?.();
       this.#events.connect?.();
     });
     socket.on("data", (chunk: Buffer) => this.#receive(chunk));
@@ -373,11 +449,61 @@ export class H2Session {
     if (this.#destroyed) return;
     this.#destroyed = true;
     this.#draining = true;
+    clearTimeout(this.#settingsTimer);
+    clearTimeout(this.#startTimer);
+    this.#sendable.clear();
     for (const p of this.#pings.splice(0)) p.done(this.#error ?? new Error("the HTTP/2 session closed"));
     const open = [...this.#streams.values(), ...this.#waiting.splice(0)];
     this.#streams.clear();
     for (const s of open) this.#closeStream(s, undefined, false);
     this.#events.close?.();
+  }
+
+  #settingsTimedOut(): void {
+    const ms = this.#settingsTimeoutMs;
+    this.#connectionError(
+      H2Code.SETTINGS_TIMEOUT,
+      this.#gotSettings
+        ? `the server did not acknowledge our SETTINGS within ${ms} ms`
+        : `the server sent no SETTINGS within ${ms} ms`,
+    );
+  }
+
+  /** The server's SETTINGS came and it acknowledged ours: the connection is up. */
+  #settingsExchanged(): void {
+    if (this.#gotSettings && this.#settingsAcked) clearTimeout(this.#settingsTimer);
+  }
+
+  /** Bounds `stream`'s wait for a slot and its response headers; one timer serves every stream. */
+  #watchStart(stream: H2Stream): void {
+    this.#starting.set(stream, performance.now());
+    if (this.#startTimer === undefined) this.#armStartTimer(this.#startTimeoutMs);
+  }
+
+  #armStartTimer(delayMs: number): void {
+    this.#startTimer = setTimeout(() => this.#startTimedOut(), Math.max(1, Math.ceil(delayMs)));
+    this.#startTimer.unref?.();
+  }
+
+  /** Resets the requests whose wait is over, oldest first (the map keeps request order). */
+  #startTimedOut(): void {
+    this.#startTimer = undefined;
+    const now = performance.now();
+    const ms = this.#startTimeoutMs;
+    for (const [stream, since] of this.#starting) {
+      if (since + ms > now) {
+        this.#armStartTimer(since + ms - now);
+        return;
+      }
+      this.#starting.delete(stream);
+      const why =
+        stream.id !== 0
+          ? `no response headers within ${ms} ms`
+          : this.#gotSettings
+            ? `no stream slot within ${ms} ms (the server allows ${this.#maxStreams} concurrent streams)`
+            : `no stream slot within ${ms} ms (the server has sent no SETTINGS)`;
+      this.#resetWith(stream, H2Code.CANCEL, why);
+    }
   }
 
   #end(): void {
@@ -424,13 +550,16 @@ export class H2Session {
     if (off === body.length) {
       if (body.length === 0) this.#frame(T.DATA, FLAG.END_STREAM, stream.id, new Uint8Array(0));
       stream.pending = undefined;
+      this.#sendable.delete(stream);
     } else {
       stream.pending = body.subarray(off);
+      this.#sendable.add(stream);
     }
   }
 
   #frame(type: number, flags: number, streamId: number, payload: Uint8Array): void {
     if (this.#destroyed) return;
+    this.#sealAcks();
     const head = Buffer.allocUnsafe(FRAME_HEADER_BYTES);
     head.writeUIntBE(payload.length, 0, 3);
     head[3] = type;
@@ -438,50 +567,145 @@ export class H2Session {
     head.writeUInt32BE(streamId, 5);
     this.#out.push(head);
     if (payload.length > 0) this.#out.push(payload as Buffer);
+    this.#scheduleFlush();
+  }
+
+  #scheduleFlush(): void {
     if (!this.#flushQueued && this.#connected) {
       this.#flushQueued = true;
       queueMicrotask(() => this.#flush());
     }
   }
 
+  /**
+   * Queues an acknowledgement the server asked for (PING, SETTINGS). A server that keeps asking but
+   * does not read them ends the connection once MAX_UNSENT_REPLIES wait to be written; those of
+   * this read (at most one socket chunk's worth) are counted from their flush on.
+   */
+  #reply(type: number, buf: Buffer, start: number, end: number): boolean {
+    if (this.#destroyed) return false;
+    if (this.#unsentReplies > MAX_UNSENT_REPLIES) {
+      this.#connectionError(
+        H2Code.ENHANCE_YOUR_CALM,
+        `the server sent PING or SETTINGS frames without reading our acknowledgements (over ${MAX_UNSENT_REPLIES} unsent)`,
+      );
+      return false;
+    }
+    this.#outReplies++;
+    // Acknowledgements are written back to back into one buffer: a flood allocates nothing per frame.
+    const n = FRAME_HEADER_BYTES + end - start;
+    let acks = this.#acks;
+    if (acks === undefined || this.#acksEnd + n > acks.length) {
+      this.#sealAcks();
+      acks = Buffer.allocUnsafe(Math.min(Math.max(4096, (acks?.length ?? 0) * 2), 256 << 10));
+      this.#acks = acks;
+      this.#acksStart = 0;
+      this.#acksEnd = 0;
+    }
+    const at = this.#acksEnd;
+    acks.writeUIntBE(end - start, at, 3);
+    acks[at + 3] = type;
+    acks[at + 4] = FLAG.ACK;
+    acks.writeUInt32BE(0, at + 5);
+    buf.copy(acks, at + FRAME_HEADER_BYTES, start, end);
+    this.#acksEnd = at + n;
+    this.#scheduleFlush();
+    return true;
+  }
+
+  /** Moves the acknowledgements written since the last call into #out, keeping frame order. */
+  #sealAcks(): void {
+    if (this.#acks === undefined || this.#acksEnd === this.#acksStart) return;
+    this.#out.push(this.#acks.subarray(this.#acksStart, this.#acksEnd));
+    this.#acksStart = this.#acksEnd;
+  }
+
   #flush(): void {
     this.#flushQueued = false;
-    if (this.#out.length === 0 || this.#destroyed || !this.#connected) return;
+    if (this.#destroyed || !this.#connected) return;
+    this.#sealAcks();
+    // The socket may keep what it is given: the next acknowledgement starts a new buffer.
+    this.#acks = undefined;
+    if (this.#out.length === 0) return;
     const data = this.#out.length === 1 ? (this.#out[0] as Buffer) : Buffer.concat(this.#out);
     this.#out = [];
-    this.#socket.write(data);
+    const replies = this.#outReplies;
+    if (replies === 0) {
+      this.#socket.write(data);
+      return;
+    }
+    // The callback runs once the bytes are written to the kernel: the server is reading.
+    this.#outReplies = 0;
+    this.#unsentReplies += replies;
+    this.#socket.write(data, () => {
+      this.#unsentReplies -= replies;
+    });
   }
 
   #receive(chunk: Buffer): void {
     this.lastReadMs = performance.now();
-    let buf = this.#buf.length === 0 ? chunk : Buffer.concat([this.#buf, chunk]);
     let off = 0;
+    // First the frame the last chunk ended inside: only its own bytes are copied.
+    while (this.#buf.length > 0) {
+      const have = this.#buf.length;
+      const want =
+        have < FRAME_HEADER_BYTES ? FRAME_HEADER_BYTES : FRAME_HEADER_BYTES + this.#buf.readUIntBE(0, 3);
+      if (want === have) {
+        const frame = this.#buf;
+        this.#buf = EMPTY;
+        this.#parse(frame, 0);
+        break;
+      }
+      if (want > FRAME_HEADER_BYTES + MAX_FRAME_RECEIVE || off === chunk.length) break;
+      const take = Math.min(want - have, chunk.length - off);
+      this.#buf = Buffer.concat([this.#buf, chunk.subarray(off, off + take)]);
+      off += take;
+    }
+    if (this.#destroyed || this.#buf.length > 0) {
+      // A frame too large for us: #parse() reports it.
+      if (!this.#destroyed && this.#buf.length >= FRAME_HEADER_BYTES) this.#parse(this.#buf, 0);
+      return;
+    }
+    off = this.#parse(chunk, off);
+    if (this.#destroyed) return;
+    // Keep the unparsed tail; a copy, so that the big chunk it came from can go.
+    if (off < chunk.length) this.#buf = Buffer.from(chunk.subarray(off));
+  }
+
+  /** Handles the whole frames of `buf` from `off`; returns where the incomplete rest starts. */
+  #parse(buf: Buffer, off: number): number {
     while (!this.#destroyed && buf.length - off >= FRAME_HEADER_BYTES) {
       const length = buf.readUIntBE(off, 3);
       if (length > MAX_FRAME_RECEIVE) {
         this.#connectionError(H2Code.FRAME_SIZE_ERROR, `a frame of ${length} bytes`);
-        return;
+        break;
       }
-      if (buf.length - off < FRAME_HEADER_BYTES + length) break;
-      const type = buf[off + 3] as number;
-      const flags = buf[off + 4] as number;
-      const streamId = buf.readUInt32BE(off + 5) & MAX_STREAM_ID;
-      const payload = buf.subarray(off + FRAME_HEADER_BYTES, off + FRAME_HEADER_BYTES + length);
-      off += FRAME_HEADER_BYTES + length;
-      try {
-        this.#onFrame(type, flags, streamId, payload);
-      } catch (err) {
-        if (err instanceof HpackError) {
-          this.#connectionError(H2Code.COMPRESSION_ERROR, err.message);
-          return;
-        }
-        throw err;
-      }
+      const end = off + FRAME_HEADER_BYTES + length;
+      if (buf.length < end) break;
+      this.#dispatch(buf, off, end);
+      off = end;
     }
-    if (this.#destroyed) return;
-    // Keep the unparsed tail; a copy, so that the big chunk it came from can go.
-    buf = buf.subarray(off);
-    this.#buf = buf.length === 0 ? Buffer.alloc(0) : Buffer.from(buf);
+    return off;
+  }
+
+  /** Handles the frame at buf[off..end]. DATA and PING get no view of their own: floods of them allocate nothing per frame. */
+  #dispatch(buf: Buffer, off: number, end: number): void {
+    const type = buf[off + 3] as number;
+    const flags = buf[off + 4] as number;
+    const streamId = buf.readUInt32BE(off + 5) & MAX_STREAM_ID;
+    const start = off + FRAME_HEADER_BYTES;
+    if (!this.#gotSettings && (type !== T.SETTINGS || flags & FLAG.ACK)) {
+      this.#connectionError(H2Code.PROTOCOL_ERROR, "the server's first frame is not its SETTINGS");
+      return;
+    }
+    try {
+      if (type === T.DATA && !this.#block) this.#onData(flags, streamId, buf, start, end);
+      else if (type === T.PING && !this.#block) this.#onPing(flags, streamId, buf, start, end);
+      else this.#onFrame(type, flags, streamId, start === end ? EMPTY : buf.subarray(start, end));
+    } catch (err) {
+      if (!(err instanceof HpackError)) throw err;
+      this.#connectionError(H2Code.COMPRESSION_ERROR, err.message);
+    }
   }
 
   #onFrame(type: number, flags: number, streamId: number, payload: Buffer): void {
@@ -491,7 +715,7 @@ export class H2Session {
     }
     switch (type) {
       case T.DATA:
-        this.#onData(flags, streamId, payload);
+        this.#onData(flags, streamId, payload, 0, payload.length);
         return;
       case T.HEADERS:
         this.#onHeadersFrame(flags, streamId, payload);
@@ -506,7 +730,7 @@ export class H2Session {
         this.#onSettings(flags, streamId, payload);
         return;
       case T.PING:
-        this.#onPing(flags, streamId, payload);
+        this.#onPing(flags, streamId, payload, 0, payload.length);
         return;
       case T.GOAWAY:
         this.#onGoaway(streamId, payload);
@@ -517,9 +741,23 @@ export class H2Session {
       case T.PUSH_PROMISE:
         this.#connectionError(H2Code.PROTOCOL_ERROR, "PUSH_PROMISE with push disabled");
         return;
+      case T.PRIORITY:
+        this.#glitch("PRIORITY"); // ignored: a client has no priority tree to keep
+        return;
       default:
-        return; // PRIORITY and unknown frame types are ignored.
+        this.#glitch(`frames of unknown type ${type}`); // ignored, as RFC 9113 §4.1 asks
+        return;
     }
+  }
+
+  /** Counts a frame that carries nothing the client needs; too many end the connection. */
+  #glitch(what: string): boolean {
+    if (this.#glitches.take(performance.now())) return true;
+    this.#connectionError(
+      H2Code.ENHANCE_YOUR_CALM,
+      `the server sent over ${GLITCH_BURST} frames that carry nothing (empty DATA, PRIORITY, unknown types; the last: ${what})`,
+    );
+    return false;
   }
 
   /** The payload without its padding (PADDED flag), or undefined when the padding is invalid. */
@@ -531,21 +769,34 @@ export class H2Session {
     return payload.subarray(1, payload.length - pad);
   }
 
-  #onData(flags: number, streamId: number, payload: Buffer): void {
+  /** A DATA frame whose payload is buf[start..end]. */
+  #onData(flags: number, streamId: number, buf: Buffer, start: number, end: number): void {
     if (streamId === 0) {
       this.#connectionError(H2Code.PROTOCOL_ERROR, "DATA on stream 0");
       return;
     }
     // The connection window counts every DATA byte, padding included, whatever the stream.
-    this.#connUnacked += payload.length;
+    const length = end - start;
+    this.#connReceive -= length;
+    if (this.#connReceive < 0) {
+      this.#connectionError(H2Code.FLOW_CONTROL_ERROR, "DATA beyond the connection's flow-control window");
+      return;
+    }
+    this.#connUnacked += length;
     if (this.#connUnacked >= CONNECTION_WINDOW / 2) {
       this.#frame(T.WINDOW_UPDATE, 0, 0, u32(this.#connUnacked));
+      this.#connReceive += this.#connUnacked;
       this.#connUnacked = 0;
     }
-    const data = this.#unpad(flags, payload);
-    if (data === undefined) {
-      this.#connectionError(H2Code.PROTOCOL_ERROR, "invalid DATA padding");
-      return;
+    if (length === 0 && !(flags & FLAG.END_STREAM) && !this.#glitch("empty DATA")) return;
+    if (flags & FLAG.PADDED) {
+      const pad = length > 0 ? (buf[start] as number) : 0;
+      if (length === 0 || pad >= length) {
+        this.#connectionError(H2Code.PROTOCOL_ERROR, "invalid DATA padding");
+        return;
+      }
+      start += 1;
+      end -= pad;
     }
     const stream = this.#streams.get(streamId);
     if (!stream) {
@@ -556,16 +807,16 @@ export class H2Session {
       return; // A stream we reset: its late data is dropped.
     }
     if (!stream.gotHeaders) {
-      this.#streamError(stream, H2Code.PROTOCOL_ERROR);
+      this.#streamError(stream, H2Code.PROTOCOL_ERROR, "DATA before the response headers");
       return;
     }
-    if (stream.unacked + payload.length > STREAM_WINDOW) {
-      this.#streamError(stream, H2Code.FLOW_CONTROL_ERROR);
+    if (stream.unacked + length > STREAM_WINDOW) {
+      this.#streamError(stream, H2Code.FLOW_CONTROL_ERROR, "DATA beyond the stream's flow-control window");
       return;
     }
-    if (data.length > 0) stream.handler.onData(data);
+    if (end > start) stream.handler.onData(buf, start, end);
     if (stream.closed) return;
-    this.credit(stream, payload.length);
+    this.credit(stream, length);
     if (flags & FLAG.END_STREAM) this.#closeStream(stream, H2Code.NO_ERROR, true);
   }
 
@@ -588,8 +839,9 @@ export class H2Session {
     }
     this.#block = {
       streamId,
-      parts: [Buffer.from(fragment)],
+      parts: fragment.length === 0 ? [] : [Buffer.from(fragment)],
       bytes: fragment.length,
+      frames: 0,
       endStream: (flags & FLAG.END_STREAM) !== 0,
     };
     if (flags & FLAG.END_HEADERS) this.#onHeaderBlock();
@@ -606,14 +858,23 @@ export class H2Session {
       this.#connectionError(H2Code.ENHANCE_YOUR_CALM, `a header block over ${MAX_HEADER_BLOCK} bytes`);
       return;
     }
-    block.parts.push(Buffer.from(payload));
+    // Empty fragments cost no bytes but a frame each: the 2024 CONTINUATION flood.
+    if (++block.frames > MAX_CONTINUATIONS) {
+      this.#connectionError(
+        H2Code.ENHANCE_YOUR_CALM,
+        `a header block of more than ${MAX_CONTINUATIONS} CONTINUATION frames`,
+      );
+      return;
+    }
+    if (payload.length > 0) block.parts.push(Buffer.from(payload));
     if (flags & FLAG.END_HEADERS) this.#onHeaderBlock();
   }
 
   #onHeaderBlock(): void {
     const block = this.#block as HeaderBlock;
     this.#block = undefined;
-    const bytes = block.parts.length === 1 ? (block.parts[0] as Buffer) : Buffer.concat(block.parts);
+    const bytes =
+      block.parts.length === 1 ? (block.parts[0] as Buffer) : Buffer.concat(block.parts, block.bytes);
     // Decoded whatever the stream's state: the HPACK table is the connection's.
     const fields = this.#decoder.decode(bytes);
     const stream = this.#streams.get(block.streamId);
@@ -631,10 +892,11 @@ export class H2Session {
       // An informational (1xx) response is followed by the real one.
       if (!block.endStream && /^1\d\d$/.test(headers[":status"] ?? "")) return;
       stream.gotHeaders = true;
+      this.#starting.delete(stream);
       stream.handler.onHeaders(headers, false);
     } else {
       if (!block.endStream) {
-        this.#streamError(stream, H2Code.PROTOCOL_ERROR);
+        this.#streamError(stream, H2Code.PROTOCOL_ERROR, "trailers without END_STREAM");
         return;
       }
       stream.handler.onHeaders(headers, true);
@@ -652,7 +914,12 @@ export class H2Session {
       return;
     }
     const stream = this.#streams.get(streamId);
-    if (!stream) return;
+    if (!stream) {
+      if (streamId >= this.#nextId || streamId % 2 === 0) {
+        this.#connectionError(H2Code.PROTOCOL_ERROR, "RST_STREAM on an idle stream");
+      }
+      return;
+    }
     this.#closeStream(stream, payload.readUInt32BE(0), true);
   }
 
@@ -661,51 +928,70 @@ export class H2Session {
       this.#connectionError(H2Code.PROTOCOL_ERROR, "SETTINGS on a stream");
       return;
     }
-    if (flags & FLAG.ACK) return;
+    if (flags & FLAG.ACK) {
+      this.#settingsAcked = true;
+      this.#settingsExchanged();
+      return;
+    }
     if (payload.length % 6 !== 0) {
       this.#connectionError(H2Code.FRAME_SIZE_ERROR, "SETTINGS size");
       return;
     }
-    for (let i = 0; i < payload.length; i += 6) {
-      const id = payload.readUInt16BE(i);
-      const value = payload.readUInt32BE(i + 2);
-      if (id === SETTING.MAX_CONCURRENT_STREAMS) this.#maxStreams = value;
-      else if (id === SETTING.INITIAL_WINDOW_SIZE) {
-        if (value > MAX_WINDOW) {
-          this.#connectionError(H2Code.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE");
-          return;
-        }
-        const delta = value - this.#peerInitialWindow;
-        this.#peerInitialWindow = value;
-        for (const s of this.#streams.values()) s.sendWindow += delta;
-      } else if (id === SETTING.MAX_FRAME_SIZE) {
-        if (value < 16_384 || value > 16_777_215) {
-          this.#connectionError(H2Code.PROTOCOL_ERROR, "MAX_FRAME_SIZE");
-          return;
-        }
-        this.#peerMaxFrame = value;
-      }
-      // HEADER_TABLE_SIZE: our encoder never indexes. ENABLE_PUSH, MAX_HEADER_LIST_SIZE: nothing to do.
+    if (payload.length / 6 > MAX_SETTINGS_ENTRIES) {
+      this.#connectionError(
+        H2Code.ENHANCE_YOUR_CALM,
+        `a SETTINGS frame of over ${MAX_SETTINGS_ENTRIES} entries`,
+      );
+      return;
     }
-    this.#frame(T.SETTINGS, FLAG.ACK, 0, new Uint8Array(0));
+    for (let i = 0; i < payload.length; i += 6) {
+      if (!this.#setting(payload.readUInt16BE(i), payload.readUInt32BE(i + 2))) return;
+    }
+    this.#gotSettings = true;
+    if (!this.#reply(T.SETTINGS, EMPTY, 0, 0)) return;
+    this.#settingsExchanged();
     this.#startWaiting();
-    for (const s of this.#streams.values()) this.#sendBody(s);
+    if (this.#sendable.size > 0) for (const s of this.#sendable) this.#sendBody(s);
   }
 
-  #onPing(flags: number, streamId: number, payload: Buffer): void {
+  /** Applies one setting of the server's; false after a connection error. */
+  #setting(id: number, value: number): boolean {
+    if (id === SETTING.MAX_CONCURRENT_STREAMS) this.#maxStreams = value;
+    else if (id === SETTING.INITIAL_WINDOW_SIZE) {
+      if (value > MAX_WINDOW) {
+        this.#connectionError(H2Code.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE");
+        return false;
+      }
+      // Only streams with body left to send use their window (RFC 9113 §6.9.2).
+      const delta = value - this.#peerInitialWindow;
+      this.#peerInitialWindow = value;
+      for (const s of this.#sendable) s.sendWindow += delta;
+    } else if (id === SETTING.MAX_FRAME_SIZE) {
+      if (value < 16_384 || value > 16_777_215) {
+        this.#connectionError(H2Code.PROTOCOL_ERROR, "MAX_FRAME_SIZE");
+        return false;
+      }
+      this.#peerMaxFrame = value;
+    }
+    // HEADER_TABLE_SIZE: our encoder never indexes. ENABLE_PUSH, MAX_HEADER_LIST_SIZE: nothing to do.
+    return true;
+  }
+
+  /** A PING frame whose payload is buf[start..end]. */
+  #onPing(flags: number, streamId: number, buf: Buffer, start: number, end: number): void {
     if (streamId !== 0) {
       this.#connectionError(H2Code.PROTOCOL_ERROR, "PING on a stream");
       return;
     }
-    if (payload.length !== 8) {
+    if (end - start !== 8) {
       this.#connectionError(H2Code.FRAME_SIZE_ERROR, "PING size");
       return;
     }
     if (!(flags & FLAG.ACK)) {
-      this.#frame(T.PING, FLAG.ACK, 0, Buffer.from(payload));
+      this.#reply(T.PING, buf, start, end);
       return;
     }
-    const i = this.#pings.findIndex((p) => p.payload.equals(payload));
+    const i = this.#pings.findIndex((p) => p.payload.compare(buf, start, end) === 0);
     if (i >= 0) this.#pings.splice(i, 1)[0]?.done();
   }
 
@@ -720,6 +1006,9 @@ export class H2Session {
     }
     const last = payload.readUInt32BE(0) & MAX_STREAM_ID;
     const code = payload.readUInt32BE(4);
+    // A later GOAWAY may only lower the last stream id; one that does not changes nothing.
+    if (this.#goaway && last >= this.#lastAllowed) return;
+    this.#goaway = true;
     this.#draining = true;
     this.#lastAllowed = Math.min(this.#lastAllowed, last);
     if (code !== H2Code.NO_ERROR) this.#error ??= new Error(`GOAWAY with HTTP/2 error code ${code}`);
@@ -752,25 +1041,27 @@ export class H2Session {
         this.#connectionError(H2Code.FLOW_CONTROL_ERROR, "window");
         return;
       }
-      for (const s of this.#streams.values()) this.#sendBody(s);
+      for (const s of this.#sendable) this.#sendBody(s);
       return;
     }
     const stream = this.#streams.get(streamId);
     if (!stream) return;
     if (inc === 0) {
-      this.#streamError(stream, H2Code.PROTOCOL_ERROR);
+      this.#streamError(stream, H2Code.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the stream");
       return;
     }
+    if (stream.pending === undefined) return; // nothing left to send: its window no longer matters
     stream.sendWindow += inc;
     if (stream.sendWindow > MAX_WINDOW) {
-      this.#streamError(stream, H2Code.FLOW_CONTROL_ERROR);
+      this.#streamError(stream, H2Code.FLOW_CONTROL_ERROR, "WINDOW_UPDATE beyond 2^31-1 on the stream");
       return;
     }
     this.#sendBody(stream);
   }
 
-  #streamError(stream: H2Stream, code: number): void {
-    this.reset(stream, code);
+  /** Resets `stream` over the server's stream error `code`; `why` names it for the handler. */
+  #streamError(stream: H2Stream, code: number, why: string): void {
+    this.#resetWith(stream, code, `the server sent ${why}`);
   }
 
   #connectionError(code: number, why: string): void {
@@ -780,16 +1071,18 @@ export class H2Session {
     goaway.writeUInt32BE(code, 4);
     this.#frame(T.GOAWAY, 0, 0, goaway);
     this.#flush();
-    this.destroy(new Error(`HTTP/2 protocol error from the server (code ${code}): ${why}`));
+    this.destroy(new Error(`HTTP/2 connection error ${CODE_NAMES.get(code) ?? code}: ${why}`));
   }
 
   /** Closes `stream` once and tells its handler (on a microtask when `async`). */
-  #closeStream(stream: H2Stream, code: number | undefined, async: boolean): void {
+  #closeStream(stream: H2Stream, code: number | undefined, async: boolean, reason?: string): void {
     if (stream.closed) return;
     stream.closed = true;
     stream.pending = undefined;
     if (stream.id !== 0) this.#streams.delete(stream.id);
-    const notify = () => stream.handler.onClose(code);
+    this.#sendable.delete(stream);
+    this.#starting.delete(stream);
+    const notify = () => stream.handler.onClose(code, reason);
     if (async) queueMicrotask(notify);
     else notify();
     this.#startWaiting();
@@ -797,7 +1090,12 @@ export class H2Session {
   }
 
   #startWaiting(): void {
-    while (this.#waiting.length > 0 && this.#streams.size < this.#maxStreams && !this.#draining) {
+    while (
+      this.#waiting.length > 0 &&
+      this.#gotSettings &&
+      this.#streams.size < this.#maxStreams &&
+      !this.#draining
+    ) {
       this.#start(this.#waiting.shift() as H2Stream);
     }
   }

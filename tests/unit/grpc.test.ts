@@ -100,6 +100,42 @@ describe("MessageDecoder.push()", () => {
     );
   });
 
+  test("a message in one-byte chunks is one buffer of its own length (no view per chunk is kept)", () => {
+    const message = Uint8Array.from({ length: 10_000 }, (_, i) => (i * 7) & 0xff);
+    const wire = frames(message);
+    const d = new MessageDecoder(1 << 20);
+    const got: Uint8Array[] = [];
+    for (let i = 0; i < wire.length; i++) got.push(...d.push(wire, i, i + 1));
+    expect(got.length).toBe(1);
+    expect(got[0]?.buffer.byteLength).toBe(10_000);
+    expect(Buffer.from(got[0] as Uint8Array).equals(Buffer.from(message))).toBe(true);
+  });
+
+  test("while a message arrives its buffer doubles from 4 KiB: never more than twice what arrived", () => {
+    const d = new MessageDecoder(32 << 20);
+    expect(d.push(bytes(0, 0, 0x10, 0, 0))).toEqual([]); // announces 1 MiB
+    // Only the announced length is known: nothing is allocated for it before its bytes come.
+    const wire = new Uint8Array(5_000);
+    expect(d.push(wire)).toEqual([]);
+    const rest = new Uint8Array((1 << 20) - 5_000);
+    const [m] = d.push(rest);
+    expect(m?.length).toBe(1 << 20);
+    expect(m?.buffer.byteLength).toBe(1 << 20);
+  });
+
+  test("a small message inside a large chunk is a copy; one filling half of it or more is a view", () => {
+    const chunk = Buffer.concat([frames(bytes(1, 2, 3)), frames(new Uint8Array(4_000))]);
+    const [small, large] = new MessageDecoder(1 << 20).push(chunk);
+    expect(small?.buffer).not.toBe(chunk.buffer);
+    expect(small?.buffer.byteLength).toBe(3);
+    expect(large?.buffer).toBe(chunk.buffer);
+  });
+
+  test("push(chunk, start, end) reads only that range", () => {
+    const wire = Buffer.concat([bytes(9, 9), frames(bytes(5, 6)), bytes(9)]);
+    expect(hex(new MessageDecoder(1 << 20).push(wire, 2, wire.length - 1))).toEqual(["0506"]);
+  });
+
   test.each([
     ["one byte over, whole frame", 8, frames(new Uint8Array(9))],
     ["one byte over, header alone", 8, bytes(0, 0, 0, 0, 9)],
