@@ -1,6 +1,7 @@
 // `npm test`: the whole suite, unit and integration. Makes sure the test bed's kube-apiserver, etcd,
 // helm and Talos simulator exist (building them once per machine with tests/support/testbed-bins.sh),
-// and the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh),
+// the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh) and the hostile HTTP/2 peer
+// (tests/support/h2peer-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Extra arguments go to `bun test` (e.g. `npm test -- tests/unit`).
 
@@ -42,6 +43,18 @@ if (!env.EXOSCALE_CCM || !env.OXIDE_CCM) {
     const m = line.match(/^(EXOSCALE_CCM|OXIDE_CCM)=(.+)$/);
     if (m) env[m[1] as string] = m[2];
   }
+}
+
+// The hostile HTTP/2 peer of tests/e2e/h2-hostile.test.ts (frames written by Go's x/net/http2),
+// built from tests/support/h2peer once per machine.
+if (!env.H2PEER) {
+  const r = spawnSync(join(root, "tests/support/h2peer-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0) fail("cannot build the hostile HTTP/2 peer tests/support/h2peer (see above)");
+  const m = r.stdout.match(/^H2PEER=(.+)$/m);
+  if (m) env.H2PEER = m[1];
 }
 
 const hostArch = process.arch === "arm64" ? "arm64" : "amd64";
