@@ -219,9 +219,10 @@ export function frameMessage(message: Uint8Array): Buffer {
  */
 export class MessageDecoder {
   readonly #maxBytes: number;
-  /** The Length-Prefixed-Message header of the unfinished message, and how much of it arrived. */
-  readonly #head = new Uint8Array(PREFIX_BYTES);
+  /** How much of the unfinished message's Length-Prefixed-Message header arrived, and its fields so far. */
   #headBytes = 0;
+  #flag = 0;
+  #announced = 0;
   /** Length of the unfinished message once its header is complete, else -1. */
   #length = -1;
   /** Its bytes so far. */
@@ -271,10 +272,13 @@ export class MessageDecoder {
   #collect(chunk: Uint8Array, off: number, end: number): number {
     if (this.#headBytes < PREFIX_BYTES) {
       while (this.#headBytes < PREFIX_BYTES && off < end) {
-        this.#head[this.#headBytes++] = chunk[off++] as number;
+        const b = chunk[off++] as number;
+        if (this.#headBytes++ === 0) this.#flag = b;
+        else this.#announced = this.#announced * 256 + b;
       }
       if (this.#headBytes < PREFIX_BYTES) return off;
-      this.#length = this.#header(this.#head, 0);
+      this.#length = this.#checked(this.#flag, this.#announced);
+      this.#announced = 0;
     }
     const take = Math.min(this.#length - this.#bodyBytes, end - off);
     if (take > 0) {
@@ -310,7 +314,16 @@ export class MessageDecoder {
 
   /** Validates the header at `off` and returns the message length. */
   #header(b: Uint8Array, off: number): number {
-    const flag = b[off] as number;
+    const length =
+      (b[off + 1] as number) * 0x1000000 +
+      ((b[off + 2] as number) << 16) +
+      ((b[off + 3] as number) << 8) +
+      (b[off + 4] as number);
+    return this.#checked(b[off] as number, length);
+  }
+
+  /** The message length of a header with `flag` and `length`, validated. */
+  #checked(flag: number, length: number): number {
     if (flag !== 0) {
       throw new GrpcError(
         GrpcStatus.INTERNAL,
@@ -319,11 +332,6 @@ export class MessageDecoder {
           : `Received a message with an invalid compressed flag ${flag}`,
       );
     }
-    const length =
-      (b[off + 1] as number) * 0x1000000 +
-      ((b[off + 2] as number) << 16) +
-      ((b[off + 3] as number) << 8) +
-      (b[off + 4] as number);
     if (length > this.#maxBytes) {
       throw new GrpcError(
         GrpcStatus.RESOURCE_EXHAUSTED,
