@@ -23,7 +23,7 @@ import {
   loadTalosConfig,
   type TalosConfig,
 } from "./talosconfig.ts";
-import { statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
+import { GrpcStatus, statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
 import { type TalosWatch, type TalosWatchHandler, type WatchHost, WatchSession } from "./taloswatch.ts";
 import {
   decodeGetResponse,
@@ -70,6 +70,15 @@ const log = logger("talos");
 
 /** apid refuses larger messages; gRPC clients stop at 4 MiB by default. */
 const MAX_MESSAGE_BYTES = 32 << 20;
+
+/**
+ * The most a List response may hold, each message counted with LIST_MESSAGE_OVERHEAD (what it
+ * costs as an object besides its bytes): a server streaming tiny messages without end would
+ * otherwise grow the list without bound (the client's side of CVE-2019-9517, internal data
+ * buffering). A node's addresses or links are some KB.
+ */
+const MAX_LIST_BYTES = 8 << 20;
+const LIST_MESSAGE_OVERHEAD = 128;
 
 /**
  * SNI sent to IP endpoints. Bun's TLS refuses an IP as server name, and apid ignores SNI; the
@@ -683,7 +692,19 @@ export class TalosClient {
     try {
       const call = ch.serverStream(PATHS.list, req, this.#callOptions(node, opts));
       const out: Uint8Array[] = [];
-      for (let b = await call.next(); b !== undefined; b = await call.next()) out.push(b);
+      let bytes = 0;
+      for (let b = await call.next(); b !== undefined; b = await call.next()) {
+        bytes += b.length + LIST_MESSAGE_OVERHEAD;
+        if (bytes > MAX_LIST_BYTES) {
+          call.cancel();
+          // RESOURCE_EXHAUSTED: final, as for a message over the receive limit.
+          throw Object.assign(new Error(`the List response is over ${MAX_LIST_BYTES} bytes`), {
+            code: GrpcStatus.RESOURCE_EXHAUSTED,
+            details: `List response over ${MAX_LIST_BYTES} bytes (${out.length} messages, ${LIST_MESSAGE_OVERHEAD} bytes counted for each)`,
+          });
+        }
+        out.push(b);
+      }
       return out;
     } finally {
       leave();

@@ -255,6 +255,15 @@ describe("the HTTP/2 client against floods written by Go's x/net/http2 Framer", 
     expect(report.growthMiB).toBeLessThan(RSS_BUDGET_MIB);
   });
 
+  test("internal data buffering at the Talos client: a List of 6,000,000 one-byte messages stops at 8 MiB counted, final, not retried", async () => {
+    const { report, peer } = await againstGo("list-flood", 6_000_000, { action: "talos-list", attempts: 3 });
+    expect(report.outcome).toBe("error");
+    expect(report.error?.code).toBe("internal");
+    expect(report.error?.message).toContain("List response over 8388608 bytes");
+    expect(peer.of("headers").length).toBe(1);
+    expect(report.growthMiB).toBeLessThan(RSS_BUDGET_MIB);
+  });
+
   test("rapid reset seen from the client (CVE-2023-44487): every request refused at once; the Talos client's retries back off instead of looping", async () => {
     const { report, peer } = await againstGo("rapid-reset", 0, { action: "talos-get", attempts: 4 });
     expect(report.outcome).toBe("error");

@@ -20,9 +20,10 @@ export interface ProbeRequest {
   /**
    * `stream`: a server-streaming call read to its end (`digest` of the first message reported);
    * `stall`: a server-streaming call whose first message is read, then nothing for `stallMs`, then
-   * the rest; `talos-get`: TalosClient.platformMetadata with `attempts` and a fast backoff.
+   * the rest; `talos-get`: TalosClient.platformMetadata with `attempts` and a fast backoff;
+   * `talos-list`: TalosClient.addresses, likewise.
    */
-  action: "stream" | "stall" | "talos-get";
+  action: "stream" | "stall" | "talos-get" | "talos-list";
   /** Channel options beyond the endpoint and credentials (timeouts the test shortens). */
   channel?: Partial<GrpcChannelOptions>;
   stallMs?: number;
@@ -76,7 +77,7 @@ async function drain(call: GrpcStream, report: ProbeReport, stallMs: number): Pr
 }
 
 async function run(req: ProbeRequest, report: ProbeReport): Promise<void> {
-  if (req.action === "talos-get") {
+  if (req.action === "talos-get" || req.action === "talos-list") {
     const client = new TalosClient({
       config: {
         path: "",
@@ -94,8 +95,9 @@ async function run(req: ProbeRequest, report: ProbeReport): Promise<void> {
       registry: new Registry(),
     });
     try {
-      await client.platformMetadata("10.0.0.1");
-      report.messages = 1;
+      if (req.action === "talos-get") await client.platformMetadata("10.0.0.1");
+      else report.messages = (await client.addresses("10.0.0.1")).length;
+      if (req.action === "talos-get") report.messages = 1;
     } finally {
       client.close();
     }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 
 	"golang.org/x/net/http2"
@@ -129,6 +130,29 @@ var scenarios = map[string]func(p *peer){
 				return
 			}
 		}
+	},
+	// A List answered with -n one-byte messages within the client's flow control, then status OK:
+	// each costs the client an object, so a reader that keeps them all must stop somewhere
+	// (CVE-2019-9517 at the Talos client).
+	"list-flood": func(p *peer) {
+		p.start()
+		id, err := p.nextStream()
+		if err != nil || p.respond(id) != nil {
+			return
+		}
+		msg := frameMessage([]byte{0x0a})
+		batch := bytes.Repeat(msg, 2048)
+		for sent := 0; sent < p.opts.n; sent += 2048 {
+			if !p.flow.take(id, int64(len(batch))) {
+				report(map[string]any{"event": "sent", "conn": p.id, "what": "messages", "frames": sent})
+				return
+			}
+			if p.write(func() error { return p.wfr.WriteData(id, false, batch) }) != nil {
+				report(map[string]any{"event": "sent", "conn": p.id, "what": "messages", "frames": sent})
+				return
+			}
+		}
+		_ = p.finish(id, nil)
 	},
 	// -n DATA frames of 16 KiB, each full of empty gRPC messages, ignoring the client's flow control
 	// (CVE-2019-9517 from the client's side: what it buffers for a reader that does not read).
