@@ -3,12 +3,15 @@
 // This file is the project's security boundary: it does no I/O, never throws from `decide()` or
 // `screen()`, and fails closed. What the kubelet itself writes (its Node's addresses and
 // provided-node-ip) is checked against what no kubelet controls: the other Nodes, and Talos —
-// whose answer counts only when the answering machine names itself as the requester.
+// whose answer counts only when the answering machine names itself as the requester. A SAN is judged
+// by what it means, not how it is spelled: what blocks it (other Nodes' names and addresses, excluded
+// prefixes) is read in every way a client may read it (lib/ipspelling.ts); what grants it, strictly.
 // The request itself is read and its signature verified by lib/pkcs10.ts; this file judges what it
 // says. The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { canonicalIP, formatIP, type IPAddress, ipReadings, tryParseIP } from "./cidr.ts";
+import { canonicalIP, formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
+import { claimedIPs } from "./ipspelling.ts";
 import { type Counter, type Registry, registry } from "./metrics.ts";
 import { MAX_REQUEST_BYTES, type ParsedCsr, type PublicKeyInfo, parseCertificateRequest } from "./pkcs10.ts";
 import {
@@ -300,26 +303,51 @@ export interface Claims {
  * scan.
  * @param node the Node as policy input
  * @param as `own`: what the requester may be approved for, read strictly (an address that is not
- *   a canonical-enough IP literal claims nothing); `other`: what blocks everyone else, read in every
- *   way a parser might read it (`ipReadings()`), and any address that is no IP as a DNS name
+ *   a canonical-enough IP literal claims nothing; the name grants no IP); `other`: what blocks
+ *   everyone else, from the moment the Node exists: its name, every address and provided node IP,
+ *   each read in every way a client might read it (`claimedIPs()` of lib/ipspelling.ts: any inet_aton
+ *   spelling, a port, zone, brackets or prefix length, the IPv4 address an IPv6 form embeds) — so a
+ *   Node named `10.0.0.5` or `167772162` claims that address before its status has any — and any
+ *   address that is no IP as a DNS name
  * @example claims(nodeInputFrom(lean), "other").ips.has("10.0.0.1")
  */
 export function claims(node: NodeInput, as: "own" | "other"): Claims {
+  return as === "own" ? ownClaims(node) : otherClaims(node);
+}
+
+/** `claims(node, "own")`: strict, and only DNS-type addresses count as names. */
+function ownClaims(node: NodeInput): Claims {
   const dns = new Set([canonicalDNS(node.name)]);
   const ips = new Set<string>();
-  const read = (text: string) =>
-    as === "own" ? defined([canonicalIP(text.trim())]) : ipReadings(text).map(formatIP);
   for (const a of node.addresses ?? []) {
     if (typeof a?.address !== "string") continue;
     // As the kubelet does when it builds the request: an address that is an IP is an IP SAN,
     // whatever its type.
-    const found = read(a.address);
-    for (const ip of found) ips.add(ip);
-    if (found.length === 0 && (as === "other" || DNS_ADDRESS_TYPES.has(a.type))) {
-      dns.add(canonicalDNS(a.address.trim()));
-    }
+    const ip = canonicalIP(a.address.trim());
+    if (ip !== undefined) ips.add(ip);
+    else if (DNS_ADDRESS_TYPES.has(a.type)) dns.add(canonicalDNS(a.address.trim()));
   }
-  for (const part of (node.providedNodeIP ?? "").split(",")) for (const ip of read(part)) ips.add(ip);
+  for (const part of (node.providedNodeIP ?? "").split(",")) {
+    const ip = canonicalIP(part.trim());
+    if (ip !== undefined) ips.add(ip);
+  }
+  return { dns, ips };
+}
+
+/** `claims(node, "other")`: every reading of the name, the addresses and the provided node IPs. */
+function otherClaims(node: NodeInput): Claims {
+  const name = typeof node.name === "string" ? node.name : "";
+  const dns = new Set([canonicalDNS(name)]);
+  const ips = new Set(claimedIPs(name).map(formatIP));
+  for (const a of node.addresses ?? []) {
+    if (typeof a?.address !== "string") continue;
+    const found = claimedIPs(a.address);
+    for (const ip of found) ips.add(formatIP(ip));
+    if (found.length === 0) dns.add(canonicalDNS(a.address.trim()));
+  }
+  for (const part of (node.providedNodeIP ?? "").split(",")) {
+    for (const ip of claimedIPs(part)) ips.add(formatIP(ip));
+  }
   return { dns, ips };
 }
 
@@ -589,11 +617,14 @@ function failClosed<T>(fn: () => T): T | Decision {
  * kubelet-serving (else ignore); username `system:node:<name>` and group `system:nodes`; usages;
  * one well-formed PEM request within `MAX_REQUEST_BYTES`; key (RSA 2048–8192, P-256, P-384,
  * Ed25519); proof of possession; subject CN = username and O = [system:nodes]; SANs (DNS/IP only,
- * at least one; no wildcard, no name of `reservedName()`, no IP of `specialIP()`); no IP SAN in
+ * at least one; no wildcard, no name of `reservedName()` — which refuses a DNS name any client reads
+ * as an IP address, the node's own name included — no IP of `specialIP()`, which refuses the IPv6
+ * forms that carry an IPv4 address); no IP SAN in
  * the cluster's Service or pod ranges, no DNS SAN a shared name (`networks`);
  * the Node exists (else wait); every DNS SAN is the node name or a Hostname/InternalDNS/ExternalDNS
  * address of it, and no other Node's name or DNS address; every IP SAN is a status address or
- * provided node IP, and no other Node's address in any spelling. Then with Talos: the Talos node
+ * provided node IP, and no other Node's name, address or provided node IP in any spelling
+ * (`claims()`). Then with Talos: the Talos node
  * that answered is this node, reports every IP SAN on a link of its own and outside what it
  * excludes from node IPs, and knows every DNS SAN other than the node name.
  * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)

@@ -2,8 +2,11 @@
 // policy (lib/csr.ts): a kubelet serving certificate may name only its own machine, so a SAN that
 // every host has (loopback, link-local), that many hosts share (a Service IP, a pod network, a
 // virtual IP that moves between control-plane nodes, an address on a dummy interface such as
-// kube-ipvs0) or that resolves to whoever asks (`localhost`) is refused whoever asks for it. DNS names
-// are compared in one canonical form (`canonicalDNS`), as Go's crypto/x509 compares host names.
+// kube-ipvs0), that resolves to whoever asks (`localhost`) or that a client reads as an address (a DNS
+// name spelling an IP, an IPv6 form of an IPv4 host) is refused whoever asks for it. DNS names are
+// compared in one canonical form (`canonicalDNS`), as Go's crypto/x509 compares host names. What
+// blocks (excluded prefixes, addresses on shared links, cluster ranges) is read by lib/ipspelling.ts
+// in every way a client may read it.
 
 import {
   formatIP,
@@ -22,6 +25,7 @@ import {
   tryParsePrefix,
   unmapIPv4,
 } from "./cidr.ts";
+import { dnsNameAsIP, embeddedIPv4, ipReadings, prefixReadings } from "./ipspelling.ts";
 import { addName, type Names, namesOf, removeName } from "./names.ts";
 import type { AddressStatus } from "./types.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
@@ -47,14 +51,19 @@ const LOCAL_NAMES: ReadonlySet<string> = new Set(["localhost", "localhost.locald
  * Why a DNS SAN can name no single machine, or undefined when it may. Judged on the canonical form:
  * not a valid host name (after the one trailing dot; Go's verifier never matches such a name),
  * `localhost` and `*.localhost` (RFC 6761: always the local host), the API server's own names
- * (`kubernetes`, `kubernetes.*`), and Service and Pod DNS names (`<svc>.<ns>.svc[.<domain>]`,
- * `<ip>.<ns>.pod[.<domain>]`), which name cluster objects.
+ * (`kubernetes`, `kubernetes.*`), Service and Pod DNS names (`<svc>.<ns>.svc[.<domain>]`,
+ * `<ip>.<ns>.pod[.<domain>]`), which name cluster objects, and names a client reads as an IP
+ * address (`dnsNameAsIP()` of lib/ipspelling.ts: `10.2`, `167772162`, `0xa.0.0.2`, any name whose
+ * last label is numeric, names under ipv6-literal.net) — an address is judged as an IP SAN only.
  * @param name the SAN as requested
  * @example reservedName("LOCALHOST.") // "names the local host of whoever resolves it"
+ * @example reservedName("10.0.0.02") // "is read as IP address 10.0.0.2 by inet_aton …"
  */
 export function reservedName(name: string): string | undefined {
   const c = canonicalDNS(name);
   if (isDNS1123Subdomain(c).length > 0) return "is not a valid DNS name";
+  const address = dnsNameAsIP(c);
+  if (address) return address.why;
   if (LOCAL_NAMES.has(c) || c.endsWith(".localhost")) return "names the local host of whoever resolves it";
   if (c === "kubernetes" || c.startsWith("kubernetes.")) return "names the Kubernetes API service";
   const labels = c.split(".");
@@ -83,10 +92,11 @@ const SPECIAL_V4: ReadonlyArray<{ prefix: Prefix; what: string }> = [
   { prefix: builtInPrefix("240.0.0.0/4"), what: "reserved (240.0.0.0/4) or the broadcast address" },
 ];
 
-/** IPv6 ranges that name no single machine, beyond the `cidr.ts` predicates. */
+/**
+ * IPv6 ranges that name no single machine, beyond the `cidr.ts` predicates and the forms that embed
+ * an IPv4 address (`embeddedIPv4()`).
+ */
 const SPECIAL_V6: ReadonlyArray<{ prefix: Prefix; what: string }> = [
-  { prefix: builtInPrefix("::/96"), what: "an IPv4-compatible address (::/96, deprecated)" },
-  { prefix: builtInPrefix("64:ff9b::/96"), what: "a NAT64 address (64:ff9b::/96) of another host" },
   { prefix: builtInPrefix("100::/64"), what: "a discard-only address (100::/64)" },
   { prefix: builtInPrefix("fec0::/10"), what: "a site-local address (fec0::/10, deprecated)" },
 ];
@@ -100,8 +110,12 @@ function builtInPrefix(text: string): Prefix {
 /**
  * Why an IP SAN can identify no single machine whoever asks, or undefined: unspecified,
  * loopback, link-local (the same addresses on every link), multicast, broadcast and reserved
- * ranges, and IPv6 forms that stand for another host's IPv4 address.
+ * ranges, and IPv6 forms that carry an IPv4 address (`embeddedIPv4()` of lib/ipspelling.ts:
+ * IPv4-compatible, SIIT, NAT64, 6to4, Teredo, ISATAP), which reach an IPv4 host through a
+ * translator or relay shared by design. An IPv4-mapped address is judged as the IPv4 address it
+ * maps: it is that address to every dual-stack socket and to Go's `net.IP.Equal`.
  * @example specialIP(parseIP("127.0.0.1")) // "a loopback address"
+ * @example specialIP(parseIP("2002:a00:2::1")) // "a 6to4 address (2002::/16, deprecated) carrying IPv4 10.0.0.2, …"
  */
 export function specialIP(address: IPAddress): string | undefined {
   const ip = unmapIPv4(address);
@@ -110,6 +124,11 @@ export function specialIP(address: IPAddress): string | undefined {
   if (isLinkLocal(ip)) return "a link-local address";
   if (isMulticast(ip)) return "a multicast address";
   for (const r of ip.family === 4 ? SPECIAL_V4 : SPECIAL_V6) if (prefixContains(r.prefix, ip)) return r.what;
+  const embedded = embeddedIPv4(ip);
+  if (embedded) {
+    const v4 = embedded.ipv4.map(formatIP).join(" or ");
+    return `${embedded.kind} carrying IPv4 ${v4}, a host reached through a translator or relay`;
+  }
   return undefined;
 }
 
@@ -161,7 +180,8 @@ export class ClusterNetworks implements NetworkView {
    * @param group a stable key, e.g. `node/worker-1` or `servicecidr/kubernetes`
    * @param what how the source is named in a denial, e.g. `pod CIDR of node "worker-1"`
    * @param entries CIDRs (`10.96.0.0/12`; host bits are cleared; a single address is `/32` or
-   *   `/128`) and DNS names
+   *   `/128`), read by `prefixReadings()` (so `::ffff:10.96.0.0/108` is `10.96.0.0/12` too, and a
+   *   sloppy `010.96.0.0/12` holds every reading), and DNS names
    * @returns the CIDRs that are not, for the caller to report
    */
   set(
@@ -173,8 +193,8 @@ export class ClusterNetworks implements NetworkView {
     const bad: string[] = [];
     const g: Group = { prefixes: [], names: [], what };
     for (const text of entries.cidrs ?? []) {
-      const c = tryParseCidr(text.trim());
-      if (c) g.prefixes.push(c.prefix);
+      const prefixes = prefixReadings(text, { single: false });
+      if (prefixes.length) g.prefixes.push(...prefixes);
       else bad.push(text);
     }
     for (const name of entries.names ?? []) g.names.push(canonicalDNS(name));
@@ -289,7 +309,7 @@ const EXTERNAL_LINK = "external";
  * has no LinkStatus for (except `external`, where clouds' public addresses sit).
  * @param addresses the machine's AddressStatuses
  * @param links the machine's LinkStatuses
- * @returns canonical address → reason
+ * @returns canonical address (every reading of `ipReadings()`, IPv4-mapped as IPv4) → reason
  */
 export function addressesOnSharedLinks(
   addresses: readonly Pick<AddressStatus, "address" | "linkName" | "scope">[],
@@ -298,10 +318,12 @@ export function addressesOnSharedLinks(
   const byName = new Map(links.map((l) => [l.name, l]));
   const out = new Map<string, string>();
   for (const a of addresses) {
-    const key = canonicalHost(a.address);
-    if (!key) continue;
     const why = notOwnLink(a, byName.get(a.linkName));
-    if (why && !out.has(key)) out.set(key, why);
+    if (!why) continue;
+    for (const ip of ipReadings(a.address)) {
+      const key = formatIP(ip);
+      if (!out.has(key)) out.set(key, why);
+    }
   }
   return out;
 }
@@ -325,31 +347,32 @@ function notOwnLink(
 /**
  * Whether `ip` is the network or broadcast address of an IPv4 subnet the machine has (prefix
  * length up to /30): such an address reaches every host of the subnet, not one.
- * @param addresses the machine's addresses as `ip/prefix`
+ * @param addresses the machine's addresses as `ip/prefix`, read by `prefixReadings()` (an
+ *   IPv4-mapped `::ffff:10.0.0.5/120` is the subnet 10.0.0.0/24)
  * @returns the subnet, e.g. `10.0.0.0/24`, or undefined
  */
 export function subnetEdgeOf(ip: IPAddress, addresses: readonly string[]): string | undefined {
   const a = unmapIPv4(ip);
   if (a.family !== 4) return undefined;
   for (const text of addresses) {
-    const c = tryParseCidr(text);
-    if (c?.prefix.family !== 4 || c.prefix.bits > 30) continue;
-    if (a.value === c.prefix.addr || a.value === lastAddress(c.prefix)) return formatPrefix(c.prefix);
+    for (const p of prefixReadings(text, { single: false })) {
+      if (p.family !== 4 || p.bits > 30) continue;
+      if (a.value === p.addr || a.value === lastAddress(p)) return formatPrefix(p);
+    }
   }
   return undefined;
 }
 
 /**
  * The first of `entries` that holds `ip`: each a CIDR (`10.96.0.0/12`, host bits allowed) or a
- * single IP (`10.0.0.100`), as Talos' NodeIPConfig writes virtual IPs; malformed entries are skipped.
+ * single IP (`10.0.0.100`), as Talos' NodeIPConfig writes virtual IPs, read by `prefixReadings()`
+ * (an IPv4-mapped `::ffff:10.0.0.0/104` holds 10.0.0.0/8); entries that are neither are skipped.
  * @example entryHolding(parseIP("10.0.0.100"), ["10.244.0.0/16", "10.0.0.100"]) // "10.0.0.100"
  */
 export function entryHolding(ip: IPAddress, entries: readonly string[]): string | undefined {
   const a = unmapIPv4(ip);
   for (const text of entries) {
-    const t = text.trim();
-    const c = tryParseCidr(t);
-    if (c ? prefixContains(c.prefix, a) : canonicalHost(t) === formatIP(a)) return t;
+    if (prefixReadings(text).some((p) => prefixContains(p, a))) return text.trim();
   }
   return undefined;
 }
