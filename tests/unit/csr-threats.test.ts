@@ -71,6 +71,24 @@ const nodeB: NodeInput = {
   ],
 };
 
+/** A Node that writes its IP with its kubelet port, and its IPv6 in brackets with one. */
+const nodeC: NodeInput = {
+  name: "worker-c",
+  addresses: [
+    { type: "InternalIP", address: "10.0.0.5:10250" },
+    { type: "ExternalIP", address: "[2001:db8::c]:10250" },
+  ],
+};
+
+/** Nodes named by an IP, in two spellings, whose status has no address yet (a kubelet's first write). */
+const namedByIP: NodeInput[] = [
+  { name: "10.0.0.6", addresses: [] },
+  { name: "167772167", addresses: [] },
+];
+
+/** A Node that writes a 6to4 address of 10.0.0.8 (its relay reaches that IPv4 host). */
+const nodeD: NodeInput = { name: "worker-d", addresses: [{ type: "InternalIP", address: "2002:a00:8::1" }] };
+
 function clusterNetworks(): ClusterNetworks {
   const n = new ClusterNetworks();
   n.set("servicecidr/kubernetes", "a Service CIDR (ServiceCIDR kubernetes)", {
@@ -110,6 +128,64 @@ const BOTH: Case[] = [
   { name: "broadcast 255.255.255.255", ips: ["255.255.255.255"], reason: "NonUniqueIP" },
   { name: "reserved 240.0.0.1", ips: ["240.0.0.1"], reason: "NonUniqueIP" },
   { name: "a NAT64 address of another host", ips: ["64:ff9b::a00:2"], reason: "NonUniqueIP" },
+  // IPv6 forms that carry another host's IPv4 address (10.0.0.2, worker-b's).
+  {
+    name: "a local-use NAT64 address (64:ff9b:1::/48) of another host",
+    ips: ["64:ff9b:1::a00:2"],
+    reason: "NonUniqueIP",
+    says: "IP SAN 64:ff9b:1::a00:2 is a local-use NAT64 address",
+  },
+  {
+    name: "a 6to4 address (2002::/16) of another host",
+    ips: ["2002:a00:2::1"],
+    reason: "NonUniqueIP",
+    says: "IP SAN 2002:a00:2::1 is a 6to4 address (2002::/16, deprecated) carrying IPv4 10.0.0.2",
+  },
+  {
+    name: "a Teredo address (2001::/32) whose inverted client is another host",
+    ips: ["2001:0:4136:e378:8000:63bf:f5ff:fffd"],
+    reason: "NonUniqueIP",
+    says: "IP SAN 2001:0:4136:e378:8000:63bf:f5ff:fffd is a Teredo address (2001::/32) carrying IPv4 65.54.227.120 or 10.0.0.2",
+  },
+  {
+    name: "an IPv4-translated (SIIT, ::ffff:0:0:0/96) address of another host",
+    ips: ["::ffff:0:a00:2"],
+    reason: "NonUniqueIP",
+    says: "IP SAN ::ffff:0:a00:2 is an IPv4-translated (SIIT) address",
+  },
+  {
+    name: "an IPv4-compatible (::/96) address of another host",
+    ips: ["::a00:2"],
+    reason: "NonUniqueIP",
+    says: "IP SAN ::a00:2 is an IPv4-compatible address",
+  },
+  {
+    name: "an ISATAP address of another host",
+    ips: ["2001:db8:1:2:0:5efe:a00:2"],
+    reason: "NonUniqueIP",
+    says: "IP SAN 2001:db8:1:2:0:5efe:a00:2 is an ISATAP address",
+  },
+  // DNS names that clients read as another host's IPv4 address (10.0.0.2).
+  ...["167772162", "10.0.0.02", "10.2", "012.0.0.2", "0xa.0.0.2", "0XA000002", "10.0.0.2."].map(
+    (dns): Case => ({
+      name: `the DNS name ${dns}, which inet_aton and URL parsers read as 10.0.0.2`,
+      dns: [dns],
+      reason: "ForbiddenSAN",
+      says: `DNS SAN ${JSON.stringify(dns)} is read as IP address `,
+    }),
+  ),
+  {
+    name: "a DNS name ending in a number, which URL parsers read as an IPv4 address or refuse",
+    dns: ["worker-b.123"],
+    reason: "ForbiddenSAN",
+    says: 'DNS SAN "worker-b.123" ends in a numeric label',
+  },
+  {
+    name: "a name under ipv6-literal.net, which Windows reads as an IPv6 address",
+    dns: ["2001-db8--b.ipv6-literal.net"],
+    reason: "ForbiddenSAN",
+    says: 'DNS SAN "2001-db8--b.ipv6-literal.net" is a name under ipv6-literal.net',
+  },
   { name: "localhost", dns: ["localhost"], reason: "ForbiddenSAN", says: "local host" },
   { name: "LOCALHOST. in capitals with a trailing dot", dns: ["LOCALHOST."], reason: "ForbiddenSAN" },
   { name: "a *.localhost name", dns: ["evil.localhost"], reason: "ForbiddenSAN" },
@@ -176,8 +252,43 @@ const BOTH: Case[] = [
     name: "another node's IP written with leading zeros in its status",
     ips: ["10.0.0.2"],
     reason: "IPOfOtherNode",
-    says: "worker-b",
+    says: '"10.0.0.2" (node "worker-b")',
     others: [nodeB],
+  },
+  {
+    name: "another node's IPv4 written with a port in its status",
+    ips: ["10.0.0.5"],
+    reason: "IPOfOtherNode",
+    says: '"10.0.0.5" (node "worker-c")',
+    others: [nodeC],
+  },
+  {
+    name: "another node's IPv6 written in brackets with a port in its status",
+    ips: ["2001:db8::c"],
+    reason: "IPOfOtherNode",
+    says: '"2001:db8::c" (node "worker-c")',
+    others: [nodeC],
+  },
+  {
+    name: "the IP another Node is named by, before its status has any address",
+    ips: ["10.0.0.6"],
+    reason: "IPOfOtherNode",
+    says: '"10.0.0.6" (node "10.0.0.6")',
+    others: namedByIP,
+  },
+  {
+    name: "the IP another Node is named by in inet_aton's one-number form, before its status has any address",
+    ips: ["10.0.0.7"],
+    reason: "IPOfOtherNode",
+    says: '"10.0.0.7" (node "167772167")',
+    others: namedByIP,
+  },
+  {
+    name: "the IPv4 address another node's 6to4 address carries",
+    ips: ["10.0.0.8"],
+    reason: "IPOfOtherNode",
+    says: '"10.0.0.8" (node "worker-d")',
+    others: [nodeD],
   },
 ];
 
@@ -218,6 +329,30 @@ describe("decide() denies, in CSR-only mode and with Talos, every SAN that does 
     expect(decide(input(pem), nodeAClaiming([], []), talosReporting([], []), [], n)).toMatchObject({
       action: "approve",
     });
+  });
+
+  test("a DNS SAN that reads as an IP is refused even when it is the node's own name", async () => {
+    const user = "system:node:167772161";
+    const pem = (await createCSR({ cn: user, o: ["system:nodes"], dns: ["167772161"], ips: ["10.0.0.1"] }))
+      .csr;
+    const node: NodeInput = {
+      name: "167772161",
+      addresses: [
+        { type: "InternalIP", address: "10.0.0.1" },
+        { type: "Hostname", address: "167772161" },
+      ],
+    };
+    const csr = { ...input(pem), username: user };
+    for (const talos of [undefined, talosReporting([], [], { nodename: "167772161" })]) {
+      expect(decide(csr, node, talos)).toMatchObject({
+        action: "deny",
+        reason: "ForbiddenSAN",
+        message: expect.stringContaining('DNS SAN "167772161" is read as IP address 10.0.0.1'),
+      });
+    }
+    // Its address as an IP SAN, as a kubelet sends a Hostname that parses as an IP, is approved.
+    const asIP = (await createCSR({ cn: user, o: ["system:nodes"], ips: ["10.0.0.1"] })).csr;
+    expect(decide({ ...input(asIP), username: user }, node).action).toBe("approve");
   });
 
   test("a dNSName that is not ASCII is refused, as Go's parser refuses it", async () => {
@@ -268,6 +403,27 @@ describe("decide() with Talos also refuses what only Talos can tell", () => {
       over: { excludedSubnets: ["10.244.0.0/16"] },
       reason: "SharedIP",
       says: "10.244.0.0/16",
+    },
+    {
+      name: "an address in an IPv4-mapped prefix Talos excludes",
+      ip: "10.0.0.100",
+      over: { excludedSubnets: ["::ffff:10.0.0.96/124"] },
+      reason: "SharedIP",
+      says: "IP SAN 10.0.0.100 is in ::ffff:10.0.0.96/124, which Talos excludes",
+    },
+    {
+      name: "a virtual IP Talos excludes written IPv4-mapped",
+      ip: "10.0.0.100",
+      over: { excludedSubnets: ["::ffff:10.0.0.100"] },
+      reason: "SharedIP",
+      says: "IP SAN 10.0.0.100 is in ::ffff:10.0.0.100, which Talos excludes",
+    },
+    {
+      name: "the broadcast address of the machine's subnet, Talos reporting it IPv4-mapped",
+      ip: "10.0.0.255",
+      over: { addresses: ["::ffff:10.0.0.1/120", "::ffff:10.0.0.255/120"] },
+      reason: "NonUniqueIP",
+      says: "IP SAN 10.0.0.255 is the network or broadcast address of 10.0.0.0/24",
     },
     {
       name: "the broadcast address of the machine's own subnet",

@@ -766,6 +766,51 @@ describe("CsrApprover", () => {
     });
   });
 
+  test("CsrApprover.run() counts a Node's name as its claim from the moment the Node exists: an IP it is named by, in any spelling, is refused in both modes", async () => {
+    for (const talos of [true, false]) {
+      for (const [name, ip] of [
+        ["10.0.0.2", "10.0.0.2"],
+        ["167772163", "10.0.0.3"],
+        ["10.4", "10.0.0.4"],
+      ] as const) {
+        const f = setup({ talos, nodeHandlers: false });
+        f.talos.machines.set("10.0.0.1", { nodename: "worker-a", addresses: ["10.0.0.1/24", `${ip}/24`] });
+        f.nodes.put(node("worker-a", ["10.0.0.1", ip]));
+        // What a kubelet creates first: the Node, with no address in its status yet.
+        f.nodes.put(leanNode({ metadata: { name, uid: `uid-${name}` }, status: {} }));
+        const stop = new AbortController();
+        const running = f.approver.run(stop.signal);
+        const written = f.nextWrite();
+        f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", ip] }))));
+        await written;
+        stop.abort();
+        await running;
+        expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+          type: "Denied",
+          reason: "IPOfOtherNode",
+          message: expect.stringContaining(`"${ip}" (node "${name}")`),
+        });
+      }
+    }
+  });
+
+  test("CsrApprover refuses an address in an IPv4-mapped prefix the machine's NodeIPConfig excludes", async () => {
+    const f = setup();
+    f.talos.machines.set("10.0.0.1", {
+      nodename: "worker-a",
+      addresses: ["10.0.0.1/24", "10.0.0.100/32"],
+      excludeSubnets: ["::ffff:10.0.0.96/124"],
+    });
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.0.0.100" }]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.100"] }))));
+    await f.drain();
+    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+      type: "Denied",
+      reason: "SharedIP",
+      message: expect.stringContaining("IP SAN 10.0.0.100 is in ::ffff:10.0.0.96/124"),
+    });
+  });
+
   test("CsrApprover refuses a Service CIDR address in both modes, without asking Talos", async () => {
     for (const talos of [true, false]) {
       const f = setup({ talos });
