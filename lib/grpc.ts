@@ -712,6 +712,13 @@ export class GrpcChannel {
 
   #keepalive(conn: Connection): void {
     if (conn.session.destroyed) return;
+    // A server that keeps sending but reads nothing is not alive either: what we write piles up.
+    const stalledMs = conn.session.writeStalledMs;
+    if (stalledMs > this.#keepaliveTimeoutMs) {
+      log.warn("gRPC connection reads nothing we send; dropping it", { target: this.#authority });
+      conn.session.destroy(new Error(`the server read nothing we sent for ${Math.round(stalledMs)} ms`));
+      return;
+    }
     const silentMs = performance.now() - conn.lastRead;
     // Without open streams grpc-go counts any ping as abuse; an idle connection needs no check.
     if (silentMs < this.#keepaliveMs || conn.streams === 0) {

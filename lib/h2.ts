@@ -251,6 +251,15 @@ export class H2Session {
   /** PING and SETTINGS acknowledgements queued in #out, and handed to the socket but not yet written. */
   #outReplies = 0;
   #unsentReplies = 0;
+  /** The acknowledgements in each socket write not yet written out, oldest first. */
+  readonly #inFlight: number[] = [];
+  /** performance.now() of the last progress while writes are in flight, else 0. */
+  #stallSince = 0;
+  /** A socket write completed (its callback; one function per session, not one per write). */
+  readonly #written = (): void => {
+    this.#unsentReplies -= this.#inFlight.shift() ?? 0;
+    this.#stallSince = this.#inFlight.length > 0 ? performance.now() : 0;
+  };
   /** The buffer acknowledgements are written into until the next flush; [start, end) not yet in #out. */
   #acks: Buffer | undefined;
   #acksStart = 0;
@@ -310,6 +319,11 @@ export class H2Session {
   /** The socket is gone. */
   get destroyed(): boolean {
     return this.#destroyed;
+  }
+
+  /** How long our writes have waited without any of them being written out (0: none waits). */
+  get writeStalledMs(): number {
+    return this.#stallSince === 0 ? 0 : performance.now() - this.#stallSince;
   }
 
   /** Open streams (started, or waiting for a slot or the server's SETTINGS). */
@@ -629,17 +643,12 @@ export class H2Session {
     if (this.#out.length === 0) return;
     const data = this.#out.length === 1 ? (this.#out[0] as Buffer) : Buffer.concat(this.#out);
     this.#out = [];
-    const replies = this.#outReplies;
-    if (replies === 0) {
-      this.#socket.write(data);
-      return;
-    }
     // The callback runs once the bytes are written to the kernel: the server is reading.
+    this.#inFlight.push(this.#outReplies);
+    this.#unsentReplies += this.#outReplies;
     this.#outReplies = 0;
-    this.#unsentReplies += replies;
-    this.#socket.write(data, () => {
-      this.#unsentReplies -= replies;
-    });
+    if (this.#stallSince === 0) this.#stallSince = performance.now();
+    this.#socket.write(data, this.#written);
   }
 
   #receive(chunk: Buffer): void {

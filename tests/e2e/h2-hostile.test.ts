@@ -264,6 +264,19 @@ describe("the HTTP/2 client against floods written by Go's x/net/http2 Framer", 
     expect(report.growthMiB).toBeLessThan(RSS_BUDGET_MIB);
   });
 
+  test("a server that reads nothing but keeps sending (PINGs): the connection is dropped once our writes have waited the keepalive timeout", async () => {
+    const request = 8 << 20;
+    // The PINGs (every 50 ms) keep the connection from ever being silent for keepaliveMs.
+    const channel = { keepaliveMs: 1_000, keepaliveTimeoutMs: 300 };
+    const { report } = await againstGo("no-read", 400, { action: "stream", requestBytes: request, channel });
+    expect(report.outcome).toBe("error");
+    expect(report.error?.code).toBe(GrpcStatus.UNAVAILABLE);
+    expect(report.error?.message).toMatch(/the server read nothing we sent for \d+ ms/);
+    expect(report.elapsedMs).toBeLessThan(10_000);
+    // The request itself (8 MiB, its framed copy and the socket's) is the client's own memory.
+    expect(report.growthMiB).toBeLessThan(RSS_BUDGET_MIB + 3 * (request >> 20));
+  });
+
   test("rapid reset seen from the client (CVE-2023-44487): every request refused at once; the Talos client's retries back off instead of looping", async () => {
     const { report, peer } = await againstGo("rapid-reset", 0, { action: "talos-get", attempts: 4 });
     expect(report.outcome).toBe("error");

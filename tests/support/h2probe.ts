@@ -28,6 +28,8 @@ export interface ProbeRequest {
   channel?: Partial<GrpcChannelOptions>;
   stallMs?: number;
   attempts?: number;
+  /** Size of the request message (default 3 bytes). */
+  requestBytes?: number;
   /** The probe gives up and reports `outcome: "timeout"` after this long (default 30 s). */
   limitMs?: number;
 }
@@ -114,7 +116,7 @@ async function run(req: ProbeRequest, report: ProbeReport): Promise<void> {
     ...req.channel,
   });
   try {
-    const call = ch.serverStream("/cosi.resource.State/Watch", new Uint8Array([1, 2, 3]));
+    const call = ch.serverStream("/cosi.resource.State/Watch", new Uint8Array(req.requestBytes ?? 3).fill(1));
     await drain(call, report, req.action === "stall" ? (req.stallMs ?? 1_000) : 0);
   } finally {
     ch.close();

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -153,6 +155,31 @@ var scenarios = map[string]func(p *peer){
 			}
 		}
 		_ = p.finish(id, nil)
+	},
+	// A server that reads nothing after the first request but stays lively: it grants the largest
+	// windows, shrinks its receive buffer, and sends a PING every 50 ms, -n times. A client
+	// writing a large request must notice that nothing it writes is read.
+	"no-read": func(p *peer) {
+		if tcp, ok := p.conn.NetConn().(*net.TCPConn); ok {
+			_ = tcp.SetReadBuffer(16 << 10)
+		}
+		p.stopReading = true
+		p.start(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+		if p.write(func() error { return p.wfr.WriteWindowUpdate(0, 1<<31-1-65535) }) != nil {
+			return
+		}
+		if _, err := p.nextStream(); err != nil {
+			return
+		}
+		for i := range p.opts.n {
+			time.Sleep(50 * time.Millisecond)
+			var data [8]byte
+			binary.BigEndian.PutUint64(data[:], uint64(i))
+			if err := p.write(func() error { return p.wfr.WritePing(false, data) }); err != nil {
+				report(map[string]any{"event": "sent", "conn": p.id, "what": "PING", "frames": i, "err": err.Error()})
+				return
+			}
+		}
 	},
 	// -n DATA frames of 16 KiB, each full of empty gRPC messages, ignoring the client's flow control
 	// (CVE-2019-9517 from the client's side: what it buffers for a reader that does not read).
