@@ -136,6 +136,9 @@ function hostsOf(text: string): string[] {
  * @example ipReadings("10.0.0.5:10250").map(formatIP) // ["10.0.0.5"]
  */
 export function ipReadings(text: string): IPAddress[] {
+  // What the strict parser takes (as status writers mostly write) no reader takes otherwise.
+  const strict = tryParseIP(text);
+  if (strict) return [unmapIPv4(strict)];
   const out: IPAddress[] = [];
   for (const h of hostsOf(text)) {
     if (h.includes(":")) out.push(...v6Readings(h).map(unmapIPv4));
