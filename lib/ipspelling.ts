@@ -96,37 +96,66 @@ const IPV6_LITERAL_NET = ".ipv6-literal.net";
 // Reading a spelling
 
 /**
- * The hosts `text` may be written around: itself and, when it holds spaces, its first word (inet_aton
- * ignores whatever follows a space); without brackets (`[v6]`, `[v6]:port`), an IPv4 port
- * (`10.0.0.5:10250`), a prefix length (`/24`), a zone (`%eth0`, `%25eth0`) or one trailing dot (as
- * URL parsers drop it).
+ * `text` as a URL parser sees a host: percent-escapes of ASCII decoded, and, when it is not ASCII,
+ * compatibility forms folded (NFKC: fullwidth digits) and the ideographic full stops read as dots
+ * (UTS 46), as the WHATWG host parser does before it looks for an IPv4 address.
+ */
+function urlHostVariants(text: string): string[] {
+  const out = [text];
+  if (text.includes("%")) {
+    const decoded = text.replace(/%([0-7][0-9a-fA-F])/g, (_, hex: string) =>
+      String.fromCharCode(Number.parseInt(hex, 16)),
+    );
+    if (decoded !== text) out.push(decoded);
+  }
+  if (/[\u0080-\uffff]/.test(text)) out.push(text.normalize("NFKC").replace(/[\u3002\uff0e\uff61]/g, "."));
+  return out;
+}
+
+/**
+ * The host `w` is written around: without brackets (`[v6]`, `[v6]:port`), an IPv4 port
+ * (`10.0.0.5:10250`), a prefix length (`/24`) or a zone (`%eth0`, `%25eth0`); a name under
+ * ipv6-literal.net as the IPv6 text it spells. Undefined for an unclosed bracket.
+ */
+function unwrap(w: string): string | undefined {
+  let h = w;
+  if (h.startsWith("[")) {
+    const end = h.indexOf("]");
+    if (end < 0) return undefined;
+    h = h.slice(1, end);
+  } else if (h.indexOf(":") >= 0 && h.indexOf(":") === h.lastIndexOf(":")) {
+    h = h.slice(0, h.indexOf(":"));
+  }
+  h = h.replace(/\/[0-9]{1,3}$/, "").replace(/%.*$/, "");
+  if (h.toLowerCase().endsWith(IPV6_LITERAL_NET)) {
+    h = h.slice(0, -IPV6_LITERAL_NET.length).replaceAll("-", ":").replace(/s.*$/i, "");
+  }
+  return h;
+}
+
+/**
+ * The hosts `text` may be written around (`unwrap()`), in each of its `urlHostVariants()`: itself
+ * and, when it holds spaces, its first word (inet_aton ignores whatever follows a space), each also
+ * without one trailing dot (as URL parsers drop it).
  */
 function hostsOf(text: string): string[] {
-  const s = text.trim();
-  const words = /\s/.test(s) ? [s, s.split(/\s/)[0] as string] : [s];
   const out = new Set<string>();
-  for (const w of words) {
-    let h = w;
-    if (h.startsWith("[")) {
-      const end = h.indexOf("]");
-      if (end < 0) continue;
-      h = h.slice(1, end);
-    } else if (h.indexOf(":") >= 0 && h.indexOf(":") === h.lastIndexOf(":")) {
-      h = h.slice(0, h.indexOf(":"));
+  for (const v of urlHostVariants(text)) {
+    const s = v.trim();
+    for (const w of /\s/.test(s) ? [s, s.split(/\s/)[0] as string] : [s]) {
+      const h = unwrap(w);
+      if (!h) continue;
+      out.add(h);
+      if (h.length > 1 && h.endsWith(".") && !h.includes(":")) out.add(h.slice(0, -1));
     }
-    h = h.replace(/\/[0-9]{1,3}$/, "").replace(/%.*$/, "");
-    if (h.toLowerCase().endsWith(IPV6_LITERAL_NET)) {
-      h = h.slice(0, -IPV6_LITERAL_NET.length).replaceAll("-", ":").replace(/s.*$/i, "");
-    }
-    out.add(h);
-    if (h.length > 1 && h.endsWith(".") && !h.includes(":")) out.add(h.slice(0, -1));
   }
-  return [...out].filter((h) => h !== "");
+  return [...out];
 }
 
 /**
  * Every address `text` may stand for, to any common reader (see the file comment): surrounding
- * spaces, brackets, an IPv4 port, a zone, a prefix length and a trailing dot are dropped; IPv4 in
+ * spaces, brackets, an IPv4 port, a zone, a prefix length and a trailing dot are dropped, percent
+ * escapes decoded and fullwidth forms folded as URL parsers do; IPv4 in
  * every inet_aton form (1 to 4 parts, each decimal, octal or hex, leading zeros read both as decimal
  * and as octal); IPv6 in any case, with long groups or an embedded IPv4 part in those forms; names
  * under ipv6-literal.net. IPv4-mapped IPv6 is read as the IPv4 address it maps. Pure and total.

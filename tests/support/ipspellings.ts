@@ -1,6 +1,6 @@
 // Spellings of an IP address, written independently of lib/ipspelling.ts (which reads them): every
 // form a common client reads as that address — inet_aton's 1 to 4 parts in decimal, octal and hex
-// with leading zeros, WHATWG's bare `0x` and trailing dot, IPv6 in any case, padding and compression,
+// with leading zeros, WHATWG's bare `0x`, trailing dot and percent-escapes, IPv6 in any case, padding and compression,
 // with a dotted tail, IPv4-mapped — and what a Node status writer may wrap around one (a port, a zone,
 // brackets, a prefix length, spaces), plus the IPv6 forms that embed an IPv4 address (6to4, Teredo,
 // SIIT, NAT64, IPv4-compatible, ISATAP). Choices come from a seeded PRNG, so a property test that
@@ -90,7 +90,7 @@ function inetAton(v: number, r: Rng): { text: string; form: string } {
 
 /** What a status writer may put around an IPv4 spelling. */
 function wrapV4(s: { text: string; form: string }, r: Rng): { text: string; form: string } {
-  switch (r.int(7)) {
+  switch (r.int(8)) {
     case 0:
       return { text: `${s.text}:${r.int(65536)}`, form: `${s.form} + port` };
     case 1:
@@ -101,6 +101,13 @@ function wrapV4(s: { text: string; form: string }, r: Rng): { text: string; form
       return { text: ` \t${s.text}  `, form: `${s.form} + spaces` };
     case 4:
       return { text: `${s.text} via eth0`, form: `${s.form} + words after a space (inet_aton)` };
+    case 5: {
+      // URL parsers decode percent-escapes in a host before they read it.
+      const text = [...s.text]
+        .map((c) => (r.chance(0.4) ? `%${c.charCodeAt(0).toString(16).padStart(2, "0")}` : c))
+        .join("");
+      return { text, form: `${s.form}, percent-escaped` };
+    }
     default:
       return s;
   }

@@ -47,6 +47,10 @@ describe("ipReadings()", () => {
     ["[::ffff:10.0.0.2]:80", ["10.0.0.2"]],
     ["2001-db8--a.ipv6-literal.net", ["2001:db8::a"]],
     ["FE80--1SETH0.IPV6-LITERAL.NET", ["fe80::1"]],
+    // As URL parsers read a host: percent-escapes decoded, fullwidth forms folded.
+    ["%31%30.0.0.2", ["10.0.0.2"]],
+    ["\uff11\uff10\uff0e\uff10\uff0e\uff10\uff0e\uff12", ["10.0.0.2"]],
+    ["10\u30020\u30020\u30022", ["10.0.0.2"]],
     ["node-b", []],
     ["node-b.example.com", []],
     ["10.0.0.256", []],
