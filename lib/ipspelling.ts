@@ -280,7 +280,7 @@ export function embeddedIPv4(ip: IPAddress): Embedding | undefined {
     if (v >> BigInt(128 - e.bits) !== e.net >> BigInt(128 - e.bits)) continue;
     return { kind: e.kind, ipv4: distinct(e.ipv4(v).map(V4)) };
   }
-  if (isISATAP(v)) return { kind: "an ISATAP address (interface ID ::5efe:0:0/96)", ipv4: [V4(v)] };
+  if (isISATAP(v)) return { kind: "an ISATAP address (interface ID 0:5efe:<IPv4>, RFC 5214)", ipv4: [V4(v)] };
   return undefined;
 }
 
