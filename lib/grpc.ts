@@ -3,7 +3,9 @@
 // framing, statuses from trailers, trailers-only headers, HTTP statuses and RST_STREAM codes
 // (grpc/grpc doc/PROTOCOL-HTTP2.md and doc/http-grpc-status-mapping.md), deadlines sent as
 // `grpc-timeout` and enforced locally, cancellation, reconnection with backoff after failed
-// connects, and keepalive pings that find silently dead connections.
+// connects, and keepalive pings that find silently dead connections (and connections that read
+// nothing we send). Against a hostile server, a message costs at most about twice its bytes
+// whatever its DATA framing, and a call's unread messages are packed (lib/messagequeue.ts).
 // It replaces grpc-js at runtime (grpc-js stays the fake apid's server in tests): loading grpc-js
 // costs ~9.5 MB RSS and each of its client streams ~23 KB RSS, node:http2's ~13 KB in Bun, too much
 // for two Watch streams per node; lib/h2.ts's cost little more than the call. talos.ts imports this
