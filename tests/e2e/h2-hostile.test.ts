@@ -11,7 +11,7 @@
 // the client before this hardening went clearly over the budget or never ended
 // (`H2PROBE=<old tree>/tests/support/h2probe.ts` runs the suite against another copy of lib/).
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { type ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -51,6 +51,13 @@ beforeAll(async () => {
   writeFileSync(join(dir, "server-key.pem"), server.key);
 });
 
+/** The Go peers of the running test, stopped after it. */
+const peers: GoPeer[] = [];
+
+afterEach(() => {
+  for (const p of peers.splice(0)) p.stop();
+});
+
 afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
@@ -84,7 +91,8 @@ class GoPeer {
         `-scenario=${scenario}`,
         `-n=${n}`,
       ],
-      { stdio: ["ignore", "pipe", "pipe"] },
+      // Its stdin is ours: it exits when this process does, however that ends.
+      { stdio: ["pipe", "pipe", "pipe"] },
     );
     this.#proc.stdout?.on("data", (d: Buffer) => {
       const lines = (this.#partial + d.toString()).split("\n");
@@ -145,13 +153,9 @@ async function againstGo(
   req: Omit<ProbeRequest, "port" | "ca" | "cert" | "key">,
 ) {
   const peer = new GoPeer(scenario, n);
-  try {
-    const report = await probe(`${scenario} (${n})`, await peer.port(), req);
-    return { report, peer };
-  } finally {
-    // The peer's events stay readable; the process goes.
-    setTimeout(() => peer.stop(), 2_000).unref();
-  }
+  peers.push(peer);
+  const report = await probe(`${scenario} (${n})`, await peer.port(), req);
+  return { report, peer };
 }
 
 /** The GOAWAY codes the Go peer received, once it saw the connection close. */

@@ -4,7 +4,7 @@
 // One scenario per process (-scenario, sized by -n); every connection plays it. It reports on
 // stdout, one JSON object a line: "listening" (the port), then per connection what the client sent
 // ("headers", "rst", "goaway", "closed") and how the scenario ended ("sent": frames written and
-// the write error that stopped it, if any).
+// the write error that stopped it, if any). It exits when its stdin closes.
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -56,6 +57,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "h2peer: %v\n", err)
 		os.Exit(1)
 	}
+	// The test holds our stdin open: when it goes (the test ended or was killed), so do we.
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
 	report(map[string]any{"event": "listening", "port": ln.Addr().(*net.TCPAddr).Port})
 	opts := options{scenario: *scenario, n: *n}
 	for {
