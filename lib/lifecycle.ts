@@ -1,9 +1,10 @@
 // The cloud-node-lifecycle controller. Every `--node-monitor-period` it looks at each cached Node:
 // a Ready node loses a stale shutdown taint and nothing else; a NotReady node whose instance no
 // longer exists is deleted (with a log line, an Event and a metric naming the reason), otherwise it
-// gets the shutdown taint when InstanceShutdown says so, and a taint it has is kept (as upstream). "Exists" has the reference's Talos semantics (a GCP spot
-// node reported NotReady and older than 30 s is gone) plus one rule on positive evidence only: Talos answering on
-// the node's IP for a different instance means the old one was replaced. Decisions are pure
+// gets the shutdown taint when InstanceShutdown says so, and a taint it has is kept (as upstream).
+// "Exists" has the reference's Talos semantics (a GCP spot node reported NotReady and older than
+// 30 s is gone) plus one rule on positive evidence only: Talos answering on the node's IP for a
+// different instance means the old one was replaced. Decisions are pure
 // (`decideLifecycle`); the controller class does the I/O: Talos probes, taint patches, deletions
 // re-checked against a fresh read and guarded by preconditions.
 
