@@ -126,11 +126,20 @@ function unwrap(w: string): string | undefined {
   } else if (h.indexOf(":") >= 0 && h.indexOf(":") === h.lastIndexOf(":")) {
     h = h.slice(0, h.indexOf(":"));
   }
-  h = h.replace(/\/[0-9]{1,3}$/, "").replace(/%.*$/, "");
+  // Cut at the first `%` or `s` by index: a regex such as /%.*$/ backtracks to every line end, and
+  // a hostile status address of many `%` before a newline took O(n²) (100k characters: 8 s).
+  h = h.replace(/\/[0-9]{1,3}$/, "");
+  h = before(h, h.indexOf("%"));
   if (h.toLowerCase().endsWith(IPV6_LITERAL_NET)) {
-    h = h.slice(0, -IPV6_LITERAL_NET.length).replaceAll("-", ":").replace(/s.*$/i, "");
+    h = h.slice(0, -IPV6_LITERAL_NET.length).replaceAll("-", ":");
+    h = before(h, h.search(/s/i));
   }
   return h;
+}
+
+/** `s` up to index `i`, or all of `s` when `i` is -1 (not found). */
+function before(s: string, i: number): string {
+  return i < 0 ? s : s.slice(0, i);
 }
 
 /**
@@ -142,7 +151,7 @@ function hostsOf(text: string): string[] {
   const out = new Set<string>();
   for (const v of urlHostVariants(text)) {
     const s = v.trim();
-    for (const w of /\s/.test(s) ? [s, s.split(/\s/)[0] as string] : [s]) {
+    for (const w of /\s/.test(s) ? [s, s.split(/\s/, 1)[0] as string] : [s]) {
       const h = unwrap(w);
       if (!h) continue;
       out.add(h);

@@ -250,3 +250,33 @@ describe("every spelling of an address is read as that address", () => {
     );
   });
 });
+
+describe("a hostile text costs time linear in its length", () => {
+  // A compromised node writes its own status: one address may be as long as the Node object allows
+  // (about 1.5 MB). Patterns a backtracking regex would cross once per start position, so that the
+  // cost grows with the square of the length (100k characters took 8 s, 300k 90 s, before the reader cut by index).
+  const n = 100_000;
+  const rows: Array<[string, () => string[]]> = [
+    ["a zone of many % before a newline", () => texts(ipReadings(`10.0.0.5${"%".repeat(n)}\nx`))],
+    [
+      "an ipv6-literal.net name of many s after a newline",
+      () => texts(ipReadings(`\n${"s".repeat(n)}\nx.ipv6-literal.net`)),
+    ],
+    ["a prefix of many % before a newline", () => prefixReadings(`${"%".repeat(n)}\nx/24`).map(formatPrefix)],
+    ["many spaces", () => texts(ipReadings(`10.0.0.5${" ".repeat(n)}x`))],
+    ["NFKC expanding forms with spaces", () => texts(ipReadings(`10.0.0.5\u3000${"\ufdfa".repeat(n / 3)}`))],
+  ];
+  for (const [what, read] of rows) {
+    test(`${what} (${n} characters) is read in well under a second`, () => {
+      const start = performance.now();
+      const got = read();
+      expect(performance.now() - start).toBeLessThan(1000);
+      expect(got.length).toBeLessThanOrEqual(1);
+    });
+  }
+  test("what is read around the hostile part is still read", () => {
+    expect(texts(ipReadings(`10.0.0.5${"%".repeat(n)}\nx`))).toEqual(["10.0.0.5"]);
+    expect(texts(ipReadings(`10.0.0.5${" ".repeat(n)}x`))).toEqual(["10.0.0.5"]);
+    expect(texts(ipReadings(`10.0.0.5\u3000${"\ufdfa".repeat(n / 3)}`))).toEqual(["10.0.0.5"]);
+  });
+});
