@@ -265,8 +265,12 @@ export class H2Session {
   #acksStart = 0;
   #acksEnd = 0;
   readonly #glitches = new GlitchMeter();
-  /** Received bytes not yet parsed into frames. */
-  #buf: Buffer = Buffer.alloc(0);
+  /**
+   * The frame the last chunk ended inside: its first #partBytes bytes, in a buffer of the frame's
+   * size once its header is in (so a frame that comes a byte per read is copied once, not per read).
+   */
+  #part: Buffer = EMPTY;
+  #partBytes = 0;
   /** A header block being collected from HEADERS and CONTINUATION frames. */
   #block: HeaderBlock | undefined;
   /** Frames to write at the end of this tick (one write for many). */
@@ -655,30 +659,39 @@ export class H2Session {
     this.lastReadMs = performance.now();
     let off = 0;
     // First the frame the last chunk ended inside: only its own bytes are copied.
-    while (this.#buf.length > 0) {
-      const have = this.#buf.length;
-      const want =
-        have < FRAME_HEADER_BYTES ? FRAME_HEADER_BYTES : FRAME_HEADER_BYTES + this.#buf.readUIntBE(0, 3);
+    while (this.#partBytes > 0) {
+      const have = this.#partBytes;
+      const want = frameBytes(this.#part, 0, have);
       if (want === have) {
-        const frame = this.#buf;
-        this.#buf = EMPTY;
+        const frame = this.#part;
+        this.#part = EMPTY;
+        this.#partBytes = 0;
         this.#parse(frame, 0);
         break;
       }
       if (want > FRAME_HEADER_BYTES + MAX_FRAME_RECEIVE || off === chunk.length) break;
+      if (this.#part.length < want) {
+        const whole = Buffer.allocUnsafe(want);
+        this.#part.copy(whole, 0, 0, have);
+        this.#part = whole;
+      }
       const take = Math.min(want - have, chunk.length - off);
-      this.#buf = Buffer.concat([this.#buf, chunk.subarray(off, off + take)]);
+      chunk.copy(this.#part, have, off, off + take);
+      this.#partBytes += take;
       off += take;
     }
-    if (this.#destroyed || this.#buf.length > 0) {
-      // A frame too large for us: #parse() reports it.
-      if (!this.#destroyed && this.#buf.length >= FRAME_HEADER_BYTES) this.#parse(this.#buf, 0);
+    if (this.#destroyed || this.#partBytes > 0) {
+      // A frame too large for us: #parse() reports it (it waits for the rest of any other).
+      if (!this.#destroyed && this.#partBytes >= FRAME_HEADER_BYTES) {
+        this.#parse(this.#part.subarray(0, this.#partBytes), 0);
+      }
       return;
     }
     off = this.#parse(chunk, off);
-    if (this.#destroyed) return;
+    if (this.#destroyed || off === chunk.length) return;
     // Keep the unparsed tail; a copy, so that the big chunk it came from can go.
-    if (off < chunk.length) this.#buf = Buffer.from(chunk.subarray(off));
+    this.#part = Buffer.allocUnsafe(frameBytes(chunk, off, chunk.length - off));
+    this.#partBytes = chunk.copy(this.#part, 0, off);
   }
 
   /** Handles the whole frames of `buf` from `off`; returns where the incomplete rest starts. */
@@ -1108,6 +1121,11 @@ export class H2Session {
       this.#start(this.#waiting.shift() as H2Stream);
     }
   }
+}
+
+/** The bytes of the frame at buf[off..], of which `have` arrived: its header's, or the whole frame's once the header is in. */
+function frameBytes(buf: Buffer, off: number, have: number): number {
+  return have < FRAME_HEADER_BYTES ? FRAME_HEADER_BYTES : FRAME_HEADER_BYTES + buf.readUIntBE(off, 3);
 }
 
 function u32(n: number): Buffer {

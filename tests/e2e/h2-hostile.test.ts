@@ -176,6 +176,17 @@ describe("the HTTP/2 client against floods written by Go's x/net/http2 Framer", 
     expect(report.growthMiB).toBeLessThan(RSS_BUDGET_MIB);
   });
 
+  test("a 1 MiB message whose 16 KiB frames each come one byte per TLS record: received whole, memory bounded by the frame, not the reads", async () => {
+    const size = 1 << 20;
+    const { report } = await againstGo("split-frames", size, { action: "stream", limitMs: 60_000 });
+    const want = new Uint8Array(size);
+    for (let i = 0; i < size; i++) want[i] = (i * 31 + 7) & 0xff;
+    expect(report.outcome).toBe("ok");
+    expect(report.firstLength).toBe(size);
+    expect(report.digest).toBe(createHash("sha256").update(want).digest("hex"));
+    expect(report.growthMiB).toBeLessThan(RSS_BUDGET_MIB);
+  });
+
   test("CONTINUATION flood (2024): 2,000,000 empty CONTINUATION frames end the connection at the 9th with ENHANCE_YOUR_CALM", async () => {
     const { report, peer } = await againstGo("continuation-flood", 2_000_000, { action: "stream" });
     expect(report.outcome).toBe("error");

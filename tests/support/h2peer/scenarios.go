@@ -65,6 +65,18 @@ var scenarios = map[string]func(p *peer){
 			_ = p.finish(id, nil)
 		}
 	},
+	// One gRPC message of -n bytes in DATA frames of 16 KiB, each frame written one byte per TLS
+	// record, so that it reaches the client over thousands of socket reads; then status OK.
+	"split-frames": func(p *peer) {
+		p.start()
+		id, err := p.nextStream()
+		if err != nil || p.respond(id) != nil {
+			return
+		}
+		if splitFrames(p, id, frameMessage(pattern(p.opts.n))) {
+			_ = p.finish(id, nil)
+		}
+	},
 	// -n empty DATA frames without END_STREAM on the response (CVE-2019-9518), then a message and
 	// status OK.
 	"empty-data": func(p *peer) {
@@ -222,6 +234,33 @@ func dribble(p *peer, id uint32, msg []byte) bool {
 		if err != nil {
 			report(map[string]any{"event": "sent", "conn": p.id, "what": "DATA", "frames": off, "err": err.Error()})
 			return false
+		}
+		off += k
+	}
+	report(map[string]any{"event": "sent", "conn": p.id, "what": "DATA", "frames": len(msg)})
+	return true
+}
+
+// splitFrames writes msg as DATA frames of 16 KiB made by the Framer, each written out one byte
+// per flush (one TLS record each); false when the connection ended.
+func splitFrames(p *peer, id uint32, msg []byte) bool {
+	var frame bytes.Buffer
+	fr := http2.NewFramer(&frame, nil)
+	for off := 0; off < len(msg); {
+		k := min(16384, len(msg)-off)
+		if !p.flow.take(id, int64(k)) {
+			return false
+		}
+		frame.Reset()
+		if fr.WriteData(id, false, msg[off:off+k]) != nil {
+			return false
+		}
+		b := frame.Bytes()
+		for i := range b {
+			if err := p.write(func() error { return p.bw.WriteByte(b[i]) }); err != nil {
+				report(map[string]any{"event": "sent", "conn": p.id, "what": "DATA", "frames": off, "err": err.Error()})
+				return false
+			}
 		}
 		off += k
 	}
