@@ -235,8 +235,6 @@ export class H2Session {
   #peerMaxFrame = 16_384;
   #sendWindow = DEFAULT_WINDOW;
   #connUnacked = 0;
-  /** What the server may still send on the connection before our next WINDOW_UPDATE. */
-  #connReceive = CONNECTION_WINDOW;
   /** Streams with request body left to send (flow control holds it). */
   readonly #sendable = new Set<H2Stream>();
   /** The server's SETTINGS arrived; it acknowledged ours. */
@@ -799,15 +797,14 @@ export class H2Session {
     }
     // The connection window counts every DATA byte, padding included, whatever the stream.
     const length = end - start;
-    this.#connReceive -= length;
-    if (this.#connReceive < 0) {
+    // What the server may send on the connection is CONNECTION_WINDOW less what we have not acknowledged.
+    if (this.#connUnacked + length > CONNECTION_WINDOW) {
       this.#connectionError(H2Code.FLOW_CONTROL_ERROR, "DATA beyond the connection's flow-control window");
       return;
     }
     this.#connUnacked += length;
     if (this.#connUnacked >= CONNECTION_WINDOW / 2) {
       this.#frame(T.WINDOW_UPDATE, 0, 0, u32(this.#connUnacked));
-      this.#connReceive += this.#connUnacked;
       this.#connUnacked = 0;
     }
     if (length === 0 && !(flags & FLAG.END_STREAM) && !this.#glitch("empty DATA")) return;
