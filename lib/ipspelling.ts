@@ -196,6 +196,19 @@ export function claimedIPs(text: string): IPAddress[] {
   return distinct([...readings, ...readings.flatMap((ip) => embeddedIPv4(ip)?.ipv4 ?? [])]);
 }
 
+/**
+ * What a Node claims by writing `text` when only a plain IP literal counts (surrounding spaces
+ * aside): that address, unmapped, and the IPv4 addresses it embeds. The bounded reading
+ * {@link claimedIPs} falls back to for the addresses past the first few of one Node.
+ * @example literalClaimedIPs("10.0.0.5:10250") // []
+ */
+export function literalClaimedIPs(text: string): IPAddress[] {
+  const ip = tryParseIP(text.trim());
+  if (ip === undefined) return [];
+  const own = unmapIPv4(ip);
+  return distinct([own, ...(embeddedIPv4(own)?.ipv4 ?? [])]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // IPv6 addresses that embed an IPv4 address
 

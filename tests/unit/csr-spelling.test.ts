@@ -18,6 +18,7 @@ import {
   claims,
   type Decision,
   decide,
+  MAX_LENIENT_CLAIMS,
   type NodeInput,
   requestedClaims,
   screen,
@@ -251,3 +252,32 @@ function expectDenied(
     }
   }
 }
+
+describe("a Node listing more addresses than any machine has", () => {
+  const sloppy = (i: number) => `10.1.${Math.floor(i / 250)}.0${(i % 250) + 1}`; // a leading zero: two readings
+  const node = (addresses: string[], providedNodeIP = ""): NodeInput => ({
+    name: "worker-b",
+    addresses: addresses.map((address) => ({ type: "InternalIP", address })),
+    providedNodeIP,
+  });
+
+  test(`the first ${MAX_LENIENT_CLAIMS} addresses and provided node IPs are read in every spelling, the rest as plain literals only`, () => {
+    const addresses = Array.from({ length: 20_000 }, (_, i) => sloppy(i));
+    addresses.push("10.9.0.7", "64:ff9b::a09:8", "10.9.0.9:10250");
+    const c = claims(node(addresses, "010.9.0.10"), "other");
+    // Within the bound: both readings of 10.1.0.01 (decimal 1 and octal 1) and of 10.1.0.010.
+    expect(c.ips).toContain("10.1.0.1");
+    expect(c.ips).toContain(`10.1.0.${MAX_LENIENT_CLAIMS}`);
+    expect(c.ips).toContain("10.1.0.8"); // 10.1.0.010 read as octal
+    // Past it: a sloppy spelling claims nothing, a plain literal (and the IPv4 it embeds) still does.
+    expect(c.ips).not.toContain(`10.1.0.${MAX_LENIENT_CLAIMS + 2}`);
+    expect(c.ips).toContain("10.9.0.7");
+    expect(c.ips).toContain("10.9.0.8");
+    expect(c.ips).not.toContain("10.9.0.9");
+    expect(c.ips).not.toContain("10.9.0.10");
+    expect(c.ips).not.toContain("8.9.0.10");
+    // The same spellings from a Node within the bound are claims.
+    const few = claims(node(["10.9.0.9:10250"], "010.9.0.10"), "other");
+    expect([...few.ips].sort()).toEqual(["10.9.0.10", "8.9.0.10", "10.9.0.9"].sort()); // 010 as decimal and octal
+  });
+});
