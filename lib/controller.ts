@@ -7,6 +7,7 @@ import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import type { KubeClient } from "./kube.ts";
+import type { KubeApis } from "./kubeapis.ts";
 import type { Registry } from "./metrics.ts";
 import type { TalosClient } from "./talos.ts";
 
@@ -44,6 +45,8 @@ export interface ControllerContext {
   /** The Talos client; undefined in CSR-only mode without a talosconfig. */
   talos: TalosClient | undefined;
   identity: string;
+  /** The API server's version-dependent APIs (ServiceCIDR), discovered once. */
+  apis: Pick<KubeApis, "discover">;
 }
 
 /** A controller module: runs until `signal` aborts. */

@@ -634,7 +634,12 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
     transform: leanCsr,
     log: logger("csr-informer"),
   });
-  const nets = new CsrNetworks({ client: ctx.client, ipam: ctx.options.ipam, talos: ctx.talos });
+  const nets = new CsrNetworks({
+    client: ctx.client,
+    ipam: ctx.options.ipam,
+    talos: ctx.talos,
+    apis: ctx.apis,
+  });
   ctx.nodes.addHandlers(nets.nodeHandlers);
   const approver = new CsrApprover({
     client: ctx.client,

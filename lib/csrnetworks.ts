@@ -2,7 +2,8 @@
 // (lib/sharedaddresses.ts) from every source the cluster offers and keeps it current, so that no
 // CSR is approved for a Service IP, a pod address or the API server's shared name. Sources:
 // --service-cluster-ip-range and --cluster-cidr; Talos' ControllerManagerConfig (pod and Service
-// CIDRs); the ServiceCIDR objects of networking.k8s.io (watched); the `kubernetes` Service's
+// CIDRs); the ServiceCIDR objects of networking.k8s.io (watched, in the group version the API server
+// serves: lib/kubeapis.ts); the `kubernetes` Service's
 // ClusterIPs; every Node's podCIDRs (from the Node cache); and the kubeconfig's API server host
 // when it is a DNS name. A source that cannot be read is logged and left out: the others still
 // apply, and with Talos each machine's NodeIPConfig excludes the pod and Service ranges and its
@@ -12,14 +13,14 @@ import { backoffDelay, wait } from "./backoff.ts";
 import { type Handlers, Informer, type LeanNode } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
 import { type KubeClient, KubeError } from "./kube.ts";
+import type { KubeApis } from "./kubeapis.ts";
+import { serviceCIDRPath } from "./kubeversions.ts";
 import { logger } from "./log.ts";
 import { ClusterNetworks } from "./sharedaddresses.ts";
 import type { TalosClient } from "./talos.ts";
 
 const log = logger("csr-networks");
 
-/** The ServiceCIDR collection (networking.k8s.io/v1, Kubernetes 1.33+). */
-export const SERVICE_CIDR_PATH = "/apis/networking.k8s.io/v1/servicecidrs";
 /** The API server's own Service. */
 export const KUBERNETES_SERVICE_PATH = "/api/v1/namespaces/default/services/kubernetes";
 /** Deadline of the one Talos read of the cluster's CIDRs. */
@@ -69,6 +70,8 @@ export interface CsrNetworksOptions {
   /** The flags' CIDRs, as `RunOptions.ipam` holds them (split on commas). */
   ipam: { clusterCidrs: readonly string[]; serviceCidrs?: readonly string[] };
   talos: Pick<TalosClient, "controllerManagerConfig"> | undefined;
+  /** Which group version serves ServiceCIDR objects, if any. */
+  apis: Pick<KubeApis, "discover">;
 }
 
 /** Keeps a {@link ClusterNetworks} filled from the cluster for the CSR approver. */
@@ -123,6 +126,13 @@ export class CsrNetworks {
         (w) => !w.startsWith("the pod CIDR of node"),
       ),
     });
+    const groups = [...this.networks.sources().keys()];
+    if (!groups.some((g) => /^(flag\/service|talos\/service|servicecidr\/)/.test(g)))
+      log.warn(
+        "No Service CIDR is known (no --service-cluster-ip-range, Talos ControllerManagerConfig or " +
+          "ServiceCIDR object): only the ClusterIP of Service default/kubernetes is refused in serving " +
+          "certificates; set --service-cluster-ip-range",
+      );
   }
 
   /** Stops the ServiceCIDR watch. */
@@ -196,24 +206,35 @@ export class CsrNetworks {
   }
 
   async #watchServiceCIDRs(signal: AbortSignal): Promise<void> {
-    const { client } = this.#opts;
+    const { client, apis } = this.#opts;
+    let gv: Awaited<ReturnType<KubeApis["discover"]>>["serviceCIDRs"];
     try {
-      await client.get(SERVICE_CIDR_PATH, { query: { limit: 1 }, signal });
+      gv = (await apis.discover(signal)).serviceCIDRs;
     } catch (err) {
-      if (err instanceof KubeError && err.status === 404)
-        log.v(2).info("No ServiceCIDR API (Kubernetes before 1.33)");
-      else log.error("Cannot list ServiceCIDRs", err);
+      log.error("Cannot discover the ServiceCIDR API; ServiceCIDR objects are not read", err);
+      return;
+    }
+    // No ServiceCIDR API (Kubernetes before 1.33): the start-up line said so.
+    if (!gv) return;
+    // One page first: a list refused (RBAC) is logged and left out rather than retried by an
+    // informer that would hold start() forever.
+    try {
+      await client.get(serviceCIDRPath(gv), { query: { limit: 1 }, signal });
+    } catch (err) {
+      log.error("Cannot list ServiceCIDRs", err, { groupVersion: gv });
       return;
     }
     const informer = new Informer<LeanServiceCIDR>(client, {
-      path: SERVICE_CIDR_PATH,
+      path: serviceCIDRPath(gv),
       transform: leanServiceCIDR,
       log: logger("servicecidr-informer"),
     });
-    const set = (s: LeanServiceCIDR) =>
+    const set = (s: LeanServiceCIDR) => {
       this.#add(`servicecidr/${s.metadata.name}`, `a Service CIDR (ServiceCIDR ${s.metadata.name})`, {
         cidrs: s.cidrs,
       });
+      log.v(2).info("Read ServiceCIDR", { name: s.metadata.name, cidrs: s.cidrs });
+    };
     informer.addHandlers({
       onAdd: set,
       onUpdate: (_old, s) => set(s),

@@ -16,6 +16,7 @@ import type { RunOptions } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
 import { nodeIpamNeedsTalos } from "./ipam.ts";
 import { KubeClient, loadConnection } from "./kube.ts";
+import { KubeApis } from "./kubeapis.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
 import { controllerRunning, registerBuildInfo, registerProcessMetrics, registry } from "./metrics.ts";
@@ -102,7 +103,8 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   const nodes = nodeInformer(kube.client);
   const elector = kube.lease ? leaderElector(kube.lease, opts, identity) : undefined;
   const server = kube.reviews ? await serve(opts, kube.reviews, nodes) : undefined;
-  await logApiServer(kube.client);
+  const apis = new KubeApis(kube.client);
+  await logApiServer(apis, kube.client);
   nodes.start();
   const config = new ConfigHolder(cloudConfig);
   const manager = new Manager(enabled, {
@@ -114,6 +116,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     config,
     talos,
     identity,
+    apis,
   });
   const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config, configDigest);
   manager.onStop(async () => {
@@ -303,11 +306,13 @@ async function serve(
   }
 }
 
-/** Logs the API server's version, or that it cannot be reached yet (the informer keeps trying). */
-async function logApiServer(client: KubeClient): Promise<void> {
+/**
+ * Reads the API server's version and version-dependent APIs (logged once, by KubeApis), or logs that
+ * it cannot be reached yet: the informer keeps trying, and the controllers read them again when used.
+ */
+async function logApiServer(apis: KubeApis, client: KubeClient): Promise<void> {
   try {
-    const v = await client.get<{ gitVersion: string }>("/version");
-    log.info("Connected to the Kubernetes API server", { server: client.server, version: v.gitVersion });
+    await apis.discover();
   } catch (err) {
     log.error("Cannot reach the Kubernetes API server yet", err, { server: client.server });
   }

@@ -3,11 +3,15 @@
 // the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh) and the hostile HTTP/2 peer
 // (tests/support/h2peer-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
-// Extra arguments go to `bun test` (e.g. `npm test -- tests/unit`).
+// Alone, it runs the Kubernetes support matrix (tests/support/kubematrix.ts): the whole suite on the
+// default version, then the core end-to-end flows on the oldest and the newest, each on its own
+// kube-apiserver. Extra arguments go to `bun test` on one version (e.g. `npm test -- tests/unit`);
+// K8S_VERSION picks it (e.g. `K8S_VERSION=v1.31.14 npm test -- tests/e2e/csr.test.ts`).
 
 import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { CORE_FLOWS, DEFAULT_KUBE_VERSION, KUBE_MATRIX } from "./support/kubematrix.ts";
 
 const root = join(import.meta.dir, "..");
 const env: Record<string, string | undefined> = { ...process.env };
@@ -18,18 +22,53 @@ function fail(message: string): never {
   process.exit(1);
 }
 
-if (!(env.KUBEBUILDER_ASSETS || (env.KUBE_APISERVER && env.ETCD)) || !env.HELM || !env.TALOS_SIM) {
+/**
+ * The test bed's kube-apiserver for one Kubernetes version (built once per machine by
+ * tests/support/testbed-bins.sh), with etcd, helm and the Talos simulator; binaries already given in
+ * `given` (KUBE_APISERVER, KUBEBUILDER_ASSETS, ...) are kept.
+ */
+function testbed(
+  version: string,
+  given: Record<string, string | undefined>,
+): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = { ...given, TESTBED_K8S_VERSION: undefined };
+  if ((given.KUBEBUILDER_ASSETS || (given.KUBE_APISERVER && given.ETCD)) && given.HELM && given.TALOS_SIM)
+    return out;
   const r = spawnSync(join(root, "tests/support/testbed-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
+    env: { ...given, K8S_VERSION: version },
   });
   if (r.status !== 0)
-    fail("cannot build kube-apiserver, etcd, helm and the Talos simulator for the test bed (see above)");
+    fail(
+      `cannot build kube-apiserver ${version}, etcd, helm and the Talos simulator for the test bed (see above)`,
+    );
   for (const line of r.stdout.split("\n")) {
     const m = line.match(/^(KUBE_APISERVER|ETCD|HELM|TALOS_SIM)=(.+)$/);
-    if (m) env[m[1] as string] = m[2];
+    if (m) out[m[1] as string] = m[2];
   }
+  // The release the kube-apiserver was built from, which tests/e2e/kube-versions.test.ts checks the
+  // running server against (unset when the binaries were given).
+  out.TESTBED_K8S_VERSION = version;
+  return out;
 }
+
+// `npm test` alone runs the support matrix (tests/support/kubematrix.ts): the whole suite on the
+// default version, then the core flows on every other. With test paths, or K8S_VERSION set, it runs
+// what it is given on one version (K8S_VERSION, or the default).
+const args = process.argv.slice(2);
+const matrix = args.length === 0 && !env.K8S_VERSION;
+const first = env.K8S_VERSION ?? DEFAULT_KUBE_VERSION;
+const phases: Array<{ version: string; paths: readonly string[]; env: Record<string, string | undefined> }> =
+  [{ version: first, paths: args.length ? args : ["tests/"], env: {} }];
+Object.assign(env, testbed(first, env));
+if (matrix)
+  for (const row of KUBE_MATRIX.slice(1)) {
+    // Another version's kube-apiserver: what was given for the default one does not apply.
+    const { KUBE_APISERVER: _a, KUBECTL: _k, KUBEBUILDER_ASSETS: _b, ...rest } = env;
+    const bed = testbed(row.version, { ...rest, ETCD: env.ETCD });
+    phases.push({ version: row.version, paths: row.suite === "all" ? ["tests/"] : CORE_FLOWS, env: bed });
+  }
 
 // The clouds' own CCMs, run beside this one by tests/e2e/beside-*.test.ts (built from the shared
 // fixtures' release archives once per machine).
@@ -67,24 +106,44 @@ if (!env.CCM_BINARY) {
   env.CCM_BINARY = join(root, "dist", `talos-cloud-controller-manager-linux-${hostArch}`);
 }
 
-const args = process.argv.slice(2);
-const child = spawn(process.execPath, ["test", "--timeout", "180000", ...(args.length ? args : ["tests/"])], {
-  cwd: root,
-  env,
-  stdio: ["ignore", "inherit", "pipe"],
-});
-let stderr = "";
-child.stderr.on("data", (chunk: Buffer) => {
-  process.stderr.write(chunk);
-  stderr += chunk.toString();
-  if (stderr.length > 1_000_000) stderr = stderr.slice(-200_000);
-});
-child.on("close", (code) => {
-  const passed = Number(stderr.match(/^\s*(\d+) pass$/m)?.[1] ?? 0);
-  let failed = Number(stderr.match(/^\s*(\d+) fail$/m)?.[1] ?? 0);
-  if (code !== 0 && failed === 0) failed = 1; // bun crashed or found no tests: never report green
-  const summary = `${passed} passed, ${failed} failed`;
-  if (process.env.TEST_SUMMARY_FILE) writeFileSync(process.env.TEST_SUMMARY_FILE, `${summary}\n`);
-  console.log(summary);
-  process.exit(code ?? 1);
-});
+/** Runs `bun test` on one phase; resolves to its pass and fail counts. */
+function runPhase(phase: (typeof phases)[number]): Promise<{ passed: number; failed: number }> {
+  const child = spawn(process.execPath, ["test", "--timeout", "180000", ...phase.paths], {
+    cwd: root,
+    env: { ...env, ...phase.env },
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => {
+    process.stderr.write(chunk);
+    stderr += chunk.toString();
+    if (stderr.length > 1_000_000) stderr = stderr.slice(-200_000);
+  });
+  return new Promise((resolve) =>
+    child.on("close", (code) => {
+      const passed = Number(stderr.match(/^\s*(\d+) pass$/m)?.[1] ?? 0);
+      let failed = Number(stderr.match(/^\s*(\d+) fail$/m)?.[1] ?? 0);
+      if (code !== 0 && failed === 0) failed = 1; // bun crashed or found no tests: never report green
+      resolve({ passed, failed });
+    }),
+  );
+}
+
+let passed = 0;
+let failed = 0;
+const lines: string[] = [];
+for (const phase of phases) {
+  const started = Date.now();
+  const r = await runPhase(phase);
+  passed += r.passed;
+  failed += r.failed;
+  const what = phase.paths.length === 1 ? phase.paths[0] : `${phase.paths.length} files`;
+  lines.push(
+    `kubernetes ${phase.version}, ${what}: ${r.passed} passed, ${r.failed} failed (${Math.round((Date.now() - started) / 1000)} s)`,
+  );
+}
+if (phases.length > 1) for (const l of lines) console.log(l);
+const summary = `${passed} passed, ${failed} failed`;
+if (process.env.TEST_SUMMARY_FILE) writeFileSync(process.env.TEST_SUMMARY_FILE, `${summary}\n`);
+console.log(summary);
+process.exit(failed === 0 ? 0 : 1);

@@ -144,7 +144,12 @@ describe("cloud-node with a Talos API down", () => {
     const node = await getNode(DOWN.name);
     expect(node.spec?.providerID).toBe("talos://nocloud/10.30.0.2");
     expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBe("zone-b");
-    expect((await cluster.eventsAbout(DOWN.name)).some((e) => e.reason === "Synced")).toBe(true);
+    // The Event is recorded after the patch, by the event recorder's own queue: wait for it.
+    await waitFor(
+      async () => (await cluster.eventsAbout(DOWN.name)).some((e) => e.reason === "Synced"),
+      10_000,
+      () => "no Synced Event",
+    );
   });
 });
 

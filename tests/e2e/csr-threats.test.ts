@@ -1,5 +1,5 @@
-// The CSR threat model end to end: the compiled binary against a real API server (v1.35, whose
-// ServiceCIDR `kubernetes` holds 10.96.0.0/16), simulated kubelets that write their own Node status
+// The CSR threat model end to end: the compiled binary against a real API server (from 1.33 its
+// ServiceCIDR `kubernetes` holds 10.96.0.0/16; before, there is no ServiceCIDR API), simulated kubelets that write their own Node status
 // as an attacker would and file CSRs as their own node identity, and the fake apid. A SAN is
 // approved only if it identifies the requesting machine alone: loopback, Service and pod addresses,
 // `localhost`, another node's name with a trailing dot or in capitals, and another node's IP spelled
@@ -21,6 +21,7 @@ import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
+import { servesServiceCIDRv1 } from "../support/kubematrix.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
 
 const IP = { a: "10.31.0.1", b: "10.31.0.2" };
@@ -227,6 +228,14 @@ interface Case {
   says?: string | string[];
 }
 
+/** Another Service's ClusterIP, in the test bed's Service range 10.96.0.0/16 (what names it varies). */
+const OTHER_CLUSTER_IP: Case = {
+  name: "another Service's ClusterIP",
+  ips: [IP.a, "10.96.0.10"],
+  reason: "ClusterNetworkIP",
+  san: "IP SAN 10.96.0.10",
+};
+
 /** Denied in both modes with the same reason. */
 const BOTH: Case[] = [
   {
@@ -243,13 +252,6 @@ const BOTH: Case[] = [
     reason: "ClusterNetworkIP",
     san: `IP SAN ${KUBERNETES_SVC}`,
     says: "Service default/kubernetes",
-  },
-  {
-    name: "another Service's ClusterIP, known from the ServiceCIDR object",
-    ips: [IP.a, "10.96.0.10"],
-    reason: "ClusterNetworkIP",
-    san: "IP SAN 10.96.0.10",
-    says: "ServiceCIDR kubernetes",
   },
   {
     name: "a CNI bridge gateway in the node's own pod CIDR",
@@ -385,6 +387,12 @@ describe("with Talos, every SAN that does not identify the requesting machine al
     test(`${c.name} is denied as ${c.reason}, with an Event`, () => expectDenied(c));
   }
 
+  test("another Service's ClusterIP is denied: known from the ServiceCIDR object, or before 1.33 from Talos", () =>
+    expectDenied({
+      ...OTHER_CLUSTER_IP,
+      says: servesServiceCIDRv1(cluster.version) ? "ServiceCIDR kubernetes" : "Talos ControllerManagerConfig",
+    }));
+
   test("the machine's own address is still approved", async () => {
     const csr = await a.submitServingCSR({ dns: ["thr-a"], ips: [IP.a] });
     expect(await decided(csr.metadata?.name as string)).toMatchObject({ type: "Approved" });
@@ -401,6 +409,16 @@ describe("in CSR-only mode the same rules apply, with the Nodes and the cluster 
   for (const c of BOTH) {
     test(`${c.name} is denied as ${c.reason}, with an Event`, () => expectDenied(c));
   }
+
+  test("another Service's ClusterIP: denied from the ServiceCIDR object; before 1.33 only a flag naming its range can", async () => {
+    if (servesServiceCIDRv1(cluster.version))
+      return expectDenied({ ...OTHER_CLUSTER_IP, says: "ServiceCIDR kubernetes" });
+    // No ServiceCIDR API, no Talos, and --service-cluster-ip-range names another range: nothing tells
+    // this ClusterIP from a node address, as the start-up line and the README's matrix say.
+    expect(ccm.output).toContain("not served (networking.k8s.io/v1 from Kubernetes 1.33)");
+    const csr = await a.submitServingCSR({ dns: ["thr-a"], ips: OTHER_CLUSTER_IP.ips ?? [] });
+    expect(await decided(csr.metadata?.name as string)).toMatchObject({ type: "Approved" });
+  });
 
   test("an address in --service-cluster-ip-range is denied as ClusterNetworkIP", () =>
     expectDenied({

@@ -14,6 +14,7 @@ import type {
 } from "@kubernetes/client-node";
 import { type Subprocess, spawn } from "bun";
 import { KubeClient, type KubeConnection } from "../../lib/kube.ts";
+import { type ServerVersion, serverVersion } from "../../lib/kubeversions.ts";
 import { type CA, createCA } from "./pki.ts";
 
 /** Paths of the kube-apiserver and etcd binaries, or an error saying how to get them. */
@@ -155,6 +156,7 @@ export class TestCluster {
   readonly #ports: { etcd: number; peer: number; apiserver: number };
   #etcd?: Subprocess;
   #apiserver?: Subprocess;
+  #version: ServerVersion | undefined;
 
   private constructor(
     dir: string,
@@ -287,7 +289,6 @@ export class TestCluster {
         "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--allow-privileged=true",
-        "--runtime-config=api/all=true",
         ...(this.#opts.audit || this.#opts.auditPolicy ? this.#auditArgs() : []),
         ...(this.#opts.apiserverArgs ?? []),
       ],
@@ -311,6 +312,18 @@ export class TestCluster {
       90_000,
       () => `kube-apiserver did not become ready:\n${tail(log)}`,
     );
+    const info = await this.adminClient.get<Record<string, unknown>>("/version");
+    this.#version = serverVersion(info);
+    if (!this.#version) throw new Error(`kube-apiserver's /version has no version: ${JSON.stringify(info)}`);
+  }
+
+  /**
+   * The version this API server reports (its /version), so that a test asserts the behaviour of the
+   * version it runs against (tests/support/kubematrix.ts says what differs).
+   */
+  get version(): ServerVersion {
+    if (!this.#version) throw new Error("the API server has not started");
+    return this.#version;
   }
 
   #auditArgs(): string[] {

@@ -7,7 +7,7 @@
 # they are already set.
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE="${TESTBED_CACHE:-$HOME/.cache/talos-ccm-testbed}"

@@ -1,13 +1,18 @@
 // The cluster's ranges as node-csr-approval reads them (lib/csrnetworks.ts): every source fills
 // the index, a source that cannot be read leaves the others in place, and Nodes' pod CIDRs follow
-// the Node cache. The ServiceCIDR watch itself runs against the real API server in
-// tests/e2e/csr-threats.test.ts.
+// the Node cache. The ServiceCIDR watch itself, and API discovery, run against the real API server
+// in tests/e2e/csr-threats.test.ts and tests/e2e/kube-versions.test.ts.
 
 import { describe, expect, test } from "bun:test";
 import { leanNode } from "../../lib/cache.ts";
 import { parseIP } from "../../lib/cidr.ts";
-import { CsrNetworks, KUBERNETES_SERVICE_PATH, SERVICE_CIDR_PATH } from "../../lib/csrnetworks.ts";
+import { CsrNetworks, KUBERNETES_SERVICE_PATH } from "../../lib/csrnetworks.ts";
 import { type KubeClient, KubeError } from "../../lib/kube.ts";
+import type { KubeApis } from "../../lib/kubeapis.ts";
+import { type ServiceCIDRGroupVersion, serviceCIDRPath } from "../../lib/kubeversions.ts";
+
+const V1 = "networking.k8s.io/v1" satisfies ServiceCIDRGroupVersion;
+
 import type { ControllerManagerConfig } from "../../lib/types.ts";
 
 /** A client that answers the kubernetes Service and refuses the ServiceCIDR list with `cidrStatus`. */
@@ -17,10 +22,20 @@ function client(server: string, cidrStatus: number, service?: unknown): KubeClie
       if (service === undefined) throw new KubeError(403, "Forbidden", "services is forbidden");
       return service;
     }
-    if (path === SERVICE_CIDR_PATH) throw new KubeError(cidrStatus, "NotFound", `status ${cidrStatus}`);
+    if (path === serviceCIDRPath(V1)) throw new KubeError(cidrStatus, "NotFound", `status ${cidrStatus}`);
     throw new Error(`unexpected GET ${path}`);
   };
   return { server, get } as unknown as KubeClient;
+}
+
+/** What API discovery found: a group version serving ServiceCIDRs, none, or a failed read. */
+function apis(found: ServiceCIDRGroupVersion | undefined | Error): Pick<KubeApis, "discover"> {
+  return {
+    async discover() {
+      if (found instanceof Error) throw found;
+      return { version: undefined, serviceCIDRs: found };
+    },
+  };
 }
 
 function talos(cmc: ControllerManagerConfig | Error) {
@@ -42,6 +57,7 @@ describe("CsrNetworks", () => {
       }),
       ipam: { clusterCidrs: [], serviceCidrs: ["10.200.0.0/16", ""] },
       talos: talos({ podCIDRs: ["10.244.0.0/16"], serviceCIDRs: ["10.96.0.0/12"] }),
+      apis: apis(undefined),
     });
     await nets.start(signal);
     const n = nets.networks;
@@ -56,11 +72,17 @@ describe("CsrNetworks", () => {
   });
 
   test("CsrNetworks keeps every source it can read when Talos, the Service or the ServiceCIDR API fail", async () => {
-    for (const cidrStatus of [403, 404, 500]) {
+    const cases = [
+      ...[403, 404, 500].map((status) => ({ status, found: apis(V1) })),
+      { status: 200, found: apis(undefined) },
+      { status: 200, found: apis(new KubeError(403, "Forbidden", "discovery is forbidden")) },
+    ];
+    for (const { status, found } of cases) {
       const nets = new CsrNetworks({
-        client: client("https://10.0.0.100:6443", cidrStatus),
+        client: client("https://10.0.0.100:6443", status),
         ipam: { clusterCidrs: ["10.244.0.0/16"] },
         talos: talos(new Error("unreachable")),
+        apis: found,
       });
       await nets.start(signal);
       expect(nets.networks.rangeOf(parseIP("10.244.1.1"))).toContain("--cluster-cidr");
@@ -74,6 +96,7 @@ describe("CsrNetworks", () => {
       client: client("https://127.0.0.1:6443", 404),
       ipam: { clusterCidrs: [] },
       talos: undefined,
+      apis: apis(undefined),
     });
     const h = nets.nodeHandlers;
     const node = (cidrs: string[]) =>
@@ -104,6 +127,7 @@ describe("CsrNetworks", () => {
       client: { server: "https://127.0.0.1:6443", get } as unknown as KubeClient,
       ipam: { clusterCidrs: [] },
       talos: undefined,
+      apis: apis(undefined),
     });
     await nets.start(stop.signal);
     // start() does not wait for a Service that does not exist yet.
