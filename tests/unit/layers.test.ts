@@ -1,0 +1,342 @@
+// The layering of lib/: every file is a pure core (decisions and data) or a shell (I/O, wiring,
+// timers, clocks, process state). This file is the one place that says which is which, and checks it:
+// cores import only cores (type imports included: a contract a core needs lives in a core), only
+// pure packages, and no clock, timer, randomness, process or I/O API.
+
+import { describe, expect, test } from "bun:test";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+/** Pure cores: decisions and data. A core gets clocks, timers and I/O from its caller, injected. */
+const CORES = [
+  "addresses.ts",
+  "cidr.ts",
+  "configissue.ts",
+  "der.ts",
+  "fieldowners.ts",
+  "flagvalues.ts",
+  "gofmt.ts",
+  "gostrconv.ts",
+  "h2limits.ts",
+  "hpack.ts",
+  "instanceid.ts",
+  "ipspelling.ts",
+  "kubeversions.ts",
+  "lists.ts",
+  "messagequeue.ts",
+  "names.ts",
+  "pkcs10.ts",
+  "re2classes.ts",
+  "re2js.ts",
+  "re2parse.ts",
+  "re2vm.ts",
+  "regex.ts",
+  "selector.ts",
+  "sharedaddresses.ts",
+  "suggest.ts",
+  "talos_pb.ts",
+  "taloserrors.ts",
+  "taloswire.ts",
+  "template.ts",
+  "templatefuncs.ts",
+  "templatelex.ts",
+  "templateparse.ts",
+  "templatevalue.ts",
+  "types.ts",
+  "validation.ts",
+  "wellknown.ts",
+];
+
+/** Shells, each with what makes it one. */
+const SHELLS: Record<string, string> = {
+  "backoff.ts": "timers, jitter (randomness)",
+  "cache.ts": "the Node informer: Kubernetes list and watch, jittered resync",
+  "cidrset.ts": "the metrics Registry type lives in metrics.ts, a shell",
+  "clientauth.ts": "reads CA files, checks certificates against the clock",
+  "config.ts": "imports configlimits.ts, which reads the config file",
+  "configlimits.ts": "reads the config file (node:fs)",
+  "controller.ts": "the controllers' context: clients, recorder, Talos, metrics",
+  "controllernames.ts": "imports pflag.ts (node:net)",
+  "csr.ts": "registers its counters on the process metrics registry",
+  "csrapprover.ts": "the node-csr-approval controller: Kubernetes and Talos I/O",
+  "csrnetworks.ts": "reads the cluster's shared ranges from Kubernetes and Talos",
+  "desirednode.ts": "imports the Node view from cache.ts and the rules engine from transform.ts",
+  "events.ts": "writes Events, timers",
+  "flags.ts": "reads process.argv and the environment",
+  "flagtable.ts": "imports pflag.ts's types (node:net)",
+  "grpc.ts": "gRPC over node:tls, deadlines, timers",
+  "h2.ts": "HTTP/2 over node:tls, clocks, timers",
+  "help.ts": "imports flagtable.ts",
+  "httpsserver.ts": "listens: Bun.serve, node:tls, node:http",
+  "ipam.ts": "the node-ipam controller: Kubernetes and Talos I/O",
+  "ipamconfig.ts": "imports cidrset.ts",
+  "jscoptions.ts": "reads the environment and /proc, re-executes the process",
+  "kube.ts": "the Kubernetes HTTP client: kubeconfig files, fetch, rate limits, watches",
+  "kubeapis.ts": "reads /version and API discovery",
+  "leader.ts": "Lease election: Kubernetes I/O, clock, timers",
+  "lifecycle.ts": "the cloud-node-lifecycle controller: Kubernetes and Talos I/O, timers",
+  "log.ts": "writes to stderr, stamps the time",
+  "manager.ts": "run: wiring, signals, exit",
+  "manifests.ts": "the manifests subcommand: files, stdout",
+  "metrics.ts": "the process registry and its collectors (/proc, process.cpuUsage), timers",
+  "node.ts": "the cloud-node controller: Kubernetes I/O, clock",
+  "pagetrim.ts": "gives pages back to the kernel (bun:ffi, /proc, timers)",
+  "pflag.ts": "node:net's isIPv4/isIPv6",
+  "queue.ts": "work queues: timers, clock",
+  "selfsigned.ts": "generates keys and serials (randomness), stamps validity with the clock",
+  "serve.ts": "the secure port: files, HTTP serving, timers",
+  "talos.ts": "the Talos API client: connections, files, retries, timers",
+  "talosconfig.ts": "reads the talosconfig and its environment",
+  "taloswatch.ts": "one COSI watch over gRPC, resubscribe timers",
+  "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers",
+  "transform.ts": "times and counts its calls on the process metrics registry",
+  "validate.ts": "the validate subcommand: stdout, stderr",
+  "version.ts": "reads the process's platform and architecture",
+};
+
+/** Packages a core may import at run time: pure parsers and codecs. */
+const PURE_PACKAGES = ["yaml", "valibot", "@bufbuild/protobuf/wire"];
+/** Packages a core may import only types from. */
+const TYPE_ONLY_PACKAGES = ["@kubernetes/client-node"];
+/** Node built-ins a core may import (hashing and signature checks; its random functions are tokens below). */
+const PURE_BUILTINS = ["node:crypto"];
+
+/** What a core must not use, outside comments and strings. */
+const FORBIDDEN: readonly (readonly [RegExp, string])[] = [
+  [/\bDate\.now\b/, "clock"],
+  [/\bnew\s+Date\s*\(\s*\)/, "clock"],
+  [/(?<!new\s+|[.\w])Date\s*\(/, "clock"],
+  [/\bperformance\s*\.\s*now\b/, "clock"],
+  [/\bprocess\s*\./, "process state (env, exit, argv, hrtime, streams)"],
+  [/\bsetTimeout\b/, "timer"],
+  [/\bsetInterval\b/, "timer"],
+  [/\bsetImmediate\b/, "timer"],
+  [/\bqueueMicrotask\b/, "scheduling"],
+  [/\bMath\s*\.\s*random\b/, "randomness"],
+  [/\b(?:getRandomValues|randomBytes|randomUUID|randomInt|randomFill\w*)\b/, "randomness"],
+  [/(?<![.\w])fetch\s*\(/, "network I/O"],
+  [/\bBun\s*\./, "Bun runtime API (spawn, serve, file, sleep…)"],
+  [/(?<![.\w])require\s*\(/, "untracked import"],
+  [/\bimport\.meta\b/, "the module's location on disk"],
+];
+
+const libDir = join(import.meta.dir, "..", "..", "lib");
+const files = readdirSync(libDir).filter((f) => f.endsWith(".ts"));
+const cores = new Set(CORES);
+
+/** Characters that, as the last code before a `/`, make it the start of a regular expression literal. */
+const REGEX_BEFORE = new Set([..."(,=:[!&|?{};+-*%<>~^"]);
+const REGEX_KEYWORDS = /\b(?:return|typeof|case|of|in|do|else|void|yield|await|delete|throw)$/;
+
+/**
+ * The source with comments blanked (`code`) and with comments, strings, template text and regular
+ * expression literals blanked (`bare`), line breaks kept. Template substitutions stay code.
+ */
+function strip(src: string): { code: string; bare: string } {
+  let code = "";
+  let bare = "";
+  const out = (s: string, keepInCode: boolean) => {
+    code += keepInCode ? s : s.replace(/[^\n]/g, " ");
+    bare += s.replace(/[^\n]/g, " ");
+  };
+  const templates: number[] = []; // brace depth at each open `${`
+  let depth = 0;
+  let i = 0;
+  const lastCode = () => bare.replace(/\s+$/, "");
+  const inTemplate = () => {
+    let j = i;
+    while (j < src.length) {
+      const c = src[j];
+      if (c === "\\") j += 2;
+      else if (c === "`") {
+        out(src.slice(i, j + 1), true);
+        i = j + 1;
+        return;
+      } else if (c === "$" && src[j + 1] === "{") {
+        out(src.slice(i, j + 2), true);
+        i = j + 2;
+        templates.push(depth);
+        depth++;
+        return;
+      } else j++;
+    }
+    out(src.slice(i), true);
+    i = src.length;
+  };
+  while (i < src.length) {
+    const c = src[i] as string;
+    const next = src[i + 1];
+    if (c === "/" && next === "/") {
+      const end = src.indexOf("\n", i);
+      const stop = end < 0 ? src.length : end;
+      out(src.slice(i, stop), false);
+      i = stop;
+    } else if (c === "/" && next === "*") {
+      const end = src.indexOf("*/", i + 2);
+      const stop = end < 0 ? src.length : end + 2;
+      out(src.slice(i, stop), false);
+      i = stop;
+    } else if (c === '"' || c === "'") {
+      let j = i + 1;
+      while (j < src.length && src[j] !== c && src[j] !== "\n") j += src[j] === "\\" ? 2 : 1;
+      out(src.slice(i, j + 1), true);
+      i = j + 1;
+    } else if (c === "`") {
+      out("`", true);
+      i++;
+      inTemplate();
+    } else if (c === "/") {
+      const before = lastCode();
+      const prev = before[before.length - 1];
+      if (prev === undefined || REGEX_BEFORE.has(prev) || REGEX_KEYWORDS.test(before)) {
+        let j = i + 1;
+        let inClass = false;
+        while (j < src.length && src[j] !== "\n") {
+          const d = src[j];
+          if (d === "\\") j++;
+          else if (d === "[") inClass = true;
+          else if (d === "]") inClass = false;
+          else if (d === "/" && !inClass) break;
+          j++;
+        }
+        while (j + 1 < src.length && /[a-z]/.test(src[j + 1] as string)) j++;
+        out(src.slice(i, j + 1), true);
+        i = j + 1;
+      } else {
+        code += c;
+        bare += c;
+        i++;
+      }
+    } else if (c === "{") {
+      depth++;
+      code += c;
+      bare += c;
+      i++;
+    } else if (c === "}") {
+      depth--;
+      if (templates.length > 0 && templates[templates.length - 1] === depth) {
+        templates.pop();
+        out("}", true);
+        i++;
+        inTemplate();
+      } else {
+        code += c;
+        bare += c;
+        i++;
+      }
+    } else {
+      code += c;
+      bare += c;
+      i++;
+    }
+  }
+  return { code, bare };
+}
+
+type Import = { specifier: string; typeOnly: boolean; line: number };
+
+/** Every import and re-export of a file (static, type-only, dynamic), from its comment-free code. */
+function importsOf(code: string): Import[] {
+  const found: Import[] = [];
+  const lineAt = (index: number) => code.slice(0, index).split("\n").length;
+  for (const m of code.matchAll(/\b(import|export)\s+(type\s+)?([^;'"]*?)\bfrom\s*["']([^"']+)["']/g)) {
+    const names = m[3] ?? "";
+    const allTypes =
+      /^\{[^}]*\}\s*$/.test(names.trim()) &&
+      names
+        .replace(/[{}\s]/g, "")
+        .split(",")
+        .filter(Boolean)
+        .every((n) => n.startsWith("type"));
+    found.push({ specifier: m[4] as string, typeOnly: Boolean(m[2]) || allTypes, line: lineAt(m.index) });
+  }
+  for (const m of code.matchAll(/\bimport\s*["']([^"']+)["']/g))
+    found.push({ specifier: m[1] as string, typeOnly: false, line: lineAt(m.index) });
+  for (const m of code.matchAll(/\bimport\s*\(\s*["']([^"']+)["']\s*\)/g))
+    found.push({ specifier: m[1] as string, typeOnly: false, line: lineAt(m.index) });
+  return found;
+}
+
+/** The rule broken by a core's import, or undefined. */
+function importViolation(imp: Import): string | undefined {
+  const { specifier } = imp;
+  if (specifier.startsWith(".")) {
+    const target = specifier.replace(/^\.\//, "");
+    if (target.includes("/")) return `imports ${specifier}, outside lib/ (lib is flat)`;
+    if (cores.has(target)) return undefined;
+    const what = imp.typeOnly ? "imports types from" : "imports";
+    return `${what} the shell ${target} (cores import only cores; move the contract to a core)`;
+  }
+  if (specifier.startsWith("node:") || specifier === "bun" || specifier.startsWith("bun:"))
+    return PURE_BUILTINS.includes(specifier)
+      ? undefined
+      : `imports ${specifier}, a runtime I/O module (pure built-ins: ${PURE_BUILTINS.join(", ")})`;
+  if (PURE_PACKAGES.includes(specifier)) return undefined;
+  if (TYPE_ONLY_PACKAGES.includes(specifier))
+    return imp.typeOnly ? undefined : `imports ${specifier} at run time (cores may import only its types)`;
+  return `imports the package ${specifier}, not in PURE_PACKAGES (tests/unit/layers.test.ts) as pure`;
+}
+
+/** Every rule a core breaks, one message each, naming the file, the line and the rule. */
+function coreViolations(file: string): string[] {
+  const { code, bare } = strip(readFileSync(join(libDir, file), "utf8"));
+  const problems: string[] = [];
+  for (const imp of importsOf(code)) {
+    const why = importViolation(imp);
+    if (why) problems.push(`lib/${file}:${imp.line}: core ${why}`);
+  }
+  const lines = bare.split("\n");
+  for (const [n, line] of lines.entries())
+    for (const [pattern, what] of FORBIDDEN) {
+      const m = line.match(pattern);
+      if (m) problems.push(`lib/${file}:${n + 1}: core uses \`${m[0]}\` (${what}; inject it from a shell)`);
+    }
+  return problems;
+}
+
+describe("lib/ layers", () => {
+  test("every lib file is classified once, as a core or a shell", () => {
+    expect(files.length).toBeGreaterThan(40);
+    const unclassified = files
+      .filter((f) => !cores.has(f) && !(f in SHELLS))
+      .map((f) => `lib/${f}: not classified: add it to CORES or SHELLS in tests/unit/layers.test.ts`);
+    const both = CORES.filter((f) => f in SHELLS).map((f) => `lib/${f}: listed as both core and shell`);
+    const gone = [...CORES, ...Object.keys(SHELLS)]
+      .filter((f) => !files.includes(f))
+      .map((f) => `lib/${f}: classified but does not exist`);
+    const twice = CORES.filter((f, i) => CORES.indexOf(f) !== i).map((f) => `lib/${f}: listed twice`);
+    expect([...unclassified, ...both, ...gone, ...twice]).toEqual([]);
+  });
+
+  test("cores import only cores and pure packages, and use no clock, timer, randomness, process or I/O", () => {
+    expect(CORES.length).toBeGreaterThan(0);
+    expect(CORES.flatMap(coreViolations)).toEqual([]);
+  });
+
+  test("the checker finds what it must (comments and strings do not count)", () => {
+    const sample = [
+      'import { registry } from "./shell.ts";',
+      'import type { X } from "./shell2.ts";',
+      'import { type Y } from "node:fs";',
+      "// Date.now() in a comment",
+      'const s = "setTimeout(f)";',
+      "const r = /Date.now()/g;",
+      "const d = new Date(0); const e = Date();",
+      "const t = `\u0024{Date.now()} ms`;",
+      "const u = `text setInterval \u0024{ `x \u0024{Math.random()}` }`;",
+    ].join("\n");
+    const { code, bare } = strip(sample);
+    expect(importsOf(code).map((i) => [i.specifier, i.typeOnly])).toEqual([
+      ["./shell.ts", false],
+      ["./shell2.ts", true],
+      ["node:fs", true],
+    ]);
+    const tokens = bare
+      .split("\n")
+      .flatMap((line) => FORBIDDEN.filter(([p]) => p.test(line)).map(([, w]) => w));
+    expect(tokens).toEqual(["clock", "clock", "randomness"]);
+    expect(importViolation({ specifier: "./shell2.ts", typeOnly: true, line: 2 })).toContain(
+      "imports types from the shell shell2.ts",
+    );
+  });
+});
