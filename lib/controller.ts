@@ -2,13 +2,14 @@
 // controllers it starts (lib/node.ts, lib/lifecycle.ts, lib/csrapprover.ts, lib/ipam.ts), so that no
 // controller imports the manager.
 
-import type { Informer, LeanNode } from "./cache.ts";
+import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import type { KubeClient } from "./kube.ts";
 import type { KubeApis } from "./kubeapis.ts";
 import type { Registry } from "./metrics.ts";
+import type { LeanNode } from "./nodeview.ts";
 import type { TalosClient } from "./talos.ts";
 
 /** The current cloud config, replaced when the file changes. */

@@ -10,7 +10,7 @@
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { nodeIPs } from "./addresses.ts";
-import { type Handlers, Informer, type LeanNode } from "./cache.ts";
+import { type Handlers, Informer } from "./cache.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
   type CheckedCsr,
@@ -37,6 +37,7 @@ import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./names.ts";
+import type { LeanNode } from "./nodeview.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";

@@ -10,12 +10,13 @@
 // virtual IPs again.
 
 import { backoffDelay, wait } from "./backoff.ts";
-import { type Handlers, Informer, type LeanNode } from "./cache.ts";
+import { type Handlers, Informer } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
 import { type KubeClient, KubeError } from "./kube.ts";
 import type { KubeApis } from "./kubeapis.ts";
 import { serviceCIDRPath } from "./kubeversions.ts";
 import { logger } from "./log.ts";
+import type { LeanNode } from "./nodeview.ts";
 import { ClusterNetworks } from "./sharedaddresses.ts";
 import type { TalosClient } from "./talos.ts";
 

@@ -11,8 +11,8 @@
 
 import type { V1Taint } from "@kubernetes/client-node";
 import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
-import type { LeanNode } from "./cache.ts";
 import { sameList } from "./lists.ts";
+import type { LeanNode } from "./nodeview.ts";
 import {
   type ManagedRecordRead,
   planReconcile,

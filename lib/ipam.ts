@@ -4,7 +4,7 @@
 // client is only used, and only loaded, when the configuration needs it.
 
 import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
-import { type Informer, type LeanNode, leanNode } from "./cache.ts";
+import type { Informer } from "./cache.ts";
 import {
   type Cidr,
   CidrError,
@@ -35,6 +35,7 @@ import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+import { type LeanNode, leanNode } from "./nodeview.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import type { AddressStatus } from "./types.ts";

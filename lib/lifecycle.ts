@@ -10,7 +10,7 @@
 
 import type { V1Node } from "@kubernetes/client-node";
 import { nodeIPs } from "./addresses.ts";
-import { type Informer, type LeanNode, leanNode } from "./cache.ts";
+import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import { instanceFacts, isUninitialized, LABELS, PROVIDER_NAME } from "./desirednode.ts";
@@ -18,6 +18,7 @@ import type { EventRecorder } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { Counter, Registry } from "./metrics.ts";
+import { type LeanNode, leanNode } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import { transform } from "./transform.ts";

@@ -18,7 +18,7 @@
 // machine does not have is not written as an InternalIP.
 
 import { type NodeIPs, type NodeIPsOnMachine, nodeIPs, nodeIPsOnMachine } from "./addresses.ts";
-import type { Informer, LeanNode } from "./cache.ts";
+import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
@@ -38,6 +38,7 @@ import { decideProviderID, type ProviderIDDecision } from "./instanceid.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
+import type { LeanNode } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import {
   type FactsNeeds,

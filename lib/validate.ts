@@ -23,7 +23,6 @@ import {
   stringify as stringifyYaml,
   type YAMLMap,
 } from "yaml";
-import type { LeanNode } from "./cache.ts";
 import { byLine, type CompiledConfig, ConfigError, formatIssue, formatPath, parseConfig } from "./config.ts";
 import type { ConfigIssue } from "./configissue.ts";
 import { ConfigLimitError, checkMetadataBounds, readConfigFile } from "./configlimits.ts";
@@ -32,6 +31,7 @@ import type { ValidateOptions } from "./flags.ts";
 import { decideProviderID } from "./instanceid.ts";
 import { configureLogging, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
+import type { LeanNode } from "./nodeview.ts";
 import { matchedTermName, SELECTOR_KEYS, selectorFields } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";

@@ -13,7 +13,8 @@
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { V1Node } from "@kubernetes/client-node";
-import { type LeanNode, nodeInformer } from "../../lib/cache.ts";
+import { nodeInformer } from "../../lib/cache.ts";
+import type { LeanNode } from "../../lib/nodeview.ts";
 import { encodePlatformMetadata } from "../support/apid.ts";
 import { type EventV1, freePort, TestCluster, until, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, loadFixture, platformMetadata } from "../support/fixtures.ts";

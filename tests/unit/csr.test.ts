@@ -5,7 +5,6 @@ import { describe, expect, test } from "bun:test";
 import { generateKeyPairSync, sign } from "node:crypto";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { GeneralName, OtherName } from "@peculiar/asn1-x509";
-import { leanNode } from "../../lib/cache.ts";
 import { canonicalIP } from "../../lib/cidr.ts";
 import {
   APPROVE_REASON,
@@ -24,6 +23,7 @@ import {
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { leanNode } from "../../lib/nodeview.ts";
 import { CsrParseError, MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import {

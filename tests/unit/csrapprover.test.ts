@@ -5,7 +5,7 @@
 
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
+import type { Handlers } from "../../lib/cache.ts";
 import { APPROVE_REASON, type NodeInput } from "../../lib/csr.ts";
 import {
   approvalBody,
@@ -22,6 +22,7 @@ import {
 } from "../../lib/csrapprover.ts";
 import { KubeError } from "../../lib/kube.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import { ClusterNetworks } from "../../lib/sharedaddresses.ts";
 import { TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata } from "../../lib/types.ts";

@@ -4,12 +4,12 @@
 // in tests/e2e/csr-threats.test.ts and tests/e2e/kube-versions.test.ts.
 
 import { describe, expect, test } from "bun:test";
-import { leanNode } from "../../lib/cache.ts";
 import { parseIP } from "../../lib/cidr.ts";
 import { CsrNetworks, KUBERNETES_SERVICE_PATH } from "../../lib/csrnetworks.ts";
 import { type KubeClient, KubeError } from "../../lib/kube.ts";
 import type { KubeApis } from "../../lib/kubeapis.ts";
 import { type ServiceCIDRGroupVersion, serviceCIDRPath } from "../../lib/kubeversions.ts";
+import { leanNode } from "../../lib/nodeview.ts";
 
 const V1 = "networking.k8s.io/v1" satisfies ServiceCIDRGroupVersion;
 

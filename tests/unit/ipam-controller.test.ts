@@ -4,7 +4,7 @@
 // server: occupy before allocate, concurrency, patch failures, races with other writers, exhaustion.
 
 import { describe, expect, test } from "bun:test";
-import { type Handlers, type LeanNode, leanNode } from "../../lib/cache.ts";
+import type { Handlers } from "../../lib/cache.ts";
 import { CidrError, formatPrefix } from "../../lib/cidr.ts";
 import type { ControllerContext } from "../../lib/controller.ts";
 import type { IpamOptions } from "../../lib/flags.ts";
@@ -19,6 +19,7 @@ import {
 } from "../../lib/ipam.ts";
 import { KubeError } from "../../lib/kube.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import type { TalosClient } from "../../lib/talos.ts";
 import type { AddressStatus, ControllerManagerConfig } from "../../lib/types.ts";
 import { until } from "../support/cluster.ts";

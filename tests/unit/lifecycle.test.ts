@@ -1,5 +1,4 @@
 import { describe, expect, test } from "bun:test";
-import { type LeanNode, leanNode } from "../../lib/cache.ts";
 import { parseConfig } from "../../lib/config.ts";
 import { LABELS } from "../../lib/desirednode.ts";
 import { KubeError } from "../../lib/kube.ts";
@@ -20,6 +19,7 @@ import {
   wantsProbe,
 } from "../../lib/lifecycle.ts";
 import { Registry } from "../../lib/metrics.ts";
+import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import { TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
 import { nodeIPs, nodeIPsOnMachine } from "../../lib/addresses.ts";
-import type { Handlers, LeanNode } from "../../lib/cache.ts";
+import type { Handlers } from "../../lib/cache.ts";
 import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
 import {
   type DesiredNode,
@@ -14,6 +14,7 @@ import {
 import type { Logger } from "../../lib/log.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { CloudNodeController, correctionDelayMs } from "../../lib/node.ts";
+import type { LeanNode } from "../../lib/nodeview.ts";
 import {
   TalosError,
   TalosNotFoundError,
