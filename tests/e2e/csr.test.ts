@@ -91,6 +91,8 @@ function csrCcm(withTalos: boolean): CcmSetup {
     ...(withTalos ? { talosconfig } : {}),
     securePort: port,
     alwaysAllowPaths: "/metrics",
+    // v=2 logs each look at a CSR whose Node is missing: what "not decided yet" checks wait for.
+    args: ["--v=2"],
   };
 }
 
@@ -223,7 +225,13 @@ describe("node-csr-approval approves honest CSRs", () => {
     kubelets.push(late);
     const csr = await late.submitServingCSR();
     const name = csr.metadata?.name as string;
-    await Bun.sleep(2500);
+    // The CCM has looked at the CSR twice and found no Node each time.
+    const looks = new RegExp(`"CSR waits for its Node" csr="${name}"`, "g");
+    await waitFor(
+      () => (ccm.output.match(looks)?.length ?? 0) >= 2,
+      10_000,
+      () => `fewer than 2 looks at ${name}:\n${ccm.output.slice(-3000)}`,
+    );
     expect((await getCsr(name)).status?.conditions ?? []).toEqual([]);
     const started = performance.now();
     const node = await late.registerNode();
@@ -399,11 +407,18 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
   test("a Node whose IP leads to another node's Talos (forged endpoint) is denied as TalosNodeMismatch", async () => {
     // The forger's kubelet publishes the IP of a machine whose Node is not registered (no Node
     // claims it); that machine's Talos answers there with its own name.
+    const series = 'talosccm_csr_denied_total{reason="TalosNodeMismatch"}';
+    const before = counter(await metrics(), series);
     const forger = await register("csr-forger", [IP.unregistered]);
     const csr = await forger.submitServingCSR({ dns: ["csr-forger"], ips: [IP.unregistered] });
     const cond = await decided(csr.metadata?.name as string);
     expect(cond).toMatchObject({ type: "Denied", reason: "TalosNodeMismatch" });
     expect(cond.message).toContain('is node "csr-unregistered"');
+    await waitFor(
+      async () => counter(await metrics(), series) > before,
+      10_000,
+      () => `${series} not counted`,
+    );
   });
 
   test("the API server itself refuses a CN naming another node, an unparsable PEM and a bad signature", async () => {
@@ -432,14 +447,36 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
   });
 
   test("approvals and denials are counted, denials by reason", async () => {
-    const text = await metrics();
-    expect(counter(text, 'talosccm_csr_approval_count{status="approve"}')).toBeGreaterThanOrEqual(4);
-    expect(counter(text, 'talosccm_csr_approval_count{status="deny"}')).toBeGreaterThanOrEqual(
-      cases.length + 1,
+    // Its own CSRs, counted from the counters' values before them.
+    const reasons = ["IPNotOwned", "DNSNameOfOtherNode", "InvalidRequest"];
+    const series = [
+      'talosccm_csr_approval_count{status="approve"}',
+      'talosccm_csr_approval_count{status="deny"}',
+      ...reasons.map((r) => `talosccm_csr_denied_total{reason="${r}"}`),
+    ];
+    const read = async () => {
+      const text = await metrics();
+      return series.map((s) => counter(text, s));
+    };
+    const before = await read();
+    const submitted = [
+      await a.submitServingCSR(),
+      ...(await Promise.all(
+        reasons.map((r) => (cases.find((c) => c.reason === r) as (typeof cases)[0]).submit()),
+      )),
+    ];
+    for (const c of submitted) await decided(c.metadata?.name as string);
+    const want = [1, reasons.length, ...reasons.map(() => 1)].map((n, i) => (before[i] as number) + n);
+    let got: number[] = [];
+    await waitFor(
+      async () => {
+        got = await read();
+        return got.every((v, i) => v >= (want[i] as number));
+      },
+      10_000,
+      () =>
+        `counters ${JSON.stringify(Object.fromEntries(series.map((s, i) => [s, got[i]])))}, want at least ${want}`,
     );
-    for (const reason of ["IPNotOwned", "TalosNodeMismatch", "DNSNameOfOtherNode", "InvalidRequest"]) {
-      expect(counter(text, `talosccm_csr_denied_total{reason="${reason}"}`)).toBeGreaterThanOrEqual(1);
-    }
   });
 });
 
@@ -449,7 +486,12 @@ describe("node-csr-approval with Talos unreachable", () => {
     apid.setDown(IP.down, true);
     const csr = await k.submitServingCSR();
     const name = csr.metadata?.name as string;
-    await Bun.sleep(3000);
+    // The CCM tried Talos for this CSR several times and said so with an Event.
+    await waitFor(
+      async () => (await cluster.eventsAbout(name)).some((e) => e.reason === "TalosUnavailable"),
+      20_000,
+      () => `no TalosUnavailable Event about ${name}:\n${ccm.output.slice(-3000)}`,
+    );
     expect((await getCsr(name)).status?.conditions ?? []).toEqual([]);
     expect(apid.calls({ node: IP.down })).toBeGreaterThan(0);
     apid.setDown(IP.down, false);
@@ -508,21 +550,27 @@ describe("node-csr-approval in CSR-only mode", () => {
   test("without a talosconfig an honest CSR is approved on Node status, and another Node's IP is denied", async () => {
     expect(await ccm.stop("SIGTERM")).toBe(0);
     await startCsrCcm(false);
-    expect(ccm.output).toContain("No usable talosconfig");
-    expect(ccm.output).toContain("CSR-only mode");
-    const calls = apid.calls();
-    // A node no Talos knows: CSR-only mode never asks.
-    const solo = await register("csr-solo", ["10.40.0.1"]);
-    const csr = await solo.submitServingCSR();
-    const cond = await decided(csr.metadata?.name as string);
-    expect(cond).toMatchObject({ type: "Approved" });
-    expect(cond.message).toContain("checked against the Nodes only");
-    const squatter = await register("csr-squatter", ["10.40.0.2"], [{ type: "ExternalIP", address: IP.b }]);
-    const squat = await squatter.submitServingCSR({ ips: ["10.40.0.2", IP.b] });
-    expect(await decided(squat.metadata?.name as string)).toMatchObject({
-      type: "Denied",
-      reason: "IPOfOtherNode",
-    });
-    expect(apid.calls()).toBe(calls);
+    try {
+      expect(ccm.output).toContain("No usable talosconfig");
+      expect(ccm.output).toContain("CSR-only mode");
+      const calls = apid.calls();
+      // A node no Talos knows: CSR-only mode never asks.
+      const solo = await register("csr-solo", ["10.40.0.1"]);
+      const csr = await solo.submitServingCSR();
+      const cond = await decided(csr.metadata?.name as string);
+      expect(cond).toMatchObject({ type: "Approved" });
+      expect(cond.message).toContain("checked against the Nodes only");
+      const squatter = await register("csr-squatter", ["10.40.0.2"], [{ type: "ExternalIP", address: IP.b }]);
+      const squat = await squatter.submitServingCSR({ ips: ["10.40.0.2", IP.b] });
+      expect(await decided(squat.metadata?.name as string)).toMatchObject({
+        type: "Denied",
+        reason: "IPOfOtherNode",
+      });
+      expect(apid.calls()).toBe(calls);
+    } finally {
+      // Back to the CCM the other tests expect, whatever their order.
+      await ccm.stop("SIGTERM");
+      await startCsrCcm(true);
+    }
   });
 });
