@@ -12,7 +12,7 @@
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { canonicalIP, formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
 import { claimedIPs, literalClaimedIPs } from "./ipspelling.ts";
-import { type Counter, type Registry, registry } from "./metrics.ts";
+import type { Counter, Registry } from "./metrics.ts";
 import { MAX_REQUEST_BYTES, type ParsedCsr, type PublicKeyInfo, parseCertificateRequest } from "./pkcs10.ts";
 import {
   canonicalDNS,
@@ -745,9 +745,9 @@ export interface CsrMetrics {
 
 /**
  * Registers (or finds) the CSR counters.
- * @param reg defaults to the process registry served on /metrics; tests pass their own
+ * @param reg the registry (the process registry served on /metrics, or a test's own).
  */
-export function csrMetrics(reg: Registry = registry): CsrMetrics {
+export function csrMetrics(reg: Registry): CsrMetrics {
   const approvals = reg.counter(CSR_APPROVAL_METRIC, "Node serving CSRs approved or denied, by status.", [
     "status",
   ]);

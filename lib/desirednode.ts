@@ -12,15 +12,14 @@
 import type { V1Taint } from "@kubernetes/client-node";
 import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
 import { sameList } from "./lists.ts";
-import type { LeanNode } from "./nodeview.ts";
 import {
   type ManagedRecordRead,
   planReconcile,
   type ReconcilePlan,
   readManagedRecord,
-  type TransformError,
-  type TransformResult,
-} from "./transform.ts";
+} from "./managedrecord.ts";
+import type { LeanNode } from "./nodeview.ts";
+import type { TransformError, TransformResult } from "./transform.ts";
 import type { NodeAddress, NodeFacts, PlatformMetadata, Taint } from "./types.ts";
 import { UNINITIALIZED_TAINT } from "./wellknown.ts";
 /** Labels the cloud-node controller writes besides the rules' own. */

@@ -34,8 +34,9 @@ import {
 import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
-import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+import type { Registry } from "./metrics.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
+import { registry as defaultRegistry } from "./processmetrics.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import type { AddressStatus } from "./types.ts";

@@ -10,7 +10,8 @@ import { dirname, isAbsolute, join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { wait } from "./backoff.ts";
 import { logger } from "./log.ts";
-import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+import type { Registry } from "./metrics.ts";
+import { registry as defaultRegistry, startTimer } from "./processmetrics.ts";
 
 const log = logger("kube");
 
@@ -439,7 +440,7 @@ export class KubeClient {
   async request<T = unknown>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       await this.#limiter.take();
-      const done = this.#latency.startTimer({ host: this.#host, verb: method });
+      const done = startTimer(this.#latency, { host: this.#host, verb: method });
       const deadline = AbortSignal.timeout(this.#requestTimeoutMs);
       const attemptOpts = {
         ...opts,

@@ -5,7 +5,8 @@
 
 import { isConflict, isNotFound, type KubeClient, microTime } from "./kube.ts";
 import { logger } from "./log.ts";
-import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+import type { Registry } from "./metrics.ts";
+import { registry as defaultRegistry } from "./processmetrics.ts";
 
 const log = logger("leader-election");
 

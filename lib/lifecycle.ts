@@ -21,7 +21,7 @@ import type { Counter, Registry } from "./metrics.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
-import { transform } from "./transform.ts";
+import { measuredTransform } from "./transformmetrics.ts";
 import type { PlatformMetadata, SystemInformation, Taint } from "./types.ts";
 import { NOT_READY_TAINT_KEY, SHUTDOWN_TAINT_KEY } from "./wellknown.ts";
 
@@ -298,7 +298,7 @@ export function instanceIdentity(
 ): InstanceIdentity {
   const raw = { platformMetadata: metadata, addresses: [] };
   const facts = instanceFacts(systemInformation ? { ...raw, systemInformation } : raw, nodeIP, nodeName);
-  const result = transform(config, facts, nodeName, registry ? { registry } : {});
+  const result = measuredTransform(config, facts, nodeName, registry);
   return {
     nodeIP,
     providerID: result.platformMetadata.providerId,

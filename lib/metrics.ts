@@ -1,9 +1,6 @@
-// Prometheus metrics: counters, gauges and histograms with labels, the text exposition format
-// served on /metrics, and the process metrics every Kubernetes component exports. One registry per
-// process; tests create their own.
-
-import { readdirSync, readFileSync } from "node:fs";
-import type { VersionInfo } from "./version.ts";
+// Prometheus metrics as data: counters, gauges and histograms with labels, bounded label values, a
+// registry and the text exposition format served on /metrics. No clock and no process state: the
+// process's registry, its collectors and the timing of observations are in lib/processmetrics.ts.
 
 /** Label values keyed by label name. */
 export type Labels = Record<string, string>;
@@ -109,15 +106,6 @@ export class Histogram implements Family {
     s.sum += value;
     s.count++;
   }
-  /** Starts a timer; calling the result observes the elapsed seconds. */
-  startTimer(labels?: Labels): () => number {
-    const start = performance.now();
-    return () => {
-      const seconds = (performance.now() - start) / 1000;
-      this.observe(labels, seconds);
-      return seconds;
-    };
-  }
   /** Number of observations for `labels`. */
   count(labels?: Labels): number {
     return this.#series.get(labelKey(this.labelNames, labels))?.count ?? 0;
@@ -221,45 +209,6 @@ export class Registry {
   }
 }
 
-/** The process-wide registry served on /metrics. */
-export const registry = new Registry();
-
-/**
- * Registers `kubernetes_build_info` with k8s.io/component-base's name, help and labels, from the
- * binary's version.Info (see lib/version.ts).
- */
-export function registerBuildInfo(reg: Registry, info: VersionInfo): void {
-  const gauge = reg.gauge(
-    "kubernetes_build_info",
-    "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
-    [
-      "major",
-      "minor",
-      "git_version",
-      "git_commit",
-      "git_tree_state",
-      "build_date",
-      "go_version",
-      "compiler",
-      "platform",
-    ],
-  );
-  gauge.set(
-    {
-      major: info.major,
-      minor: info.minor,
-      git_version: info.gitVersion,
-      git_commit: info.gitCommit,
-      git_tree_state: info.gitTreeState,
-      build_date: info.buildDate,
-      go_version: info.goVersion,
-      compiler: info.compiler,
-      platform: info.platform,
-    },
-    1,
-  );
-}
-
 /** k8s.io/cloud-provider's `manager` label of `running_managed_controllers`. */
 const MANAGER = "cloud-controller-manager";
 
@@ -274,38 +223,4 @@ export function controllerRunning(reg: Registry, name: string, running: boolean)
       "manager",
     ])
     .set({ name, manager: MANAGER }, running ? 1 : 0);
-}
-
-/** Registers the standard `process_*` metrics and the JS heap gauges on `reg`. */
-export function registerProcessMetrics(reg: Registry): void {
-  const cpu = reg.gauge("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.");
-  const rss = reg.gauge("process_resident_memory_bytes", "Resident memory size in bytes.");
-  const vsz = reg.gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.");
-  const start = reg.gauge(
-    "process_start_time_seconds",
-    "Start time of the process since unix epoch in seconds.",
-  );
-  const fds = reg.gauge("process_open_fds", "Number of open file descriptors.");
-  const maxFds = reg.gauge("process_max_fds", "Maximum number of open file descriptors.");
-  const heapUsed = reg.gauge("bun_heap_used_bytes", "JavaScript heap bytes in use.");
-  const heapSize = reg.gauge("bun_heap_size_bytes", "JavaScript heap size in bytes.");
-  start.set(undefined, Math.floor((Date.now() - performance.now()) / 1000));
-  reg.onCollect(() => {
-    const u = process.cpuUsage();
-    cpu.set(undefined, (u.user + u.system) / 1e6);
-    const mem = process.memoryUsage();
-    rss.set(undefined, mem.rss);
-    heapUsed.set(undefined, mem.heapUsed);
-    heapSize.set(undefined, mem.heapTotal);
-    try {
-      fds.set(undefined, readdirSync("/proc/self/fd").length);
-      const stat = readFileSync("/proc/self/stat", "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      vsz.set(undefined, Number(fields[20]));
-      const limits = readFileSync("/proc/self/limits", "utf8").match(/Max open files\s+(\d+)/);
-      if (limits?.[1]) maxFds.set(undefined, Number(limits[1]));
-    } catch {
-      // Not on Linux: the /proc gauges stay unset.
-    }
-  });
 }

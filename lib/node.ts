@@ -37,6 +37,7 @@ import { type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
 import { decideProviderID, type ProviderIDDecision } from "./instanceid.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
+import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
 import type { LeanNode } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
@@ -47,15 +48,12 @@ import {
   type TalosWatchClient,
 } from "./taloswatchcache.ts";
 import {
-  type ManagedRecordRead,
-  type RecordProblem,
-  readManagedRecord,
   rulesMayRead,
   SYSTEM_INFORMATION_FIELDS,
   TALOS_VERSION_FIELD,
   type TransformResult,
-  transform,
 } from "./transform.ts";
+import { measuredTransform } from "./transformmetrics.ts";
 import {
   FIELD_MANAGER,
   MANAGED_ANNOTATION,
@@ -418,7 +416,7 @@ export class CloudNodeController {
     const split = nodeIPsOnMachine(ips, state.nodeIP, state.facts.addresses);
     this.#reportNotOnMachine(node, pass.action, ips.source, split, state.nodeIP);
     const facts = instanceFacts(state.facts, state.nodeIP, name);
-    const result = transform(config, facts, name, { registry: this.#opts.registry });
+    const result = measuredTransform(config, facts, name, this.#opts.registry);
     const decision = decideProviderID({
       nodeProviderID: node.spec.providerID ?? "",
       talos: state.facts.platformMetadata,

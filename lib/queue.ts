@@ -4,7 +4,8 @@
 // drives a reconcile function with bounded concurrency. Metrics use client-go's workqueue names.
 
 import { type Logger, logger } from "./log.ts";
-import { registry as defaultRegistry, type Registry } from "./metrics.ts";
+import type { Registry } from "./metrics.ts";
+import { registry as defaultRegistry } from "./processmetrics.ts";
 
 /** What a reconcile may ask for besides success or failure. */
 export interface ReconcileResult {

@@ -15,7 +15,8 @@ import { basename, dirname } from "node:path";
 import { type Backoff, backoffDelay, wait } from "./backoff.ts";
 import type { GrpcChannel } from "./grpc.ts";
 import { logger } from "./log.ts";
-import { type Counter, type Histogram, registry as processRegistry, type Registry } from "./metrics.ts";
+import type { Counter, Histogram, Registry } from "./metrics.ts";
+import { registry as processRegistry, startTimer } from "./processmetrics.ts";
 import { GetRequest, ListRequest } from "./talos_pb.ts";
 import {
   endpointTarget,
@@ -752,7 +753,7 @@ export class TalosClient {
     attempt: (gen: Generation, ch: GrpcChannel, o: AttemptOptions) => Promise<Uint8Array[]>,
     decode: (msgs: Uint8Array[]) => T,
   ): Promise<T> {
-    const stop = this.#duration.startTimer({ request });
+    const stop = startTimer(this.#duration, { request });
     const attempts = opts.attempts ?? this.#attempts;
     const attemptOpts = { timeoutMs: opts.timeoutMs ?? this.#callTimeoutMs, signal: opts.signal };
     try {

@@ -35,7 +35,8 @@ import type { LeanNode } from "./nodeview.ts";
 import { matchedTermName, SELECTOR_KEYS, selectorFields } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
-import { type TransformError, transform } from "./transform.ts";
+import type { TransformError } from "./transform.ts";
+import { measuredTransform } from "./transformmetrics.ts";
 import type { Features, NodeFacts, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
@@ -573,7 +574,7 @@ export function previewNode(
     nodeIP,
     nodeName,
   );
-  const result = transform(config, facts, nodeName, options.registry ? { registry: options.registry } : {});
+  const result = measuredTransform(config, facts, nodeName, options.registry);
   const want = desiredNode(node, facts, result, {
     preferIPv6: config.global.preferIPv6,
     reconcile: config.global.reconcile,

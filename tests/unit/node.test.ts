@@ -12,6 +12,7 @@ import {
   nodePatch,
 } from "../../lib/desirednode.ts";
 import type { Logger } from "../../lib/log.ts";
+import { managedRecordDigest } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { CloudNodeController, correctionDelayMs } from "../../lib/node.ts";
 import type { LeanNode } from "../../lib/nodeview.ts";
@@ -23,7 +24,7 @@ import {
   type TalosWatchHandler,
 } from "../../lib/talos.ts";
 import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../lib/taloswatchcache.ts";
-import { managedRecordDigest, transform } from "../../lib/transform.ts";
+import { transform } from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   FIELD_MANAGER,
@@ -148,9 +149,7 @@ function desire(
   nodeIP = "10.0.0.5",
 ): DesiredNode {
   const facts = instanceFacts(raw, nodeIP, node.metadata.name);
-  const result = transform({ transformations: rules }, facts, node.metadata.name, {
-    registry: new Registry(),
-  });
+  const result = transform({ transformations: rules }, facts, node.metadata.name);
   const all = { ...OPTS, ...opts };
   const ips = nodeIPs(
     { annotations: node.metadata.annotations, addresses: node.status.addresses },
@@ -572,7 +571,7 @@ describe("desiredNode()", () => {
     const rules = [
       rule({ labels: [entry("example.com/ok", "yes"), entry("example.com/bad", "not valid!")] }),
     ];
-    const result = transform({ transformations: rules }, facts, "node-1", { registry: new Registry() });
+    const result = transform({ transformations: rules }, facts, "node-1");
     expect(result.errors.map((e) => [e.field, e.key])).toEqual([["labels", "example.com/bad"]]);
     const want = desiredNode(node, facts, result, OPTS);
     expect(want.labels["example.com/ok"]).toBe("yes");

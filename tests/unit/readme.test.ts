@@ -6,7 +6,6 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { formatIssue, parseConfig } from "../../lib/config.ts";
 import { DENY_REASONS } from "../../lib/csr.ts";
-import { Registry } from "../../lib/metrics.ts";
 import { transform } from "../../lib/transform.ts";
 import { fixtureNames, loadFixture } from "../support/fixtures.ts";
 
@@ -35,7 +34,7 @@ describe("README configuration examples", () => {
           addresses: [],
           ...(node.systemInformation ? { systemInformation: node.systemInformation } : {}),
         };
-        const result = transform(config, facts, node.name, { registry: new Registry() });
+        const result = transform(config, facts, node.name);
         expect({ node: name, errors: result.errors }).toEqual({ node: name, errors: [] });
       }
     });

@@ -2,7 +2,6 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { type CompiledConfig, type CompiledRule, ConfigError, parseConfig } from "../../lib/config.ts";
 import { describeTransformErrors } from "../../lib/desirednode.ts";
-import { Registry } from "../../lib/metrics.ts";
 import {
   type ManagedRecord,
   managedRecordDigest,
@@ -12,14 +11,18 @@ import {
   planReconcile,
   type ReconcilePlan,
   readManagedRecord,
+  serializeManagedRecord,
+} from "../../lib/managedrecord.ts";
+import { Registry } from "../../lib/metrics.ts";
+import {
   rulesMayRead,
   SYSTEM_INFORMATION_FIELDS,
-  serializeManagedRecord,
   TALOS_VERSION_FIELD,
   type TransformResult,
   templateData,
   transform,
 } from "../../lib/transform.ts";
+import { measuredTransform } from "../../lib/transformmetrics.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation, Taint } from "../../lib/types.ts";
 import { isLabelValue } from "../../lib/validation.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "../../lib/wellknown.ts";
@@ -51,13 +54,12 @@ function facts(overrides: Partial<PlatformMetadata> = {}, extra: Partial<NodeFac
   return { platformMetadata: { ...metadata, ...overrides }, addresses: [], ...extra };
 }
 
-/** Transforms with a private registry so tests do not share metric state. */
 function run(
   config: Pick<CompiledConfig, "transformations">,
   f: NodeFacts,
   node = "node-1",
 ): TransformResult {
-  return transform(config, f, node, { registry: new Registry() });
+  return transform(config, f, node);
 }
 
 /** A compiled rule built by hand, for values a real config cannot produce (e.g. a failing template). */
@@ -462,7 +464,7 @@ describe("transform() errors", () => {
     ]);
   });
 
-  test("transform() records its duration and error count under the reference's metric names", () => {
+  test("measuredTransform() records its duration and error count under the reference's metric names", () => {
     const registry = new Registry();
     const config = {
       transformations: [
@@ -474,8 +476,8 @@ describe("transform() errors", () => {
         }),
       ],
     };
-    transform(config, facts(), "n", { registry });
-    transform({ transformations: [] }, facts(), "n", { registry });
+    measuredTransform(config, facts(), "n", registry);
+    measuredTransform({ transformations: [] }, facts(), "n", registry);
     const text = registry.expose();
     expect(text).toContain('talosccm_transformer_duration_seconds_count{type="transformer"} 2');
     expect(text).toContain('talosccm_transformer_duration_seconds_bucket{type="transformer",le="0.001"}');

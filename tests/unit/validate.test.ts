@@ -3,8 +3,8 @@ import fc from "fast-check";
 import { parse as parseYaml, stringify } from "yaml";
 import { parseConfig } from "../../lib/config.ts";
 import type { ConfigIssue } from "../../lib/configissue.ts";
+import { managedRecordDigest } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";
-import { managedRecordDigest } from "../../lib/transform.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   formatPreview,

@@ -1,0 +1,49 @@
+// The rules engine's metrics, under the reference's names: every transform() call timed in
+// talosccm_transformer_duration_seconds and the values it skipped counted in
+// talosccm_transformer_errors_total. The timing reads the clock, so it lives here, beside the pure
+// engine (lib/transform.ts), for the shells that transform a node (cloud-node, cloud-node-lifecycle,
+// validate).
+
+import type { CompiledConfig } from "./config.ts";
+import type { Registry } from "./metrics.ts";
+import { registry as processRegistry, startTimer } from "./processmetrics.ts";
+import { type TransformResult, transform } from "./transform.ts";
+import type { NodeFacts } from "./types.ts";
+
+function metrics(reg: Registry) {
+  return {
+    duration: reg.histogram(
+      "talosccm_transformer_duration_seconds",
+      "Latency of an Transformer call",
+      ["type"],
+      [0.001, 0.01, 0.05, 0.1],
+    ),
+    errors: reg.counter(
+      "talosccm_transformer_errors_total",
+      "Total number of errors for an Transformer call",
+      ["type"],
+    ),
+  };
+}
+
+/** The value of the metrics' `type` label, as the reference sets it. */
+const METRIC_TYPE = { type: "transformer" };
+
+/**
+ * {@link transform}, timed and its errors counted on `registry`.
+ * @param registry where the transformer metrics go; the process registry by default.
+ * @returns transform's result, unchanged.
+ */
+export function measuredTransform(
+  config: Pick<CompiledConfig, "transformations">,
+  facts: NodeFacts,
+  nodeName: string,
+  registry: Registry = processRegistry,
+): TransformResult {
+  const m = metrics(registry);
+  const stop = startTimer(m.duration, METRIC_TYPE);
+  const result = transform(config, facts, nodeName);
+  stop();
+  if (result.errors.length > 0) m.errors.inc(METRIC_TYPE, result.errors.length);
+  return result;
+}
