@@ -132,6 +132,30 @@ async function expectWatchAlive(spec: FakeNodeSpec, address: string, timeoutMs =
   );
 }
 
+/**
+ * Waits until the CCM has tried each node of `specs` on Talos and failed (its TalosAPIError
+ * Event), then checks that each is still tainted: a node the CCM has not looked at yet proves nothing.
+ */
+async function expectWaitingOnTalos(specs: FakeNodeSpec[]): Promise<void> {
+  let pending: string[] = [];
+  await waitFor(
+    async () => {
+      const seen = await Promise.all(
+        specs.map(async (s) => (await cluster.eventsAbout(s.name)).some((e) => e.reason === "TalosAPIError")),
+      );
+      pending = specs.filter((_, i) => !seen[i]).map((s) => s.name);
+      return pending.length === 0;
+    },
+    20_000,
+    () => `no TalosAPIError Event about ${pending.join(", ")}:\n${ccm.output.slice(-3000)}`,
+  );
+  for (const s of specs)
+    expect({ node: s.name, tainted: tainted(await getNode(s.name)) }).toEqual({
+      node: s.name,
+      tainted: true,
+    });
+}
+
 async function expectAlive(): Promise<void> {
   expect(ccm.exitCode).toBeNull();
   expect(ccm.output).not.toContain("Controller failed");
@@ -148,12 +172,7 @@ describe("the apid killed and restarted", () => {
     const waiting = newNodes("outage", 5);
     await apid.stop();
     await register(waiting);
-    await Bun.sleep(3000);
-    for (const s of waiting)
-      expect({ node: s.name, tainted: tainted(await getNode(s.name)) }).toEqual({
-        node: s.name,
-        tainted: true,
-      });
+    await expectWaitingOnTalos(waiting);
     await expectAlive();
     await apid.restart();
 
@@ -195,6 +214,7 @@ describe("one node's Talos API flapping", () => {
     try {
       await register([flappy, ...steady]);
       await initialized(steady, T);
+      // Not a wait for an event: the flapping lasts T ms whatever happens, the window the bound is for.
       await Bun.sleep(Math.max(0, started + T - Date.now()));
     } finally {
       clearInterval(flapping);
@@ -231,12 +251,7 @@ describe("the talosconfig rotated mid-run", () => {
     await apid.rotateClientCA();
     const stranded = newNodes("ca-gap", 3);
     await register(stranded);
-    await Bun.sleep(2000);
-    for (const s of stranded)
-      expect({ node: s.name, tainted: tainted(await getNode(s.name)) }).toEqual({
-        node: s.name,
-        tainted: true,
-      });
+    await expectWaitingOnTalos(stranded);
     await apid.writeTalosconfig(talosconfig);
     await initialized(stranded);
     await expectWatchAlive(old[0] as FakeNodeSpec, "203.0.113.13");
