@@ -9,7 +9,7 @@ import { type ControllerName, resolveControllers } from "./controllernames.ts";
 import { FLAGSETS, type FlagSpec, type Subcommand } from "./flagtable.ts";
 import { parseGoBool } from "./flagvalues.ts";
 import { PROGRAM_NAME } from "./help.ts";
-import { type NodeIpamFlags, resolveNodeIpamConfig } from "./ipamconfig.ts";
+import { type AllocatorType, type NodeIpamFlags, resolveNodeIpamConfig } from "./ipamconfig.ts";
 import type { LogFormat } from "./log.ts";
 import {
   bool,
@@ -99,9 +99,6 @@ export interface NodeControllerOptions {
   /** `--concurrent-node-lifecycle-syncs`: lifecycle workers, default 1. */
   concurrentLifecycleSyncs: number;
 }
-
-/** `--cidr-allocator-type`: which allocator node-ipam runs (lib/ipam.ts). */
-export type AllocatorType = "RangeAllocator" | "CloudAllocator";
 
 /**
  * The node-ipam controller. The CIDR and mask fields are the flags as given, in the shape

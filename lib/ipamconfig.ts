@@ -13,6 +13,9 @@ import {
 } from "./cidr.ts";
 import { MAX_IPV6_MASK_DIFF } from "./cidrset.ts";
 
+/** `--cidr-allocator-type`: which allocator node-ipam runs (lib/ipamallocator.ts). */
+export type AllocatorType = "RangeAllocator" | "CloudAllocator";
+
 /** kubelet's default `--max-pods`, assumed when a node has not reported its pod capacity. */
 export const DEFAULT_MAX_PODS = 110;
 

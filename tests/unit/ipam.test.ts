@@ -11,14 +11,14 @@ import {
   prefixCovers,
   prefixesOverlap,
 } from "../../lib/cidr.ts";
-import type { AllocatorType } from "../../lib/flags.ts";
 import {
   type Allocation,
   Allocator,
   CidrNotAvailableError,
   type NodeNetwork,
   publicIPv6Prefixes,
-} from "../../lib/ipam.ts";
+} from "../../lib/ipamallocator.ts";
+import type { AllocatorType } from "../../lib/ipamconfig.ts";
 import { cloudSubnet, resolveNodeIpamConfig } from "../../lib/ipamconfig.ts";
 import { Registry } from "../../lib/metrics.ts";
 

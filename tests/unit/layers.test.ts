@@ -9,6 +9,7 @@ import { join } from "node:path";
 
 /** Pure cores: decisions and data. A core gets clocks, timers and I/O from its caller, injected. */
 const CORES = [
+  "ipamallocator.ts",
   "ipamconfig.ts",
   "csr.ts",
   "cidrset.ts",
