@@ -1,6 +1,6 @@
-// The cloud-config file (`--cloud-config`): its schema, loading and compilation. YAML is read the way
-// the reference's gopkg.in/yaml.v3 decoder reads it (first document only, scalars keep their source
-// text, YAML 1.1 yes/no/on/off booleans, `<<` merges), checked against a valibot schema, then
+// The cloud-config file (`--cloud-config`): its schema and compilation, from its text (reading it
+// from disk is lib/configfile.ts's). YAML is read the way the reference's gopkg.in/yaml.v3 decoder
+// reads it (first document only, scalars keep their source text, YAML 1.1 yes/no/on/off booleans, `<<` merges), checked against a valibot schema, then
 // compiled: every regex and template is built once, literal label/annotation/taint entries are
 // validated. Problems carry their exact path (`transformations[1].labels["a/b"]`) and line.
 //
@@ -28,7 +28,6 @@ import {
   type FirstDocument,
   MAX_YAML_NODES,
   parseFirstDocument,
-  readConfigFile,
 } from "./configlimits.ts";
 import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
 import { quoteValue, unknownKeyMessage, withoutLongValue } from "./suggest.ts";
@@ -703,28 +702,4 @@ function compilerFor(doc: PlainDocument): Compiler {
  */
 export function byLine(issues: readonly ConfigIssue[]): ConfigIssue[] {
   return [...issues].sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
-}
-
-/**
- * Reads and compiles the cloud-config file at `path` (see {@link parseConfig}).
- * @throws {ConfigError} when the file cannot be read or is invalid.
- */
-export function loadConfig(path: string): CompiledConfig {
-  return parseConfig(readConfig(path));
-}
-
-/**
- * Reads a cloud-config file without parsing it, refusing one over the size limit before reading it
- * (see {@link readConfigFile}).
- * @param path a file name
- * @throws {ConfigError} when the file cannot be read or is too large.
- */
-export function readConfig(path: string): string {
-  try {
-    return readConfigFile(path);
-  } catch (err) {
-    if (err instanceof ConfigLimitError) throw new ConfigError([err.issue]);
-    const reason = err instanceof Error ? err.message : String(err);
-    throw new ConfigError([{ path: "", message: `cannot read ${path}: ${reason}` }], [], { cause: err });
-  }
 }

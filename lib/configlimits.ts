@@ -1,12 +1,12 @@
-// Bounds on the cloud-config input (and on validate's node metadata), so that no file up to the ConfigMap size limit (a YAML alias
-// bomb, 100,000 nested brackets, a million tiny nodes, a megabyte of double-quoted text, thousands
-// of regexps) can stall the process or exhaust its memory. The size is checked before the file is
-// read; the YAML is lexed and parsed with bounds on tokens, nesting and double-quoted text before
-// any node is built, and only its first document is composed; regexps and templates are compiled
-// against a budget. Each refusal names its cause. tests/support/config-stress.ts measures the worst
-// files these bounds let through.
+// Bounds on the cloud-config input (and on validate's node metadata), so that no file up to the
+// ConfigMap size limit (a YAML alias bomb, 100,000 nested brackets, a million tiny nodes, a megabyte
+// of double-quoted text, thousands of regexps) can stall the process or exhaust its memory. Pure
+// checks on the text: the file itself is read within the size limit by lib/configfile.ts. The YAML
+// is lexed and parsed with bounds on tokens, nesting and double-quoted text before any node is
+// built, and only its first document is composed; regexps and templates are compiled against a
+// budget. Each refusal names its cause. tests/support/config-stress.ts measures the worst files
+// these bounds let through.
 
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { Composer, type CST, type Document, Lexer, LineCounter, Parser } from "yaml";
 import type { ConfigIssue } from "./configissue.ts";
 
@@ -47,9 +47,6 @@ export const MAX_COMPILED = 200;
  */
 export const MAX_COMPILED_CHARS = 16_384;
 
-/** Bytes read at a time from the config file. */
-const READ_CHUNK_BYTES = 65_536;
-
 /** The input breaks one of the bounds; `issue` says which, and where when known. */
 export class ConfigLimitError extends Error {
   constructor(readonly issue: ConfigIssue) {
@@ -66,40 +63,16 @@ const SIZE_REASON: Record<BoundedInput, string> = {
   "node metadata": "a node's metadata from talosctl is a few KiB",
 };
 
-function tooLarge(what: string, input: BoundedInput): ConfigLimitError {
+/**
+ * The refusal of an input larger than {@link MAX_CONFIG_BYTES}.
+ * @param what the input's description, with its size when known: "the file (2000000 bytes)".
+ * @param input what the input holds, named in the reason.
+ */
+export function tooLarge(what: string, input: BoundedInput): ConfigLimitError {
   return new ConfigLimitError({
     path: "",
     message: `${what} is larger than ${MAX_CONFIG_BYTES} bytes (1 MiB, ${SIZE_REASON[input]})`,
   });
-}
-
-/**
- * Reads a config (or node metadata) file, refusing it without reading it when it is larger than
- * {@link MAX_CONFIG_BYTES}, and never holding more than that limit plus one chunk when the size is
- * unknown (stdin, a pipe) or grows while being read.
- * @param path a file name, or a file descriptor (0 for stdin).
- * @param input what the file holds, named in the message when it is too large.
- * @throws {ConfigLimitError} when the file is too large; the system's error when it cannot be read.
- */
-export function readConfigFile(path: string | number, input: BoundedInput = "config"): string {
-  const fd = typeof path === "number" ? path : openSync(path, "r");
-  try {
-    const { size } = fstatSync(fd);
-    if (size > MAX_CONFIG_BYTES) throw tooLarge(`the file (${size} bytes)`, input);
-    const chunks: Buffer[] = [];
-    let total = 0;
-    for (;;) {
-      const chunk = Buffer.allocUnsafe(READ_CHUNK_BYTES);
-      const n = readSync(fd, chunk, 0, chunk.length, null);
-      if (n === 0) break;
-      chunks.push(chunk.subarray(0, n));
-      total += n;
-      if (total > MAX_CONFIG_BYTES) throw tooLarge("the file", input);
-    }
-    return Buffer.concat(chunks, total).toString("utf8");
-  } finally {
-    if (typeof path !== "number") closeSync(fd);
-  }
 }
 
 /** The first YAML document of a file, and what follows it. */

@@ -7,8 +7,9 @@
 import { createHash, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import { nodeInformer } from "./cache.ts";
-import { type CompiledConfig, ConfigError, formatIssue, loadConfig, parseConfig } from "./config.ts";
-import { ConfigLimitError, readConfigFile } from "./configlimits.ts";
+import { type CompiledConfig, ConfigError, formatIssue, parseConfig } from "./config.ts";
+import { loadConfig, readConfigFile } from "./configfile.ts";
+import { ConfigLimitError } from "./configlimits.ts";
 import { ConfigHolder, type ControllerContext, type StartController } from "./controller.ts";
 import { type ControllerName, Controllers, RUNNING_METRIC_NAMES } from "./controllernames.ts";
 import { EventRecorder } from "./events.ts";

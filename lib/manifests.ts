@@ -832,7 +832,8 @@ export async function runManifests(opts: ManifestsOptions, warnings: readonly st
   let cloudConfig: string | undefined;
   const enabled = [...opts.enabledControllers];
   if (opts.cloudConfig !== undefined) {
-    const { ConfigError, formatIssue, parseConfig, readConfig } = await import("./config.ts");
+    const { ConfigError, formatIssue, parseConfig } = await import("./config.ts");
+    const { readConfig } = await import("./configfile.ts");
     try {
       // Read within the ConfigMap size limit: a larger file is refused before it is read.
       cloudConfig = readConfig(opts.cloudConfig);

@@ -24,8 +24,9 @@ import {
   type YAMLMap,
 } from "yaml";
 import { byLine, type CompiledConfig, ConfigError, formatIssue, formatPath, parseConfig } from "./config.ts";
+import { readConfigFile } from "./configfile.ts";
 import type { ConfigIssue } from "./configissue.ts";
-import { ConfigLimitError, checkMetadataBounds, readConfigFile } from "./configlimits.ts";
+import { ConfigLimitError, checkMetadataBounds } from "./configlimits.ts";
 import { describeTransformErrors, desiredNode, instanceFacts } from "./desirednode.ts";
 import type { ValidateOptions } from "./flags.ts";
 import { decideProviderID } from "./instanceid.ts";
