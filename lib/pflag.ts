@@ -4,7 +4,7 @@
 // reads of the result. Knows flags only by name, kind and shorthand; the flag table is
 // lib/flagtable.ts. Pure: no I/O.
 
-import { isIPv4, isIPv6 } from "node:net";
+import { tryParseIP } from "./cidr.ts";
 import { parseCsvRecord, parseGoBool, parseGoDuration, parseGoInt, parseQuantity } from "./flagvalues.ts";
 import { editDistance } from "./suggest.ts";
 
@@ -115,8 +115,10 @@ function convert(spec: PflagSpec, raw: string, previous: Value | undefined): Val
     case "quantity":
       return parseQuantity(raw) ?? bad();
     case "ip": {
+      // pflag's net.ParseIP(strings.TrimSpace(s)): no leading zeros, no zones, no brackets; the
+      // value keeps its spelling.
       const ip = raw.trim();
-      return isIPv4(ip) || (isIPv6(ip) && !ip.includes("%")) ? ip : bad();
+      return tryParseIP(ip) ? ip : bad();
     }
     case "stringSlice": {
       const items = parseCsvRecord(raw) ?? bad();

@@ -612,6 +612,32 @@ describe("parseCommandLine() validation", () => {
     expect(flagError(() => run(argv)).message).toContain(detail);
   });
 
+  // Go's net.ParseIP(strings.TrimSpace(s)) (pflag's IP flag) on each spelling, as go1.26 answers.
+  test.each([
+    ["::ffff:1.2.3.4", true],
+    ["::1.2.3.4", true],
+    ["1:2:3:4:5:6:1.2.3.4", true],
+    ["1:2:3:4:5:6:7::", true],
+    ["0001::", true],
+    ["FE80::A", true],
+    ["\t1.2.3.4\n", true],
+    ["1.2.3.04", false],
+    ["::ffff:01.2.3.4", false],
+    ["1:2:3:4:5:6::1.2.3.4", false],
+    ["1:2:3:4:5:6:7:8::", false],
+    ["00001::", false],
+    ["fe80::1%", false],
+    ["::%eth0", false],
+    ["[::1]", false],
+    ["0x1.2.3.4", false],
+    ["1.2.3.4:80", false],
+    ["\u0661.2.3.4", false],
+  ])("parseCommandLine() --bind-address=%p is an IP address: %p (as Go's net.ParseIP)", (spelling, ok) => {
+    const argv = [`--bind-address=${spelling}`];
+    if (ok) expect(run(argv).serving.bindAddress).toBe(spelling.trim());
+    else expect(flagError(() => run(argv)).message).toContain("expected an IP address");
+  });
+
   test("parseCommandLine() skips leader-election checks when leader election is off", () => {
     const o = run(["--leader-elect=false", "--leader-elect-resource-lock=configmaps"]);
     expect(o.leaderElection.enabled).toBe(false);

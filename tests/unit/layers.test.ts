@@ -9,6 +9,10 @@ import { join } from "node:path";
 
 /** Pure cores: decisions and data. A core gets clocks, timers and I/O from its caller, injected. */
 const CORES = [
+  "controllernames.ts",
+  "flagtable.ts",
+  "help.ts",
+  "pflag.ts",
   "config.ts",
   "configlimits.ts",
   "desirednode.ts",
@@ -65,15 +69,12 @@ const SHELLS: Record<string, string> = {
   "clientauth.ts": "reads CA files, checks certificates against the clock",
   "configfile.ts": "reads the config file (node:fs)",
   "controller.ts": "the controllers' context: clients, recorder, Talos, metrics",
-  "controllernames.ts": "imports pflag.ts (node:net)",
   "csrapprover.ts": "the node-csr-approval controller: Kubernetes and Talos I/O",
   "csrnetworks.ts": "reads the cluster's shared ranges from Kubernetes and Talos",
   "events.ts": "writes Events, timers",
   "flags.ts": "reads process.argv and the environment",
-  "flagtable.ts": "imports pflag.ts's types (node:net)",
   "grpc.ts": "gRPC over node:tls, deadlines, timers",
   "h2.ts": "HTTP/2 over node:tls, clocks, timers",
-  "help.ts": "imports flagtable.ts",
   "httpsserver.ts": "listens: Bun.serve, node:tls, node:http",
   "ipam.ts": "the node-ipam controller: Kubernetes and Talos I/O",
   "jscoptions.ts": "reads the environment and /proc, re-executes the process",
@@ -86,7 +87,6 @@ const SHELLS: Record<string, string> = {
   "manifests.ts": "the manifests subcommand: files, stdout",
   "node.ts": "the cloud-node controller: Kubernetes I/O, clock",
   "pagetrim.ts": "gives pages back to the kernel (bun:ffi, /proc, timers)",
-  "pflag.ts": "node:net's isIPv4/isIPv6",
   "processmetrics.ts":
     "the process registry and its collectors (/proc, process.cpuUsage), the clock that times observations",
   "queue.ts": "work queues: timers, clock",
