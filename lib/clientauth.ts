@@ -6,6 +6,7 @@
 
 import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
+import type { RequestHeaderFlags } from "./flags.ts";
 
 /** Who a request is, as a TokenReview or a certificate says. */
 export interface User {
@@ -13,22 +14,6 @@ export interface User {
   uid?: string;
   groups?: string[];
   extra?: Record<string, string[]>;
-}
-
-/** The `--requestheader-*` flags: a front proxy's CA file and names, and the headers it names users in. */
-export interface RequestHeaderFlags {
-  /** `--requestheader-client-ca-file`. */
-  clientCaFile: string;
-  /** `--requestheader-allowed-names`; empty: any certificate the CA signed. */
-  allowedNames: string[];
-  /** `--requestheader-username-headers`, default x-remote-user. */
-  usernameHeaders: string[];
-  /** `--requestheader-uid-headers`, default none. */
-  uidHeaders: string[];
-  /** `--requestheader-group-headers`, default x-remote-group. */
-  groupHeaders: string[];
-  /** `--requestheader-extra-headers-prefix`, default x-remote-extra-. */
-  extraHeaderPrefixes: string[];
 }
 
 /** Front-proxy authentication in effect: the flags, with the CA file's certificates. */

@@ -4,13 +4,11 @@
 // accepted only for compatibility. Also the option types the rest of lib/ reads. Pure: no I/O, no
 // process access; the environment comes in as an argument.
 
-import type { RequestHeaderFlags } from "./clientauth.ts";
 import { type ControllerName, resolveControllers } from "./controllernames.ts";
 import { FLAGSETS, type FlagSpec, type Subcommand } from "./flagtable.ts";
 import { parseGoBool } from "./flagvalues.ts";
 import { PROGRAM_NAME } from "./help.ts";
 import { type AllocatorType, type NodeIpamFlags, resolveNodeIpamConfig } from "./ipamconfig.ts";
-import type { LogFormat } from "./log.ts";
 import {
   bool,
   cannotParse,
@@ -23,6 +21,9 @@ import {
   requestsHelp,
   str,
 } from "./pflag.ts";
+
+/** `--logging-format`: klog text or JSON lines. */
+export type LogFormat = "text" | "json";
 
 /** Logging settings every command takes. */
 export interface LoggingOptions {
@@ -50,6 +51,22 @@ export interface LeaderElectionOptions {
 
 /** TLS versions as `node:tls` names them. */
 export type TlsVersion = "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3";
+
+/** The `--requestheader-*` flags: a front proxy's CA file and names, and the headers it names users in. */
+export interface RequestHeaderFlags {
+  /** `--requestheader-client-ca-file`. */
+  clientCaFile: string;
+  /** `--requestheader-allowed-names`; empty: any certificate the CA signed. */
+  allowedNames: string[];
+  /** `--requestheader-username-headers`, default x-remote-user. */
+  usernameHeaders: string[];
+  /** `--requestheader-uid-headers`, default none. */
+  uidHeaders: string[];
+  /** `--requestheader-group-headers`, default x-remote-group. */
+  groupHeaders: string[];
+  /** `--requestheader-extra-headers-prefix`, default x-remote-extra-. */
+  extraHeaderPrefixes: string[];
+}
 
 /** The HTTPS endpoint and its delegated authentication and authorization. */
 export interface ServingOptions {

@@ -2,6 +2,8 @@
 // the JSON of `--logging-format=json`. Owns verbosity (`--v`) and the redaction of secrets: values
 // that look like PEM blocks or bearer tokens never reach the output.
 
+import type { LogFormat } from "./flags.ts";
+
 /** Key/value pairs attached to a log line. */
 export type Fields = Record<string, unknown>;
 
@@ -18,9 +20,6 @@ export interface Logger {
   /** Returns a logger that adds `fields` to every line. */
   with(fields: Fields): Logger;
 }
-
-/** `--logging-format`: klog text or JSON lines. */
-export type LogFormat = "text" | "json";
 
 interface Settings {
   format: LogFormat;

@@ -13,9 +13,9 @@ import {
   type ClientCertConfig,
   type HeaderValues,
   loadCABundle,
-  type RequestHeaderFlags,
   type User,
 } from "./clientauth.ts";
+import type { RequestHeaderFlags } from "./flags.ts";
 import { type Handler, type HttpsListener, listenHttps, type TlsSettings } from "./httpsserver.ts";
 import type { KubeClient } from "./kube.ts";
 import { logger } from "./log.ts";

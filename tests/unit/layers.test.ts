@@ -9,6 +9,7 @@ import { join } from "node:path";
 
 /** Pure cores: decisions and data. A core gets clocks, timers and I/O from its caller, injected. */
 const CORES = [
+  "flags.ts",
   "controllernames.ts",
   "flagtable.ts",
   "help.ts",
@@ -72,7 +73,6 @@ const SHELLS: Record<string, string> = {
   "csrapprover.ts": "the node-csr-approval controller: Kubernetes and Talos I/O",
   "csrnetworks.ts": "reads the cluster's shared ranges from Kubernetes and Talos",
   "events.ts": "writes Events, timers",
-  "flags.ts": "reads process.argv and the environment",
   "grpc.ts": "gRPC over node:tls, deadlines, timers",
   "h2.ts": "HTTP/2 over node:tls, clocks, timers",
   "httpsserver.ts": "listens: Bun.serve, node:tls, node:http",
