@@ -1,223 +1,23 @@
-// Kubernetes API access: kubeconfig and in-cluster configuration, an HTTP client on Bun's fetch that
-// really applies the kubeconfig's TLS settings, client-side rate limits, request metrics, and watch
-// streams. @kubernetes/client-node supplies the types, and the exec and auth-provider credential
-// plugins (loaded only for kubeconfigs that use them). Its own HTTP layer is not used: under Bun it
-// ignores the kubeconfig's CA and client certificate (bun-notes.md, "The TLS trap"), and loading it
-// costs ~22 MB of resident memory.
+// The Kubernetes API client: HTTP on Bun's fetch that really applies the connection's TLS settings,
+// request authentication, client-side rate limits, retries, request metrics, and watch streams; the
+// API server's errors. Where the connection comes from is lib/kubeconnection.ts's (kubeconfig parsing:
+// lib/kubeconfig.ts); exec and auth-provider credential plugins are lib/kubeauthplugin.ts's.
+// @kubernetes/client-node supplies the types; its own HTTP layer is not used: under Bun it ignores
+// the kubeconfig's CA and client certificate (bun-notes.md, "The TLS trap"), and loading it costs
+// ~22 MB of resident memory.
 
 import { readFileSync } from "node:fs";
-import { dirname, isAbsolute, join } from "node:path";
-import { parse as parseYaml } from "yaml";
 import { wait } from "./backoff.ts";
+import { type CredentialPlugin, loadCredentialPlugin } from "./kubeauthplugin.ts";
+import { KubeConfigError, type KubeConnection } from "./kubeconfig.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { registry as defaultRegistry, startTimer } from "./processmetrics.ts";
 
 const log = logger("kube");
 
-/** In-cluster service-account files, as mounted by the kubelet. */
-const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/** How requests authenticate. */
-export type KubeAuth =
-  | { kind: "none" }
-  | { kind: "token"; token: string }
-  | { kind: "tokenFile"; path: string }
-  | { kind: "basic"; username: string; password: string }
-  | { kind: "plugin"; kubeconfigPath: string; context: string };
-
-/** Where the API server is and how to reach it. Certificates are PEM text. */
-export interface KubeConnection {
-  server: string;
-  ca?: string;
-  cert?: string;
-  key?: string;
-  insecureSkipVerify?: boolean;
-  serverName?: string;
-  auth: KubeAuth;
-  /** Namespace of the in-cluster service account, when running in a pod. */
-  namespace?: string;
-}
-
-/** A kubeconfig or in-cluster configuration that cannot be used. */
-export class KubeConfigError extends Error {
-  override readonly name = "KubeConfigError";
-}
-
-interface RawNamed<T> {
-  name?: string;
-  cluster?: T;
-  user?: T;
-  context?: T;
-}
-
-type Dict = Record<string, unknown>;
-
-function str(v: unknown): string | undefined {
-  return typeof v === "string" && v !== "" ? v : undefined;
-}
-
-function fromFileOrData(base: string, file: unknown, data: unknown, what: string): string | undefined {
-  const d = str(data);
-  if (d) return Buffer.from(d, "base64").toString("utf8");
-  const f = str(file);
-  if (!f) return undefined;
-  const path = isAbsolute(f) ? f : join(base, f);
-  try {
-    return readFileSync(path, "utf8");
-  } catch (cause) {
-    throw new KubeConfigError(`Cannot read ${what} ${path}: ${(cause as Error).message}`, { cause });
-  }
-}
-
-/**
- * Parses a kubeconfig file and resolves its current context (or `context`).
- * @throws KubeConfigError naming the file and what is wrong with it.
- */
-export function kubeconfigFromFile(path: string, context?: string): KubeConnection {
-  const doc = readKubeconfig(path);
-  const fail = (why: string) => new KubeConfigError(`Cannot load kubeconfig ${path}: ${why}`);
-  const find = <T>(list: unknown, key: "cluster" | "user" | "context", name: string): T | undefined => {
-    if (!Array.isArray(list)) return undefined;
-    const item = (list as RawNamed<T>[]).find((x) => x?.name === name);
-    return item?.[key];
-  };
-  const ctxName = context ?? str(doc["current-context"]);
-  if (!ctxName) throw fail("no current-context");
-  const ctx = find<Dict>(doc.contexts, "context", ctxName);
-  if (!ctx) throw fail(`context "${ctxName}" not found`);
-  const clusterName = str(ctx.cluster) ?? "";
-  const cluster = find<Dict>(doc.clusters, "cluster", clusterName);
-  if (!cluster) throw fail(`cluster "${clusterName}" not found`);
-  const user = find<Dict>(doc.users, "user", str(ctx.user) ?? "") ?? {};
-  const server = str(cluster.server);
-  if (!server) throw fail(`cluster "${clusterName}" has no server`);
-  const base = dirname(path);
-  return {
-    server: server.replace(/\/+$/, ""),
-    ...clusterTls(base, cluster),
-    ...clientCertificate(base, user, fail),
-    auth: userAuth(base, user, { kind: "plugin", kubeconfigPath: path, context: ctxName }),
-  };
-}
-
-/** The kubeconfig file as YAML. Its errors name the line, never quote the file (keys and tokens). */
-function readKubeconfig(path: string): Dict {
-  let text = "";
-  try {
-    text = readFileSync(path, "utf8");
-    // Not yaml's pretty errors: their code frame quotes the file, which holds keys and tokens.
-    return (parseYaml(text, { prettyErrors: false }) ?? {}) as Dict;
-  } catch (cause) {
-    const pos = (cause as { pos?: [number, number] }).pos;
-    const line = pos ? ` (line ${text.slice(0, pos[0]).split("\n").length})` : "";
-    throw new KubeConfigError(`Cannot load kubeconfig ${path}${line}: ${(cause as Error).message}`, {
-      cause,
-    });
-  }
-}
-
-/** How a kubeconfig cluster's server is verified: CA, skip-verify, server name. */
-function clusterTls(
-  base: string,
-  cluster: Dict,
-): Pick<KubeConnection, "ca" | "insecureSkipVerify" | "serverName"> {
-  const out: Pick<KubeConnection, "ca" | "insecureSkipVerify" | "serverName"> = {};
-  const ca = fromFileOrData(
-    base,
-    cluster["certificate-authority"],
-    cluster["certificate-authority-data"],
-    "CA",
-  );
-  if (ca) out.ca = ca;
-  if (cluster["insecure-skip-tls-verify"] === true) out.insecureSkipVerify = true;
-  const serverName = str(cluster["tls-server-name"]);
-  if (serverName) out.serverName = serverName;
-  return out;
-}
-
-/** A kubeconfig user's client certificate and key: both or neither. */
-function clientCertificate(
-  base: string,
-  user: Dict,
-  fail: (why: string) => Error,
-): Pick<KubeConnection, "cert" | "key"> {
-  const cert = fromFileOrData(
-    base,
-    user["client-certificate"],
-    user["client-certificate-data"],
-    "client certificate",
-  );
-  const key = fromFileOrData(base, user["client-key"], user["client-key-data"], "client key");
-  if (Boolean(cert) !== Boolean(key)) throw fail("user needs both client-certificate and client-key");
-  return cert && key ? { cert, key } : {};
-}
-
-/**
- * How a kubeconfig user authenticates besides a client certificate, in the order client-go tries:
- * token, token file, an exec or auth-provider plugin, basic credentials; else none.
- */
-function userAuth(base: string, user: Dict, plugin: KubeConnection["auth"]): KubeConnection["auth"] {
-  const token = str(user.token);
-  const tokenFile = str(user.tokenFile);
-  const username = str(user.username);
-  const password = str(user.password);
-  if (token) return { kind: "token", token };
-  if (tokenFile)
-    return { kind: "tokenFile", path: isAbsolute(tokenFile) ? tokenFile : join(base, tokenFile) };
-  if (user.exec || user["auth-provider"]) return plugin;
-  if (username && password) return { kind: "basic", username, password };
-  return { kind: "none" };
-}
-
-/**
- * The in-cluster configuration: `KUBERNETES_SERVICE_HOST`/`_PORT`, the service-account token and CA.
- * @throws KubeConfigError when not running in a pod.
- */
-export function inClusterConfig(
-  env: Record<string, string | undefined> = process.env,
-  dir = SERVICE_ACCOUNT_DIR,
-): KubeConnection {
-  const host = env.KUBERNETES_SERVICE_HOST;
-  const port = env.KUBERNETES_SERVICE_PORT;
-  if (!host || !port) {
-    throw new KubeConfigError(
-      "Cannot load in-cluster configuration: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set; pass --kubeconfig",
-    );
-  }
-  const hostPart = host.includes(":") ? `[${host}]` : host;
-  let ca: string;
-  try {
-    ca = readFileSync(join(dir, "ca.crt"), "utf8");
-    readFileSync(join(dir, "token"), "utf8");
-  } catch (cause) {
-    throw new KubeConfigError(`Cannot load in-cluster configuration: ${(cause as Error).message}`, { cause });
-  }
-  const conn: KubeConnection = {
-    server: `https://${hostPart}:${port}`,
-    ca,
-    auth: { kind: "tokenFile", path: join(dir, "token") },
-  };
-  try {
-    conn.namespace = readFileSync(join(dir, "namespace"), "utf8").trim();
-  } catch {
-    // The namespace file is optional.
-  }
-  return conn;
-}
-
-/**
- * Resolves the connection the way cloud-provider does: `--kubeconfig` (with `--master` overriding its
- * server) or, without one, the in-cluster configuration.
- */
-export function loadConnection(
-  opts: { kubeconfig?: string | undefined; master?: string | undefined },
-  env: Record<string, string | undefined> = process.env,
-): KubeConnection {
-  const conn = opts.kubeconfig ? kubeconfigFromFile(opts.kubeconfig) : inClusterConfig(env);
-  if (opts.master) conn.server = opts.master.replace(/\/+$/, "");
-  return conn;
-}
+// The client's input, for the test support that builds clients (tests/support/cluster.ts, kubelet.ts).
+export type { KubeConnection } from "./kubeconfig.ts";
 
 /** A non-2xx answer of the API server, with its Status reason. */
 export class KubeError extends Error {
@@ -334,7 +134,7 @@ export class KubeClient {
   readonly #latency;
   readonly #host: string;
   #token?: { value: string; read: number };
-  #plugin?: Promise<(headers: Record<string, string>) => Promise<void>>;
+  #plugin?: Promise<CredentialPlugin>;
 
   constructor(conn: KubeConnection, opts: KubeClientOptions = {}) {
     if (!/^https?:\/\//.test(conn.server)) {
@@ -585,23 +385,4 @@ function toKubeError(res: Response, text: string): KubeError {
     `${res.status} ${reason}: ${message}`,
     Number.isFinite(retryAfter) && res.headers.has("retry-after") ? retryAfter : undefined,
   );
-}
-
-/**
- * Loads @kubernetes/client-node for a kubeconfig user with an `exec` or `auth-provider` plugin and
- * returns a function that adds the plugin's credentials to request headers.
- */
-async function loadCredentialPlugin(
-  path: string,
-  context: string,
-): Promise<(headers: Record<string, string>) => Promise<void>> {
-  const { KubeConfig } = await import("@kubernetes/client-node");
-  const kc = new KubeConfig();
-  kc.loadFromFile(path);
-  kc.setCurrentContext(context);
-  return async (headers) => {
-    const opts: { headers?: Record<string, string> } = {};
-    await kc.applyToHTTPSOptions(opts as never);
-    for (const [k, v] of Object.entries(opts.headers ?? {})) headers[k.toLowerCase()] = String(v);
-  };
 }

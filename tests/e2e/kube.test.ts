@@ -1,20 +1,13 @@
 // lib/kube.ts against a real kube-apiserver over TLS: client certificates, bearer tokens, kubeconfig
-// and in-cluster loading, a wrong CA refused, watches, and the compiled binary connecting through
-// --kubeconfig. Also checks the kubelet simulator's CSRs carry the requester the API server stamps.
+// and in-cluster loading (lib/kubeconnection.ts), a wrong CA refused, watches, and the compiled
+// binary connecting through --kubeconfig. Also checks the kubelet simulator's CSRs carry the requester the API server stamps.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1NodeList } from "@kubernetes/client-node";
-import {
-  inClusterConfig,
-  isNotFound,
-  KubeClient,
-  KubeError,
-  kubeconfigFromFile,
-  loadConnection,
-  PATCH,
-} from "../../lib/kube.ts";
+import { isNotFound, KubeClient, KubeError, PATCH } from "../../lib/kube.ts";
+import { inClusterConfig, kubeconfigFromFile, loadConnection } from "../../lib/kubeconnection.ts";
 import { TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
 import { createCA } from "../support/pki.ts";

@@ -7,7 +7,9 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KubeClient, KubeConfigError, kubeconfigFromFile, microTime } from "../../lib/kube.ts";
+import { KubeClient, microTime } from "../../lib/kube.ts";
+import { KubeConfigError } from "../../lib/kubeconfig.ts";
+import { kubeconfigFromFile } from "../../lib/kubeconnection.ts";
 import { configureLogging } from "../../lib/log.ts";
 import { Registry } from "../../lib/metrics.ts";
 

@@ -9,6 +9,7 @@ import { join } from "node:path";
 
 /** Pure cores: decisions and data. A core gets clocks, timers and I/O from its caller, injected. */
 const CORES = [
+  "kubeconfig.ts",
   "flags.ts",
   "controllernames.ts",
   "flagtable.ts",
@@ -78,7 +79,9 @@ const SHELLS: Record<string, string> = {
   "httpsserver.ts": "listens: Bun.serve, node:tls, node:http",
   "ipam.ts": "the node-ipam controller: Kubernetes and Talos I/O",
   "jscoptions.ts": "reads the environment and /proc, re-executes the process",
-  "kube.ts": "the Kubernetes HTTP client: kubeconfig files, fetch, rate limits, watches",
+  "kube.ts": "the Kubernetes HTTP client: fetch, token files, rate limits, watches",
+  "kubeauthplugin.ts": "loads @kubernetes/client-node, which runs credential plugins",
+  "kubeconnection.ts": "reads the kubeconfig, the files it names, the environment and the service account",
   "kubeapis.ts": "reads /version and API discovery",
   "leader.ts": "Lease election: Kubernetes I/O, clock, timers",
   "lifecycle.ts": "the cloud-node-lifecycle controller: Kubernetes and Talos I/O, timers",
