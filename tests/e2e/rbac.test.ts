@@ -294,7 +294,7 @@ function background(port: number): AbortController {
   void (async () => {
     while (!stop.signal.aborted) {
       await metrics(port).catch(() => undefined);
-      await Bun.sleep(500);
+      await Bun.sleep(500); // not a wait: paces the scraper's load, as Prometheus would
     }
   })();
   void (async () => {
@@ -302,7 +302,7 @@ function background(port: number): AbortController {
       await cluster.adminClient
         .patch(`/api/v1/nodes/${NO_IP_NODE}`, { metadata: { labels: { "rbac-test/touch": String(i) } } })
         .catch(() => undefined);
-      await Bun.sleep(1000);
+      await Bun.sleep(1000); // not a wait: paces the relabelling load
     }
   })();
   return stop;
@@ -438,20 +438,8 @@ describe("RBAC with the deploy ServiceAccount", () => {
     writeFileSync(cloudConfig, configMap["ccm-config.yaml"] as string);
     const prom = await cluster.serviceAccountConnection("kube-system", "prometheus");
     promToken = (prom.auth as { token: string }).token;
-    await cluster.apply([
-      {
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        kind: "ClusterRole",
-        metadata: { name: "metrics-reader" },
-        rules: [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }],
-      } as never,
-      {
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        kind: "ClusterRoleBinding",
-        metadata: { name: "metrics-reader" },
-        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "metrics-reader" },
-        subjects: [{ kind: "ServiceAccount", name: "prometheus", namespace: "kube-system" }],
-      } as never,
+    await cluster.allowMetrics("metrics-reader", [
+      { kind: "ServiceAccount", name: "prometheus", namespace: "kube-system" },
     ]);
 
     const since = Date.now();

@@ -307,20 +307,8 @@ describe("secure serving", () => {
 
   test("/metrics with an RBAC-allowed service-account token is served", async () => {
     const conn = await cluster.serviceAccountConnection("kube-system", "prometheus");
-    await cluster.apply([
-      {
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        kind: "ClusterRole",
-        metadata: { name: "metrics-reader" },
-        rules: [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }],
-      } as never,
-      {
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        kind: "ClusterRoleBinding",
-        metadata: { name: "metrics-reader" },
-        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "metrics-reader" },
-        subjects: [{ kind: "ServiceAccount", name: "prometheus", namespace: "kube-system" }],
-      } as never,
+    await cluster.allowMetrics("metrics-reader", [
+      { kind: "ServiceAccount", name: "prometheus", namespace: "kube-system" },
     ]);
     const token = (conn.auth as { token: string }).token;
     let res: Response | undefined;
@@ -415,7 +403,24 @@ describe("leader election", () => {
     await a.waitForLog(/Successfully acquired lease/);
     const b = ccm(args(kcB));
     await b.waitForLog(/New leader elected/);
-    await Bun.sleep(4000);
+    // The leader renews its lease once a retry period and the standby tries it as often: three
+    // renewals after the standby saw the leader are three tries the standby lost.
+    const standby = Date.now();
+    const renewals = () =>
+      cluster
+        .auditEvents()
+        .filter(
+          (e) =>
+            e.user.username === "ccm-a" &&
+            e.objectRef?.resource === "leases" &&
+            WRITE_VERBS.has(e.verb) &&
+            Date.parse(e.requestReceivedTimestamp) >= standby,
+        ).length;
+    await waitFor(
+      () => renewals() >= 3,
+      15_000,
+      () => `${renewals()} lease renewals by ccm-a`,
+    );
     expect(writesBy("ccm-a")).toBeGreaterThan(0);
     expect(writesBy("ccm-b")).toBe(0);
     expect(b.output).not.toContain("Successfully acquired lease");
@@ -483,21 +488,7 @@ describe("secure serving with client certificates (--client-ca-file, --requesthe
     const proxyCA = await createCA("front-proxy-ca");
     const proxyCaFile = join(cluster.dir, "front-proxy-ca.crt");
     writeFileSync(proxyCaFile, proxyCA.cert);
-    await cluster.apply([
-      {
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        kind: "ClusterRole",
-        metadata: { name: "metrics-reader-x509" },
-        rules: [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }],
-      } as never,
-      {
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        kind: "ClusterRoleBinding",
-        metadata: { name: "metrics-reader-x509" },
-        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "metrics-reader-x509" },
-        subjects: [{ kind: "Group", name: "metrics-readers", apiGroup: "rbac.authorization.k8s.io" }],
-      } as never,
-    ]);
+    await cluster.allowMetrics("metrics-reader-x509", [{ kind: "Group", name: "metrics-readers" }]);
     const port = await freePort();
     const p = ccmProcess({
       kubeconfig: cluster.adminKubeconfig,

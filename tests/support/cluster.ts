@@ -411,6 +411,34 @@ export class TestCluster {
     }
   }
 
+  /**
+   * Lets `subjects` GET /metrics, as a Prometheus deployment's RBAC does: a ClusterRole `name`
+   * with that one non-resource rule, bound to them by a ClusterRoleBinding of the same name.
+   */
+  async allowMetrics(
+    name: string,
+    subjects: Array<
+      { kind: "ServiceAccount"; name: string; namespace: string } | { kind: "Group"; name: string }
+    >,
+  ): Promise<void> {
+    const rbac = "rbac.authorization.k8s.io";
+    await this.apply([
+      {
+        apiVersion: `${rbac}/v1`,
+        kind: "ClusterRole",
+        metadata: { name },
+        rules: [{ nonResourceURLs: ["/metrics"], verbs: ["get"] }],
+      },
+      {
+        apiVersion: `${rbac}/v1`,
+        kind: "ClusterRoleBinding",
+        metadata: { name },
+        roleRef: { apiGroup: rbac, kind: "ClusterRole", name },
+        subjects: subjects.map((s) => (s.kind === "Group" ? { ...s, apiGroup: rbac } : s)),
+      },
+    ] as never);
+  }
+
   /** The Events recorded about the object named `name` (Nodes' and CSRs' go to namespace default). */
   async eventsAbout(name: string): Promise<EventV1[]> {
     const list = await this.adminClient.get<{ items: EventV1[] }>(
