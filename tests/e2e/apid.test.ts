@@ -438,15 +438,19 @@ describe("FakeApid Watch", () => {
 
   test("api_version 0 suppresses BOOTSTRAPPED", async () => {
     const a = RESOURCES.addresses;
+    const current = apid.node(RPI_IP)?.addresses ?? [];
     const w = watch(client, { namespace: a.namespace, type: a.type, bootstrap: true }, RPI_IP);
     try {
       const n = loadFixture("metal-56").addresses.length;
       await w.until(() => w.responses.length >= n + 1, "bootstrap");
-      await Bun.sleep(50);
+      // One more event after the bootstrap contents: a BOOTSTRAPPED marker would come before it.
+      apid.updateNode(RPI_IP, { addresses: current.slice(0, -1) });
+      await w.until(() => w.responses.length >= n + 2, "the event after the bootstrap contents");
       const types = w.responses.slice(1).flatMap((r) => r.event.map((e) => e.eventType));
-      expect(types).toEqual(Array(n).fill(EventType.CREATED));
+      expect(types).toEqual([...Array(n).fill(EventType.CREATED), EventType.DESTROYED]);
     } finally {
       w.cancel();
+      apid.updateNode(RPI_IP, { addresses: current });
     }
   });
 

@@ -18,7 +18,7 @@ import {
 import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
-import { type ApidMethod, encodePlatformMetadata, FakeApid } from "../support/apid.ts";
+import { type ApidMethod, encodePlatformMetadata, FakeApid, withFakeApid } from "../support/apid.ts";
 import { until } from "../support/cluster.ts";
 import {
   type FakeAddress,
@@ -148,88 +148,87 @@ describe("calls", () => {
   });
 
   test("links() and nodeIPConfig() follow the node; a removed NodeIPConfig is TalosNotFoundError", async () => {
-    const own = await FakeApid.start({
-      nodes: [
-        {
-          ...loadFixture("hcloud"),
-          links: [
-            { name: "lo" },
-            { name: "eth0" },
-            { name: "eth1", up: false },
-            { name: "kubespan", kind: "wireguard", type: "none", index: 9 },
-          ],
-          nodeIPConfig: { validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"], excludeSubnets: ["10.244.0.0/16"] },
-        },
-      ],
-    });
-    const hc = loadFixture("hcloud").nodeIPs[0] as string;
-    try {
-      const { client } = await clientFor(own);
-      expect(await client.links(hc)).toEqual([
-        { name: "eth0", index: 2, type: 1, kind: "", flags: 0x11043, linkState: true },
-        { name: "eth1", index: 3, type: 1, kind: "", flags: 0x1002, linkState: false },
-        { name: "kubespan", index: 9, type: 65534, kind: "wireguard", flags: 0x100d1, linkState: true },
-        { name: "lo", index: 1, type: 772, kind: "", flags: 0x10049, linkState: true },
-      ]);
-      expect(await client.nodeIPConfig(hc)).toEqual({
-        validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"],
-        excludeSubnets: ["10.244.0.0/16"],
-      });
-      own.updateNode(hc, {
-        links: [{ name: "lo" }, { name: "vlan100", kind: "vlan" }],
-        nodeIPConfig: { excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.1.100"] },
-      });
-      expect((await client.links(hc)).map((l) => [l.name, l.index, l.kind])).toEqual([
-        ["lo", 1, ""],
-        ["vlan100", 4, "vlan"],
-      ]);
-      expect(await client.nodeIPConfig(hc)).toEqual({
-        validSubnets: [],
-        excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.1.100"],
-      });
-      own.updateNode(hc, { nodeIPConfig: null, links: [] });
-      own.resetCalls();
-      const e = await failure(client.nodeIPConfig(hc));
-      expect(e).toBeInstanceOf(TalosNotFoundError);
-      expect(e.message).toContain(`Cannot get NodeIPConfigs.kubernetes.talos.dev on node ${hc}`);
-      expect(own.calls({ method: "Get", node: hc })).toBe(1);
-      expect(await client.links(hc)).toEqual([]);
-    } finally {
-      await own.stop();
-    }
+    await withFakeApid(
+      {
+        nodes: [
+          {
+            ...loadFixture("hcloud"),
+            links: [
+              { name: "lo" },
+              { name: "eth0" },
+              { name: "eth1", up: false },
+              { name: "kubespan", kind: "wireguard", type: "none", index: 9 },
+            ],
+            nodeIPConfig: { validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"], excludeSubnets: ["10.244.0.0/16"] },
+          },
+        ],
+      },
+      async (own) => {
+        const hc = loadFixture("hcloud").nodeIPs[0] as string;
+        const { client } = await clientFor(own);
+        expect(await client.links(hc)).toEqual([
+          { name: "eth0", index: 2, type: 1, kind: "", flags: 0x11043, linkState: true },
+          { name: "eth1", index: 3, type: 1, kind: "", flags: 0x1002, linkState: false },
+          { name: "kubespan", index: 9, type: 65534, kind: "wireguard", flags: 0x100d1, linkState: true },
+          { name: "lo", index: 1, type: 772, kind: "", flags: 0x10049, linkState: true },
+        ]);
+        expect(await client.nodeIPConfig(hc)).toEqual({
+          validSubnets: ["10.0.0.0/8", "!10.0.9.0/24"],
+          excludeSubnets: ["10.244.0.0/16"],
+        });
+        own.updateNode(hc, {
+          links: [{ name: "lo" }, { name: "vlan100", kind: "vlan" }],
+          nodeIPConfig: { excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.1.100"] },
+        });
+        expect((await client.links(hc)).map((l) => [l.name, l.index, l.kind])).toEqual([
+          ["lo", 1, ""],
+          ["vlan100", 4, "vlan"],
+        ]);
+        expect(await client.nodeIPConfig(hc)).toEqual({
+          validSubnets: [],
+          excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.1.100"],
+        });
+        own.updateNode(hc, { nodeIPConfig: null, links: [] });
+        own.resetCalls();
+        const e = await failure(client.nodeIPConfig(hc));
+        expect(e).toBeInstanceOf(TalosNotFoundError);
+        expect(e.message).toContain(`Cannot get NodeIPConfigs.kubernetes.talos.dev on node ${hc}`);
+        expect(own.calls({ method: "Get", node: hc })).toBe(1);
+        expect(await client.links(hc)).toEqual([]);
+      },
+    );
   });
 
   test("nodename() tells which node answers on an IP, whatever its Node object claims", async () => {
-    const own = await FakeApid.start({
-      nodes: [
-        { ...loadFixture("hcloud"), nodename: "talos-hc-2", hostname: "talos-hc-2", domainname: "" },
-        loadFixture("gcp"),
-      ],
-    });
-    try {
-      const { client } = await clientFor(own);
-      const hc = loadFixture("hcloud").nodeIPs[0] as string;
-      expect(await client.nodename(hc)).toBe("talos-hc-2");
-      expect(await client.hostname(hc)).toEqual({
-        hostname: "talos-hc-2",
-        domainname: "",
-        fqdn: "talos-hc-2",
-      });
-      own.updateNode(hc, {
-        nodename: "talos-hc-1",
-        hostname: { hostname: "talos-hc-1", domainname: "eu.lan" },
-      });
-      expect(await client.nodename(hc)).toBe("talos-hc-1");
-      expect((await client.hostname(hc)).fqdn).toBe("talos-hc-1.eu.lan");
-      expect(await client.nodename(GCP)).toBe("talos-spot-1");
-    } finally {
-      await own.stop();
-    }
+    await withFakeApid(
+      {
+        nodes: [
+          { ...loadFixture("hcloud"), nodename: "talos-hc-2", hostname: "talos-hc-2", domainname: "" },
+          loadFixture("gcp"),
+        ],
+      },
+      async (own) => {
+        const { client } = await clientFor(own);
+        const hc = loadFixture("hcloud").nodeIPs[0] as string;
+        expect(await client.nodename(hc)).toBe("talos-hc-2");
+        expect(await client.hostname(hc)).toEqual({
+          hostname: "talos-hc-2",
+          domainname: "",
+          fqdn: "talos-hc-2",
+        });
+        own.updateNode(hc, {
+          nodename: "talos-hc-1",
+          hostname: { hostname: "talos-hc-1", domainname: "eu.lan" },
+        });
+        expect(await client.nodename(hc)).toBe("talos-hc-1");
+        expect((await client.hostname(hc)).fqdn).toBe("talos-hc-1.eu.lan");
+        expect(await client.nodename(GCP)).toBe("talos-spot-1");
+      },
+    );
   });
 
   test("nodename() and hostname() of a node without them: TalosNotFoundError", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("gcp")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("gcp")] }, async (own) => {
       const { client } = await clientFor(own);
       own.updateNode(GCP, { nodename: null, hostname: null });
       own.resetCalls();
@@ -238,9 +237,7 @@ describe("calls", () => {
       expect(n.message).toContain("Cannot get Nodenames.kubernetes.talos.dev on node 10.128.0.23");
       expect(await failure(client.hostname(GCP))).toBeInstanceOf(TalosNotFoundError);
       expect(own.calls({ method: "Get", node: GCP })).toBe(2);
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("controllerManagerConfig() is read without a node header", async () => {
@@ -271,8 +268,7 @@ describe("calls", () => {
   });
 
   test("a 10,000-resource List comes back whole", async () => {
-    const own = await FakeApid.start();
-    try {
+    await withFakeApid({}, async (own) => {
       const addresses: FakeAddress[] = [];
       for (let i = 0; i < 10_000; i++) {
         const ip = `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
@@ -285,13 +281,10 @@ describe("calls", () => {
       const got = await client.addresses("192.168.10.21");
       expect(got.length).toBe(10_000);
       expect(got.map((a) => a.id)).toEqual(cosiOrder(addresses, (a) => a.id).map((a) => a.id));
-    } finally {
-      await own.stop();
-    }
+    });
   });
   test("a 5 MiB resource passes the raised receive limit (grpc-js stops at 4 MiB by default)", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       const pm = loadFixture("aws").platformMetadata;
       own.setRawResource(AWS, {
         namespace: RESOURCES.platformmetadata.namespace,
@@ -302,9 +295,7 @@ describe("calls", () => {
       });
       const { client } = await clientFor(own);
       expect(await client.platformMetadata(AWS)).toEqual(pm);
-    } finally {
-      await own.stop();
-    }
+    });
   });
 });
 
@@ -435,8 +426,7 @@ describe("status codes", () => {
   });
 
   test("a malformed spec from the server is a TalosDecodeError, not retried", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       own.setRawResource(AWS, {
         namespace: "runtime",
         type: RESOURCES.platformmetadata.type,
@@ -448,9 +438,7 @@ describe("status codes", () => {
       const e = await failure(client.platformMetadata(AWS));
       expect(e.code).toBe("decode");
       expect(own.calls({ method: "Get" })).toBe(1);
-    } finally {
-      await own.stop();
-    }
+    });
   });
 });
 
@@ -470,16 +458,13 @@ describe("channels", () => {
   });
 
   test("two live endpoints share the calls round-robin", async () => {
-    const second = await FakeApid.start({ pki: apid.pki, nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ pki: apid.pki, nodes: [loadFixture("aws")] }, async (second) => {
       const { client } = await clientFor(apid, { endpoints: [apid.endpoint, second.endpoint] });
       apid.resetCalls();
       for (let i = 0; i < 10; i++) await client.platformMetadata(AWS);
       expect(apid.calls({ method: "Get", node: AWS })).toBe(5);
       expect(second.calls({ method: "Get", node: AWS })).toBe(5);
-    } finally {
-      await second.stop();
-    }
+    });
   });
 
   test("at most maxInFlight calls reach apid at once", async () => {
@@ -508,8 +493,7 @@ describe("channels", () => {
       keyType: "ed25519",
       dns: ["talos.default"],
     });
-    const own = await FakeApid.start({ pki: { ...pki, server: noIP }, nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ pki: { ...pki, server: noIP }, nodes: [loadFixture("aws")] }, async (own) => {
       const { client } = await clientFor(own, { attempts: 2 });
       expect((await failure(client.version())).code).toBe("unavailable");
       const foreign = await createCA("someone-else", "ed25519");
@@ -522,9 +506,7 @@ describe("channels", () => {
       });
       open.push(wrongCA);
       expect((await failure(wrongCA.version())).code).toBe("unavailable");
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("a DNS endpoint is verified against the certificate's DNS names", async () => {
@@ -584,9 +566,8 @@ describe("watch", () => {
   });
 
   test("a Nodename watch sees a rename with the old name and the HostnameStatus version it follows", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("oracle")] });
-    const ip = loadFixture("oracle").nodeIPs[0] as string;
-    try {
+    await withFakeApid({ nodes: [loadFixture("oracle")] }, async (own) => {
+      const ip = loadFixture("oracle").nodeIPs[0] as string;
       const { client } = await clientFor(own);
       const w = collect(client, ip, "nodename");
       try {
@@ -604,14 +585,11 @@ describe("watch", () => {
         await w.stop();
       }
       expect(w.error).toBeUndefined();
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("a watched resource that does not exist arrives as destroyed, then created when it appears", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("metal-56")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("metal-56")] }, async (own) => {
       const { client } = await clientFor(own);
       const w = collect(client, RPI, "systeminformation");
       try {
@@ -625,14 +603,11 @@ describe("watch", () => {
       } finally {
         await w.stop();
       }
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("survives apid restarts: one errored event, then the state again", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       const { client } = await clientFor(own);
       const w = collect(client, AWS, "platformmetadata");
       try {
@@ -658,21 +633,24 @@ describe("watch", () => {
       } finally {
         await w.stop();
       }
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("survives a stopped apid: keeps resubscribing until it is back", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
-      const { client } = await clientFor(own);
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
+      const { client, registry } = await clientFor(own);
       const w = collect(client, AWS, "platformmetadata");
       try {
         await until(() => w.events.length >= 1, "initial state");
         await own.stop();
         await until(() => w.types().includes("errored"), "errored");
-        await Bun.sleep(200);
+        // Three more failed resubscriptions, each counted: the handler heard of none of them.
+        const failed = () =>
+          registry
+            .counter("talosccm_api_request_errors_total", "")
+            .get({ request: "watch_platformmetadata" });
+        const after = failed();
+        await until(() => failed() >= after + 3, "three more failed resubscriptions");
         expect(w.types()).toEqual(["created", "errored"]);
         await own.restart();
         await until(() => w.events.length >= 3, "state after restart");
@@ -680,9 +658,7 @@ describe("watch", () => {
       } finally {
         await w.stop();
       }
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("survives a flapping node and re-delivers what changed while it was down", async () => {
@@ -705,8 +681,7 @@ describe("watch", () => {
   });
 
   test("a links watch delivers every link, then links as they come and go", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("gcp")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("gcp")] }, async (own) => {
       const { client } = await clientFor(own);
       const w = collect(client, GCP, "links");
       try {
@@ -738,14 +713,11 @@ describe("watch", () => {
         await w.stop();
       }
       expect(w.error).toBeUndefined();
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("a list watch re-bootstraps and reports what vanished while disconnected", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       const { client } = await clientFor(own);
       const w = collect(client, AWS, "addresses");
       const n = loadFixture("aws").addresses.length;
@@ -768,9 +740,7 @@ describe("watch", () => {
       } finally {
         await w.stop();
       }
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test.each([
@@ -804,20 +774,22 @@ describe("watch", () => {
   });
 
   test("close() stops a watch at once: no event after it, the stream ends on the server", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       const { client } = await clientFor(own);
       const w = collect(client, AWS, "platformmetadata");
       await until(() => w.events.length >= 1, "initial state");
       await w.stop();
       own.updateNode(AWS, { platformMetadata: { zone: "us-east-1c" } });
       await until(() => own.watchers() === 0, "the stream to close on the server");
-      await Bun.sleep(50);
+      // A later watch on the same client sees the change: whatever the connection carried for the
+      // closed one came before it.
+      const later = collect(client, AWS, "platformmetadata");
+      await until(() => later.events.length >= 1, "a later watch's state");
+      await later.stop();
+      expect(later.events[0]).toMatchObject({ resource: { zone: "us-east-1c" } });
       expect(w.types()).toEqual(["created"]);
       expect(w.ended).toBe(false); // closing is not an ending the handler is told about
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("watch(): the same events as an async iterator; it ends on abort and throws what ended the watch", async () => {
@@ -847,8 +819,7 @@ describe("watch", () => {
   });
 
   test("many watches share one connection and open within the in-flight bound", async () => {
-    const own = await FakeApid.start();
-    try {
+    await withFakeApid({}, async (own) => {
       own.addNodes(
         Array.from({ length: 60 }, (_, i) => ({
           ...loadFixture("nocloud"),
@@ -871,16 +842,13 @@ describe("watch", () => {
         await Promise.all(ws.map((w) => w.stop()));
       }
       await until(() => own.watchers() === 0, "watches closed on the server");
-    } finally {
-      await own.stop();
-    }
+    });
   });
 });
 
 describe("talosconfig rotation", () => {
   test("the client reloads a rewritten talosconfig file and uses the new certificate", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       const path = join(dir, "rotating-watched");
       await own.writeTalosconfig(path);
       const client = TalosClient.load({
@@ -898,14 +866,11 @@ describe("talosconfig rotation", () => {
       await own.writeTalosconfig(path);
       await until(() => client.config.crt !== before, "reload from the file watcher");
       expect((await client.platformMetadata(AWS)).platform).toBe("aws");
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("when apid stops trusting the certificate, a failing call re-reads the file and succeeds", async () => {
-    const own = await FakeApid.start({ nodes: [loadFixture("aws")] });
-    try {
+    await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => {
       const { client, path } = await clientFor(own, { attempts: 4 });
       const w = collect(client, AWS, "platformmetadata");
       await until(() => w.events.length >= 1, "watch");
@@ -916,9 +881,7 @@ describe("talosconfig rotation", () => {
       await until(() => w.types().filter((t) => t === "created").length >= 2, "watch after rotation");
       await w.stop();
       expect(w.error).toBeUndefined();
-    } finally {
-      await own.stop();
-    }
+    });
   });
 
   test("reload() keeps in-flight calls on the old channel and moves watches without an error event", async () => {
@@ -927,8 +890,9 @@ describe("talosconfig rotation", () => {
     await until(() => w.events.length >= 1, "watch");
     apid.setDelay(300, "Get");
     try {
+      const gets = apid.calls({ method: "Get", node: GCP });
       const slow = client.platformMetadata(GCP);
-      await Bun.sleep(50);
+      await until(() => apid.calls({ method: "Get", node: GCP }) > gets, "the slow call to reach apid");
       await apid.writeTalosconfig(path, { cluster: "renewed" });
       expect(await client.reload()).toBe(true);
       expect(client.clusterName).toBe("renewed");

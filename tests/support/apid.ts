@@ -587,6 +587,20 @@ function checkRoles(
  * The fake apid. Nodes are reachable under each of their node IPs; one apid instance is one
  * endpoint (a control-plane node). See the file header for an example.
  */
+/**
+ * Runs `fn` against a fake apid of its own, started with `opts`; the apid is stopped afterwards,
+ * whatever `fn` does.
+ * @example await withFakeApid({ nodes: [loadFixture("aws")] }, async (own) => { … })
+ */
+export async function withFakeApid<T>(opts: FakeApidOptions, fn: (apid: FakeApid) => Promise<T>): Promise<T> {
+  const apid = await FakeApid.start(opts);
+  try {
+    return await fn(apid);
+  } finally {
+    await apid.stop();
+  }
+}
+
 export class FakeApid {
   #pki: FakeApidPki;
   #server: grpc.Server | undefined;
