@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import type { PlatformMetadata } from "../../lib/types.ts";
+import { platformMetadata } from "../support/fixtures.ts";
 import { ccmBinary } from "../support/process.ts";
 
 /** The label that signs the record annotation: the hex SHA-224 of its value. */
@@ -51,24 +52,6 @@ function file(text: string): string {
   const path = join(scratch, `f${files++}.yaml`);
   writeFileSync(path, text);
   return path;
-}
-
-/** A PlatformMetadata with every field, for exact comparisons. */
-function meta(over: Partial<PlatformMetadata>): PlatformMetadata {
-  return {
-    platform: "",
-    hostname: "",
-    region: "",
-    zone: "",
-    instanceType: "",
-    instanceId: "",
-    providerId: "",
-    spot: false,
-    internalDNS: "",
-    externalDNS: "",
-    tags: {},
-    ...over,
-  };
 }
 
 const NO_FEATURES = { publicIPDiscovery: false };
@@ -135,7 +118,7 @@ const RULE_PREVIEW = signed({
       '{"v":1,"labels":["example.com/model","node-role.kubernetes.io/web"],"annotations":["example.com/cloud-id"],"taints":["example.com/dedicated:NoSchedule"]}',
   },
   taints: [{ key: "example.com/dedicated", value: "web", effect: "NoSchedule" }],
-  platformMetadata: meta({
+  platformMetadata: platformMetadata({
     platform: "metal",
     hostname: "web-a1b2-frontend",
     instanceType: "0A7B",
@@ -422,7 +405,7 @@ describe("validate on the reference's example configs", () => {
           "talos.dev/instance-id": "id-7c9e6679",
         },
         taints: [{ key: "node.cloudprovider.kubernetes.io/storage-type", value: "", effect: "NoSchedule" }],
-        platformMetadata: meta({
+        platformMetadata: platformMetadata({
           platform: "metal",
           hostname: "web-a1b2-frontend",
           instanceId: "7c9e6679",
@@ -486,7 +469,7 @@ describe("validate on the reference's example configs", () => {
           "talos.dev/ccm-managed": '{"v":1,"labels":["node-role.kubernetes.io/web","talos.dev/zone"]}',
         },
         taints: [],
-        platformMetadata: meta({
+        platformMetadata: platformMetadata({
           platform: "openstack",
           hostname: "web-fra-de11",
           region: "eu-frankfurt-1",
@@ -529,19 +512,19 @@ describe("validate on the reference's example configs", () => {
 // ---------------------------------------------------------------------------------------------
 // rules/: every ready-made rule set against its fixtures, with the exact preview.
 
-const PROXMOX_VM = meta({
+const PROXMOX_VM = platformMetadata({
   platform: "nocloud",
   hostname: "worker-1",
   zone: "pve-node-3",
   instanceType: "4VCPU-8GB",
   instanceId: "101",
 });
-const METAL_STORAGE = meta({
+const METAL_STORAGE = platformMetadata({
   platform: "metal",
   hostname: "storage-r12-03.fra1.example.com",
   providerId: "talos://metal/192.168.10.23",
 });
-const GCP_ON_DEMAND = meta({
+const GCP_ON_DEMAND = platformMetadata({
   platform: "gcp",
   hostname: "talos-gcp-w1",
   region: "europe-west3",
@@ -603,7 +586,7 @@ const RULE_CASES: [string, string, unknown][] = [
     "proxmox-generated.yaml",
     unchanged(
       "talos://nocloud/<node-ip>",
-      meta({
+      platformMetadata({
         platform: "nocloud",
         hostname: "worker-2",
         instanceId: "8f14e45fceea167a5a36dedd4bea2543",
@@ -617,7 +600,7 @@ const RULE_CASES: [string, string, unknown][] = [
     "oxide-instance.yaml",
     unchanged(
       "oxide://0b7c3f5e-2d4a-4e8b-9c1d-6f5a4b3c2d1e",
-      meta({
+      platformMetadata({
         platform: "nocloud",
         hostname: "talos-cp-1",
         instanceId: "0b7c3f5e-2d4a-4e8b-9c1d-6f5a4b3c2d1e",
@@ -671,7 +654,7 @@ const RULE_CASES: [string, string, unknown][] = [
       labels: { "node-role.kubernetes.io/worker": "", ...METAL_LABEL },
       annotations: managed(["node-role.kubernetes.io/worker"]),
       taints: [],
-      platformMetadata: meta({
+      platformMetadata: platformMetadata({
         platform: "metal",
         hostname: "worker-7",
         providerId: "talos://metal/<node-ip>",
@@ -684,7 +667,7 @@ const RULE_CASES: [string, string, unknown][] = [
     "hetzner-cloud-metal.yaml",
     unchanged(
       "hcloud://51234567",
-      meta({ platform: "metal", hostname: "talos-hc-metal-1", providerId: "hcloud://51234567" }),
+      platformMetadata({ platform: "metal", hostname: "talos-hc-metal-1", providerId: "hcloud://51234567" }),
       METAL_LABEL,
     ),
   ],
@@ -693,7 +676,7 @@ const RULE_CASES: [string, string, unknown][] = [
     "hetzner-robot.yaml",
     unchanged(
       "hrobot://2345678",
-      meta({ platform: "metal", hostname: "worker-2345678", providerId: "hrobot://2345678" }),
+      platformMetadata({ platform: "metal", hostname: "worker-2345678", providerId: "hrobot://2345678" }),
       METAL_LABEL,
     ),
   ],
@@ -720,7 +703,7 @@ const RULE_CASES: [string, string, unknown][] = [
       },
       annotations: managed(["karpenter.sh/capacity-type"]),
       taints: [],
-      platformMetadata: meta({
+      platformMetadata: platformMetadata({
         platform: "aws",
         hostname: "ip-172-31-20-14.eu-central-1.compute.internal",
         region: "eu-central-1",
@@ -763,7 +746,7 @@ const RULE_CASES: [string, string, unknown][] = [
       },
       annotations: managed(["nvidia.com/gpu.machine"], ["nvidia.com/gpu:NoSchedule"]),
       taints: [{ key: "nvidia.com/gpu", value: "present", effect: "NoSchedule" }],
-      platformMetadata: meta({
+      platformMetadata: platformMetadata({
         platform: "aws",
         hostname: "ip-10-50-3-7.us-west-2.compute.internal",
         region: "us-west-2",
@@ -783,7 +766,7 @@ const RULE_CASES: [string, string, unknown][] = [
       labels: { ...METAL_LABEL, "nvidia.com/gpu.machine": "ESC8000A-E12-8x-H100-SXM" },
       annotations: managed(["nvidia.com/gpu.machine"], ["nvidia.com/gpu:NoSchedule"]),
       taints: [{ key: "nvidia.com/gpu", value: "present", effect: "NoSchedule" }],
-      platformMetadata: meta({
+      platformMetadata: platformMetadata({
         platform: "metal",
         hostname: "gpu-03",
         providerId: "talos://metal/<node-ip>",

@@ -272,7 +272,7 @@ const PM_KEYS = [...SELECTOR_KEYS, "tags"] as const;
 const SI_KEYS = ["manufacturer", "productName", "version", "serialnumber", "uuid", "wakeUpType", "skuNumber"];
 
 /** A complete PlatformMetadata from a partial one (absent strings are ""). */
-export function platformMetadata(p: Partial<PlatformMetadata>): PlatformMetadata {
+export function platformMetadata(p: Partial<PlatformMetadata> = {}): PlatformMetadata {
   return {
     platform: p.platform ?? "",
     hostname: p.hostname ?? "",

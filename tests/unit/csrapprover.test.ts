@@ -27,6 +27,7 @@ import { ClusterNetworks } from "../../lib/sharedaddresses.ts";
 import { TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata } from "../../lib/types.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
+import { platformMetadata } from "../support/fixtures.ts";
 import { createCSR } from "../support/pki.ts";
 
 const T0 = Date.parse("2026-01-01T00:00:00Z");
@@ -173,7 +174,7 @@ class FakeTalos implements TalosFactsClient {
   }
   async platformMetadata(ip: string) {
     const m = this.#machine(ip, "platformMetadata").metadata ?? {};
-    return { hostname: "", internalDNS: "", externalDNS: "", ...m } as PlatformMetadata;
+    return platformMetadata(m);
   }
 }
 

@@ -33,6 +33,7 @@ import {
   PROVIDED_NODE_IP_ANNOTATION,
   UNINITIALIZED_TAINT,
 } from "../../lib/wellknown.ts";
+import { platformMetadata } from "../support/fixtures.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Builders.
@@ -73,20 +74,7 @@ function lean(over: {
 }
 
 function metadata(over: Partial<PlatformMetadata> = {}): PlatformMetadata {
-  return {
-    platform: "metal",
-    hostname: "node-1",
-    region: "",
-    zone: "",
-    instanceType: "",
-    instanceId: "",
-    providerId: "",
-    spot: false,
-    internalDNS: "",
-    externalDNS: "",
-    tags: {},
-    ...over,
-  };
+  return platformMetadata({ platform: "metal", hostname: "node-1", ...over });
 }
 
 function address(addr: string, linkName: string, flags = 0x80): AddressStatus {

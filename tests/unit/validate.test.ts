@@ -5,7 +5,7 @@ import { parseConfig } from "../../lib/config.ts";
 import type { ConfigIssue } from "../../lib/configissue.ts";
 import { managedRecordDigest } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";
-import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+import type { SystemInformation } from "../../lib/types.ts";
 import {
   formatPreview,
   MetadataError,
@@ -17,6 +17,7 @@ import {
   validate,
 } from "../../lib/validate.ts";
 import { MANAGED_DIGEST_LABEL } from "../../lib/wellknown.ts";
+import { platformMetadata } from "../support/fixtures.ts";
 
 const PM_TYPE = "PlatformMetadatas.talos.dev";
 const SI_TYPE = "SystemInformations.hardware.talos.dev";
@@ -37,23 +38,6 @@ function talosctl(type: string, node: string, spec: Record<string, unknown>): st
     spec,
   };
   return `node: ${node}\n${stringify(resource, { indent: 4 })}`;
-}
-
-function emptyMetadata(over: Partial<PlatformMetadata> = {}): PlatformMetadata {
-  return {
-    platform: "",
-    hostname: "",
-    region: "",
-    zone: "",
-    instanceType: "",
-    instanceId: "",
-    providerId: "",
-    spot: false,
-    internalDNS: "",
-    externalDNS: "",
-    tags: {},
-    ...over,
-  };
 }
 
 function emptySystem(over: Partial<SystemInformation> = {}): SystemInformation {
@@ -86,7 +70,7 @@ const PM_SPEC = { platform: "metal", hostname: "web-1.example.com", instanceId: 
 const SI_SPEC = { manufacturer: "ASUS", productName: "ESC4000A-E10", serialnumber: "S1", uuid: "u-1" };
 
 describe("parseMetadata() input forms", () => {
-  const pm = emptyMetadata({ platform: "metal", hostname: "web-1.example.com", instanceId: "i-1" });
+  const pm = platformMetadata({ platform: "metal", hostname: "web-1.example.com", instanceId: "i-1" });
   const si = emptySystem({
     manufacturer: "ASUS",
     productName: "ESC4000A-E10",
@@ -135,7 +119,7 @@ describe("parseMetadata() input forms", () => {
       "platform: metal\ninstanceId: 0123\ninstanceType: 1.10\nregion: ~\nspot: True\ntags:\n  rack: 07\n  n: null\n",
     );
     expect(node.platformMetadata).toEqual(
-      emptyMetadata({
+      platformMetadata({
         platform: "metal",
         instanceId: "0123",
         instanceType: "1.10",
@@ -345,7 +329,11 @@ describe("parseMetadata() property", () => {
 describe("previewNode()", () => {
   const sample: SampleNode = {
     node: "10.0.0.5",
-    platformMetadata: emptyMetadata({ platform: "metal", hostname: "web-1.example.com", instanceId: "i-1" }),
+    platformMetadata: platformMetadata({
+      platform: "metal",
+      hostname: "web-1.example.com",
+      instanceId: "i-1",
+    }),
     systemInformation: emptySystem({ productName: "ESC4000A-E10", uuid: "u-1" }),
   };
   const CONFIG = [
@@ -403,7 +391,7 @@ describe("previewNode()", () => {
         { key: "example.com/dedicated", value: "web", effect: "NoSchedule" },
         { key: "example.com/soft", value: "", effect: "PreferNoSchedule" },
       ],
-      platformMetadata: emptyMetadata({
+      platformMetadata: platformMetadata({
         platform: "metal",
         hostname: "web-1.example.com",
         zone: "metal-a",
@@ -456,7 +444,7 @@ describe("previewNode()", () => {
       parseConfig(""),
       {
         ...(node === undefined ? {} : { node }),
-        platformMetadata: emptyMetadata({ platform: "metal", hostname: "w" }),
+        platformMetadata: platformMetadata({ platform: "metal", hostname: "w" }),
       },
       { registry: new Registry() },
     );
@@ -474,7 +462,7 @@ describe("previewNode()", () => {
   ])("previewNode() names the node from %s", (_name, hostname, nodeName) => {
     const r = previewNode(
       parseConfig(""),
-      { platformMetadata: emptyMetadata({ hostname }) },
+      { platformMetadata: platformMetadata({ hostname }) },
       { registry: new Registry() },
     );
     expect(r.nodeName).toBe(nodeName);
@@ -484,7 +472,7 @@ describe("previewNode()", () => {
   test("previewNode() writes no providerID where the controller waits for the instance ID, and says so", () => {
     const r = previewNode(
       parseConfig(""),
-      { platformMetadata: emptyMetadata({ platform: "hcloud", hostname: "w1" }), node: "10.0.1.2" },
+      { platformMetadata: platformMetadata({ platform: "hcloud", hostname: "w1" }), node: "10.0.1.2" },
       { registry: new Registry() },
     );
     expect(r.preview.providerID).toBe("");
@@ -507,7 +495,7 @@ describe("previewNode()", () => {
     const r = previewNode(
       parseConfig("global:\n  clusterName: prod\n"),
       {
-        platformMetadata: emptyMetadata({
+        platformMetadata: platformMetadata({
           platform: "aws",
           hostname: "ip-10-0-0-5.ec2.internal",
           region: "us-east-1",
@@ -568,7 +556,7 @@ describe("formatPreview()", () => {
         { key: "t", value: "", effect: "NoSchedule" },
         { key: "u", value: "v", effect: "NoExecute" },
       ],
-      platformMetadata: emptyMetadata({ platform: "metal", hostname: "w", spot: true, tags: { k: "v" } }),
+      platformMetadata: platformMetadata({ platform: "metal", hostname: "w", spot: true, tags: { k: "v" } }),
       features: { publicIPDiscovery: false },
     };
     expect(
@@ -702,7 +690,7 @@ describe("validate()", () => {
           labels: { "node.cloudprovider.kubernetes.io/platform": "metal" },
           annotations: {},
           taints: [],
-          platformMetadata: emptyMetadata({
+          platformMetadata: platformMetadata({
             platform: "metal",
             hostname: "web-1.example.com",
             instanceId: "i-1",
