@@ -120,6 +120,15 @@ async function metrics(): Promise<string> {
   return (await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })).text();
 }
 
+/** A series of the cloud-node work queue, from /metrics. */
+async function queueSeries(series: string): Promise<number> {
+  const re = new RegExp(`^${series}\\{name="cloud-node"\\} (\\d+)$`, "m");
+  return Number((await metrics()).match(re)?.[1] ?? Number.NaN);
+}
+
+/** Passes of the cloud-node controller finished so far. */
+const reconciles = () => queueSeries("workqueue_work_duration_seconds_count");
+
 async function eventOf(name: string, reason: string): Promise<EventV1> {
   let found: EventV1 | undefined;
   await waitFor(
@@ -336,6 +345,7 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
     expect(apid.watchers(ownIPv6)).toBe(2);
     // The passes after the initialization (its own write re-queues the node) warn no more.
     const kubelet = kubelets.get(DUAL.name) as SimulatedKubelet;
+    const passes = await reconciles();
     await kubelet.client.patch(
       nodePath(DUAL.name),
       { metadata: { annotations: { "example.com/touch": "1" } } },
@@ -345,7 +355,18 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
       async () => (await getNode(DUAL.name)).metadata?.annotations?.["example.com/touch"] === "1",
       10_000,
     );
-    await Bun.sleep(500);
+    // The touch re-queued the node: wait for one more finished pass (this suite's other nodes are
+    // settled by now, so it is this node's).
+    let seen = "";
+    await waitFor(
+      async () => {
+        const done = await reconciles();
+        seen = `passes ${passes} → ${done}`;
+        return done > passes;
+      },
+      10_000,
+      () => `no cloud-node pass after the touch: ${seen}`,
+    );
     expect(
       (await cluster.eventsAbout(DUAL.name)).filter((e) => e.reason === "NodeIPNotOnMachine").length,
     ).toBe(1);
