@@ -349,8 +349,12 @@ describe("GrpcChannel against a scripted server", () => {
     scripted.handler = (stream) => reply(stream, [Uint8Array.of(1)]);
     const ch = channel();
     await ch.unary("/s/M", new Uint8Array());
-    for (const s of scripted.sessions) s.settings({ maxConcurrentStreams: 2 });
-    await Bun.sleep(100);
+    // Resolved when the client acknowledges the new SETTINGS: it has them from then on.
+    await Promise.all(
+      [...scripted.sessions].map(
+        (s) => new Promise<void>((acked) => s.settings({ maxConcurrentStreams: 2 }, () => acked())),
+      ),
+    );
     let open = 0;
     let most = 0;
     scripted.handler = (stream) => {
@@ -506,7 +510,7 @@ describe("GrpcChannel against a scripted server", () => {
     const got: number[] = [];
     for (let m = await stream.next(); m !== undefined; m = await stream.next()) {
       got.push(new DataView(m.buffer, m.byteOffset).getUint32(0));
-      if (got.length % 1_000 === 0) await Bun.sleep(5);
+      if (got.length % 1_000 === 0) await Bun.sleep(5); // not a wait: a slow reader, the fault
     }
     expect(got.length).toBe(n);
     expect(got.every((v, i) => v === i)).toBe(true);
@@ -622,8 +626,7 @@ describe("GrpcChannel against a scripted server", () => {
     );
     await until(() => held !== undefined, "the stream");
     const before = scripted.pings;
-    await Bun.sleep(600); // a dozen keepalive periods
-    expect(scripted.pings - before).toBeGreaterThan(0);
+    await until(() => scripted.pings > before, "a keepalive ping on the open stream");
     held?.end(frameMessage(Uint8Array.of(4)));
     const { messages, error } = await drain(stream);
     expect(messages.map((m) => [...m])).toEqual([[4]]);
@@ -632,6 +635,7 @@ describe("GrpcChannel against a scripted server", () => {
     // sent just before the stream ended may still be on its way: count from a moment later.
     await Bun.sleep(100);
     const idle = scripted.pings;
+    // The absence of pings for 8 keepalive periods is the behaviour under test: the window is the measure.
     await Bun.sleep(400);
     expect(scripted.pings).toBe(idle);
   });
