@@ -321,6 +321,7 @@ describe("a. this CCM for nodes, the Exoscale CCM for load balancers only", () =
   test("a wrong API secret is refused with the API's 403: the Exoscale CCM stops at start", async () => {
     const before = exo.requests.length;
     const p = await startExoscaleCcm(["--controllers=service-lb-controller"], [], {}, "d3Jvbmctc2VjcmV0");
+    // A deadline on the wait for the exit, not a wait by the clock.
     const code = await Promise.race([p.proc.exited, Bun.sleep(20_000).then(() => "timeout")]);
     await p.stop("SIGKILL");
     expect(code).not.toBe(0);

@@ -549,6 +549,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
   test("addresses: the Oxide CCM adds the instance's external IPs, this CCM writes them back out, both keep rewriting; a node whose lists agree is written by neither", async () => {
     const from = cluster.auditEvents().length;
     const calls = oxide.requests.length;
+    // Not a wait for an event: the rewrites are counted per window, and the window is the measure.
     await Bun.sleep(WINDOW_MS);
     const ox1 = writesTo(OX1.name, from, "status");
     const ox2 = writesTo(OX2.name, from, "status");

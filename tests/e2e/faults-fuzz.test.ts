@@ -522,7 +522,7 @@ describe("fuzzed input from every side, into one running process", () => {
           ...records.map((r) => ({ [MANAGED]: r })),
           { [PROVIDED_NODE_IP]: fill(last.value) },
         ]) {
-          await Bun.sleep(150);
+          await Bun.sleep(150); // not a wait: paces the hostile writes, one per CCM pass or so
           await k.client.patch(
             `/api/v1/nodes/${spec.name}`,
             { metadata: { annotations: record } },
@@ -806,7 +806,7 @@ describe("fuzzed input from every side, into one running process", () => {
         protoSpec: s.bytes(s.kind),
         yamlSpec: s.yaml,
       });
-      await Bun.sleep(60);
+      await Bun.sleep(60); // not a wait: paces the garbage so that each sample reaches the watches
       if (i % 15 === 14) await expectAlive(`after protobuf sample ${i} (seed ${SEED + 3})`);
     }
     // Good data again: every watched node follows it, so its watches survived the garbage.

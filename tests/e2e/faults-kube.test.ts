@@ -266,6 +266,7 @@ describe("one process through an API server restart and an etcd pause", () => {
     await register("restart", specs.slice(0, 100));
     const before = (await nodesOf("restart")).filter(initialized).length;
     await cluster.stopApiserver("SIGKILL");
+    // Part of the fault: the API server stays down a second while the CCM keeps running.
     await Bun.sleep(1000);
     expect(await healthz(port)).toBe(200);
     await cluster.startApiserver();
@@ -300,6 +301,7 @@ describe("one process through an API server restart and an etcd pause", () => {
     const before = (await nodesOf("etcd")).filter(initialized).length;
     cluster.pauseEtcd();
     try {
+      // Part of the fault: etcd stays frozen 10 s, with a health check halfway.
       await Bun.sleep(5000);
       // The process is not blocked by requests hanging on the API server.
       expect(await healthz(port)).toBe(200);
@@ -416,6 +418,7 @@ describe("the leader's Lease requests fall into a black hole while its other req
       proxy.inject({ path: /\/leases\/faults-hung$/, hang: true, status: 503 });
       await register("hung", specs.slice(15));
       // client-go's rule: a leader that cannot renew within the renew deadline stops leading.
+      // A deadline on the wait for the exit (lease duration + renew deadline + slack), not a wait by the clock.
       const exit = await Promise.race([
         a.proc.exited,
         Bun.sleep(4000 + 1000 + 2500).then(() => "still running"),
@@ -517,6 +520,7 @@ describe("bursts of 429 and 500 from the API server, through a proxy", () => {
     const since = Date.now();
     proxy.inject(fault);
     await during();
+    // Part of the fault: it lasts its whole window whatever the CCM does.
     await Bun.sleep(Math.max(0, since + (fault.forMs ?? 0) - Date.now()));
     return since;
   }

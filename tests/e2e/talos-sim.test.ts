@@ -528,6 +528,7 @@ describe("keepalive against grpc-go's enforcement", () => {
         (b) => ({ b }),
         (e: unknown) => ({ e }),
       );
+      // The behaviour is a stream that stays open this long: the window is the measure.
       const outcome = await Promise.race([next, Bun.sleep(4_500).then(() => "open")]);
       expect(outcome).toBe("open");
     } finally {
