@@ -513,6 +513,9 @@ export class CloudNodeController {
         addresses: patch.addresses !== undefined,
         metadataOps: patch.ops.length,
       });
+    } else {
+      // A pass that found nothing to write: the Node is as this controller wants it.
+      this.#log.v(4).info("Node up to date", { node: name });
     }
   }
 

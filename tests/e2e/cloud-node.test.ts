@@ -415,6 +415,8 @@ beforeAll(async () => {
       securePort: port,
       alwaysAllowPaths: "/metrics",
       kubeApiQps: 100,
+      // --v=4 logs "Node up to date" for a pass that found nothing to write.
+      args: ["--v=4"],
     },
     /Starting controller.*cloud-node/,
   );
@@ -520,7 +522,9 @@ describe("cloud-node beyond the fixtures", () => {
   test("initialization costs 2 watches, a Nodename and (a rule reads it) a SystemInformation read, and 2 Node writes per node (1 when the addresses are right)", async () => {
     const all = [...specs.entries(), ["fallback", FALLBACK] as const];
     for (const [, spec] of all) await initialized(spec.name);
-    await Bun.sleep(1_000);
+    // Every write of a node is done once a later pass found nothing to write.
+    for (const [, spec] of all)
+      await ccm.waitForLog(new RegExp(`"Node up to date" node="${spec.name}"`), 20_000);
     const writes = cluster
       .auditEvents()
       .filter(
