@@ -1,31 +1,63 @@
-// Talos machine API (apid) client: one gRPC channel per endpoint shared by every call and watch,
-// round-robin with failover, COSI Get/List/Watch of the resources a CCM reads, MachineService
-// Version, retries by status code, watches that resubscribe, talosconfig rotation, and the
-// `talosccm_api_*` metrics. The talosconfig and error types come from lib/talosconfig.ts and
+// Talos machine API (apid) client, the shell that runs its calls: COSI Get/List/Watch of the
+// resources a CCM reads and MachineService Version, each call with a slot, attempts with failover
+// and backoff waits, decoding and metrics; watches that resubscribe; talosconfig rotation (re-read,
+// new channels, the old ones closed when idle). Its pure decisions (limits, which endpoint, whether
+// to retry, what counts as failure, the List budget, whether a new talosconfig needs new channels)
+// are in lib/taloscallpolicy.ts; the channels and their generations in lib/taloschannels.ts; the
+// file watch of the talosconfig in lib/talosconfigwatch.ts; the metrics in lib/talosmetrics.ts; the
+// call slots in lib/semaphore.ts. The talosconfig and error types come from lib/talosconfig.ts and
 // lib/taloserrors.ts, the wire (paths, resources, decoding into lib/types.ts) from lib/taloswire.ts,
 // one watch's life (pushed events, resubscribe) from lib/taloswatch.ts, the gRPC transport from
 // lib/grpc.ts.
-// Memory: the transport is imported on the first call only, so loading this module and the
-// talosconfig costs nothing of it; the protobuf code is ts-proto output (plain functions on
+// Memory: the transport is imported on the first call only (lib/taloschannels.ts), so loading this
+// module and the talosconfig costs nothing of it; the protobuf code is ts-proto output (plain functions on
 // protobuf-es' wire reader and writer), not protoc-gen-es' reflection runtime (~10 MB under Bun).
 
-import { type FSWatcher, watch as fsWatch, statSync } from "node:fs";
-import { isIP } from "node:net";
-import { basename, dirname } from "node:path";
 import { type Backoff, backoffDelay, wait } from "./backoff.ts";
 import type { GrpcChannel } from "./grpc.ts";
 import { logger } from "./log.ts";
-import type { Counter, Histogram, Registry } from "./metrics.ts";
-import { registry as processRegistry, startTimer } from "./processmetrics.ts";
+import type { Registry } from "./metrics.ts";
+import { startTimer } from "./processmetrics.ts";
+import { Semaphore } from "./semaphore.ts";
 import { GetRequest, ListRequest } from "./talos_pb.ts";
+import {
+  afterFailedAttempt,
+  attemptCallOptions,
+  clientLimits,
+  countsAsFailure,
+  listBytesAfter,
+  listTooLarge,
+  MAX_LIST_BYTES,
+  mayBeRotation,
+  sameConnection,
+  tryNextIP,
+} from "./taloscallpolicy.ts";
+import {
+  closeGeneration,
+  enterGeneration,
+  type Generation,
+  leaveGeneration,
+  loadTransport,
+  newGeneration,
+  pickChannel,
+  retireGeneration,
+} from "./taloschannels.ts";
 import {
   endpointTarget,
   type LoadTalosConfigOptions,
   loadTalosConfig,
   type TalosConfig,
 } from "./talosconfig.ts";
-import { GrpcStatus, statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
-import { type TalosWatch, type TalosWatchHandler, type WatchHost, WatchSession } from "./taloswatch.ts";
+import { type ConfigFileWatch, fileStamp, watchConfigFile } from "./talosconfigwatch.ts";
+import { statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
+import { type TalosApiMetrics, talosApiMetrics } from "./talosmetrics.ts";
+import {
+  iterateWatch,
+  type TalosWatch,
+  type TalosWatchHandler,
+  type WatchHost,
+  WatchSession,
+} from "./taloswatch.ts";
 import {
   decodeGetResponse,
   decodeListResponse,
@@ -69,24 +101,6 @@ export type {
 
 const log = logger("talos");
 
-/** apid refuses larger messages; gRPC clients stop at 4 MiB by default. */
-const MAX_MESSAGE_BYTES = 32 << 20;
-
-/**
- * The most a List response may hold, each message counted with LIST_MESSAGE_OVERHEAD (what it
- * costs as an object besides its bytes): a server streaming tiny messages without end would
- * otherwise grow the list without bound (the client's side of CVE-2019-9517, internal data
- * buffering). A node's addresses or links are some KB.
- */
-const MAX_LIST_BYTES = 8 << 20;
-const LIST_MESSAGE_OVERHEAD = 128;
-
-/**
- * SNI sent to IP endpoints. Bun's TLS refuses an IP as server name, and apid ignores SNI; the
- * certificate is still checked against the IP itself.
- */
-const IP_ENDPOINT_SNI = "talos";
-
 function abortError(what: string): TalosError {
   return new TalosError("canceled", `Cannot ${what}: canceled`);
 }
@@ -96,82 +110,6 @@ async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   await wait(ms, signal);
   if (signal?.aborted) throw abortError("wait");
 }
-
-/** A FIFO counting semaphore bounding calls in flight. */
-class Semaphore {
-  #free: number;
-  readonly #waiters: Array<{ grant: () => void; fail: (e: Error) => void }> = [];
-  constructor(size: number) {
-    this.#free = size;
-  }
-  async acquire(signal?: AbortSignal): Promise<() => void> {
-    if (signal?.aborted) throw abortError("wait for a call slot");
-    if (this.#free > 0) {
-      this.#free--;
-    } else {
-      await new Promise<void>((resolve, reject) => {
-        const waiter = {
-          grant: () => {
-            signal?.removeEventListener("abort", onAbort);
-            resolve();
-          },
-          fail: reject,
-        };
-        const onAbort = () => {
-          const i = this.#waiters.indexOf(waiter);
-          if (i >= 0) this.#waiters.splice(i, 1);
-          reject(abortError("wait for a call slot"));
-        };
-        signal?.addEventListener("abort", onAbort, { once: true });
-        this.#waiters.push(waiter);
-      });
-    }
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      const next = this.#waiters.shift();
-      if (next) next.grant();
-      else this.#free++;
-    };
-  }
-  /** Fails every waiter (client closed). */
-  failAll(err: Error): void {
-    for (const w of this.#waiters.splice(0)) w.fail(err);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Channels
-
-let transportLoading: Promise<typeof import("./grpc.ts")> | undefined;
-
-/** The gRPC transport, imported on the first call (node:http2 with it). */
-function loadTransport(): Promise<typeof import("./grpc.ts")> {
-  transportLoading ??= import("./grpc.ts");
-  return transportLoading;
-}
-
-/** Identity of a file's current content (inode, size, mtime), "" when it cannot be read. */
-function fileStamp(path: string): string {
-  try {
-    const s = statSync(path);
-    return `${s.ino}:${s.size}:${s.mtimeMs}`;
-  } catch {
-    return "";
-  }
-}
-
-/** The channels built from one talosconfig; replaced as a whole when the file changes. */
-interface Generation {
-  channels: GrpcChannel[];
-  /** Unary calls and streams running on these channels. */
-  inFlight: number;
-  retired: boolean;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Client
 
 /** Options of {@link TalosClient}. */
 export interface TalosClientOptions {
@@ -219,8 +157,6 @@ interface AttemptOptions {
   signal: AbortSignal | undefined;
 }
 
-const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
-
 /**
  * A client of the Talos machine API. One gRPC channel per endpoint, created on the first call and
  * shared by all calls and watches; calls round-robin over the endpoints and fail over on
@@ -242,16 +178,14 @@ export class TalosClient {
   readonly #watchBackoff: Backoff;
   readonly #configPollMs: number;
   readonly #random: () => number;
-  readonly #duration: Histogram;
-  readonly #errors: Counter;
+  readonly #metrics: TalosApiMetrics;
   readonly #watches = new Set<WatchSession>();
   readonly #watchHost: WatchHost;
   #config: TalosConfig;
   #generation: Generation | undefined;
   #roundRobin = 0;
   #closed = false;
-  #fileWatcher: FSWatcher | undefined;
-  #pollTimer: ReturnType<typeof setInterval> | undefined;
+  #configWatch: ConfigFileWatch | undefined;
   #reloading: Promise<boolean> | undefined;
   /** fileStamp() of the talosconfig when it was last read by reload(). */
   #configStamp: string | undefined;
@@ -263,49 +197,33 @@ export class TalosClient {
   constructor(opts: TalosClientOptions) {
     if (!opts?.config?.endpoints?.length)
       throw new TypeError("TalosClient: config with endpoints is required");
-    const positive = (name: string, v: number | undefined, dflt: number) => {
-      const n = v ?? dflt;
-      if (!Number.isFinite(n) || n <= 0)
-        throw new TypeError(`TalosClient: ${name} must be positive, got ${v}`);
-      return n;
-    };
+    const limits = clientLimits(opts);
     this.#config = opts.config;
     this.#load = opts.load;
-    this.#sem = new Semaphore(Math.floor(positive("maxInFlight", opts.maxInFlight, 64)));
-    this.#callTimeoutMs = positive("callTimeoutMs", opts.callTimeoutMs, 10_000);
-    this.#attempts = Math.floor(positive("attempts", opts.attempts, 5));
+    this.#sem = new Semaphore(limits.maxInFlight, () => abortError("wait for a call slot"));
+    this.#callTimeoutMs = limits.callTimeoutMs;
+    this.#attempts = limits.attempts;
     this.#backoff = opts.backoff ?? { initialMs: 500, maxMs: 15_000 };
     this.#watchBackoff = opts.watchBackoff ?? { initialMs: 500, maxMs: 30_000 };
-    this.#configPollMs = positive("configPollMs", opts.configPollMs, 60_000);
+    this.#configPollMs = limits.configPollMs;
     this.#random = opts.random ?? Math.random;
-    const reg = opts.registry ?? processRegistry;
-    this.#duration = reg.histogram(
-      "talosccm_api_request_duration_seconds",
-      "Latency of a Talos API call, retries included.",
-      ["request"],
-      API_BUCKETS,
-    );
-    this.#errors = reg.counter(
-      "talosccm_api_request_errors_total",
-      "Talos API calls that failed after retries.",
-      ["request"],
-    );
+    this.#metrics = talosApiMetrics(opts.registry);
     const client = this;
     this.#watchHost = {
       get closed() {
         return client.#closed;
       },
       open: (session) => this.#openWatch(session),
-      leave: (session) => this.#leave(session.generation as Generation),
+      leave: (session) => leaveGeneration(session.generation as Generation),
       failed: async (session, e) => {
-        this.#errors.inc({ request: `watch_${session.kind}` });
+        this.#metrics.errors.inc({ request: `watch_${session.kind}` });
         if (!e.retryable) return;
         log.v(2).info("Resubscribing Talos watch", {
           node: session.node,
           type: RESOURCES[session.kind].type,
           err: e.message,
         });
-        if (e.code === "unavailable" && session.channel) await this.#maybeReloadAfterFailure(session.channel);
+        if (mayBeRotation(e) && session.channel) await this.#maybeReloadAfterFailure(session.channel);
       },
       retryDelay: (failures) => backoffDelay(failures - 1, this.#watchBackoff, this.#random),
       drop: (session) => this.#watches.delete(session),
@@ -446,7 +364,7 @@ export class TalosClient {
         try {
           return { nodeIP, value: await fn(nodeIP, { ...opts, attempts: 1 }) };
         } catch (err) {
-          if (!(err instanceof TalosError) || !err.retryable) throw err;
+          if (!tryNextIP(err)) throw err;
           last = err;
         }
       }
@@ -519,37 +437,23 @@ export class TalosClient {
    * through a symlink in the directory) and every `configPollMs` as a safety net.
    */
   watchConfigFile(): void {
-    if (!this.#load || this.#fileWatcher || this.#pollTimer || this.#closed) return;
+    if (!this.#load || this.#configWatch || this.#closed) return;
     const path = this.#config.path;
     const onChange = () => {
       this.reload().catch((err) => log.error("Cannot reload talosconfig", err, { path }));
     };
-    try {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      this.#fileWatcher = fsWatch(dirname(path), (_event, file) => {
-        if (file && file !== basename(path) && !String(file).startsWith("..")) return;
-        clearTimeout(timer);
-        timer = setTimeout(onChange, 100);
-      });
-      this.#fileWatcher.on("error", (err) => log.warn("Stopped watching the talosconfig", { path, err }));
-      this.#fileWatcher.unref?.();
-    } catch (err) {
-      log.warn("Cannot watch the talosconfig; polling it", { path, err });
-    }
-    this.#pollTimer = setInterval(onChange, this.#configPollMs);
-    this.#pollTimer.unref?.();
+    this.#configWatch = watchConfigFile(path, onChange, this.#configPollMs);
   }
 
   /** Closes channels, ends watches and fails waiting calls. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#fileWatcher?.close();
-    clearInterval(this.#pollTimer);
+    this.#configWatch?.close();
     this.#sem.failAll(new TalosError("closed", "Cannot call Talos: the client is closed"));
     const closed = new TalosError("closed", "Cannot watch Talos: the client is closed");
     for (const w of [...this.#watches]) w.abandon(closed);
-    if (this.#generation) this.#closeGeneration(this.#generation);
+    if (this.#generation) closeGeneration(this.#generation);
     this.#generation = undefined;
   }
 
@@ -560,20 +464,12 @@ export class TalosClient {
     const stamp = fileStamp(this.#config.path);
     const next = this.#load();
     this.#configStamp = stamp;
-    const cur = this.#config;
-    const same =
-      next.crt === cur.crt &&
-      next.key === cur.key &&
-      next.ca === cur.ca &&
-      next.endpoints.map(endpointTarget).join() === cur.endpoints.map(endpointTarget).join();
+    const same = sameConnection(next, this.#config);
     this.#config = next;
     if (same) return false;
     const old = this.#generation;
     this.#generation = undefined;
-    if (old) {
-      old.retired = true;
-      if (old.inFlight === 0) this.#closeGeneration(old);
-    }
+    if (old) retireGeneration(old);
     for (const w of this.#watches) {
       if (w.generation === old && w.call) {
         w.reconnecting = true;
@@ -588,58 +484,11 @@ export class TalosClient {
     return true;
   }
 
-  #closeGeneration(gen: Generation): void {
-    for (const ch of gen.channels) ch.close();
-  }
-
   async #currentGeneration(): Promise<Generation> {
     if (this.#closed) throw new TalosError("closed", "Cannot call Talos: the client is closed");
-    const { GrpcChannel } = await loadTransport();
-    if (this.#generation) return this.#generation;
-    const config = this.#config;
-    // Keepalive stays at the transport's default, which apid's ping policy allows.
-    const channels = config.endpoints.map(
-      (endpoint) =>
-        new GrpcChannel({
-          host: endpoint.host,
-          port: endpoint.port,
-          ...(config.ca === undefined ? {} : { ca: config.ca }),
-          cert: config.crt,
-          key: config.key,
-          ...(isIP(endpoint.host) === 0 ? {} : { servername: IP_ENDPOINT_SNI }),
-          maxReceiveMessageBytes: MAX_MESSAGE_BYTES,
-          backoff: this.#backoff,
-          random: this.#random,
-        }),
-    );
-    this.#generation = { channels, inFlight: 0, retired: false };
+    const transport = await loadTransport();
+    this.#generation ??= newGeneration(transport, this.#config, this.#backoff, this.#random);
     return this.#generation;
-  }
-
-  /** Round-robin over the endpoints, skipping ones whose connection is failing unless all are. */
-  #pick(gen: Generation): GrpcChannel {
-    const n = gen.channels.length;
-    const start = this.#roundRobin++;
-    for (let i = 0; i < n; i++) {
-      const ch = gen.channels[(start + i) % n] as GrpcChannel;
-      if (ch.state !== "failing") return ch;
-    }
-    return gen.channels[start % n] as GrpcChannel;
-  }
-
-  #enter(gen: Generation): () => void {
-    gen.inFlight++;
-    let done = false;
-    return () => {
-      if (done) return;
-      done = true;
-      this.#leave(gen);
-    };
-  }
-
-  #leave(gen: Generation): void {
-    gen.inFlight--;
-    if (gen.retired && gen.inFlight === 0) this.#closeGeneration(gen);
   }
 
   /**
@@ -657,15 +506,6 @@ export class TalosClient {
     }
   }
 
-  /** Call options of one attempt: the `node` header routes it through apid to that node. */
-  #callOptions(node: string | undefined, opts: AttemptOptions) {
-    return {
-      ...(node === undefined ? {} : { metadata: { node } }),
-      timeoutMs: opts.timeoutMs,
-      ...(opts.signal ? { signal: opts.signal } : {}),
-    };
-  }
-
   async #unaryOnce(
     gen: Generation,
     ch: GrpcChannel,
@@ -674,9 +514,9 @@ export class TalosClient {
     node: string | undefined,
     opts: AttemptOptions,
   ): Promise<Uint8Array[]> {
-    const leave = this.#enter(gen);
+    const leave = enterGeneration(gen);
     try {
-      return [await ch.unary(path, req, this.#callOptions(node, opts))];
+      return [await ch.unary(path, req, attemptCallOptions(node, opts))];
     } finally {
       leave();
     }
@@ -689,20 +529,16 @@ export class TalosClient {
     node: string,
     opts: AttemptOptions,
   ): Promise<Uint8Array[]> {
-    const leave = this.#enter(gen);
+    const leave = enterGeneration(gen);
     try {
-      const call = ch.serverStream(PATHS.list, req, this.#callOptions(node, opts));
+      const call = ch.serverStream(PATHS.list, req, attemptCallOptions(node, opts));
       const out: Uint8Array[] = [];
       let bytes = 0;
       for (let b = await call.next(); b !== undefined; b = await call.next()) {
-        bytes += b.length + LIST_MESSAGE_OVERHEAD;
+        bytes = listBytesAfter(bytes, b.length);
         if (bytes > MAX_LIST_BYTES) {
           call.cancel();
-          // RESOURCE_EXHAUSTED: final, as for a message over the receive limit.
-          throw Object.assign(new Error(`the List response is over ${MAX_LIST_BYTES} bytes`), {
-            code: GrpcStatus.RESOURCE_EXHAUSTED,
-            details: `List response over ${MAX_LIST_BYTES} bytes (${out.length} messages, ${LIST_MESSAGE_OVERHEAD} bytes counted for each)`,
-          });
+          throw listTooLarge(out.length);
         }
         out.push(b);
       }
@@ -753,7 +589,7 @@ export class TalosClient {
     attempt: (gen: Generation, ch: GrpcChannel, o: AttemptOptions) => Promise<Uint8Array[]>,
     decode: (msgs: Uint8Array[]) => T,
   ): Promise<T> {
-    const stop = startTimer(this.#duration, { request });
+    const stop = startTimer(this.#metrics.duration, { request });
     const attempts = opts.attempts ?? this.#attempts;
     const attemptOpts = { timeoutMs: opts.timeoutMs ?? this.#callTimeoutMs, signal: opts.signal };
     try {
@@ -764,24 +600,24 @@ export class TalosClient {
         let msgs: Uint8Array[];
         try {
           const gen = await this.#currentGeneration();
-          channel = this.#pick(gen);
+          channel = pickChannel(gen, this.#roundRobin++);
           msgs = await attempt(gen, channel, attemptOpts);
         } catch (err) {
           release();
           if (opts.signal?.aborted) throw abortError(what);
           const e = statusError(what, err);
-          if (!e.retryable || n + 1 >= attempts) throw e;
+          const next = afterFailedAttempt(e, n, attempts);
+          if (!next.retry) throw e;
           log.v(2).info("Retrying Talos call", { request, attempt: n + 1, err: e.message });
-          if (channel && e.code === "unavailable") await this.#maybeReloadAfterFailure(channel);
-          await sleep(backoffDelay(n, this.#backoff, this.#random), opts.signal);
+          if (channel && next.checkConfig) await this.#maybeReloadAfterFailure(channel);
+          await sleep(backoffDelay(next.backoffRound, this.#backoff, this.#random), opts.signal);
           continue;
         }
         release();
         return decode(msgs);
       }
     } catch (err) {
-      if (!(err instanceof TalosNotFoundError && request === "systeminformation"))
-        this.#errors.inc({ request });
+      if (countsAsFailure(request, err)) this.#metrics.errors.inc({ request });
       throw err;
     } finally {
       stop();
@@ -796,7 +632,7 @@ export class TalosClient {
       gen.inFlight++;
       session.generation = gen;
       session.reconnecting = false;
-      const channel = this.#pick(gen);
+      const channel = pickChannel(gen, this.#roundRobin++);
       session.channel = channel;
       const { namespace, type } = RESOURCES[session.kind];
       const request = encodeWatchRequest(namespace, type, session.id);
@@ -807,61 +643,11 @@ export class TalosClient {
       } catch (err) {
         call.cancel();
         session.call = undefined;
-        this.#leave(gen);
+        leaveGeneration(gen);
         throw err;
       }
     } finally {
       release();
     }
-  }
-}
-
-/**
- * The events of a push watch as an async iterator: `open` subscribes with the handler; the iterator
- * ends when `signal` aborts or the watch ends with code "closed", and throws any other ending error.
- */
-async function* iterateWatch<T>(
-  open: (handler: TalosWatchHandler<T>) => TalosWatch,
-  signal: AbortSignal | undefined,
-): AsyncGenerator<TalosWatchEvent<T>> {
-  const queue: Array<TalosWatchEvent<T>> = [];
-  let end: TalosError | undefined;
-  let wake: (() => void) | undefined;
-  const notify = () => {
-    const w = wake;
-    wake = undefined;
-    w?.();
-  };
-  if (signal?.aborted) return;
-  const watch = open({
-    onEvent: (ev) => {
-      queue.push(ev);
-      notify();
-    },
-    onEnd: (err) => {
-      end = err;
-      notify();
-    },
-  });
-  signal?.addEventListener("abort", notify, { once: true });
-  try {
-    for (;;) {
-      if (signal?.aborted) return;
-      const ev = queue.shift();
-      if (ev) {
-        yield ev;
-        continue;
-      }
-      if (end) {
-        if (end.code === "closed") return;
-        throw end;
-      }
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-      });
-    }
-  } finally {
-    signal?.removeEventListener("abort", notify);
-    watch.close();
   }
 }

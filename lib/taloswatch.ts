@@ -1,7 +1,8 @@
 // One COSI watch of the Talos client (lib/talos.ts): subscribe, push each event to a handler as the
 // transport decodes it, resubscribe after a failure with backoff, and close. A watch waiting for
 // events holds no promise, generator or frame, only this object and its stream: a thousand-node
-// cluster keeps two of them per node for as long as the CCM runs.
+// cluster keeps two of them per node for as long as the CCM runs. Also the adapter that turns a
+// push watch into an async iterator (TalosClient.watch).
 
 import type { GrpcChannel, GrpcError, GrpcStream, GrpcStreamListener } from "./grpc.ts";
 import { statusError, TalosError } from "./taloserrors.ts";
@@ -209,5 +210,55 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     await this.host.failed(this, e);
     if (this.closed) return;
     this.#retryTimer = setTimeout(() => void this.#subscribe(), this.host.retryDelay(this.#failures));
+  }
+}
+
+/**
+ * The events of a push watch as an async iterator: `open` subscribes with the handler; the iterator
+ * ends when `signal` aborts or the watch ends with code "closed", and throws any other ending error.
+ */
+export async function* iterateWatch<T>(
+  open: (handler: TalosWatchHandler<T>) => TalosWatch,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<TalosWatchEvent<T>> {
+  const queue: Array<TalosWatchEvent<T>> = [];
+  let end: TalosError | undefined;
+  let wake: (() => void) | undefined;
+  const notify = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  if (signal?.aborted) return;
+  const watch = open({
+    onEvent: (ev) => {
+      queue.push(ev);
+      notify();
+    },
+    onEnd: (err) => {
+      end = err;
+      notify();
+    },
+  });
+  signal?.addEventListener("abort", notify, { once: true });
+  try {
+    for (;;) {
+      if (signal?.aborted) return;
+      const ev = queue.shift();
+      if (ev) {
+        yield ev;
+        continue;
+      }
+      if (end) {
+        if (end.code === "closed") return;
+        throw end;
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+    }
+  } finally {
+    signal?.removeEventListener("abort", notify);
+    watch.close();
   }
 }

@@ -1,0 +1,33 @@
+// The Talos client's metrics: `talosccm_api_request_duration_seconds` and
+// `talosccm_api_request_errors_total`, registered on the process registry unless a registry is given.
+
+import type { Counter, Histogram, Registry } from "./metrics.ts";
+import { registry as processRegistry } from "./processmetrics.ts";
+
+const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+/** The metrics of one Talos client, by request (`platformmetadata`, `version`, `watch_addresses`…). */
+export interface TalosApiMetrics {
+  /** Latency of a call, retries included. */
+  duration: Histogram;
+  /** Calls and watches that failed after retries. */
+  errors: Counter;
+}
+
+/**
+ * Registers (or finds) the Talos API metrics on `reg`.
+ * @example const { errors } = talosApiMetrics(); errors.inc({ request: "version" });
+ */
+export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetrics {
+  return {
+    duration: reg.histogram(
+      "talosccm_api_request_duration_seconds",
+      "Latency of a Talos API call, retries included.",
+      ["request"],
+      API_BUCKETS,
+    ),
+    errors: reg.counter("talosccm_api_request_errors_total", "Talos API calls that failed after retries.", [
+      "request",
+    ]),
+  };
+}
