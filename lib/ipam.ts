@@ -4,12 +4,12 @@
 
 import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
 import type { Informer } from "./cache.ts";
-import { CidrError, tryParseCidr } from "./cidr.ts";
+import { CidrError } from "./cidr.ts";
 import type { ControllerContext } from "./controller.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import type { IpamOptions } from "./flags.ts";
 import { type Allocation, Allocator, CidrNotAvailableError, type NodeNetwork } from "./ipamallocator.ts";
-import { type NodeIpamConfig, resolveNodeIpamConfig } from "./ipamconfig.ts";
+import { type NodeIpamConfig, nodeIpamNeedsTalos, resolveNodeIpamConfig } from "./ipamconfig.ts";
 import { type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
@@ -37,21 +37,6 @@ const PATCH_ATTEMPTS_PER_EVENT = 3;
  * (with the CloudAllocator each reconcile reads the node's addresses from Talos).
  */
 export const NODE_IPAM_WORKERS = 10;
-
-/**
- * Whether node-ipam with these flags talks to Talos at all: for the pod and service CIDRs when
- * `--cluster-cidr` is not given, and for the nodes' IPv6 prefixes when a CloudAllocator has an IPv6
- * cluster CIDR. An IPv4-only cluster with `--cluster-cidr` never does.
- * @example nodeIpamNeedsTalos({ ...ipam, allocatorType: "CloudAllocator", clusterCidrs: ["10.244.0.0/16"] }) // false
- */
-export function nodeIpamNeedsTalos(ipam: IpamOptions): boolean {
-  if (!ipam.allocateNodeCidrs) return false;
-  const cluster = ipam.clusterCidrs.flatMap((s) => s.split(",")).filter((s) => s.trim() !== "");
-  if (cluster.length === 0) return true;
-  return (
-    ipam.allocatorType === "CloudAllocator" && cluster.some((s) => tryParseCidr(s.trim())?.ip.family === 6)
-  );
-}
 
 /**
  * The node-IPAM configuration: the flags, completed from Talos' ControllerManagerConfig (read

@@ -10,6 +10,7 @@ import {
   type Prefix,
   parsePrefix,
   prefixOf,
+  tryParseCidr,
 } from "./cidr.ts";
 import { MAX_IPV6_MASK_DIFF } from "./cidrset.ts";
 
@@ -210,4 +211,21 @@ export function resolveNodeIpamConfig(flags: NodeIpamFlags): NodeIpamConfig {
   const cfg = { clusterCIDRs, nodeMaskSizes, serviceCIDRs };
   validateNodeIpamConfig(cfg);
   return cfg;
+}
+
+/**
+ * Whether node-ipam with these flags talks to Talos at all: for the pod and service CIDRs when
+ * `--cluster-cidr` is not given, and for the nodes' IPv6 prefixes when a CloudAllocator has an IPv6
+ * cluster CIDR. An IPv4-only cluster with `--cluster-cidr` never does.
+ * @example nodeIpamNeedsTalos({ ...ipam, allocatorType: "CloudAllocator", clusterCidrs: ["10.244.0.0/16"] }) // false
+ */
+export function nodeIpamNeedsTalos(
+  ipam: Pick<NodeIpamFlags, "clusterCidrs"> & { allocateNodeCidrs: boolean; allocatorType: AllocatorType },
+): boolean {
+  if (!ipam.allocateNodeCidrs) return false;
+  const cluster = ipam.clusterCidrs.flatMap((s) => s.split(",")).filter((s) => s.trim() !== "");
+  if (cluster.length === 0) return true;
+  return (
+    ipam.allocatorType === "CloudAllocator" && cluster.some((s) => tryParseCidr(s.trim())?.ip.family === 6)
+  );
 }

@@ -1,86 +1,47 @@
-// The controller manager behind `run`: loads and validates every input before touching the
-// cluster (cloud config, talosconfig, kubeconfig), serves health and metrics, keeps the shared Node
-// informer, campaigns for the Lease, starts the enabled controllers while leading, reloads the
-// cloud config when its file changes, and shuts down on SIGTERM (releasing the lease) or exits
-// non-zero when leadership is lost.
+// `run`: the order in which the controller manager starts. It loads and validates every input
+// before touching the cluster (cloud config, talosconfig, kubeconfig), exiting 1 naming the problem;
+// then serves health and metrics, starts the shared Node informer, campaigns for the Lease, starts
+// the controllers while leading, and hands signals and lost leadership to the shutdown. Each step
+// lives in a file of its own: the decisions from flags and config in lib/controllerplan.ts, the
+// Talos connection in lib/talosconnect.ts, the Kubernetes clients in lib/kubeclients.ts, the secure
+// port in lib/servingwiring.ts, the cloud-config reload watch in lib/cloudconfigwatch.ts, the
+// controllers' start and stop in lib/controllerrunner.ts.
 
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import { nodeInformer } from "./cache.ts";
-import { type CompiledConfig, ConfigError, formatIssue, parseConfig } from "./config.ts";
-import { loadConfig, readConfigFile } from "./configfile.ts";
-import { ConfigLimitError } from "./configlimits.ts";
-import { ConfigHolder, type ControllerContext, type StartController } from "./controller.ts";
-import { type ControllerName, Controllers, RUNNING_METRIC_NAMES } from "./controllernames.ts";
+import { fileDigest, logConfigWarnings, watchCloudConfig } from "./cloudconfigwatch.ts";
+import { type CompiledConfig, ConfigError, parseConfig } from "./config.ts";
+import { loadConfig } from "./configfile.ts";
+import { ConfigHolder } from "./controller.ts";
+import type { ControllerName } from "./controllernames.ts";
+import { plannedControllers, talosUse } from "./controllerplan.ts";
+import { ControllerRunner } from "./controllerrunner.ts";
 import { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
-import { nodeIpamNeedsTalos } from "./ipam.ts";
-import { KubeClient } from "./kube.ts";
+import type { KubeClient } from "./kube.ts";
 import { KubeApis } from "./kubeapis.ts";
-import { loadConnection } from "./kubeconnection.ts";
+import { type KubeClients, kubeClients } from "./kubeclients.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
-import { controllerRunning } from "./metrics.ts";
 import { startPageTrim } from "./pagetrim.ts";
 import { registerBuildInfo, registerProcessMetrics, registry } from "./processmetrics.ts";
-import { type SecureServer, startSecureServer } from "./serve.ts";
+import type { SecureServer } from "./serve.ts";
+import { serveHealthAndMetrics } from "./servingwiring.ts";
 import type { TalosClient } from "./talos.ts";
-import { loadTalosConfig } from "./talosconfig.ts";
+import { connectTalos } from "./talosconnect.ts";
 import { commit, version, versionInfo } from "./version.ts";
 
 const log = logger("manager");
 
-/** After a shutdown begins, the process exits by this time whatever is still running. */
-const SHUTDOWN_HARD_STOP_MS = 4_500;
 /** How long releasing the leader Lease may take at shutdown. */
 const LEASE_RELEASE_TIMEOUT_MS = 2_000;
-/** How long the controllers get to finish their work in flight at shutdown. */
-const CONTROLLER_DRAIN_MS = 1_500;
-/** How often the cloud-config file is checked for a change. */
-const CLOUD_CONFIG_POLL_MS = 2_000;
-
-/** Controllers that cannot work without the Talos API. */
-function needsTalos(enabled: readonly ControllerName[], opts: RunOptions): boolean {
-  return enabled.some(
-    (c) =>
-      c === Controllers.cloudNode ||
-      c === Controllers.cloudNodeLifecycle ||
-      (c === Controllers.nodeIpam && nodeIpamNeedsTalos(opts.ipam)),
-  );
-}
-
-async function loadController(name: ControllerName): Promise<StartController> {
-  switch (name) {
-    case Controllers.cloudNode:
-      return (await import("./node.ts")).startCloudNode;
-    case Controllers.cloudNodeLifecycle:
-      return (await import("./lifecycle.ts")).startLifecycle;
-    case Controllers.nodeCsrApproval:
-      return (await import("./csrapprover.ts")).startCsrApprover;
-    case Controllers.nodeIpam:
-      return (await import("./ipam.ts")).startNodeIpam;
-  }
-}
-
-function logConfigWarnings(config: CompiledConfig, path: string | undefined): void {
-  for (const w of config.warnings) log.warn("Cloud config warning", { file: path, warning: formatIssue(w) });
-}
 
 /** Fails start-up: prints `message` and exits 1 without touching the cluster any further. */
 function fatal(message: string, err?: unknown, fields?: Record<string, unknown>): never {
   log.error(message, err, fields);
   process.exit(1);
-}
-
-/** What `run` needs to talk to the Kubernetes API, each client with a rate limiter of its own. */
-interface KubeClients {
-  /** The controllers' client. */
-  client: KubeClient;
-  /** Lease renewals; undefined when leader election is off. */
-  lease: KubeClient | undefined;
-  /** Credential reviews for the serving port; undefined when serving is off. */
-  reviews: { authentication: KubeClient; authorization: KubeClient } | undefined;
 }
 
 /**
@@ -100,8 +61,8 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   const configDigest = opts.cloudConfig ? fileDigest(opts.cloudConfig) : "";
   const cloudConfig = loadCloudConfig(opts);
   const enabled = enabledControllers(opts, cloudConfig);
-  const talos = await connectTalos(opts, enabled, cloudConfig);
-  const kube = kubeClients(opts);
+  const talos = await talosClient(opts, enabled, cloudConfig);
+  const kube = startKubeClients(opts);
   const identity = `${hostname()}_${randomUUID()}`;
   const nodes = nodeInformer(kube.client);
   const elector = kube.lease ? leaderElector(kube.lease, opts, identity) : undefined;
@@ -110,7 +71,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   await logApiServer(apis, kube.client);
   nodes.start();
   const config = new ConfigHolder(cloudConfig);
-  const manager = new Manager(enabled, {
+  const manager = new ControllerRunner(enabled, {
     options: opts,
     client: kube.client,
     nodes,
@@ -172,12 +133,9 @@ function loadCloudConfig(opts: RunOptions): CompiledConfig {
 
 /** The controllers to run: --controllers, plus node-csr-approval when the config file asks for it. */
 function enabledControllers(opts: RunOptions, cloudConfig: CompiledConfig): ControllerName[] {
-  const enabled = [...opts.enabledControllers];
-  // Older reference releases switched CSR approval on from the config file; keep such files working.
-  if (cloudConfig.global.approveNodeCSR && !enabled.includes(Controllers.nodeCsrApproval)) {
-    enabled.push(Controllers.nodeCsrApproval);
+  const { enabled, addedCsrApproval } = plannedControllers(opts.enabledControllers, cloudConfig);
+  if (addedCsrApproval)
     log.info("global.approveNodeCSR is set: enabling node-csr-approval (prefer --controllers)");
-  }
   log.info("Controllers enabled", { controllers: enabled.join(",") || "(none)" });
   return enabled;
 }
@@ -186,36 +144,17 @@ function enabledControllers(opts: RunOptions, cloudConfig: CompiledConfig): Cont
  * The Talos client, when an enabled controller uses one. Exits when a controller that cannot work
  * without it has no usable talosconfig; node-csr-approval alone goes on without.
  */
-async function connectTalos(
+async function talosClient(
   opts: RunOptions,
   enabled: readonly ControllerName[],
   cloudConfig: CompiledConfig,
 ): Promise<TalosClient | undefined> {
-  const talosRequired = needsTalos(enabled, opts);
-  if (!talosRequired && !enabled.includes(Controllers.nodeCsrApproval)) return undefined;
-  const t = await import("./talos.ts");
-  const loadOpts = {
-    ...(opts.talos.configPath ? { path: opts.talos.configPath } : {}),
-    // TALOS_ENDPOINTS wins over the config file's (older) global.endpoints, as in the reference.
-    env: {
-      ...process.env,
-      TALOS_ENDPOINTS:
-        (opts.talos.endpoints.length ? opts.talos.endpoints : cloudConfig.global.endpoints).join(",") ||
-        undefined,
-    },
-  };
+  const use = talosUse(enabled, opts.ipam);
+  if (use === "none") return undefined;
   try {
-    const talosConfig = loadTalosConfig(loadOpts);
-    const talos = new t.TalosClient({ config: talosConfig, load: () => loadTalosConfig(loadOpts) });
-    talos.watchConfigFile();
-    log.info("Talos API configured", {
-      file: talosConfig.path,
-      endpoints: talosConfig.endpoints.map((e) => `${e.host}:${e.port}`).join(","),
-      roles: talosConfig.roles.join(","),
-    });
-    return talos;
+    return await connectTalos(opts, cloudConfig);
   } catch (err) {
-    if (talosRequired) fatal((err as Error).message);
+    if (use === "required") fatal((err as Error).message);
     log.info("No usable talosconfig: node-csr-approval checks IP SANs against Node status only", {
       reason: (err as Error).message,
     });
@@ -224,35 +163,9 @@ async function connectTalos(
 }
 
 /** The Kubernetes clients from --kubeconfig/--master, or exits naming the problem. */
-function kubeClients(opts: RunOptions): KubeClients {
+function startKubeClients(opts: RunOptions): KubeClients {
   try {
-    const conn = loadConnection({ kubeconfig: opts.kubeconfig, master: opts.master });
-    const limits = { qps: opts.kubeApiQps, burst: opts.kubeApiBurst };
-    const agent = `${PROGRAM_NAME}/${version}`;
-    // Lease renewals get a client (rate limiter and connections) of their own, as upstream's
-    // "leader-election" client: queued behind a burst of controller writes and Events, a renewal
-    // would miss its deadline and a busy leader would lose its lease.
-    const lease = opts.leaderElection.enabled
-      ? new KubeClient(conn, { ...limits, userAgent: `${agent} leader-election` })
-      : undefined;
-    // Credential reviews for /metrics come from anyone who can reach the port: they get clients of
-    // their own so a flood of tokens cannot use up the controllers' rate limit.
-    const reviewClient = (kubeconfig: string | undefined, what: string) =>
-      new KubeClient(kubeconfig ? loadConnection({ kubeconfig }) : conn, {
-        ...limits,
-        userAgent: `${agent} ${what}`,
-      });
-    let reviews: KubeClients["reviews"];
-    const serving = opts.serving;
-    if (serving.securePort !== 0) {
-      const authentication = reviewClient(serving.authenticationKubeconfig, "authentication");
-      const authorization =
-        serving.authorizationKubeconfig === serving.authenticationKubeconfig
-          ? authentication
-          : reviewClient(serving.authorizationKubeconfig, "authorization");
-      reviews = { authentication, authorization };
-    }
-    return { client: new KubeClient(conn, { ...limits, userAgent: agent }), lease, reviews };
+    return kubeClients(opts);
   } catch (err) {
     fatal((err as Error).message);
   }
@@ -278,34 +191,12 @@ function leaderElector(client: KubeClient, opts: RunOptions, identity: string): 
 async function serve(
   opts: RunOptions,
   reviews: NonNullable<KubeClients["reviews"]>,
-  nodes: ControllerContext["nodes"],
+  nodes: ReturnType<typeof nodeInformer>,
 ): Promise<SecureServer> {
-  const serving = opts.serving;
   try {
-    return await startSecureServer({
-      bindAddress: serving.bindAddress,
-      port: serving.securePort,
-      certFile: serving.tlsCertFile,
-      keyFile: serving.tlsPrivateKeyFile,
-      alwaysAllowPaths: serving.alwaysAllowPaths,
-      registry,
-      reviews,
-      cacheTtlMs: {
-        authentication: serving.tokenReviewCacheTtlMs,
-        authorized: serving.authorizedCacheTtlMs,
-        unauthorized: serving.unauthorizedCacheTtlMs,
-      },
-      tlsMinVersion: serving.tlsMinVersion,
-      clientCaFile: serving.clientCaFile,
-      requestHeader: serving.requestHeader,
-      livez: [{ name: "ping", check: () => undefined }],
-      readyz: [
-        { name: "ping", check: () => undefined },
-        { name: "informer-sync", check: () => (nodes.hasSynced ? undefined : "Node cache not synced yet") },
-      ],
-    });
+    return await serveHealthAndMetrics(opts, reviews, nodes);
   } catch (err) {
-    fatal(`Cannot serve on ${serving.bindAddress}:${serving.securePort}`, err);
+    fatal(`Cannot serve on ${opts.serving.bindAddress}:${opts.serving.securePort}`, err);
   }
 }
 
@@ -319,154 +210,4 @@ async function logApiServer(apis: KubeApis, client: KubeClient): Promise<void> {
   } catch (err) {
     log.error("Cannot reach the Kubernetes API server yet", err, { server: client.server });
   }
-}
-
-/**
- * Starts the enabled controllers (once the Node cache has synced) and stops them: a controller that
- * fails, like lost leadership, ends the process with 1; a signal with 0.
- */
-class Manager {
-  readonly #enabled: readonly ControllerName[];
-  readonly #ctx: ControllerContext;
-  readonly #controllers = new AbortController();
-  readonly #running: Promise<void>[] = [];
-  #stopping: (() => Promise<void>)[] = [];
-  #stopped: (() => Promise<void>)[] = [];
-  #shuttingDown = false;
-
-  constructor(enabled: readonly ControllerName[], ctx: ControllerContext) {
-    this.#enabled = enabled;
-    this.#ctx = ctx;
-  }
-
-  /** Runs `f` when shutdown begins, before the controllers drain. */
-  onStop(f: () => Promise<void>): void {
-    this.#stopping.push(f);
-  }
-
-  /** Runs `f` after the controllers drained. */
-  onStopped(f: () => Promise<void>): void {
-    this.#stopped.push(f);
-  }
-
-  /**
-   * Starts the controllers until `signal` (or shutdown) aborts them. Loading a controller module can
-   * fail too (a broken build): that is fatal like a failing controller.
-   */
-  launch(signal?: AbortSignal): void {
-    const all = signal ? AbortSignal.any([signal, this.#controllers.signal]) : this.#controllers.signal;
-    this.#start(all).catch((err) => {
-      log.error("Cannot start the controllers", err);
-      void this.shutdown(1, `cannot start the controllers: ${(err as Error).message}`);
-    });
-  }
-
-  async #start(signal: AbortSignal): Promise<void> {
-    await this.#ctx.nodes.waitForSync();
-    for (const name of this.#enabled) {
-      const start = await loadController(name);
-      log.info("Starting controller", { controller: name });
-      controllerRunning(registry, RUNNING_METRIC_NAMES[name], true);
-      this.#running.push(
-        start(this.#ctx, signal)
-          .catch((err) => {
-            if (signal.aborted) return;
-            // As upstream: a controller that cannot run is fatal, so the pod restarts visibly.
-            log.error("Controller failed", err, { controller: name });
-            void this.shutdown(1, `controller ${name} failed: ${(err as Error).message}`);
-          })
-          .finally(() => controllerRunning(registry, RUNNING_METRIC_NAMES[name], false)),
-      );
-    }
-  }
-
-  /** Stops everything in order and exits with `code`; by SHUTDOWN_HARD_STOP_MS whatever still runs. */
-  async shutdown(code: number, why: string): Promise<void> {
-    if (this.#shuttingDown) return;
-    this.#shuttingDown = true;
-    log.info("Shutting down", { reason: why });
-    const hardStop = setTimeout(() => process.exit(code), SHUTDOWN_HARD_STOP_MS);
-    this.#controllers.abort();
-    for (const f of this.#stopping) await f();
-    await Promise.race([Promise.all(this.#running), Bun.sleep(CONTROLLER_DRAIN_MS)]);
-    for (const f of this.#stopped) await f();
-    this.#ctx.talos?.close();
-    this.#ctx.events.close();
-    clearTimeout(hardStop);
-    process.exit(code);
-  }
-}
-
-/** Stands for the digest of a cloud-config file over the size limit, which is not read. */
-const TOO_LARGE = "too-large";
-
-function digest(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
-}
-
-/**
- * The digest of a cloud-config file's content, "" when it cannot be read or is over the size limit
- * (the error surfaces when it is loaded).
- */
-function fileDigest(path: string): string {
-  try {
-    return digest(readConfigFile(path));
-  } catch {
-    return "";
-  }
-}
-
-/**
- * Polls the cloud-config file and applies a valid new version without a restart; an invalid one is
- * logged, counted and ignored. Polling (not fs.watch) because ConfigMap volumes swap a symlink.
- * @param loadedDigest digest of the file taken before the running config was read from it
- */
-function watchCloudConfig(
-  path: string | undefined,
-  holder: ConfigHolder,
-  loadedDigest: string,
-  periodMs = CLOUD_CONFIG_POLL_MS,
-): () => void {
-  if (!path) return () => {};
-  const reloads = registry.counter(
-    "talosccm_cloud_config_reloads_total",
-    "Cloud config reloads by result (success, error).",
-    ["result"],
-  );
-  let last = loadedDigest;
-  const timer = setInterval(() => {
-    let text: string | ConfigLimitError;
-    try {
-      text = readConfigFile(path);
-    } catch (err) {
-      // A file over the size limit is an invalid new version; an unreadable one is transient (a swap).
-      if (!(err instanceof ConfigLimitError)) {
-        log.v(2).info("Cannot read cloud config, keeping the current one", {
-          file: path,
-          err: (err as Error).message,
-        });
-        return;
-      }
-      text = err;
-    }
-    const d = typeof text === "string" ? digest(text) : TOO_LARGE;
-    if (d === last) return;
-    last = d;
-    try {
-      if (typeof text !== "string") throw new ConfigError([text.issue]);
-      const next = parseConfig(text);
-      logConfigWarnings(next, path);
-      holder.set(next);
-      reloads.inc({ result: "success" });
-      log.info("Reloaded cloud config", { file: path });
-    } catch (err) {
-      reloads.inc({ result: "error" });
-      log.error("Cannot reload cloud config, keeping the current one", undefined, {
-        file: path,
-        err: (err as Error).message,
-      });
-    }
-  }, periodMs);
-  (timer as { unref?: () => void }).unref?.();
-  return () => clearInterval(timer);
 }

@@ -13,10 +13,10 @@ import {
   NODE_IPAM_WORKERS,
   nodeIPsOf,
   nodeIpamConfig,
-  nodeIpamNeedsTalos,
   podCIDRsPatch,
   startNodeIpam,
 } from "../../lib/ipam.ts";
+import { nodeIpamNeedsTalos } from "../../lib/ipamconfig.ts";
 import { KubeError } from "../../lib/kube.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
