@@ -31,6 +31,7 @@ import type { SecureServer } from "./serve.ts";
 import { serveHealthAndMetrics } from "./servingwiring.ts";
 import type { TalosClient } from "./talos.ts";
 import { connectTalos } from "./talosconnect.ts";
+import { TalosConfigError } from "./taloserrors.ts";
 import { commit, version, versionInfo } from "./version.ts";
 
 const log = logger("manager");
@@ -154,7 +155,9 @@ async function talosClient(
   try {
     return await connectTalos(opts, cloudConfig);
   } catch (err) {
-    if (use === "required") fatal((err as Error).message);
+    // Only a missing or unusable talosconfig lets node-csr-approval go on without Talos; anything
+    // else (the client module failing to load) ends start-up rather than weakening the checks.
+    if (use === "required" || !(err instanceof TalosConfigError)) fatal((err as Error).message);
     log.info("No usable talosconfig: node-csr-approval checks IP SANs against Node status only", {
       reason: (err as Error).message,
     });
