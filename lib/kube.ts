@@ -16,8 +16,6 @@ import { registry as defaultRegistry, startTimer } from "./processmetrics.ts";
 
 const log = logger("kube");
 
-// The client's input, for the test support that builds clients (tests/support/cluster.ts, kubelet.ts).
-export type { KubeConnection } from "./kubeconfig.ts";
 
 /** A non-2xx answer of the API server, with its Status reason. */
 export class KubeError extends Error {

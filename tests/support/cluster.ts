@@ -13,7 +13,8 @@ import type {
   V1CertificateSigningRequestCondition,
 } from "@kubernetes/client-node";
 import { type Subprocess, spawn } from "bun";
-import { KubeClient, type KubeConnection } from "../../lib/kube.ts";
+import { KubeClient } from "../../lib/kube.ts";
+import type { KubeConnection } from "../../lib/kubeconfig.ts";
 import { type ServerVersion, serverVersion } from "../../lib/kubeversions.ts";
 import { type CA, createCA } from "./pki.ts";
 

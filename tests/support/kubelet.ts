@@ -4,7 +4,8 @@
 // made with a real key, so the API server stamps the true requester on them.
 
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
-import { KubeClient, type KubeConnection, microTime, PATCH } from "../../lib/kube.ts";
+import { KubeClient, microTime, PATCH } from "../../lib/kube.ts";
+import type { KubeConnection } from "../../lib/kubeconfig.ts";
 import {
   KUBELET_SERVING_SIGNER,
   PROVIDED_NODE_IP_ANNOTATION,
