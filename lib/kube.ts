@@ -16,7 +16,6 @@ import { registry as defaultRegistry, startTimer } from "./processmetrics.ts";
 
 const log = logger("kube");
 
-
 /** A non-2xx answer of the API server, with its Status reason. */
 export class KubeError extends Error {
   override readonly name = "KubeError";
