@@ -226,7 +226,9 @@ function audited(since: number): Audited[] {
   } catch {
     return [];
   }
+  // Only lines the API server has ended: it may be writing one as it is read.
   return text
+    .slice(0, text.lastIndexOf("\n") + 1)
     .split("\n")
     .filter((l) => l.trim() !== "")
     .map((l) => JSON.parse(l) as Audited)

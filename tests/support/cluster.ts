@@ -345,7 +345,9 @@ export class TestCluster {
     } catch {
       return [];
     }
+    // The API server may be writing a line as it is read: only lines it has ended are events.
     return text
+      .slice(0, text.lastIndexOf("\n") + 1)
       .split("\n")
       .filter((l) => l.trim())
       .map((l) => JSON.parse(l) as AuditEvent);
