@@ -3,7 +3,8 @@
 // The Node informer keeps the lean view of each Node (lib/nodeview.ts), so thousands of nodes cost
 // little memory.
 
-import { type Backoff, backoffDelay, wait } from "./backoff.ts";
+import { wait } from "./backoff.ts";
+import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { isGone, type KubeClient } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
@@ -197,7 +198,7 @@ export class Informer<T extends CachedMeta> {
           continue;
         }
         failures++;
-        const delay = backoffDelay(failures, WATCH_BACKOFF);
+        const delay = backoffDelay(failures, WATCH_BACKOFF, Math.random);
         this.#log.v(failures > 3 ? 0 : 2).info("Watch failed, retrying", {
           err: (err as Error).message,
           delayMs: Math.round(delay),

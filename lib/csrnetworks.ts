@@ -9,7 +9,8 @@
 // apply, and with Talos each machine's NodeIPConfig excludes the pod and Service ranges and its
 // virtual IPs again.
 
-import { backoffDelay, wait } from "./backoff.ts";
+import { wait } from "./backoff.ts";
+import { backoffDelay } from "./backoffpolicy.ts";
 import { type Handlers, Informer } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
 import { type KubeClient, KubeError } from "./kube.ts";
@@ -177,7 +178,7 @@ export class CsrNetworks {
     if (await this.#tryKubernetesService(signal, true)) return;
     void (async () => {
       for (let attempt = 0; !signal.aborted; attempt++) {
-        await wait(backoffDelay(attempt, SERVICE_RETRY), signal);
+        await wait(backoffDelay(attempt, SERVICE_RETRY, Math.random), signal);
         if (signal.aborted || (await this.#tryKubernetesService(signal, false))) return;
       }
     })();

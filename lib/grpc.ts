@@ -15,7 +15,7 @@
 
 import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
-import { type Backoff, backoffDelay } from "./backoff.ts";
+import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { H2Code, type H2Headers, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
 import { MessageQueue } from "./messagequeue.ts";
@@ -499,6 +499,7 @@ export class GrpcChannel {
   readonly #authority: string;
   readonly #maxReceive: number;
   readonly #backoff: Backoff;
+  readonly #random: () => number;
   readonly #keepaliveMs: number;
   readonly #keepaliveTimeoutMs: number;
   readonly #connectTimeoutMs: number;
@@ -522,6 +523,7 @@ export class GrpcChannel {
     this.#authority = endpointTarget(opts);
     this.#maxReceive = opts.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_BYTES;
     this.#backoff = opts.backoff ?? { initialMs: 1_000, maxMs: 120_000 };
+    this.#random = opts.random ?? Math.random;
     this.#keepaliveMs = opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS;
     this.#keepaliveTimeoutMs = opts.keepaliveTimeoutMs ?? DEFAULT_KEEPALIVE_TIMEOUT_MS;
     this.#connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
@@ -640,7 +642,7 @@ export class GrpcChannel {
     } catch (err) {
       clearTimeout(connectTimer);
       this.#lastError = (err as Error).message;
-      this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#opts.random);
+      this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#random);
       throw new GrpcError(
         GrpcStatus.UNAVAILABLE,
         `Cannot connect to ${this.#authority}: ${this.#lastError}`,
@@ -698,7 +700,7 @@ export class GrpcChannel {
           } else if (conn.error) {
             // Refused, unreachable, TLS failure: wait before dialling again; calls fail fast meanwhile.
             this.#lastError = conn.error.message;
-            this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#opts.random);
+            this.#retryAt = Date.now() + backoffDelay(this.#failures++, this.#backoff, this.#random);
           }
         },
       },

@@ -4,7 +4,7 @@
 // Memory: the transport (lib/grpc.ts, node:http2 with it) is imported on the first generation only.
 
 import { isIP } from "node:net";
-import type { Backoff } from "./backoff.ts";
+import type { Backoff } from "./backoffpolicy.ts";
 import type { GrpcChannel } from "./grpc.ts";
 import { pickEndpoint } from "./taloscallpolicy.ts";
 import type { TalosConfig } from "./talosconfig.ts";

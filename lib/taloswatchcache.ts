@@ -15,7 +15,7 @@
 // timer; a healthy cluster makes no periodic Talos calls.
 
 import { ipsOnMachine } from "./addresses.ts";
-import { type Backoff, backoffDelay } from "./backoff.ts";
+import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { logger } from "./log.ts";
 import {
   type TalosAddressStatus,
@@ -378,7 +378,7 @@ export class TalosWatchCache {
       const failures = (failed?.failures ?? 0) + 1;
       w.failedReads.set("nodename", {
         failures,
-        retryAtMs: this.#now() + (retryNow ? 0 : backoffDelay(failures - 1, this.#retryBackoff)),
+        retryAtMs: this.#now() + (retryNow ? 0 : backoffDelay(failures - 1, this.#retryBackoff, Math.random)),
         error,
         announced: retryNow,
       });
@@ -503,7 +503,7 @@ export class TalosWatchCache {
           w.ipIndex = next;
           this.#start(w);
         },
-        backoffDelay(w.failovers++, this.#retryBackoff),
+        backoffDelay(w.failovers++, this.#retryBackoff, Math.random),
       );
     }
   }
@@ -574,7 +574,7 @@ export class TalosWatchCache {
           const failures = (failed?.failures ?? 0) + 1;
           w.failedReads.set(kind, {
             failures,
-            retryAtMs: this.#now() + backoffDelay(failures - 1, this.#retryBackoff),
+            retryAtMs: this.#now() + backoffDelay(failures - 1, this.#retryBackoff, Math.random),
             error: (err as Error).message,
             announced: false,
           });

@@ -28,6 +28,7 @@ const CORES = [
   "cidrset.ts",
   "metrics.ts",
   "addresses.ts",
+  "backoffpolicy.ts",
   "cidr.ts",
   "configissue.ts",
   "der.ts",
@@ -70,7 +71,7 @@ const CORES = [
 
 /** Shells, each with what makes it one. */
 const SHELLS: Record<string, string> = {
-  "backoff.ts": "timers, jitter (randomness)",
+  "backoff.ts": "the wait between retries (timers)",
   "cache.ts": "the Node informer: Kubernetes list and watch, jittered resync",
   "cloudconfigwatch.ts": "polls the cloud-config file (timer, node:fs), logs, counts reloads",
   "clientauth.ts": "reads CA files, checks certificates against the clock",
@@ -80,7 +81,7 @@ const SHELLS: Record<string, string> = {
   "csrapprover.ts": "the node-csr-approval controller: Kubernetes and Talos I/O",
   "csrnetworks.ts": "reads the cluster's shared ranges from Kubernetes and Talos",
   "events.ts": "writes Events, timers",
-  "grpc.ts": "gRPC over node:tls, deadlines, timers",
+  "grpc.ts": "gRPC over node:tls, deadlines, timers, reconnect jitter (randomness)",
   "h2.ts": "HTTP/2 over node:tls, clocks, timers",
   "httpsserver.ts": "listens: Bun.serve, node:tls, node:http",
   "ipam.ts": "the node-ipam controller: Kubernetes and Talos I/O",
@@ -111,7 +112,7 @@ const SHELLS: Record<string, string> = {
   "talosconfigwatch.ts": "watches the talosconfig file (node:fs), poll timer",
   "talosmetrics.ts": "registers the Talos API metrics on the process registry",
   "taloswatch.ts": "one COSI watch over gRPC, resubscribe timers",
-  "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers",
+  "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers, retry jitter (randomness)",
   "transformmetrics.ts": "times transform() calls (clock), on the process registry by default",
   "validate.ts": "the validate subcommand: stdout, stderr",
   "version.ts": "reads the process's platform and architecture",

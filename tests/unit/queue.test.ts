@@ -1,5 +1,4 @@
 import { describe, expect, test } from "bun:test";
-import { backoffDelay, wait } from "../../lib/backoff.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { runWorkers, WorkQueue } from "../../lib/queue.ts";
 
@@ -114,42 +113,5 @@ describe("runWorkers()", () => {
     queue.add("k");
     await done;
     expect(attempts).toBe(4);
-  });
-});
-
-describe("backoffDelay()", () => {
-  const b = { initialMs: 500, maxMs: 15_000 };
-  test.each([
-    [0, 0, 250],
-    [0, 1, 500],
-    [3, 0, 2000],
-    [3, 1, 4000],
-    [10, 1, 15_000],
-    [10, 0, 7_500],
-    [1000, 1, 15_000],
-  ])("attempt %d, random %d → %d ms", (attempt, r, want) => {
-    expect(backoffDelay(attempt, b, () => r)).toBe(want);
-  });
-});
-
-describe("wait()", () => {
-  test("wait() resolves after the delay", async () => {
-    const started = performance.now();
-    await wait(20);
-    expect(performance.now() - started).toBeGreaterThanOrEqual(15);
-  });
-
-  test("wait() resolves at once when the signal aborts, and at once when it already has", async () => {
-    const abort = new AbortController();
-    let done = false;
-    const waiting = wait(3_600_000, abort.signal).then(() => {
-      done = true;
-    });
-    await null; // lets a wrongly settled wait() run its then() first
-    expect(done).toBe(false);
-    abort.abort();
-    await waiting;
-    expect(done).toBe(true);
-    await wait(3_600_000, abort.signal);
   });
 });
