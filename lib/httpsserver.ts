@@ -9,7 +9,7 @@ import { constants, X509Certificate } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { DetailedPeerCertificate, TLSSocket } from "node:tls";
-import type { HeaderValues } from "./clientauth.ts";
+import type { HeaderValues } from "./clientcerts.ts";
 import { logger } from "./log.ts";
 
 const log = logger("serve");

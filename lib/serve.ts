@@ -8,13 +8,13 @@
 import { createHash, type X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { hostname } from "node:os";
+import { loadCABundle } from "./clientauth.ts";
 import {
   authenticateCertificate,
   type ClientCertConfig,
   type HeaderValues,
-  loadCABundle,
   type User,
-} from "./clientauth.ts";
+} from "./clientcerts.ts";
 import type { RequestHeaderFlags } from "./flags.ts";
 import { type Handler, type HttpsListener, listenHttps, type TlsSettings } from "./httpsserver.ts";
 import type { KubeClient } from "./kube.ts";
