@@ -32,12 +32,12 @@ helm="${HELM:-$CACHE/helm-$HELM_VERSION/helm}"
 
 # The simulator's cache key: the upstream versions its go.mod pins and a hash of its sources.
 SIM_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/talossim"
+source "$(dirname "${BASH_SOURCE[0]}")/gomodule.sh"
 sim_key() {
-  local cosi talos hash
+  local cosi talos
   cosi="$(sed -n 's#^\s*github.com/cosi-project/runtime \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
   talos="$(sed -n 's#^\s*github.com/siderolabs/talos/pkg/machinery \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
-  hash="$(cd "$SIM_SRC" && cat go.mod go.sum $(ls ./*.go | sort) | sha256sum | cut -c1-12)"
-  echo "cosi-$cosi-talos-$talos-$hash"
+  echo "cosi-$cosi-talos-$talos-$(source_hash "$SIM_SRC")"
 }
 talossim="${TALOS_SIM:-$CACHE/talossim-$(sim_key)/talossim}"
 
@@ -102,28 +102,12 @@ build_helm() {
     "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 }
 
-# The simulator is built from the committed go.mod and go.sum (-mod=readonly: a go.mod that needs
-# changes fails the build instead of being rewritten), with the go directive's Go version or newer.
+# The simulator (tests/support/gomodule.sh); unless TALOS_SIM names it, one build of it (28 MB)
+# stays in the cache.
 build_talossim() {
-  local want v
-  want="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$SIM_SRC/go.mod")"
-  v="$(go env GOVERSION)"
-  if [[ "$(printf '%s\n%s\n' "$want" "${v#go}" | sort -V | head -1)" != "$want" ]]; then
-    echo "testbed-bins.sh: Go >= $want is required to build the Talos simulator (found: $v)" >&2
-    exit 1
-  fi
-  mkdir -p "$(dirname "$talossim")"
-  cd "$SIM_SRC"
-  CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" \
-    -o "$talossim.tmp.$$" .
-  mv "$talossim.tmp.$$" "$talossim"
-  # Builds of other sources are of no further use (28 MB each): keep one simulator in the cache.
-  if [[ -z "${TALOS_SIM:-}" ]]; then
-    local d
-    for d in "$CACHE"/talossim-*; do
-      [[ "$d" == "$(dirname "$talossim")" ]] || rm -rf "$d"
-    done
-  fi
+  local others="$CACHE/talossim-"
+  [[ -z "${TALOS_SIM:-}" ]] || others=""
+  build_local_module testbed-bins.sh "the Talos simulator" "$SIM_SRC" "$talossim" "$others"
 }
 
 if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$kubectl" || ! -x "$helm" || ! -x "$talossim" ]]; then
