@@ -13,16 +13,13 @@
 // with Talos. The process stays up through all of them.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type { V1CertificateSigningRequestCondition } from "@kubernetes/client-node";
-import { FakeApid } from "../support/apid.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import { ApidBed } from "../support/bed.ts";
+import { type TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
-import { SimulatedKubelet } from "../support/kubelet.ts";
+import type { SimulatedKubelet } from "../support/kubelet.ts";
 import { servesServiceCIDRv1 } from "../support/kubematrix.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import type { CcmProcess } from "../support/process.ts";
 
 const IP = { a: "10.31.0.1", b: "10.31.0.2" };
 /** A Talos virtual IP held by machine A (Talos lists it in A's NodeIPConfig excludeSubnets). */
@@ -85,23 +82,14 @@ function machineA(): FakeNodeSpec {
   };
 }
 
+let bed: ApidBed;
 let cluster: TestCluster;
-let apid: FakeApid;
-let dir: string;
-let talosconfig: string;
-let port: number;
 let ccm: CcmProcess;
 let a: SimulatedKubelet;
 
 async function startCsrCcm(withTalos: boolean, extra: string[] = []): Promise<void> {
-  ccm = await startCcm(
-    {
-      kubeconfig: cluster.adminKubeconfig,
-      controllers: "node-csr-approval",
-      ...(withTalos ? { talosconfig } : {}),
-      securePort: port,
-      args: extra,
-    },
+  ccm = await bed.startCcm(
+    { controllers: "node-csr-approval", withoutTalos: !withTalos, args: extra },
     /Approving kubelet serving CSRs/,
   );
 }
@@ -118,20 +106,17 @@ async function warningReasons(name: string): Promise<string[]> {
 }
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "csr-threats-"));
-  [cluster, apid] = await Promise.all([
-    TestCluster.start(),
-    FakeApid.start({
+  bed = await ApidBed.start("csr-threats-", {
+    apid: {
       nodes: [machineA()],
       // What the control-plane endpoint's Talos says of the cluster (read once, without a node); its
       // Service range is wider than the ServiceCIDR object, which a denial names as the more specific.
       controllerManagerConfig: { podCIDRs: [TALOS_POD_CIDR], serviceCIDRs: ["10.96.0.0/12"] },
-    }),
-  ]);
-  talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
-  port = await freePort();
+    },
+  });
+  cluster = bed.cluster;
   // The attacker's kubelet writes every address it wants a certificate for into its own status.
-  a = await SimulatedKubelet.register(cluster, {
+  a = await bed.register({
     name: "thr-a",
     ips: [IP.a],
     heartbeatMs: 0,
@@ -167,7 +152,7 @@ beforeAll(async () => {
     ],
   });
   // Node B writes its IP with a leading zero and its DNS name in capitals; both are still its claims.
-  await SimulatedKubelet.register(cluster, {
+  await bed.register({
     name: "thr-b",
     ips: [IP.b],
     heartbeatMs: 0,
@@ -178,7 +163,7 @@ beforeAll(async () => {
     ],
   });
   // Node C writes its addresses with its kubelet port; D has a 6to4 address of 10.31.0.8.
-  await SimulatedKubelet.register(cluster, {
+  await bed.register({
     name: "thr-c",
     ips: [],
     noAnnotation: true,
@@ -188,7 +173,7 @@ beforeAll(async () => {
       { type: "InternalIP", address: `[${IP_C.v6}]:10250` },
     ],
   });
-  await SimulatedKubelet.register(cluster, {
+  await bed.register({
     name: "thr-d",
     ips: [],
     noAnnotation: true,
@@ -197,7 +182,7 @@ beforeAll(async () => {
   });
   // Nodes named by an IP, as a kubelet first creates them: no address in their status yet.
   for (const name of [NAMED_BY_IP.dotted, NAMED_BY_IP.number]) {
-    await SimulatedKubelet.register(cluster, {
+    await bed.register({
       name,
       ips: [],
       noAnnotation: true,
@@ -211,11 +196,7 @@ beforeAll(async () => {
   });
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  await Promise.all([cluster?.stop(), apid?.stop()]);
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 interface Case {
   name: string;
@@ -228,145 +209,103 @@ interface Case {
   says?: string | string[];
 }
 
+/** A's CSR for its own IP and `ip`, denied as `reason` naming `IP SAN <ip>`. */
+function ipSan(name: string, ip: string, reason: string, says?: string | string[]): Case {
+  return { name, ips: [IP.a, ip], reason, san: `IP SAN ${ip}`, ...(says === undefined ? {} : { says }) };
+}
+
+/** A's CSR for its own IP and `ip`, which Node `node` claims: denied as IPOfOtherNode. */
+function otherNodeIP(name: string, ip: string, node: string): Case {
+  return { name, ips: [IP.a, ip], reason: "IPOfOtherNode", san: `"${ip}" (node "${node}")` };
+}
+
+/** A's CSR for its own name and `dns`, denied as `reason` naming `san`. */
+function dnsSan(name: string, dns: string, reason: string, san: string, says?: string | string[]): Case {
+  return { name, dns: ["thr-a", dns], reason, san, ...(says === undefined ? {} : { says }) };
+}
+
 /** Another Service's ClusterIP, in the test bed's Service range 10.96.0.0/16 (what names it varies). */
-const OTHER_CLUSTER_IP: Case = {
-  name: "another Service's ClusterIP",
-  ips: [IP.a, "10.96.0.10"],
-  reason: "ClusterNetworkIP",
-  san: "IP SAN 10.96.0.10",
-};
+const OTHER_CLUSTER_IP = ipSan("another Service's ClusterIP", "10.96.0.10", "ClusterNetworkIP");
 
 /** Denied in both modes with the same reason. */
 const BOTH: Case[] = [
-  {
-    name: "loopback 127.0.0.1",
-    ips: [IP.a, "127.0.0.1"],
-    reason: "NonUniqueIP",
-    san: "IP SAN 127.0.0.1",
-    says: "loopback",
-  },
-  { name: "loopback ::1", ips: [IP.a, "::1"], reason: "NonUniqueIP", san: "IP SAN ::1" },
-  {
-    name: "the kubernetes Service ClusterIP (on kube-ipvs0)",
-    ips: [IP.a, KUBERNETES_SVC],
-    reason: "ClusterNetworkIP",
-    san: `IP SAN ${KUBERNETES_SVC}`,
-    says: "Service default/kubernetes",
-  },
-  {
-    name: "a CNI bridge gateway in the node's own pod CIDR",
-    ips: [IP.a, CNI_GATEWAY],
-    reason: "ClusterNetworkIP",
-    san: `IP SAN ${CNI_GATEWAY}`,
-    says: 'pod CIDR of node "thr-a"',
-  },
-  {
-    name: "the DNS name localhost",
-    dns: ["thr-a", "localhost"],
-    reason: "ForbiddenSAN",
-    san: 'DNS SAN "localhost"',
-    says: "local host",
-  },
-  {
-    name: "another node's name with a trailing dot",
-    dns: ["thr-a", "thr-b."],
-    reason: "DNSNameOfOtherNode",
-    san: '"thr-b." (node "thr-b")',
-  },
-  {
-    name: "another node's DNS name in other capitals",
-    dns: ["thr-a", "THR-B.lan"],
-    reason: "DNSNameOfOtherNode",
-    san: '"THR-B.lan" (node "thr-b")',
-  },
-  {
-    name: "another node's IP, written 10.31.0.002 in that node's status",
-    ips: [IP.a, IP.b],
-    reason: "IPOfOtherNode",
-    san: '"10.31.0.2" (node "thr-b")',
-  },
+  ipSan("loopback 127.0.0.1", "127.0.0.1", "NonUniqueIP", "loopback"),
+  ipSan("loopback ::1", "::1", "NonUniqueIP"),
+  ipSan(
+    "the kubernetes Service ClusterIP (on kube-ipvs0)",
+    KUBERNETES_SVC,
+    "ClusterNetworkIP",
+    "Service default/kubernetes",
+  ),
+  ipSan(
+    "a CNI bridge gateway in the node's own pod CIDR",
+    CNI_GATEWAY,
+    "ClusterNetworkIP",
+    'pod CIDR of node "thr-a"',
+  ),
+  dnsSan("the DNS name localhost", "localhost", "ForbiddenSAN", 'DNS SAN "localhost"', "local host"),
+  dnsSan(
+    "another node's name with a trailing dot",
+    "thr-b.",
+    "DNSNameOfOtherNode",
+    '"thr-b." (node "thr-b")',
+  ),
+  dnsSan(
+    "another node's DNS name in other capitals",
+    "THR-B.lan",
+    "DNSNameOfOtherNode",
+    '"THR-B.lan" (node "thr-b")',
+  ),
+  otherNodeIP("another node's IP, written 10.31.0.002 in that node's status", IP.b, "thr-b"),
   // A SAN is judged by what it means, not how it is spelled.
-  ...EMBEDDING.map(
-    (e): Case => ({
-      name: `a ${e.form} address carrying another node's IPv4`,
-      ips: [IP.a, e.ip],
-      reason: "NonUniqueIP",
-      san: `IP SAN ${e.ip}`,
-      // A local-use NAT64 address lists its IPv4 in every RFC 6052 layout; 10.31.0.2 is the /96 one.
-      says: [e.kind, "carrying IPv4 ", IP.b],
-    }),
+  ...EMBEDDING.map((e) =>
+    // A local-use NAT64 address lists its IPv4 in every RFC 6052 layout; 10.31.0.2 is the /96 one.
+    ipSan(`a ${e.form} address carrying another node's IPv4`, e.ip, "NonUniqueIP", [
+      e.kind,
+      "carrying IPv4 ",
+      IP.b,
+    ]),
   ),
-  ...DNS_SPELLINGS.map(
-    (dns): Case => ({
-      name: `the DNS name ${dns}, which inet_aton and browsers read as another node's IPv4`,
-      dns: ["thr-a", dns],
-      reason: "ForbiddenSAN",
-      san: `DNS SAN ${JSON.stringify(dns)}`,
-      says: ["is read as IP address ", IP.b],
-    }),
+  ...DNS_SPELLINGS.map((dns) =>
+    dnsSan(
+      `the DNS name ${dns}, which inet_aton and browsers read as another node's IPv4`,
+      dns,
+      "ForbiddenSAN",
+      `DNS SAN ${JSON.stringify(dns)}`,
+      ["is read as IP address ", IP.b],
+    ),
   ),
-  {
-    name: "another node's IPv4 written ipv4:port in its status",
-    ips: [IP.a, IP_C.v4],
-    reason: "IPOfOtherNode",
-    san: `"${IP_C.v4}" (node "thr-c")`,
-  },
-  {
-    name: "another node's IPv6 written [v6]:port in its status",
-    ips: [IP.a, IP_C.v6],
-    reason: "IPOfOtherNode",
-    san: `"${IP_C.v6}" (node "thr-c")`,
-  },
-  {
-    name: "the IP a Node is named by, before its status has any address",
-    ips: [IP.a, NAMED_BY_IP.dotted],
-    reason: "IPOfOtherNode",
-    san: `"${NAMED_BY_IP.dotted}" (node "${NAMED_BY_IP.dotted}")`,
-  },
-  {
-    name: "the IP a Node is named by in inet_aton's one-number form, before its status has any address",
-    ips: [IP.a, NAMED_BY_IP.numberIP],
-    reason: "IPOfOtherNode",
-    san: `"${NAMED_BY_IP.numberIP}" (node "${NAMED_BY_IP.number}")`,
-  },
-  {
-    name: "the IPv4 another node's 6to4 address carries",
-    ips: [IP.a, IP_IN_6TO4],
-    reason: "IPOfOtherNode",
-    san: `"${IP_IN_6TO4}" (node "thr-d")`,
-  },
+  otherNodeIP("another node's IPv4 written ipv4:port in its status", IP_C.v4, "thr-c"),
+  otherNodeIP("another node's IPv6 written [v6]:port in its status", IP_C.v6, "thr-c"),
+  otherNodeIP(
+    "the IP a Node is named by, before its status has any address",
+    NAMED_BY_IP.dotted,
+    NAMED_BY_IP.dotted,
+  ),
+  otherNodeIP(
+    "the IP a Node is named by in inet_aton's one-number form, before its status has any address",
+    NAMED_BY_IP.numberIP,
+    NAMED_BY_IP.number,
+  ),
+  otherNodeIP("the IPv4 another node's 6to4 address carries", IP_IN_6TO4, "thr-d"),
 ];
 
 /** Denied with Talos; CSR-only mode has no evidence against them. */
 const TALOS_ONLY: Case[] = [
-  {
-    name: "an address in the pod network Talos' ControllerManagerConfig names",
-    ips: [IP.a, TALOS_POD_IP],
-    reason: "ClusterNetworkIP",
-    san: `IP SAN ${TALOS_POD_IP}`,
-    says: "Talos ControllerManagerConfig",
-  },
-  {
-    name: "a virtual IP the machine holds (Talos NodeIPConfig excludes it)",
-    ips: [IP.a, VIP],
-    reason: "SharedIP",
-    san: `IP SAN ${VIP}`,
-    says: "Talos excludes",
-  },
-  {
-    name: "a LoadBalancer IP on kube-ipvs0",
-    ips: [IP.a, LB_IP],
-    reason: "SharedIP",
-    san: `IP SAN ${LB_IP}`,
-    says: "kube-ipvs0",
-  },
-  {
-    name: "an address on eth0 inside an IPv4-mapped prefix NodeIPConfig excludes",
-    ips: [IP.a, IN_MAPPED_EXCLUDED],
-    reason: "SharedIP",
-    san: `IP SAN ${IN_MAPPED_EXCLUDED}`,
-    says: `is in ${MAPPED_EXCLUDED}, which Talos excludes`,
-  },
+  ipSan(
+    "an address in the pod network Talos' ControllerManagerConfig names",
+    TALOS_POD_IP,
+    "ClusterNetworkIP",
+    "Talos ControllerManagerConfig",
+  ),
+  ipSan("a virtual IP the machine holds (Talos NodeIPConfig excludes it)", VIP, "SharedIP", "Talos excludes"),
+  ipSan("a LoadBalancer IP on kube-ipvs0", LB_IP, "SharedIP", "kube-ipvs0"),
+  ipSan(
+    "an address on eth0 inside an IPv4-mapped prefix NodeIPConfig excludes",
+    IN_MAPPED_EXCLUDED,
+    "SharedIP",
+    `is in ${MAPPED_EXCLUDED}, which Talos excludes`,
+  ),
 ];
 
 async function expectDenied(c: Case): Promise<void> {
@@ -421,13 +360,7 @@ describe("in CSR-only mode the same rules apply, with the Nodes and the cluster 
   });
 
   test("an address in --service-cluster-ip-range is denied as ClusterNetworkIP", () =>
-    expectDenied({
-      name: "flag",
-      ips: [IP.a, "10.200.0.5"],
-      reason: "ClusterNetworkIP",
-      san: "IP SAN 10.200.0.5",
-      says: "--service-cluster-ip-range",
-    }));
+    expectDenied(ipSan("flag", "10.200.0.5", "ClusterNetworkIP", "--service-cluster-ip-range")));
 
   test("an address inside the IPv4-mapped prefix only Talos excludes is approved: CSR-only mode cannot see it", async () => {
     const csr = await a.submitServingCSR({ dns: ["thr-a"], ips: [IP.a, IN_MAPPED_EXCLUDED] });
