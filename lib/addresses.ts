@@ -1,13 +1,14 @@
-// Node addresses from Talos facts, as pure functions: which IPs are the node's own (the kubelet's
-// provided-node-ip annotation, else its InternalIP status addresses; of those, only the ones the
-// machine Talos confirmed as the node has), which of its Talos addresses are public (the `external`
+// A Node's addresses, decided in one call ({@link decideAddresses}), pure: which of the node's IPs
+// (lib/nodeview.ts nodeIPs: the kubelet's provided-node-ip annotation, else its InternalIPs) the
+// machine Talos confirmed as the node has, which of its Talos addresses are public (the `external`
 // link on clouds, discovery over every address on platforms without cloud metadata), and the list
 // and order Kubernetes gets: the reference CCM's list, then re-sorted the way the cloud-provider
-// framework puts the provided node IPs first.
+// framework puts the provided node IPs first. Node IPAM (lib/ipam.ts) and the Talos watch cache
+// reuse the link and machine helpers.
 
-import { canonicalIP, formatIP, isPublicUnicast, tryParseCidr } from "./cidr.ts";
+import { canonicalIP, formatIP, isPublicUnicast, preferredDualStack, tryParseCidr } from "./cidr.ts";
+import type { NodeIPs } from "./nodeview.ts";
 import type { AddressStatus, NodeAddress } from "./types.ts";
-import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /**
  * Platforms whose Talos metadata does not carry the public addresses, so that they are discovered
@@ -31,76 +32,6 @@ export function isForeignLink(linkName: string): boolean {
 
 /** IFA_F_PERMANENT: a static (not SLAAC-temporary or DHCP-leased) address. */
 export const ADDRESS_PERMANENT = 0x80;
-
-/**
- * Whether canonical IP text is IPv6: IPv6 text always holds a colon, IPv4 text never. Node IPs here
- * are read as `canonicalIP(text.trim(), "keep")`: spaces around a list entry dropped, and an
- * IPv4-mapped address kept IPv6 as Go's netip prints it (the family the kubelet gives it).
- */
-function isIPv6Text(canonical: string): boolean {
-  return canonical.includes(":");
-}
-
-/**
- * The first IPv4 and the first IPv6 address of `ips`, IPv4 first unless `preferIPv6`; entries that
- * are not addresses are skipped.
- * @example preferredDualStack(["fd00::1", "10.0.0.1", "10.0.0.2"], false) // ["10.0.0.1", "fd00::1"]
- */
-export function preferredDualStack(ips: Iterable<string>, preferIPv6: boolean): string[] {
-  let v4: string | undefined;
-  let v6: string | undefined;
-  for (const raw of ips) {
-    const ip = canonicalIP(raw.trim(), "keep");
-    if (ip === undefined) continue;
-    if (isIPv6Text(ip)) v6 ??= ip;
-    else v4 ??= ip;
-  }
-  const ordered = preferIPv6 ? [v6, v4] : [v4, v6];
-  return ordered.filter((ip): ip is string => ip !== undefined);
-}
-
-/** The node's own IPs and where they came from. */
-export interface NodeIPs {
-  /** At most one IPv4 and one IPv6 address, in the configured preference order. */
-  ips: string[];
-  /**
-   * The provided-node-ip annotation's usable addresses in the kubelet's order (its primary IP
-   * first); empty when the IPs came from elsewhere.
-   */
-  provided: string[];
-  /** `annotation`, `status` (the InternalIP addresses, when the annotation is absent or unusable) or `none`. */
-  source: "annotation" | "status" | "none";
-}
-
-/** The parts of a Node that tell its IPs. */
-export interface NodeIPSource {
-  annotations: Readonly<Record<string, string>>;
-  addresses: ReadonlyArray<{ type: string; address: string }>;
-}
-
-/**
- * The node's own IPs: the provided-node-ip annotation ("v4", "v6" or "v4,v6"), or, when it is
- * missing or holds no address, the node's InternalIP status addresses. At most one address per
- * family, IPv4 first unless `preferIPv6`.
- * @example nodeIPs({ annotations: { "alpha.kubernetes.io/provided-node-ip": "10.0.0.5" }, addresses: [] }, false)
- *   // { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" }
- */
-export function nodeIPs(node: NodeIPSource, preferIPv6: boolean): NodeIPs {
-  const annotation = node.annotations[PROVIDED_NODE_IP_ANNOTATION];
-  if (annotation !== undefined) {
-    const ips = preferredDualStack(annotation.split(","), preferIPv6);
-    if (ips.length > 0) {
-      return {
-        ips,
-        provided: preferredDualStack(annotation.split(","), isIPv6First(annotation)),
-        source: "annotation",
-      };
-    }
-  }
-  const internal = node.addresses.filter((a) => a.type === "InternalIP").map((a) => a.address);
-  const ips = preferredDualStack(internal, preferIPv6);
-  return { ips, provided: [], source: ips.length > 0 ? "status" : "none" };
-}
 
 /**
  * The IPs of `ips` that the machine Talos confirmed as the node has, in the order of `ips`: the IP it
@@ -154,15 +85,6 @@ export function nodeIPsOnMachine(
     source: kept.length > 0 ? ips.source : "none",
   };
   return { onMachine, notOnMachine: ips.ips.filter((ip) => !kept.includes(ip)) };
-}
-
-/** Whether the first address of a comma-separated list is IPv6 (the kubelet's primary family). */
-function isIPv6First(list: string): boolean {
-  for (const raw of list.split(",")) {
-    const ip = canonicalIP(raw.trim(), "keep");
-    if (ip !== undefined) return isIPv6Text(ip);
-  }
-  return false;
 }
 
 /** Public addresses found among the node's own, by family. */
@@ -251,7 +173,7 @@ export interface NodeAddressInput {
   platform: string;
   /** The PlatformMetadata hostname, defaulted to the node name. */
   hostname: string;
-  /** From {@link nodeIPs}. */
+  /** The node's IPs (lib/nodeview.ts nodeIPs), less those its machine lacks. */
   nodeIPs: NodeIPs;
   addresses: readonly AddressStatus[];
   preferIPv6: boolean;
@@ -286,4 +208,33 @@ export function nodeAddresses(input: NodeAddressInput): NodeAddress[] {
   ];
   if (input.hostname.indexOf(".") > 0) list.push({ type: "InternalDNS", address: input.hostname });
   return orderByNodeIPs(input.nodeIPs.provided, list);
+}
+
+/** What {@link decideAddresses} works from: the Node's IPs, the machine Talos confirmed, the rules' choice. */
+export interface AddressInput extends Omit<NodeAddressInput, "nodeIPs"> {
+  /** The node's IPs as the Node states them (lib/nodeview.ts nodeIPs). */
+  nodeIPs: NodeIPs;
+  /** The IP on which Talos confirmed the node's name (the machine whose `addresses` these are). */
+  confirmedIP: string;
+}
+
+/** A Node's addresses as decided: the status list, and which node IPs its machine has. */
+export interface AddressDecision {
+  /** The Node's status.addresses ({@link nodeAddresses} of the IPs on the machine). */
+  addresses: NodeAddress[];
+  /** The node IPs split by whether the confirmed machine has them ({@link nodeIPsOnMachine}). */
+  ips: NodeIPsOnMachine;
+}
+
+/**
+ * A Node's addresses, the one decision about them per pass: the node IPs the confirmed machine has
+ * ({@link nodeIPsOnMachine}; a node IP it lacks is not written and is reported by the caller), then
+ * the status list from those ({@link nodeAddresses}).
+ * @example // annotation "10.0.0.5", confirmed on 10.0.0.5, machine with 10.0.0.5/24 and 203.0.113.7/32 on `external`:
+ *   // addresses: InternalIP 10.0.0.5, ExternalIP 203.0.113.7, Hostname <node>; ips.notOnMachine: []
+ */
+export function decideAddresses(input: AddressInput): AddressDecision {
+  const { confirmedIP, ...rest } = input;
+  const ips = nodeIPsOnMachine(input.nodeIPs, confirmedIP, input.addresses);
+  return { addresses: nodeAddresses({ ...rest, nodeIPs: ips.onMachine }), ips };
 }

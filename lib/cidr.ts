@@ -451,3 +451,30 @@ export function isGlobalUnicast(ip: IPAddress): boolean {
 export function isPublicUnicast(ip: IPAddress): boolean {
   return isGlobalUnicast(ip) && !isPrivate(ip);
 }
+
+/**
+ * Whether canonical IP text is IPv6: IPv6 text always holds a colon, IPv4 text never. Node IPs here
+ * are read as `canonicalIP(text.trim(), "keep")`: spaces around a list entry dropped, and an
+ * IPv4-mapped address kept IPv6 as Go's netip prints it (the family the kubelet gives it).
+ */
+export function isIPv6Text(canonical: string): boolean {
+  return canonical.includes(":");
+}
+
+/**
+ * The first IPv4 and the first IPv6 address of `ips`, IPv4 first unless `preferIPv6`; entries that
+ * are not addresses are skipped.
+ * @example preferredDualStack(["fd00::1", "10.0.0.1", "10.0.0.2"], false) // ["10.0.0.1", "fd00::1"]
+ */
+export function preferredDualStack(ips: Iterable<string>, preferIPv6: boolean): string[] {
+  let v4: string | undefined;
+  let v6: string | undefined;
+  for (const raw of ips) {
+    const ip = canonicalIP(raw.trim(), "keep");
+    if (ip === undefined) continue;
+    if (isIPv6Text(ip)) v6 ??= ip;
+    else v4 ??= ip;
+  }
+  const ordered = preferIPv6 ? [v6, v4] : [v4, v6];
+  return ordered.filter((ip): ip is string => ip !== undefined);
+}

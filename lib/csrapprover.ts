@@ -9,7 +9,6 @@
 // are read before the first decision. Only this file imports lib/csr.ts.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { nodeIPs } from "./addresses.ts";
 import { type Handlers, Informer } from "./cache.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
@@ -37,7 +36,7 @@ import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./names.ts";
-import type { LeanNode } from "./nodeview.ts";
+import { type LeanNode, nodeIPs } from "./nodeview.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";

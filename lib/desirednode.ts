@@ -1,27 +1,36 @@
-// The desired state of one Node, pure: from the Node as cached, its Talos facts and the rules'
-// transform result to the Node as it should be (labels, annotations, taints, providerID, addresses),
-// and from there to the writes that bring it there (one status merge patch, one guarded JSON patch).
-//
-// The cloud-node controller (lib/node.ts) feeds it the facts its watch cache
-// (lib/taloswatchcache.ts) holds and the result of lib/transform.ts `transform`, and sends the
-// resulting patch; nothing here reads Talos or Kubernetes. desiredNode applies the rules' result
-// through lib/transform.ts `planReconcile` and computes the addresses through lib/addresses.ts. The
-// cloud-node-lifecycle controller (lib/lifecycle.ts) and the `validate` preview (lib/validate.ts)
-// reuse these helpers.
+// One Node's decision, pure: from the Node as cached and its Talos facts to the writes that bring it
+// where it should be. {@link decideNode} is the one call; a reader follows it top to bottom:
+//   1. the facts as the rules see them ({@link instanceFacts}: providerID fallback, Azure group case,
+//      hostname);
+//   2. the rules (lib/transform.ts transform, called once);
+//   3. the providerID ({@link decideProviderID}: keep, write, or wait for the instance ID);
+//   4. the addresses (lib/addresses.ts decideAddresses, called once: the node IPs the confirmed
+//      machine has, and the status list);
+//   5. labels, annotations and taints through reconcile mode's record ({@link planReconcile}; the
+//      record's format is lib/managedrecord.ts);
+//   6. the patch ({@link nodePatch}: one status merge patch, one guarded JSON patch).
+// Nothing here reads Talos, Kubernetes or the clock (a clock to time the rules is passed in). The
+// cloud-node controller (lib/node.ts) calls it and sends the patch; the `validate` preview
+// (lib/validate.ts) calls it on a sample; cloud-node-lifecycle (lib/lifecycle.ts) reuses the helpers.
 
 import type { V1Taint } from "@kubernetes/client-node";
-import { type NodeIPs, nodeAddresses, nodeIPs } from "./addresses.ts";
+import { type AddressDecision, decideAddresses } from "./addresses.ts";
+import type { CompiledConfig } from "./config.ts";
+import { namesInstances, PLATFORMS_NAMING_INSTANCES, type PlatformSource } from "./instanceid.ts";
 import { sameList } from "./lists.ts";
 import {
+  type ManagedRecord,
   type ManagedRecordRead,
-  planReconcile,
-  type ReconcilePlan,
-  readManagedRecord,
+  type NodeState,
+  type RecordMarks,
+  recordMarks,
+  taintId,
 } from "./managedrecord.ts";
-import type { LeanNode } from "./nodeview.ts";
-import type { TransformError, TransformResult } from "./transform.ts";
+import type { LeanNode, NodeIPs } from "./nodeview.ts";
+import { type TransformError, type TransformResult, transform } from "./transform.ts";
 import type { NodeAddress, NodeFacts, PlatformMetadata, Taint } from "./types.ts";
-import { UNINITIALIZED_TAINT } from "./wellknown.ts";
+import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL, UNINITIALIZED_TAINT } from "./wellknown.ts";
+
 /** Labels the cloud-node controller writes besides the rules' own. */
 export const LABELS = {
   platform: "node.cloudprovider.kubernetes.io/platform",
@@ -82,9 +91,155 @@ export function isForeign(node: LeanNode): boolean {
   return providerID !== "" && !providerID.startsWith(PROVIDER_NAME);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The decision: one call from the Node and its facts to the patch.
+
+/** What {@link decideNode} decides from. */
+export interface NodeDecisionInput {
+  node: LeanNode;
+  /** The node's IPs as the Node states them (lib/nodeview.ts nodeIPs). */
+  ips: NodeIPs;
+  /** The machine's facts as Talos published them. */
+  facts: NodeFacts;
+  /** The IP on which Talos confirmed the node's name (and the fallback providerID's IP). */
+  nodeIP: string;
+  /** The Node's record, read with the Node (lib/managedrecord.ts readManagedRecord). */
+  managed: ManagedRecordRead;
+  config: {
+    transformations: CompiledConfig["transformations"];
+    global: Pick<CompiledConfig["global"], "preferIPv6" | "reconcile" | "skipForeignNode" | "clusterName">;
+  };
+  /** The talosconfig context's cluster name: the label's value when `global.clusterName` is "". */
+  clusterName: string;
+}
+
+/** What {@link decideNode} decided, with what the caller reports. */
+export interface NodeDecision {
+  /** The facts as the rules saw them ({@link instanceFacts}). */
+  facts: NodeFacts;
+  /** The rules' result (its errors are the values they skipped; Events report them). */
+  rules: TransformResult;
+  /** How long the rules took, in ms of the clock passed in (0 without one). */
+  rulesMs: number;
+  providerID: ProviderIDDecision;
+  /** The node IPs split by whether the confirmed machine has them (those it lacks are not written). */
+  ips: AddressDecision["ips"];
+  /** The Node as it should be (without a providerID while {@link decideProviderID} waits). */
+  want: DesiredNode;
+  /** The writes that bring the Node to `want`. */
+  patch: NodePatch;
+  /**
+   * Write nothing now: an initializing node waits for its instance ID, and stays tainted until
+   * Talos publishes it (the PlatformMetadata watch re-queues it). `want` is what comes then.
+   */
+  hold: boolean;
+}
+
+/**
+ * Decides one Node, in the steps of this file's header. An initialized node waiting for its instance
+ * ID gets everything but its providerID now, its providerID later; an initializing one gets nothing
+ * yet (`hold`).
+ * @param clock a monotonic clock in ms to time the rules with (the caller's metric); none by default.
+ * @example // a fresh node on metal with 10.0.0.5, no rules:
+ *   // want.providerID "talos://metal/10.0.0.5", the uninitialized taint removed, InternalIP 10.0.0.5
+ */
+export function decideNode(input: NodeDecisionInput, clock?: () => number): NodeDecision {
+  const { node, config } = input;
+  const g = config.global;
+  const facts = instanceFacts(input.facts, input.nodeIP, node.metadata.name);
+  const started = clock?.() ?? 0;
+  const rules = transform(config, facts, node.metadata.name);
+  const rulesMs = (clock?.() ?? 0) - started;
+  const providerID = decideProviderID({
+    nodeProviderID: node.spec.providerID ?? "",
+    talos: input.facts.platformMetadata,
+    before: facts.platformMetadata.providerId,
+    after: rules.platformMetadata.providerId,
+  });
+  const addresses = decideAddresses({
+    nodeName: node.metadata.name,
+    platform: rules.platformMetadata.platform,
+    hostname: facts.platformMetadata.hostname,
+    nodeIPs: input.ips,
+    confirmedIP: input.nodeIP,
+    addresses: facts.addresses,
+    preferIPv6: g.preferIPv6,
+    publicIPDiscovery: rules.features.publicIPDiscovery,
+  });
+  const opts: DesiredOptions = {
+    reconcile: g.reconcile,
+    skipForeignNode: g.skipForeignNode,
+    clusterName: g.clusterName || input.clusterName,
+  };
+  const want = desiredNode(node, rules, opts, addresses.addresses, input.managed);
+  const wait = providerID.action === "wait";
+  if (wait) delete want.providerID;
+  const hold = wait && isUninitialized(node);
+  return { facts, rules, rulesMs, providerID, ips: addresses.ips, want, patch: nodePatch(node, want), hold };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The providerID.
+
+/** What {@link decideProviderID} decides. */
+export type ProviderIDDecision =
+  /** The Node has a providerID: it is never changed. */
+  | { action: "keep" }
+  /** Write `providerID`; `from` says whose it is. */
+  | { action: "write"; providerID: string; from: "talos" | "rule" | "fallback" }
+  /** Write none (a rule rendered an empty ProviderID on a platform that does not wait). */
+  | { action: "none" }
+  /** Write nothing yet: the platform names its instances and Talos has not published the ID. */
+  | { action: "wait"; platform: string; waitingFor: string };
+
+/** The inputs of {@link decideProviderID}. */
+export interface ProviderIDInput {
+  /** The Node's spec.providerID ("" when unset). */
+  nodeProviderID: string;
+  /** The PlatformMetadata as Talos published it (before any default or rule). */
+  talos: Pick<PlatformMetadata, "platform" | "instanceId" | "providerId">;
+  /** The providerId the rules saw: Talos's, normalized, or the fallback ({@link instanceFacts}). */
+  before: string;
+  /** The providerId after the rules' platformMetadata overrides. */
+  after: string;
+}
+
+/**
+ * The providerID to write on a Node, or why none is written now.
+ * 1. A Node that has one keeps it (the API server refuses any change).
+ * 2. A rule that changed ProviderID to a non-empty value decides: the operator chose it, no wait.
+ * 3. On a platform that names its instances ({@link PLATFORMS_NAMING_INSTANCES}), Talos's
+ *    metadata without an instance ID or without a provider ID is not read yet: wait. Neither the
+ *    fallback nor Talos's half-built ID (`hcloud://`) is written.
+ * 4. Otherwise Talos's providerID, or the fallback when Talos has none (a rule's empty value
+ *    writes none, as before).
+ * @example
+ * decideProviderID({ nodeProviderID: "", talos: { platform: "hcloud", instanceId: "", providerId: "" },
+ *   before: "talos://hcloud/10.0.1.2", after: "talos://hcloud/10.0.1.2" }).action // "wait"
+ */
+export function decideProviderID(input: ProviderIDInput): ProviderIDDecision {
+  const { nodeProviderID, talos, before, after } = input;
+  if (nodeProviderID !== "") return { action: "keep" };
+  if (after !== "" && after !== before) return { action: "write", providerID: after, from: "rule" };
+  if (namesInstances(talos.platform) && (talos.instanceId === "" || talos.providerId === "")) {
+    const expected = (PLATFORMS_NAMING_INSTANCES[talos.platform] as PlatformSource).providerID;
+    return {
+      action: "wait",
+      platform: talos.platform,
+      waitingFor: `its instance ID: Talos reports platform ${talos.platform} without ${
+        talos.instanceId === "" ? "an instance ID" : "a provider ID"
+      } (its metadata service has not been read yet), and the providerID ${expected} is written once Talos publishes it`,
+    };
+  }
+  if (after === "") return { action: "none" };
+  return { action: "write", providerID: after, from: talos.providerId !== "" ? "talos" : "fallback" };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Labels, annotations, taints and providerID: the Node as it should be.
+
 /** Settings {@link desiredNode} takes from the `global` config section and the talosconfig. */
-export interface DesiredOptions {
-  preferIPv6: boolean;
+interface DesiredOptions {
   /** `global.reconcile`. */
   reconcile: boolean;
   /** `global.skipForeignNode`: nodes whose providerID is not `talos…` only get their addresses. */
@@ -128,36 +283,27 @@ function topologyLabels(meta: PlatformMetadata): Record<string, string> {
 }
 
 /**
- * The Node as it should be, from its current state, its facts (see {@link instanceFacts}) and the
- * rules' result. Follows the reference and the framework it embeds:
+ * The Node as it should be, from its current state, the rules' result (on the facts of
+ * {@link instanceFacts}) and its addresses. Follows the reference and the framework it embeds:
  * - the record of what the rules put there, and its digest label: only a record whose digest
- *   matches is believed ({@link readManagedRecord}); otherwise nothing it names is removed and it
- *   is rebuilt from this result.
+ *   matches is believed (lib/managedrecord.ts readManagedRecord); otherwise nothing it names is
+ *   removed and it is rebuilt from this result.
  * - labels: the rules' (through {@link planReconcile}), the platform/lifecycle/clustername labels
  *   (a rule's label of the same key wins), and at initialization the GA and legacy topology and
  *   instance-type labels; later only the legacy → GA sync of upstream `reconcileNodeLabels`. In
  *   reconcile mode the topology labels follow the facts at every pass.
  * - annotations and taints: the rules' (taints only at initialization, unless reconcile mode);
  *   the uninitialized taint goes.
- * - providerID: only when the Node has none.
- * - addresses: {@link nodeAddresses} of `ips`.
+ * - providerID: the rules' facts' one, only when the Node has none ({@link decideNode} drops it
+ *   while {@link decideProviderID} waits).
  * A foreign node (`skipForeignNode`, providerID not `talos…`) only gets its addresses.
- * @param ips the node IPs to write as InternalIPs: the controller passes {@link nodeIPs} of the Node
- *   less those the machine Talos confirmed does not have ({@link nodeIPsOnMachine}); by default all
- *   of them (previews, which know no machine).
- * @param managed the Node's record as {@link readManagedRecord} reads it (a controller that also
- *   reports its problem reads it once).
  */
-export function desiredNode(
+function desiredNode(
   node: LeanNode,
-  facts: NodeFacts,
   result: TransformResult,
   opts: DesiredOptions,
-  ips: NodeIPs = nodeIPs(
-    { annotations: node.metadata.annotations, addresses: node.status.addresses },
-    opts.preferIPv6,
-  ),
-  managed: ManagedRecordRead = readManagedRecord(node.metadata),
+  addresses: NodeAddress[],
+  managed: ManagedRecordRead,
 ): DesiredNode {
   const initializing = isUninitialized(node);
   const meta = result.platformMetadata;
@@ -165,15 +311,7 @@ export function desiredNode(
     labels: { ...node.metadata.labels },
     annotations: { ...node.metadata.annotations },
     taints: node.spec.taints.filter((t) => t.key !== UNINITIALIZED_TAINT),
-    addresses: nodeAddresses({
-      nodeName: node.metadata.name,
-      platform: meta.platform,
-      hostname: facts.platformMetadata.hostname || node.metadata.name,
-      nodeIPs: ips,
-      addresses: facts.addresses,
-      preferIPv6: opts.preferIPv6,
-      publicIPDiscovery: result.features.publicIPDiscovery,
-    }),
+    addresses,
   };
   if (opts.skipForeignNode && isForeign(node)) return want;
 
@@ -238,6 +376,153 @@ function applyTaints(taints: readonly V1Taint[], plan: ReconcilePlan): V1Taint[]
   }
   return out;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reconcile mode's plan: the rules' result against the record of what they put there before.
+
+/** Options of {@link planReconcile}. */
+export interface PlanOptions {
+  /** `global.reconcile`: remove what rules no longer produce. */
+  reconcile: boolean;
+  /** The node still has the uninitialized taint (without reconcile, taints are only set then). */
+  initializing: boolean;
+}
+
+/** The changes that bring a Node in line with a transform result. */
+export interface ReconcilePlan {
+  /** Labels to set (only those that differ from the node), including {@link MANAGED_DIGEST_LABEL}. */
+  setLabels: Record<string, string>;
+  removeLabels: string[];
+  /** Annotations to set, including {@link MANAGED_ANNOTATION} when the record changed. */
+  setAnnotations: Record<string, string>;
+  removeAnnotations: string[];
+  /** Taints to add, or to replace the taint with the same key and effect. */
+  addTaints: Taint[];
+  removeTaints: Array<Pick<Taint, "key" | "effect">>;
+  /** The new record (also serialized into `setAnnotations` when it changed). */
+  record: ManagedRecord;
+}
+
+/**
+ * Computes what to change on a node so it carries the rules' result. Removes only keys the rules
+ * previously added (per `previous`) and no longer produce, and never a key whose value failed this
+ * time (it is left as is until the rule renders again). Without reconcile nothing is removed, and
+ * the record keeps accumulating so that turning reconcile on later knows the history. The record
+ * and its digest label are set (or removed) together, so one patch writes both.
+ * @param previous the record read from the node (lib/managedrecord.ts readManagedRecord).
+ * @param result this round's {@link transform} result.
+ * @param node the node's current labels, annotations and taints.
+ */
+export function planReconcile(
+  previous: ManagedRecord,
+  result: TransformResult,
+  node: NodeState,
+  options: PlanOptions,
+): ReconcilePlan {
+  const labels = planMap(previous.labels, result.labels, node.labels, failedKeys(result, "labels"), options);
+  const annotations = planMap(
+    previous.annotations,
+    result.annotations,
+    node.annotations,
+    failedKeys(result, "annotations"),
+    options,
+  );
+  const taints = planTaints(previous.taints, result, node.taints, options);
+  const plan: ReconcilePlan = {
+    setLabels: labels.set,
+    removeLabels: labels.remove,
+    setAnnotations: annotations.set,
+    removeAnnotations: annotations.remove,
+    addTaints: taints.add,
+    removeTaints: taints.remove,
+    record: { labels: labels.recorded, annotations: annotations.recorded, taints: taints.recorded },
+  };
+  applyRecordMarks(plan, recordMarks(plan.record, node));
+  return plan;
+}
+
+/** The keys of `field` whose value failed this time: they stay as they are, and recorded. */
+function failedKeys(result: TransformResult, field: TransformError["field"]): Set<string> {
+  return new Set(result.errors.filter((e) => e.field === field).map((e) => e.key));
+}
+
+/**
+ * Whether a key the record names, which the rules no longer produce, stays recorded (and on the
+ * node): when its value failed this time, or, without reconcile, while the node still has it.
+ */
+function keepRecorded(key: string, failed: Set<string>, present: boolean, options: PlanOptions): boolean {
+  return failed.has(key) || (!options.reconcile && present);
+}
+
+/** The labels or annotations part of {@link planReconcile}: what to set and remove, and the new record. */
+function planMap(
+  previous: readonly string[],
+  want: Readonly<Record<string, string>>,
+  have: Readonly<Record<string, string>>,
+  failed: Set<string>,
+  options: PlanOptions,
+): { set: Record<string, string>; remove: string[]; recorded: string[] } {
+  const set: Record<string, string> = {};
+  const remove: string[] = [];
+  for (const [k, val] of Object.entries(want)) if (have[k] !== val) set[k] = val;
+  const recorded = new Set(Object.keys(want));
+  for (const k of previous) {
+    if (recorded.has(k)) continue;
+    const present = Object.hasOwn(have, k);
+    if (keepRecorded(k, failed, present, options)) recorded.add(k);
+    else if (present) remove.push(k);
+  }
+  return { set, remove, recorded: [...recorded].sort() };
+}
+
+/**
+ * The taints part of {@link planReconcile}: the rules' taints are applied only at initialization or
+ * in reconcile mode; otherwise a recorded taint the rules still produce stays recorded.
+ */
+function planTaints(
+  previous: readonly string[],
+  result: TransformResult,
+  have: readonly Taint[],
+  options: PlanOptions,
+): { add: Taint[]; remove: Array<Pick<Taint, "key" | "effect">>; recorded: string[] } {
+  const add: Taint[] = [];
+  const remove: Array<Pick<Taint, "key" | "effect">> = [];
+  const apply = options.reconcile || options.initializing;
+  const failed = failedKeys(result, "taints");
+  const current = new Map(have.map((t) => [taintId(t), t]));
+  const recorded = new Set<string>();
+  if (apply) {
+    for (const t of result.taints) {
+      const id = taintId(t);
+      recorded.add(id);
+      const now = current.get(id);
+      if (!now || (now.value ?? "") !== (t.value ?? "")) add.push(t);
+    }
+  }
+  for (const id of previous) {
+    if (recorded.has(id)) continue;
+    const key = id.slice(0, id.lastIndexOf(":"));
+    const present = current.has(id);
+    const wanted = !apply && result.taints.some((t) => taintId(t) === id);
+    if (wanted || keepRecorded(key, failed, present, options)) recorded.add(id);
+    else if (present) {
+      const t = current.get(id) as Taint;
+      remove.push({ key: t.key, effect: t.effect });
+    }
+  }
+  return { add, remove, recorded: [...recorded].sort() };
+}
+
+/** Puts the record annotation's and digest label's changes into the plan (after the rules' own keys). */
+function applyRecordMarks(plan: ReconcilePlan, marks: RecordMarks): void {
+  if (marks.annotation === null) plan.removeAnnotations.push(MANAGED_ANNOTATION);
+  else if (marks.annotation !== undefined) plan.setAnnotations[MANAGED_ANNOTATION] = marks.annotation;
+  if (marks.digest === null) plan.removeLabels.push(MANAGED_DIGEST_LABEL);
+  else if (marks.digest !== undefined) plan.setLabels[MANAGED_DIGEST_LABEL] = marks.digest;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The patch.
 
 /** One JSON Patch (RFC 6902) operation. */
 export interface JsonPatchOp {

@@ -1,5 +1,6 @@
-// Which providerID a Node gets, and when none may be written yet (pure; the cloud-node controller in
-// lib/node.ts asks, lib/desirednode.ts writes the answer).
+// Which Talos platforms always name their instances, as read in the Talos sources: the data behind
+// the providerID decision (lib/desirednode.ts decideProviderID), which waits for the instance ID on
+// these platforms instead of writing a fallback.
 //
 // spec.providerID can be set once and never changed. Talos publishes a machine's PlatformMetadata
 // before its platform has read the cloud's metadata service: until then the resource carries the
@@ -10,8 +11,6 @@
 // fallback `talos://<platform>/<ip>` in that window (siderolabs/talos-cloud-controller-manager
 // issue #351); the cloud's own CCM cannot parse it, for the Node's whole life. On a platform whose
 // metadata always names the instance, this CCM waits for the instance ID instead.
-
-import type { PlatformMetadata } from "./types.ts";
 
 /** Where a Talos platform's PlatformMetadata comes from, as read in the Talos v1.13.5 sources. */
 export interface PlatformSource {
@@ -69,58 +68,4 @@ export const PLATFORMS_FALLING_BACK: Readonly<Record<string, PlatformSource>> = 
 /** Whether Talos on `platform` always names the instance (see {@link PLATFORMS_NAMING_INSTANCES}). */
 export function namesInstances(platform: string): boolean {
   return Object.hasOwn(PLATFORMS_NAMING_INSTANCES, platform);
-}
-
-/** What {@link decideProviderID} decides. */
-export type ProviderIDDecision =
-  /** The Node has a providerID: it is never changed. */
-  | { action: "keep" }
-  /** Write `providerID`; `from` says whose it is. */
-  | { action: "write"; providerID: string; from: "talos" | "rule" | "fallback" }
-  /** Write none (a rule rendered an empty ProviderID on a platform that does not wait). */
-  | { action: "none" }
-  /** Write nothing yet: the platform names its instances and Talos has not published the ID. */
-  | { action: "wait"; platform: string; waitingFor: string };
-
-/** The inputs of {@link decideProviderID}. */
-export interface ProviderIDInput {
-  /** The Node's spec.providerID ("" when unset). */
-  nodeProviderID: string;
-  /** The PlatformMetadata as Talos published it (before any default or rule). */
-  talos: Pick<PlatformMetadata, "platform" | "instanceId" | "providerId">;
-  /** The providerId the rules saw: Talos's, normalized, or the fallback (lib/desirednode.ts instanceFacts). */
-  before: string;
-  /** The providerId after the rules' platformMetadata overrides. */
-  after: string;
-}
-
-/**
- * The providerID to write on a Node, or why none is written now.
- * 1. A Node that has one keeps it (the API server refuses any change).
- * 2. A rule that changed ProviderID to a non-empty value decides: the operator chose it, no wait.
- * 3. On a platform that names its instances ({@link PLATFORMS_NAMING_INSTANCES}), Talos's
- *    metadata without an instance ID or without a provider ID is not read yet: wait. Neither the
- *    fallback nor Talos's half-built ID (`hcloud://`) is written.
- * 4. Otherwise Talos's providerID, or the fallback when Talos has none (a rule's empty value
- *    writes none, as before).
- * @example
- * decideProviderID({ nodeProviderID: "", talos: { platform: "hcloud", instanceId: "", providerId: "" },
- *   before: "talos://hcloud/10.0.1.2", after: "talos://hcloud/10.0.1.2" }).action // "wait"
- */
-export function decideProviderID(input: ProviderIDInput): ProviderIDDecision {
-  const { nodeProviderID, talos, before, after } = input;
-  if (nodeProviderID !== "") return { action: "keep" };
-  if (after !== "" && after !== before) return { action: "write", providerID: after, from: "rule" };
-  if (namesInstances(talos.platform) && (talos.instanceId === "" || talos.providerId === "")) {
-    const expected = (PLATFORMS_NAMING_INSTANCES[talos.platform] as PlatformSource).providerID;
-    return {
-      action: "wait",
-      platform: talos.platform,
-      waitingFor: `its instance ID: Talos reports platform ${talos.platform} without ${
-        talos.instanceId === "" ? "an instance ID" : "a provider ID"
-      } (its metadata service has not been read yet), and the providerID ${expected} is written once Talos publishes it`,
-    };
-  }
-  if (after === "") return { action: "none" };
-  return { action: "write", providerID: after, from: talos.providerId !== "" ? "talos" : "fallback" };
 }

@@ -9,7 +9,6 @@
 // re-checked against a fresh read and guarded by preconditions.
 
 import type { V1Node } from "@kubernetes/client-node";
-import { nodeIPs } from "./addresses.ts";
 import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
@@ -18,7 +17,7 @@ import type { EventRecorder } from "./events.ts";
 import { isConflict, isNotFound, type KubeClient, PATCH } from "./kube.ts";
 import { logger } from "./log.ts";
 import type { Counter, Registry } from "./metrics.ts";
-import { type LeanNode, leanNode } from "./nodeview.ts";
+import { type LeanNode, leanNode, nodeIPs } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import { measuredTransform } from "./transformmetrics.ts";

@@ -1,10 +1,10 @@
-// Reconcile mode's record keeping: which of a node's labels, annotations and taints the rules put
+// Reconcile mode's record, as data: which of a node's labels, annotations and taints the rules put
 // there (the record annotation), so that a removed rule's outputs can be removed without touching
-// what other actors set; the digest label that tells that record from one the node's kubelet forged;
-// and the plan that turns the rules' result, the record and the node into what to set and remove.
+// what other actors set, and the digest label that tells that record from one the node's kubelet
+// forged. Its format, reading and signing live here; the plan that uses it to decide what to set and
+// remove is part of the Node's decision (lib/desirednode.ts planReconcile).
 
 import { createHash } from "node:crypto";
-import type { TransformError, TransformResult } from "./transform.ts";
 import type { Taint } from "./types.ts";
 import { isAnnotationKey, isQualifiedName, isTaintEffect, isTaintKey } from "./validation.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./wellknown.ts";
@@ -19,7 +19,8 @@ export interface ManagedRecord {
 /** Longest record value read; a larger one is treated as garbage. */
 const MAX_RECORD_BYTES = 64 * 1024;
 
-function taintId(t: Pick<Taint, "key" | "effect">): string {
+/** A taint as the record names it: `<key>:<Effect>`. */
+export function taintId(t: Pick<Taint, "key" | "effect">): string {
   return `${t.key}:${t.effect}`;
 }
 
@@ -126,154 +127,34 @@ export interface NodeState {
   taints: readonly Taint[];
 }
 
-/** Options of {@link planReconcile}. */
-export interface PlanOptions {
-  /** `global.reconcile`: remove what rules no longer produce. */
-  reconcile: boolean;
-  /** The node still has the uninitialized taint (without reconcile, taints are only set then). */
-  initializing: boolean;
-}
-
-/** The changes that bring a Node in line with a transform result. */
-export interface ReconcilePlan {
-  /** Labels to set (only those that differ from the node), including {@link MANAGED_DIGEST_LABEL}. */
-  setLabels: Record<string, string>;
-  removeLabels: string[];
-  /** Annotations to set, including {@link MANAGED_ANNOTATION} when the record changed. */
-  setAnnotations: Record<string, string>;
-  removeAnnotations: string[];
-  /** Taints to add, or to replace the taint with the same key and effect. */
-  addTaints: Taint[];
-  removeTaints: Array<Pick<Taint, "key" | "effect">>;
-  /** The new record (also serialized into `setAnnotations` when it changed). */
-  record: ManagedRecord;
-}
-
 /**
- * Computes what to change on a node so it carries the rules' result. Removes only keys the rules
- * previously added (per `previous`) and no longer produce, and never a key whose value failed this
- * time (it is left as is until the rule renders again). Without reconcile nothing is removed, and
- * the record keeps accumulating so that turning reconcile on later knows the history. The record
- * and its digest label are set (or removed) together, so one patch writes both.
- * @param previous the record read from the node (see {@link readManagedRecord}).
- * @param result this round's {@link transform} result.
- * @param node the node's current labels, annotations and taints.
+ * How a Node's record annotation and its digest label change to carry `record`: the serialized
+ * record and its digest where they differ from the node's, or the removal of both (null) when the
+ * record is empty; a mark absent is left as it is. The annotation and its label always change
+ * together, so one patch writes both.
  */
-export function planReconcile(
-  previous: ManagedRecord,
-  result: TransformResult,
-  node: NodeState,
-  options: PlanOptions,
-): ReconcilePlan {
-  const labels = planMap(previous.labels, result.labels, node.labels, failedKeys(result, "labels"), options);
-  const annotations = planMap(
-    previous.annotations,
-    result.annotations,
-    node.annotations,
-    failedKeys(result, "annotations"),
-    options,
-  );
-  const taints = planTaints(previous.taints, result, node.taints, options);
-  const plan: ReconcilePlan = {
-    setLabels: labels.set,
-    removeLabels: labels.remove,
-    setAnnotations: annotations.set,
-    removeAnnotations: annotations.remove,
-    addTaints: taints.add,
-    removeTaints: taints.remove,
-    record: { labels: labels.recorded, annotations: annotations.recorded, taints: taints.recorded },
-  };
-  signRecord(plan, node);
-  return plan;
+export interface RecordMarks {
+  annotation?: string | null;
+  digest?: string | null;
 }
 
-/** The keys of `field` whose value failed this time: they stay as they are, and recorded. */
-function failedKeys(result: TransformResult, field: TransformError["field"]): Set<string> {
-  return new Set(result.errors.filter((e) => e.field === field).map((e) => e.key));
-}
-
-/**
- * Whether a key the record names, which the rules no longer produce, stays recorded (and on the
- * node): when its value failed this time, or, without reconcile, while the node still has it.
- */
-function keepRecorded(key: string, failed: Set<string>, present: boolean, options: PlanOptions): boolean {
-  return failed.has(key) || (!options.reconcile && present);
-}
-
-/** The labels or annotations part of {@link planReconcile}: what to set and remove, and the new record. */
-function planMap(
-  previous: readonly string[],
-  want: Readonly<Record<string, string>>,
-  have: Readonly<Record<string, string>>,
-  failed: Set<string>,
-  options: PlanOptions,
-): { set: Record<string, string>; remove: string[]; recorded: string[] } {
-  const set: Record<string, string> = {};
-  const remove: string[] = [];
-  for (const [k, val] of Object.entries(want)) if (have[k] !== val) set[k] = val;
-  const recorded = new Set(Object.keys(want));
-  for (const k of previous) {
-    if (recorded.has(k)) continue;
-    const present = Object.hasOwn(have, k);
-    if (keepRecorded(k, failed, present, options)) recorded.add(k);
-    else if (present) remove.push(k);
-  }
-  return { set, remove, recorded: [...recorded].sort() };
-}
-
-/**
- * The taints part of {@link planReconcile}: the rules' taints are applied only at initialization or
- * in reconcile mode; otherwise a recorded taint the rules still produce stays recorded.
- */
-function planTaints(
-  previous: readonly string[],
-  result: TransformResult,
-  have: readonly Taint[],
-  options: PlanOptions,
-): { add: Taint[]; remove: Array<Pick<Taint, "key" | "effect">>; recorded: string[] } {
-  const add: Taint[] = [];
-  const remove: Array<Pick<Taint, "key" | "effect">> = [];
-  const apply = options.reconcile || options.initializing;
-  const failed = failedKeys(result, "taints");
-  const current = new Map(have.map((t) => [taintId(t), t]));
-  const recorded = new Set<string>();
-  if (apply) {
-    for (const t of result.taints) {
-      const id = taintId(t);
-      recorded.add(id);
-      const now = current.get(id);
-      if (!now || (now.value ?? "") !== (t.value ?? "")) add.push(t);
-    }
-  }
-  for (const id of previous) {
-    if (recorded.has(id)) continue;
-    const key = id.slice(0, id.lastIndexOf(":"));
-    const present = current.has(id);
-    const wanted = !apply && result.taints.some((t) => taintId(t) === id);
-    if (wanted || keepRecorded(key, failed, present, options)) recorded.add(id);
-    else if (present) {
-      const t = current.get(id) as Taint;
-      remove.push({ key: t.key, effect: t.effect });
-    }
-  }
-  return { add, remove, recorded: [...recorded].sort() };
-}
-
-/**
- * Puts the plan's record and its digest label into the plan (after the rules' own keys), or removes
- * both from the node when the record is empty.
- */
-function signRecord(plan: ReconcilePlan, node: NodeState): void {
-  const serialized = serializeManagedRecord(plan.record);
+/** The {@link RecordMarks} that put `record` on `node`. */
+export function recordMarks(
+  record: ManagedRecord,
+  node: Pick<NodeState, "labels" | "annotations">,
+): RecordMarks {
+  const serialized = serializeManagedRecord(record);
   const empty = serialized === serializeManagedRecord({ labels: [], annotations: [], taints: [] });
   const existing = node.annotations[MANAGED_ANNOTATION];
   const signed = node.labels[MANAGED_DIGEST_LABEL];
+  const marks: RecordMarks = {};
   if (empty) {
-    if (existing !== undefined) plan.removeAnnotations.push(MANAGED_ANNOTATION);
-    if (signed !== undefined) plan.removeLabels.push(MANAGED_DIGEST_LABEL);
-  } else {
-    if (existing !== serialized) plan.setAnnotations[MANAGED_ANNOTATION] = serialized;
-    const digest = managedRecordDigest(serialized);
-    if (signed !== digest) plan.setLabels[MANAGED_DIGEST_LABEL] = digest;
+    if (existing !== undefined) marks.annotation = null;
+    if (signed !== undefined) marks.digest = null;
+    return marks;
   }
+  if (existing !== serialized) marks.annotation = serialized;
+  const digest = managedRecordDigest(serialized);
+  if (signed !== digest) marks.digest = digest;
+  return marks;
 }

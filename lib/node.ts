@@ -3,43 +3,42 @@
 //
 // One Node's path, readable in three files: informer event (lib/cache.ts) → WorkQueue("cloud-node")
 // (lib/queue.ts) → CloudNodeController.reconcile(name) here, whose steps read top to bottom:
-//   1. #readNode: the Node as the informer caches it;
-//   2. #factsOf: its Talos facts from the watch cache (lib/taloswatchcache.ts TalosWatchCache.facts);
-//   3. #desired: instanceFacts → transform (lib/transform.ts) → desiredNode (lib/desirednode.ts, pure:
-//      labels, annotations, taints through planReconcile, providerID, addresses via lib/addresses.ts);
-//   4. nodePatch (lib/desirednode.ts, pure diff);
-//   5. #write: at most two writes through the kube client (lib/kube.ts): status addresses, then one
+//   1. #readNode: the Node as the informer caches it, and its record (lib/managedrecord.ts);
+//   2. #factsOf: its IPs (lib/nodeview.ts nodeIPs) and its Talos facts from the watch cache
+//      (lib/taloswatchcache.ts TalosWatchCache.facts);
+//   3. #decide: ONE call, lib/desirednode.ts decideNode (pure), from Node and facts to the patch:
+//      rules (lib/transform.ts), providerID, addresses (lib/addresses.ts), labels, annotations,
+//      taints and the record, the patch; then the reports of what it decided;
+//   4. #write: at most two writes through the kube client (lib/kube.ts): status addresses, then one
 //      JSON patch of metadata and spec that also removes the uninitialized taint;
-//   6. #reportWritten: Event, metrics, log.
+//   5. #reportWritten: Event, metrics, log.
 // The watch cache re-queues a Node whenever its facts change; config reloads re-queue every Node.
 //
 // The Node's IPs are its kubelet's to write: no fact is used before Talos confirms, on the IP it came
 // from, that the machine answering there is the node (the watch cache's job), and a node IP that
 // machine does not have is not written as an InternalIP.
 
-import { type NodeIPs, type NodeIPsOnMachine, nodeIPs, nodeIPsOnMachine } from "./addresses.ts";
 import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
   type DesiredNode,
+  decideNode,
   describeTransformErrors,
-  desiredNode,
   fallbackProviderID,
-  instanceFacts,
   isForeign,
   isUninitialized,
+  type NodeDecision,
   type NodePatch,
-  nodePatch,
+  type ProviderIDDecision,
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
 import { type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
-import { decideProviderID, type ProviderIDDecision } from "./instanceid.ts";
 import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
-import type { LeanNode } from "./nodeview.ts";
+import { type LeanNode, type NodeIPs, nodeIPs } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import {
   type FactsNeeds,
@@ -53,7 +52,7 @@ import {
   TALOS_VERSION_FIELD,
   type TransformResult,
 } from "./transform.ts";
-import { measuredTransform } from "./transformmetrics.ts";
+import { recordTransform } from "./transformmetrics.ts";
 import {
   FIELD_MANAGER,
   MANAGED_ANNOTATION,
@@ -121,6 +120,8 @@ interface Pass {
   initializing: boolean;
   /** The action its Events name: InitializeNode or UpdateNode. */
   action: string;
+  /** The Node's record of what the rules put there, read with the Node. */
+  managed: ManagedRecordRead;
 }
 
 /** A Node's Talos facts, ready to use. */
@@ -266,14 +267,14 @@ export class CloudNodeController {
   /** Per node and field another writer changed, what is remembered about it (pruned with the node). */
   readonly #conflicts = new Map<string, Map<string, FieldConflict>>();
   /**
-   * Per node, the address list its latest pass decided ({@link desiredNode}): what a second writer's
+   * Per node, the address list its latest pass decided ({@link decideNode}): what a second writer's
    * address entries are compared with ({@link conflictingWrites}).
    */
   readonly #wantAddresses = new Map<string, DesiredNode["addresses"]>();
   readonly #managers = new LabelCap(CONFLICT_MANAGERS);
   readonly #conflictWindowMs: number;
   readonly #now: () => number;
-  /** Nodes waiting for their instance ID ({@link decideProviderID}), since when (ms). */
+  /** Nodes waiting for their instance ID (lib/desirednode.ts decideProviderID), since when (ms). */
   readonly #waitingForID = new Map<string, number>();
   /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
   #needs: { config: CompiledConfig; needs: FactsNeeds } | undefined;
@@ -333,9 +334,9 @@ export class CloudNodeController {
   }
 
   /**
-   * Brings one Node in line with its Talos facts and the rules, in six steps: read the Node (1), its
-   * facts (2), its desired state (3), the patch to it (4, {@link nodePatch}), write (5), report (6);
-   * the methods below follow in that order. Safe to run twice; returns without writing when the Node is gone, when facts are missing
+   * Brings one Node in line with its Talos facts and the rules, in five steps: read the Node (1), its
+   * facts (2), decide (3, one call to lib/desirednode.ts decideNode, which ends with the patch), write
+   * (4), report (5); the methods below follow in that order. Safe to run twice; returns without writing when the Node is gone, when facts are missing
    * (their arrival re-queues the node) or when nothing differs.
    * @throws when a write fails (the queue retries with backoff).
    */
@@ -344,10 +345,9 @@ export class CloudNodeController {
     if (!pass) return;
     const found = this.#factsOf(pass);
     if (!found) return;
-    const want = this.#desired(pass, found.ips, found.state);
-    if (!want) return;
+    const { want, patch, hold } = this.#decide(pass, found.ips, found.state);
+    if (hold) return;
     this.#wantAddresses.set(name, want.addresses);
-    const patch = nodePatch(pass.node, want);
     if (!(await this.#write(pass, patch))) return;
     this.#reportWritten(pass, patch, want, found.state.nodeIP);
   }
@@ -373,6 +373,7 @@ export class CloudNodeController {
       config: this.#opts.config.current,
       initializing,
       action: initializing ? "InitializeNode" : "UpdateNode",
+      managed: readManagedRecord(node.metadata),
     };
   }
 
@@ -404,49 +405,25 @@ export class CloudNodeController {
   }
 
   /**
-   * Step 3: the Node as it should be. The node IPs the confirmed machine has, the facts as the rules
-   * see them ({@link instanceFacts}) and the rules' result ({@link transform}) go into
-   * {@link desiredNode}, with the providerID {@link decideProviderID} allows. Reports IPs left out,
-   * rule values that failed and an untrustworthy record. Undefined while an initializing node waits
-   * for its instance ID (it stays tainted; the PlatformMetadata watch re-queues it).
+   * Step 3: the decision, one call to {@link decideNode} (pure) with this pass's Node, record, IPs
+   * and facts; then what it found is reported: node IPs the machine lacks, the providerID wait, rule
+   * values that failed and an untrustworthy record. It holds (writes nothing) while an initializing
+   * node waits for its instance ID (it stays tainted; the PlatformMetadata watch re-queues it).
    */
-  #desired(pass: Pass, ips: NodeIPs, state: ReadyFacts): DesiredNode | undefined {
-    const { name, node, config } = pass;
-    const g = config.global;
-    const split = nodeIPsOnMachine(ips, state.nodeIP, state.facts.addresses);
-    this.#reportNotOnMachine(node, pass.action, ips.source, split, state.nodeIP);
-    const facts = instanceFacts(state.facts, state.nodeIP, name);
-    const result = measuredTransform(config, facts, name, this.#opts.registry);
-    const decision = decideProviderID({
-      nodeProviderID: node.spec.providerID ?? "",
-      talos: state.facts.platformMetadata,
-      before: facts.platformMetadata.providerId,
-      after: result.platformMetadata.providerId,
-    });
-    this.#reportProviderID(pass, decision, state.nodeIP);
-    if (decision.action === "wait" && pass.initializing) return undefined;
-    const managed = readManagedRecord(node.metadata);
-    this.#reportRuleProblems(pass, result, managed);
-    const want = desiredNode(
-      node,
-      facts,
-      result,
-      {
-        preferIPv6: g.preferIPv6,
-        reconcile: g.reconcile,
-        skipForeignNode: g.skipForeignNode,
-        clusterName: g.clusterName || this.#opts.talos.clusterName,
-      },
-      split.onMachine,
-      managed,
-    );
-    // An initialized node without a providerID gets everything else now, its providerID later.
-    if (decision.action === "wait") delete want.providerID;
-    return want;
+  #decide(pass: Pass, ips: NodeIPs, state: ReadyFacts): NodeDecision {
+    const { node, config, managed } = pass;
+    const clusterName = this.#opts.talos.clusterName;
+    const input = { node, ips, facts: state.facts, nodeIP: state.nodeIP, managed, config, clusterName };
+    const decided = decideNode(input, () => performance.now());
+    recordTransform(this.#opts.registry, decided.rulesMs / 1000, decided.rules.errors.length);
+    this.#reportNotOnMachine(node, pass.action, ips.source, decided.ips, state.nodeIP);
+    this.#reportProviderID(pass, decided.providerID, state.nodeIP);
+    if (!decided.hold) this.#reportRuleProblems(pass, decided.rules);
+    return decided;
   }
 
   /**
-   * Step 5: sends the patch (step 4, {@link nodePatch}) through the kube client.
+   * Step 4: sends the patch decideNode ended with through the kube client.
    * @returns false when the Node is gone.
    * @throws {Error} when a write fails otherwise (the cause attached).
    */
@@ -492,7 +469,7 @@ export class CloudNodeController {
     }
   }
 
-  /** Step 6: the Event, metrics and log line of a pass that wrote (or found nothing to write). */
+  /** Step 5: the Event, metrics and log line of a pass that wrote (or found nothing to write). */
   #reportWritten(pass: Pass, patch: NodePatch, want: DesiredNode, nodeIP: string): void {
     const { name, node, action } = pass;
     if (pass.initializing) {
@@ -581,7 +558,7 @@ export class CloudNodeController {
   }
 
   /**
-   * Reports a node that waits for its instance ID ({@link decideProviderID}): a Warning Event at
+   * Reports a node that waits for its instance ID (lib/desirednode.ts decideProviderID): a Warning Event at
    * each pass (the recorder folds repeats into one Event's series), a count while it initializes, a
    * log line when the wait starts and when it ends.
    */
@@ -670,11 +647,7 @@ export class CloudNodeController {
   }
 
   /** Reports rule values that failed and a record that is not believed (not on a skipped foreign node). */
-  #reportRuleProblems(
-    { node, config, action }: Pass,
-    result: TransformResult,
-    managed: ManagedRecordRead,
-  ): void {
+  #reportRuleProblems({ node, config, action, managed }: Pass, result: TransformResult): void {
     if (result.errors.length > 0)
       this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
     if (managed.problem !== undefined && !(config.global.skipForeignNode && isForeign(node))) {
@@ -691,7 +664,7 @@ export class CloudNodeController {
     node: LeanNode,
     action: string,
     source: NodeIPs["source"],
-    split: NodeIPsOnMachine,
+    split: NodeDecision["ips"],
     confirmedIP: string,
   ): void {
     const name = node.metadata.name;

@@ -4,8 +4,9 @@
 // (lib/cache.ts) and the decisions that read a Node.
 
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
+import { canonicalIP, isIPv6Text, preferredDualStack } from "./cidr.ts";
 import { type FieldOwners, fieldOwners, type ManagedFieldsEntry } from "./fieldowners.ts";
-import { FIELD_MANAGER } from "./wellknown.ts";
+import { FIELD_MANAGER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /** The part of a Node the controllers read. */
 export interface LeanNode {
@@ -76,4 +77,56 @@ export function leanNode(raw: unknown): LeanNode {
   const maxPods = podCount(n.status?.allocatable?.pods) ?? podCount(n.status?.capacity?.pods);
   if (maxPods !== undefined) lean.status.maxPods = maxPods;
   return lean;
+}
+
+/** The node's own IPs and where they came from. */
+export interface NodeIPs {
+  /** At most one IPv4 and one IPv6 address, in the configured preference order. */
+  ips: string[];
+  /**
+   * The provided-node-ip annotation's usable addresses in the kubelet's order (its primary IP
+   * first); empty when the IPs came from elsewhere.
+   */
+  provided: string[];
+  /** `annotation`, `status` (the InternalIP addresses, when the annotation is absent or unusable) or `none`. */
+  source: "annotation" | "status" | "none";
+}
+
+/** The parts of a Node that tell its IPs. */
+export interface NodeIPSource {
+  annotations: Readonly<Record<string, string>>;
+  addresses: ReadonlyArray<{ type: string; address: string }>;
+}
+
+/**
+ * The node's own IPs: the provided-node-ip annotation ("v4", "v6" or "v4,v6"), or, when it is
+ * missing or holds no address, the node's InternalIP status addresses. At most one address per
+ * family, IPv4 first unless `preferIPv6`.
+ * @example nodeIPs({ annotations: { "alpha.kubernetes.io/provided-node-ip": "10.0.0.5" }, addresses: [] }, false)
+ *   // { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" }
+ */
+export function nodeIPs(node: NodeIPSource, preferIPv6: boolean): NodeIPs {
+  const annotation = node.annotations[PROVIDED_NODE_IP_ANNOTATION];
+  if (annotation !== undefined) {
+    const ips = preferredDualStack(annotation.split(","), preferIPv6);
+    if (ips.length > 0) {
+      return {
+        ips,
+        provided: preferredDualStack(annotation.split(","), isIPv6First(annotation)),
+        source: "annotation",
+      };
+    }
+  }
+  const internal = node.addresses.filter((a) => a.type === "InternalIP").map((a) => a.address);
+  const ips = preferredDualStack(internal, preferIPv6);
+  return { ips, provided: [], source: ips.length > 0 ? "status" : "none" };
+}
+
+/** Whether the first address of a comma-separated list is IPv6 (the kubelet's primary family). */
+function isIPv6First(list: string): boolean {
+  for (const raw of list.split(",")) {
+    const ip = canonicalIP(raw.trim(), "keep");
+    if (ip !== undefined) return isIPv6Text(ip);
+  }
+  return false;
 }

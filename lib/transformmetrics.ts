@@ -1,8 +1,9 @@
 // The rules engine's metrics, under the reference's names: every transform() call timed in
 // talosccm_transformer_duration_seconds and the values it skipped counted in
 // talosccm_transformer_errors_total. The timing reads the clock, so it lives here, beside the pure
-// engine (lib/transform.ts), for the shells that transform a node (cloud-node, cloud-node-lifecycle,
-// validate).
+// engine (lib/transform.ts), for the shells that transform a node: cloud-node-lifecycle calls
+// measuredTransform; cloud-node records the time lib/desirednode.ts decideNode measured with the
+// clock it passed in.
 
 import type { CompiledConfig } from "./config.ts";
 import type { Registry } from "./metrics.ts";
@@ -28,6 +29,16 @@ function metrics(reg: Registry) {
 
 /** The value of the metrics' `type` label, as the reference sets it. */
 const METRIC_TYPE = { type: "transformer" };
+
+/**
+ * Records one transform() call that took `seconds` and skipped `errors` values (a caller that timed
+ * it with its own clock, e.g. lib/desirednode.ts decideNode's).
+ */
+export function recordTransform(registry: Registry, seconds: number, errors: number): void {
+  const m = metrics(registry);
+  m.duration.observe(METRIC_TYPE, seconds);
+  if (errors > 0) m.errors.inc(METRIC_TYPE, errors);
+}
 
 /**
  * {@link transform}, timed and its errors counted on `registry`.

@@ -27,18 +27,16 @@ import { byLine, type CompiledConfig, ConfigError, formatIssue, formatPath, pars
 import { readConfigFile } from "./configfile.ts";
 import type { ConfigIssue } from "./configissue.ts";
 import { ConfigLimitError, checkMetadataBounds } from "./configlimits.ts";
-import { describeTransformErrors, desiredNode, instanceFacts } from "./desirednode.ts";
+import { decideNode, describeTransformErrors } from "./desirednode.ts";
 import type { ValidateOptions } from "./flags.ts";
-import { decideProviderID } from "./instanceid.ts";
 import { configureLogging, logger } from "./log.ts";
-import type { Registry } from "./metrics.ts";
-import type { LeanNode } from "./nodeview.ts";
+import { readManagedRecord } from "./managedrecord.ts";
+import { type LeanNode, nodeIPs } from "./nodeview.ts";
 import { matchedTermName, SELECTOR_KEYS, selectorFields } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
 import type { TransformError } from "./transform.ts";
-import { measuredTransform } from "./transformmetrics.ts";
-import type { Features, NodeFacts, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
+import type { Features, PlatformMetadata, SystemInformation, TaintEffect } from "./types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 // ---------------------------------------------------------------------------------------------
@@ -537,18 +535,13 @@ function sortedRecord(record: Readonly<Record<string, string>>): Record<string, 
 /**
  * Computes what the cloud-node controller would write on a freshly registered node with these facts:
  * the kubelet's Node (uninitialized taint, provided-node-ip annotation when the IP is known) run
- * through instanceFacts, transform and desiredNode. The cluster name label appears only when
+ * through the controller's own decision (lib/desirednode.ts decideNode). The cluster name label appears only when
  * `global.clusterName` is set (the talosconfig's is unknown here). Addresses are not previewed: the
  * metadata carries no AddressStatus.
  * @param config the compiled config.
  * @param sample the node's metadata (see {@link parseMetadata}).
- * @param options.registry where transformer metrics go (tests pass their own).
  */
-export function previewNode(
-  config: CompiledConfig,
-  sample: SampleNode,
-  options: { registry?: Registry } = {},
-): PreviewResult {
+export function previewNode(config: CompiledConfig, sample: SampleNode): PreviewResult {
   const hostname = sample.platformMetadata.hostname;
   // Talos registers the kubelet under the short hostname unless registerWithFQDN is set.
   const short = hostname.split(".")[0] ?? "";
@@ -566,25 +559,23 @@ export function previewNode(
     spec: { taints: [{ key: UNINITIALIZED_TAINT, value: "true", effect: "NoSchedule" }] },
     status: { addresses: [], ready: "Unknown" },
   };
-  const facts = instanceFacts(
-    {
+  const decided = decideNode({
+    node,
+    ips: nodeIPs({ annotations: node.metadata.annotations, addresses: [] }, config.global.preferIPv6),
+    facts: {
       platformMetadata: sample.platformMetadata,
       ...(sample.systemInformation ? { systemInformation: sample.systemInformation } : {}),
       addresses: [],
     },
     nodeIP,
-    nodeName,
-  );
-  const result = measuredTransform(config, facts, nodeName, options.registry);
-  const want = desiredNode(node, facts, result, {
-    preferIPv6: config.global.preferIPv6,
-    reconcile: config.global.reconcile,
-    skipForeignNode: config.global.skipForeignNode,
-    clusterName: config.global.clusterName,
+    managed: readManagedRecord(node.metadata),
+    config,
+    clusterName: "",
   });
-  const fields = selectorFields(facts.platformMetadata);
+  // While the providerID waits (`hold`), the preview shows what comes with the instance ID.
+  const { want, providerID: decision, rules: result } = decided;
+  const fields = selectorFields(decided.facts.platformMetadata);
   const meta = result.platformMetadata;
-  const decision = providerIDDecision(sample, facts, meta);
   const platformMetadata = Object.fromEntries(
     PLATFORM_KEYS.map((k) => [k, k === "tags" ? sortedRecord(meta.tags) : meta[k]]),
   ) as unknown as PlatformMetadata;
@@ -614,16 +605,6 @@ export function previewNode(
     }),
     errors: result.errors,
   };
-}
-
-/** The controller writes a providerID only when {@link decideProviderID} allows it (a fresh Node has none). */
-function providerIDDecision(sample: SampleNode, facts: NodeFacts, after: PlatformMetadata) {
-  return decideProviderID({
-    nodeProviderID: "",
-    talos: sample.platformMetadata,
-    before: facts.platformMetadata.providerId,
-    after: after.providerId,
-  });
 }
 
 /** Renders a preview for people: one section per part, `key=value` lines, "(none)" when empty. */
@@ -689,7 +670,7 @@ function plural(n: number, word: string): string {
  * The whole `validate` run on contents already read: pure, so that the binary and the tests share it.
  * @returns exit code 1 when the config or the metadata is invalid, else 0.
  */
-export function validate(input: ValidateInput, options: { registry?: Registry } = {}): ValidateOutcome {
+export function validate(input: ValidateInput): ValidateOutcome {
   const stderr: string[] = [];
   let warned = 0;
   const report = (file: string, severity: "error" | "warning", issues: readonly ConfigIssue[]) => {
@@ -731,7 +712,7 @@ export function validate(input: ValidateInput, options: { registry?: Registry } 
     stderr.push(`${metadataPath}: invalid (${plural(err.issues.length, "error")})`);
     return { exitCode: 1, stdout: "", stderr };
   }
-  const result = previewNode(config, sample, options);
+  const result = previewNode(config, sample);
   const previewed = previewWarnings(input.configPath, metadataPath, sample, result);
   stderr.push(...previewed);
   warned += previewed.length;

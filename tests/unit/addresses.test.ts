@@ -5,15 +5,13 @@ import {
   externalLinkIPs,
   ipsOnMachine,
   type NodeAddressInput,
-  type NodeIPs,
   type NodeIPsOnMachine,
   nodeAddresses,
-  nodeIPs,
   nodeIPsOnMachine,
   orderByNodeIPs,
-  preferredDualStack,
 } from "../../lib/addresses.ts";
-import { formatIP, parseIP } from "../../lib/cidr.ts";
+import { formatIP, parseIP, preferredDualStack } from "../../lib/cidr.ts";
+import { type NodeIPs, nodeIPs } from "../../lib/nodeview.ts";
 import type { AddressStatus, NodeAddress } from "../../lib/types.ts";
 import { PROVIDED_NODE_IP_ANNOTATION } from "../../lib/wellknown.ts";
 

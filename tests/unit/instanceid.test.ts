@@ -1,12 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import {
-  decideProviderID,
-  namesInstances,
-  PLATFORMS_FALLING_BACK,
-  PLATFORMS_NAMING_INSTANCES,
-  type ProviderIDDecision,
-  type ProviderIDInput,
-} from "../../lib/instanceid.ts";
+import { decideProviderID, type ProviderIDDecision, type ProviderIDInput } from "../../lib/desirednode.ts";
+import { namesInstances, PLATFORMS_FALLING_BACK, PLATFORMS_NAMING_INSTANCES } from "../../lib/instanceid.ts";
 
 const talos = (platform: string, instanceId = "", providerId = "") => ({ platform, instanceId, providerId });
 

@@ -1,21 +1,20 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
-import { nodeIPs, nodeIPsOnMachine } from "../../lib/addresses.ts";
 import type { Handlers } from "../../lib/cache.ts";
 import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
 import {
   type DesiredNode,
-  type DesiredOptions,
-  desiredNode,
+  decideNode,
   instanceFacts,
   type JsonPatchOp,
+  type NodeDecision,
   nodePatch,
 } from "../../lib/desirednode.ts";
 import type { Logger } from "../../lib/log.ts";
-import { managedRecordDigest } from "../../lib/managedrecord.ts";
+import { managedRecordDigest, readManagedRecord } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { CloudNodeController, correctionDelayMs } from "../../lib/node.ts";
-import type { LeanNode } from "../../lib/nodeview.ts";
+import { type LeanNode, nodeIPs } from "../../lib/nodeview.ts";
 import {
   TalosError,
   TalosNotFoundError,
@@ -24,7 +23,6 @@ import {
   type TalosWatchHandler,
 } from "../../lib/talos.ts";
 import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../lib/taloswatchcache.ts";
-import { transform } from "../../lib/transform.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   FIELD_MANAGER,
@@ -121,6 +119,14 @@ function record(text: string) {
   };
 }
 
+/** The `global` settings the decision reads. */
+interface DesiredOptions {
+  preferIPv6: boolean;
+  reconcile: boolean;
+  skipForeignNode: boolean;
+  clusterName: string;
+}
+
 const OPTS: DesiredOptions = {
   preferIPv6: false,
   reconcile: false,
@@ -128,7 +134,30 @@ const OPTS: DesiredOptions = {
   clusterName: "prod",
 };
 
-/** instanceFacts → transform → nodeIPsOnMachine → desiredNode, as the controller chains them. */
+/** The controller's one call, decideNode, on this Node (its IPs and record as the controller reads them) and facts. */
+function decide(
+  node: LeanNode,
+  raw: NodeFacts,
+  rules: CompiledRule[] = [],
+  opts: Partial<DesiredOptions> = {},
+  nodeIP = "10.0.0.5",
+): NodeDecision {
+  const global = { ...OPTS, ...opts };
+  return decideNode({
+    node,
+    ips: nodeIPs(
+      { annotations: node.metadata.annotations, addresses: node.status.addresses },
+      global.preferIPv6,
+    ),
+    facts: raw,
+    nodeIP,
+    managed: readManagedRecord(node.metadata),
+    config: { transformations: rules, global },
+    clusterName: "",
+  });
+}
+
+/** The Node as {@link decide} wants it. */
 function desire(
   node: LeanNode,
   raw: NodeFacts,
@@ -136,14 +165,7 @@ function desire(
   opts: Partial<DesiredOptions> = {},
   nodeIP = "10.0.0.5",
 ): DesiredNode {
-  const facts = instanceFacts(raw, nodeIP, node.metadata.name);
-  const result = transform({ transformations: rules }, facts, node.metadata.name);
-  const all = { ...OPTS, ...opts };
-  const ips = nodeIPs(
-    { annotations: node.metadata.annotations, addresses: node.status.addresses },
-    all.preferIPv6,
-  );
-  return desiredNode(node, facts, result, all, nodeIPsOnMachine(ips, nodeIP, raw.addresses).onMachine);
+  return decide(node, raw, rules, opts, nodeIP).want;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,6 +290,7 @@ describe("desiredNode()", () => {
           region: "us-central1",
           zone: "us-central1-b",
           instanceType: "e2-standard-4",
+          instanceId: "node-1",
           providerId: "gce://p/us-central1-b/node-1",
           spot: true,
         }),
@@ -554,14 +577,15 @@ describe("desiredNode()", () => {
     });
 
   test("desiredNode() skips a rule value Kubernetes would refuse and applies the rest", () => {
-    const node = lean({});
-    const facts = instanceFacts({ platformMetadata: metadata({}), addresses: [eth0] }, "10.0.0.5", "node-1");
     const rules = [
       rule({ labels: [entry("example.com/ok", "yes"), entry("example.com/bad", "not valid!")] }),
     ];
-    const result = transform({ transformations: rules }, facts, "node-1");
+    const { rules: result, want } = decide(
+      lean({}),
+      { platformMetadata: metadata({}), addresses: [eth0] },
+      rules,
+    );
     expect(result.errors.map((e) => [e.field, e.key])).toEqual([["labels", "example.com/bad"]]);
-    const want = desiredNode(node, facts, result, OPTS);
     expect(want.labels["example.com/ok"]).toBe("yes");
     expect(want.labels["example.com/bad"]).toBeUndefined();
     expect(want.taints).toEqual([NOT_READY]);

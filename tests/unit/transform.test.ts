@@ -1,15 +1,17 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { type CompiledConfig, type CompiledRule, ConfigError, parseConfig } from "../../lib/config.ts";
-import { describeTransformErrors } from "../../lib/desirednode.ts";
+import {
+  describeTransformErrors,
+  type PlanOptions,
+  planReconcile,
+  type ReconcilePlan,
+} from "../../lib/desirednode.ts";
 import {
   type ManagedRecord,
   managedRecordDigest,
   type NodeState,
-  type PlanOptions,
   parseManagedRecord,
-  planReconcile,
-  type ReconcilePlan,
   readManagedRecord,
   serializeManagedRecord,
 } from "../../lib/managedrecord.ts";

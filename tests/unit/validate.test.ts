@@ -4,7 +4,6 @@ import { parse as parseYaml, stringify } from "yaml";
 import { parseConfig } from "../../lib/config.ts";
 import type { ConfigIssue } from "../../lib/configissue.ts";
 import { managedRecordDigest } from "../../lib/managedrecord.ts";
-import { Registry } from "../../lib/metrics.ts";
 import type { SystemInformation } from "../../lib/types.ts";
 import {
   formatPreview,
@@ -365,7 +364,7 @@ describe("previewNode()", () => {
   ].join("\n");
 
   test("previewNode() gives exactly what the controller writes at initialization", () => {
-    const r = previewNode(parseConfig(CONFIG), sample, { registry: new Registry() });
+    const r = previewNode(parseConfig(CONFIG), sample);
     expect(r.nodeName).toBe("web-1");
     expect(r.nodeIP).toBe("10.0.0.5");
     expect(r.matchedRules).toEqual(["web"]);
@@ -403,11 +402,10 @@ describe("previewNode()", () => {
   });
 
   test("previewNode() orders the preview's keys as the issue specifies, labels and tags sorted", () => {
-    const r = previewNode(
-      parseConfig(CONFIG),
-      { ...sample, platformMetadata: { ...sample.platformMetadata, tags: { z: "1", a: "2" } } },
-      { registry: new Registry() },
-    );
+    const r = previewNode(parseConfig(CONFIG), {
+      ...sample,
+      platformMetadata: { ...sample.platformMetadata, tags: { z: "1", a: "2" } },
+    });
     expect(Object.keys(r.preview)).toEqual([
       "providerID",
       "labels",
@@ -440,14 +438,10 @@ describe("previewNode()", () => {
     ["no node field", undefined, NODE_IP_PLACEHOLDER, `talos://metal/${NODE_IP_PLACEHOLDER}`],
     ["a node field that is a name", "web-1", NODE_IP_PLACEHOLDER, `talos://metal/${NODE_IP_PLACEHOLDER}`],
   ])("previewNode() defaults the providerID from %s", (_name, node, ip, providerID) => {
-    const r = previewNode(
-      parseConfig(""),
-      {
-        ...(node === undefined ? {} : { node }),
-        platformMetadata: platformMetadata({ platform: "metal", hostname: "w" }),
-      },
-      { registry: new Registry() },
-    );
+    const r = previewNode(parseConfig(""), {
+      ...(node === undefined ? {} : { node }),
+      platformMetadata: platformMetadata({ platform: "metal", hostname: "w" }),
+    });
     expect(r.nodeIP).toBe(ip);
     expect(r.preview.providerID).toBe(providerID);
     expect(r.preview.platformMetadata.providerId).toBe(providerID);
@@ -460,21 +454,16 @@ describe("previewNode()", () => {
     ["an FQDN (Talos registers the short name)", "worker-1.dc1.example.com", "worker-1"],
     ["no hostname", "", "node"],
   ])("previewNode() names the node from %s", (_name, hostname, nodeName) => {
-    const r = previewNode(
-      parseConfig(""),
-      { platformMetadata: platformMetadata({ hostname }) },
-      { registry: new Registry() },
-    );
+    const r = previewNode(parseConfig(""), { platformMetadata: platformMetadata({ hostname }) });
     expect(r.nodeName).toBe(nodeName);
     expect(r.preview.platformMetadata.hostname).toBe(hostname === "" ? "node" : hostname);
   });
 
   test("previewNode() writes no providerID where the controller waits for the instance ID, and says so", () => {
-    const r = previewNode(
-      parseConfig(""),
-      { platformMetadata: platformMetadata({ platform: "hcloud", hostname: "w1" }), node: "10.0.1.2" },
-      { registry: new Registry() },
-    );
+    const r = previewNode(parseConfig(""), {
+      platformMetadata: platformMetadata({ platform: "hcloud", hostname: "w1" }),
+      node: "10.0.1.2",
+    });
     expect(r.preview.providerID).toBe("");
     expect(r.providerIDWait).toStartWith(
       "its instance ID: Talos reports platform hcloud without an instance ID",
@@ -492,22 +481,18 @@ describe("previewNode()", () => {
   });
 
   test("previewNode() keeps a providerID Talos reports and writes the cloud's topology and spot labels", () => {
-    const r = previewNode(
-      parseConfig("global:\n  clusterName: prod\n"),
-      {
-        platformMetadata: platformMetadata({
-          platform: "aws",
-          hostname: "ip-10-0-0-5.ec2.internal",
-          region: "us-east-1",
-          zone: "us-east-1a",
-          instanceType: "m7i.large",
-          instanceId: "i-1",
-          providerId: "aws:///us-east-1a/i-1",
-          spot: true,
-        }),
-      },
-      { registry: new Registry() },
-    );
+    const r = previewNode(parseConfig("global:\n  clusterName: prod\n"), {
+      platformMetadata: platformMetadata({
+        platform: "aws",
+        hostname: "ip-10-0-0-5.ec2.internal",
+        region: "us-east-1",
+        zone: "us-east-1a",
+        instanceType: "m7i.large",
+        instanceId: "i-1",
+        providerId: "aws:///us-east-1a/i-1",
+        spot: true,
+      }),
+    });
     expect(r.preview.providerID).toBe("aws:///us-east-1a/i-1");
     expect(r.preview.labels).toEqual({
       "beta.kubernetes.io/instance-type": "m7i.large",
@@ -527,7 +512,7 @@ describe("previewNode()", () => {
     const config = parseConfig(
       "transformations:\n  - name: bad\n    labels:\n      ok: 'yes'\n      broken: '{{ .Hostname }} !'\n",
     );
-    const r = previewNode(config, sample, { registry: new Registry() });
+    const r = previewNode(config, sample);
     expect(r.matchedRules).toEqual(["bad"]);
     expect(r.preview.labels.ok).toBe("yes");
     expect(r.preview.labels.broken).toBeUndefined();
@@ -537,11 +522,7 @@ describe("previewNode()", () => {
 
   test("previewNode() renders SystemInformation fields as empty when the node has none", () => {
     const config = parseConfig("transformations:\n  - labels:\n      p: 'x{{ .ProductName }}x'\n");
-    const r = previewNode(
-      config,
-      { platformMetadata: sample.platformMetadata },
-      { registry: new Registry() },
-    );
+    const r = previewNode(config, { platformMetadata: sample.platformMetadata });
     expect(r.preview.labels.p).toBe("xx");
   });
 });
@@ -595,7 +576,6 @@ describe("formatPreview()", () => {
 });
 
 describe("validate()", () => {
-  const registry = new Registry();
   const PM = talosctl(PM_TYPE, "10.0.0.5", PM_SPEC);
 
   test.each<[string, string, 0 | 1, string, string[]]>([
@@ -661,14 +641,14 @@ describe("validate()", () => {
       ["c.yaml: error: document (line 1): YAML nesting deeper than 64 levels", "c.yaml: invalid (1 error)"],
     ],
   ])("validate() without metadata checks %s", (_name, configText, exitCode, stdout, stderr) => {
-    const r = validate({ configPath: "c.yaml", configText }, { registry });
+    const r = validate({ configPath: "c.yaml", configText });
     expect(r.exitCode).toBe(exitCode);
     expect(r.stdout).toBe(stdout);
     expect(r.stderr).toEqual(stderr);
   });
 
   test("validate() says that -o needs --metadata", () => {
-    const r = validate({ configPath: "c.yaml", configText: "", output: "json" }, { registry });
+    const r = validate({ configPath: "c.yaml", configText: "", output: "json" });
     expect(r).toEqual({
       exitCode: 0,
       stdout: "c.yaml: valid (0 transformation rules, 1 warning)\n",
@@ -677,10 +657,13 @@ describe("validate()", () => {
   });
 
   test("validate() -o json prints exactly the preview object", () => {
-    const r = validate(
-      { configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText: PM, output: "json" },
-      { registry },
-    );
+    const r = validate({
+      configPath: "c.yaml",
+      configText: "",
+      metadataPath: "m.yaml",
+      metadataText: PM,
+      output: "json",
+    });
     expect(r.exitCode).toBe(0);
     expect(r.stderr).toEqual([]);
     expect(r.stdout).toBe(
@@ -706,32 +689,26 @@ describe("validate()", () => {
 
   test("validate() -o yaml prints the same object as YAML", () => {
     const input = { configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText: PM };
-    const json = JSON.parse(validate({ ...input, output: "json" }, { registry }).stdout);
-    const yaml = validate({ ...input, output: "yaml" }, { registry }).stdout;
+    const json = JSON.parse(validate({ ...input, output: "json" }).stdout);
+    const yaml = validate({ ...input, output: "yaml" }).stdout;
     expect(parseYaml(yaml)).toEqual(json);
     expect(Object.keys(parseYaml(yaml))).toEqual(Object.keys(json));
   });
 
   test("validate() prints the summary and the preview for people", () => {
-    const r = validate(
-      { configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText: PM },
-      { registry },
-    );
+    const r = validate({ configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText: PM });
     expect(r.stdout).toStartWith(
       "c.yaml: valid (0 transformation rules, 0 warnings)\nNode web-1 (platform metal, node IP 10.0.0.5)\n",
     );
   });
 
   test("validate() fails on invalid metadata with every problem and warning", () => {
-    const r = validate(
-      {
-        configPath: "c.yaml",
-        configText: "",
-        metadataPath: "m.yaml",
-        metadataText: "platform: metal\nspot: 2\nx: 1\n",
-      },
-      { registry },
-    );
+    const r = validate({
+      configPath: "c.yaml",
+      configText: "",
+      metadataPath: "m.yaml",
+      metadataText: "platform: metal\nspot: 2\nx: 1\n",
+    });
     expect(r).toEqual({
       exitCode: 1,
       stdout: "",
@@ -744,16 +721,13 @@ describe("validate()", () => {
   });
 
   test("validate() passes with a warning when a rule value fails on the node (the controller skips it)", () => {
-    const r = validate(
-      {
-        configPath: "c.yaml",
-        configText: "transformations:\n  - name: r\n    labels:\n      l: '{{ .Hostname }}/x'\n",
-        metadataPath: "m.yaml",
-        metadataText: PM,
-        output: "json",
-      },
-      { registry },
-    );
+    const r = validate({
+      configPath: "c.yaml",
+      configText: "transformations:\n  - name: r\n    labels:\n      l: '{{ .Hostname }}/x'\n",
+      metadataPath: "m.yaml",
+      metadataText: PM,
+      output: "json",
+    });
     expect(r.exitCode).toBe(0);
     expect(JSON.parse(r.stdout).labels.l).toBeUndefined();
     expect(r.stderr).toEqual([
@@ -787,25 +761,19 @@ describe("validate()", () => {
   ])(
     "validate() refuses node metadata %s before composing it, naming the bound",
     (_name, metadataText, error) => {
-      const r = validate(
-        { configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText },
-        { registry },
-      );
+      const r = validate({ configPath: "c.yaml", configText: "", metadataPath: "m.yaml", metadataText });
       expect(r).toEqual({ exitCode: 1, stdout: "", stderr: [error, "m.yaml: invalid (1 error)"] });
     },
   );
 
   test("validate()'s summary counts every warning it printed: the config's, the metadata's and the preview's", () => {
-    const r = validate(
-      {
-        configPath: "c.yaml",
-        configText:
-          "global: {PreferIPv6: true}\ntransformations:\n  - name: r\n    labels:\n      l: '{{ .Hostname }}/x'\n",
-        metadataPath: "m.yaml",
-        metadataText: "platform: metal\nhostname: web-1\nx: 1\ny: 2\n",
-      },
-      { registry },
-    );
+    const r = validate({
+      configPath: "c.yaml",
+      configText:
+        "global: {PreferIPv6: true}\ntransformations:\n  - name: r\n    labels:\n      l: '{{ .Hostname }}/x'\n",
+      metadataPath: "m.yaml",
+      metadataText: "platform: metal\nhostname: web-1\nx: 1\ny: 2\n",
+    });
     expect(r.exitCode).toBe(0);
     const warnings = r.stderr.filter((l) => /^(c|m)\.yaml: warning: /.test(l));
     expect(warnings.length).toBe(5); // PreferIPv6, x, y, the skipped label, the node IP
@@ -814,16 +782,13 @@ describe("validate()", () => {
   });
 
   test("validate() warns when the default providerID lacks the node IP", () => {
-    const r = validate(
-      {
-        configPath: "c.yaml",
-        configText: "",
-        metadataPath: "m.yaml",
-        metadataText: "platform: metal\n",
-        output: "json",
-      },
-      { registry },
-    );
+    const r = validate({
+      configPath: "c.yaml",
+      configText: "",
+      metadataPath: "m.yaml",
+      metadataText: "platform: metal\n",
+      output: "json",
+    });
     expect(r.stderr).toEqual([
       `m.yaml: warning: no node IP (talosctl's "node:" field), so the default providerID shows ${NODE_IP_PLACEHOLDER}`,
     ]);
