@@ -12,16 +12,14 @@
 // machine, with only the IPv6 as InternalIP (the IPv4 is not on that machine), and an Event.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { V1Node, V1Taint } from "@kubernetes/client-node";
+import type { V1Taint } from "@kubernetes/client-node";
 import { KubeError, PATCH } from "../../lib/kube.ts";
-import { FakeApid } from "../support/apid.ts";
-import { type EventV1, freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import type { FakeApid } from "../support/apid.ts";
+import { ApidBed, tainted } from "../support/bed.ts";
+import { type TestCluster, until, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
-import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import { PROVIDED_NODE_IP, type SimulatedKubelet } from "../support/kubelet.ts";
+import type { CcmProcess } from "../support/process.ts";
 
 const MANAGED = "talos.dev/ccm-managed";
 const DIGEST_LABEL = "node-restriction.kubernetes.io/talos-ccm-managed";
@@ -87,103 +85,42 @@ const GENUINE_RECORD =
 const ADMIN_TAINT: V1Taint = { key: "dedicated", value: "secure", effect: "NoSchedule" };
 const POOL_LABEL = "node-restriction.kubernetes.io/pool";
 
+let bed: ApidBed;
 let cluster: TestCluster;
 let apid: FakeApid;
-let dir: string;
-let cloudConfig: string;
 let ccm: CcmProcess;
-let port: number;
 const kubelets = new Map<string, SimulatedKubelet>();
 
 const nodePath = (name: string) => `/api/v1/nodes/${name}`;
-
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(nodePath(name));
-}
-
-const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
-
-async function initialized(name: string): Promise<V1Node> {
-  let node: V1Node | undefined;
-  await waitFor(
-    async () => {
-      node = await getNode(name);
-      return !tainted(node);
-    },
-    30_000,
-    () => `node ${name} still tainted:\n${ccm.output.slice(-3000)}`,
-  );
-  return node as V1Node;
-}
-
-async function metrics(): Promise<string> {
-  return (await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } })).text();
-}
-
-/** A series of the cloud-node work queue, from /metrics. */
-async function queueSeries(series: string): Promise<number> {
-  const re = new RegExp(`^${series}\\{name="cloud-node"\\} (\\d+)$`, "m");
-  return Number((await metrics()).match(re)?.[1] ?? Number.NaN);
-}
-
-/** Passes of the cloud-node controller finished so far. */
-const reconciles = () => queueSeries("workqueue_work_duration_seconds_count");
-
-async function eventOf(name: string, reason: string): Promise<EventV1> {
-  let found: EventV1 | undefined;
-  await waitFor(
-    async () => {
-      found = (await cluster.eventsAbout(name)).find((e) => e.reason === reason);
-      return found !== undefined;
-    },
-    10_000,
-    () => `no ${reason} Event on ${name}:\n${ccm.output.slice(-3000)}`,
-  );
-  return found as EventV1;
-}
-
-function writeConfig(text: string): void {
-  writeFileSync(`${cloudConfig}.tmp`, text);
-  renameSync(`${cloudConfig}.tmp`, cloudConfig);
-}
+const getNode = (name: string) => bed.getNode(name);
+const initialized = (name: string) => bed.initialized(name);
+const eventOf = (name: string, reason: string) => bed.eventOf(name, reason);
 
 async function register(s: FakeNodeSpec, ips = s.nodeIPs): Promise<SimulatedKubelet> {
-  const k = await SimulatedKubelet.register(cluster, { name: s.name, ips, heartbeatMs: 0 });
+  const k = await bed.register({ name: s.name, ips, heartbeatMs: 0 });
   kubelets.set(s.name, k);
   return k;
 }
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "cloud-node-security-e2e-"));
-  [cluster, apid] = await Promise.all([
-    TestCluster.start(),
-    FakeApid.start({ nodes: [FORGER, VICTIM, LIAR, SWITCHER, DUAL] }),
-  ]);
-  const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
-  cloudConfig = join(dir, "ccm-config.yaml");
-  writeConfig(RULES);
-  port = await freePort();
-  ccm = await startCcm(
+  bed = await ApidBed.start("cloud-node-security-e2e-", {
+    apid: { nodes: [FORGER, VICTIM, LIAR, SWITCHER, DUAL] },
+  });
+  ({ cluster, apid } = bed);
+  bed.writeCloudConfig(RULES);
+  ccm = await bed.startCcm(
     {
-      kubeconfig: cluster.adminKubeconfig,
       controllers: "cloud-node",
-      talosconfig,
-      cloudConfig,
-      securePort: port,
       alwaysAllowPaths: "/metrics",
+      // --v=4 logs "Node up to date" for a pass that found nothing to write.
+      args: ["--v=4"],
     },
     /Starting controller.*cloud-node/,
   );
   await Promise.all([register(FORGER), register(VICTIM)]);
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  for (const k of kubelets.values()) k.close();
-  await apid?.stop();
-  await cluster?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 describe("cloud-node initialization cost", () => {
   test("an honest node costs 3 Talos calls: 2 watches and the Nodename that confirms it (no rule reads SystemInformation)", async () => {
@@ -250,7 +187,7 @@ describe("cloud-node reconcile mode against a record forged by the node's kubele
 
   test("afterwards a rule deleted from the config is still removed, and only what it added", async () => {
     const name = FORGER.name;
-    writeConfig(RULES_WITHOUT_ZONE);
+    bed.writeCloudConfig(RULES_WITHOUT_ZONE);
     const record = '{"v":1,"labels":["example.com/tier"]}';
     await waitFor(
       async () => (await getNode(name)).metadata?.annotations?.[MANAGED] === record,
@@ -286,7 +223,7 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
     expect(node.metadata?.labels?.[ROLE_LABEL]).toBeUndefined();
     expect(node.metadata?.labels?.["topology.kubernetes.io/zone"]).toBeUndefined();
     expect(node.status?.addresses).toEqual(liar.addresses());
-    const text = await metrics();
+    const text = await bed.metrics();
     expect(
       Number(text.match(/^talosccm_node_initialization_errors_total\{reason="identity"\} (\d+)$/m)?.[1]),
     ).toBeGreaterThanOrEqual(1);
@@ -335,7 +272,7 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
     expect(event.type).toBe("Warning");
     expect(event.note).toContain(`Node IP ${victimIP} (in its ${PROVIDED_NODE_IP} annotation)`);
     expect(event.note).toContain(`InternalIPs are ${ownIPv6}`);
-    expect(await metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
+    expect(await bed.metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
     // Talos on the claimed IPv4 is not asked any more: the watches there are those from before.
     await waitFor(
       async () => apid.watchers(victimIP) === watchersBefore,
@@ -343,9 +280,12 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
       () => `watches on ${victimIP}: ${apid.watchers(victimIP)}, before: ${watchersBefore}`,
     );
     expect(apid.watchers(ownIPv6)).toBe(2);
-    // The passes after the initialization (its own write re-queues the node) warn no more.
+    // The passes after the initialization (its own write re-queues the node) warn no more. Once its
+    // writes are done a pass finds nothing to write, which --v=4 logs as "Node up to date".
+    const upToDate = new RegExp(`"Node up to date" node="${DUAL.name}"`);
+    await ccm.waitForLog(upToDate);
+    const from = ccm.output.length;
     const kubelet = kubelets.get(DUAL.name) as SimulatedKubelet;
-    const passes = await reconciles();
     await kubelet.client.patch(
       nodePath(DUAL.name),
       { metadata: { annotations: { "example.com/touch": "1" } } },
@@ -355,22 +295,15 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
       async () => (await getNode(DUAL.name)).metadata?.annotations?.["example.com/touch"] === "1",
       10_000,
     );
-    // The touch re-queued the node: wait for one more finished pass (this suite's other nodes are
-    // settled by now, so it is this node's).
-    let seen = "";
-    await waitFor(
-      async () => {
-        const done = await reconciles();
-        seen = `passes ${passes} → ${done}`;
-        return done > passes;
-      },
-      10_000,
-      () => `no cloud-node pass after the touch: ${seen}`,
-    );
+    // The touch re-queued the node: wait for that pass, which looked at its IPs again and found
+    // nothing to write.
+    await until(() => upToDate.test(ccm.output.slice(from)), `a pass over ${DUAL.name} after the touch`);
+    const warned = new RegExp(`"Node IP is not on the node's machine[^"]*" node="${DUAL.name}"`, "g");
+    expect(ccm.output.match(warned)?.length).toBe(1);
     expect(
       (await cluster.eventsAbout(DUAL.name)).filter((e) => e.reason === "NodeIPNotOnMachine").length,
     ).toBe(1);
-    expect(await metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
+    expect(await bed.metrics()).toMatch(/^talosccm_node_ips_rejected_total\{reason="not_on_machine"\} 1$/m);
     expect((await getNode(DUAL.name)).status?.addresses).toEqual(node.status?.addresses);
     // The machine whose IPv4 it claimed is as it was.
     expect(await getNode(VICTIM.name)).toMatchObject({

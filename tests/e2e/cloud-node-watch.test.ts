@@ -6,17 +6,14 @@
 // and changes exactly what the deleted or changed rule put there, and nothing else (weakness 5).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { V1Node } from "@kubernetes/client-node";
 import { PATCH } from "../../lib/kube.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
-import { FakeApid } from "../support/apid.ts";
-import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
+import type { FakeApid } from "../support/apid.ts";
+import { ApidBed, tainted } from "../support/bed.ts";
+import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
-import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import { PROVIDED_NODE_IP } from "../support/kubelet.ts";
+import type { CcmProcess } from "../support/process.ts";
 
 const MANAGED = "talos.dev/ccm-managed";
 
@@ -72,57 +69,33 @@ transformations:
     taints: { example.com/a: "NoSchedule" }
 `;
 
+let bed: ApidBed;
 let cluster: TestCluster;
 let apid: FakeApid;
-let dir: string;
-let cloudConfig: string;
 let ccm: CcmProcess;
-const kubelets: SimulatedKubelet[] = [];
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
-const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
-
-function writeConfig(text: string): void {
-  writeFileSync(`${cloudConfig}.tmp`, text);
-  renameSync(`${cloudConfig}.tmp`, cloudConfig);
-}
+const getNode = (name: string) => bed.getNode(name);
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "cloud-node-watch-e2e-"));
-  [cluster, apid] = await Promise.all([
-    TestCluster.start(),
-    FakeApid.start({ nodes: [WATCHED, DOWN, RECOVERING] }),
-  ]);
+  bed = await ApidBed.start("cloud-node-watch-e2e-", { apid: { nodes: [WATCHED, DOWN, RECOVERING] } });
+  ({ cluster, apid } = bed);
   for (const s of [DOWN, RECOVERING]) apid.setDown(s.nodeIPs[0] as string, true);
-  const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
-  cloudConfig = join(dir, "ccm-config.yaml");
-  writeConfig(RULES_A_AND_B);
-  ccm = await startCcm(
+  bed.writeCloudConfig(RULES_A_AND_B);
+  ccm = await bed.startCcm(
     {
-      kubeconfig: cluster.adminKubeconfig,
       controllers: "cloud-node",
-      talosconfig,
-      cloudConfig,
+      securePort: 0,
       // Short, so that a window of a few seconds would show any periodic Talos call.
       args: ["--node-status-update-frequency=1s"],
     },
     /Starting controller.*cloud-node/,
   );
   for (const s of [DOWN, RECOVERING, WATCHED]) {
-    kubelets.push(await SimulatedKubelet.register(cluster, { name: s.name, ips: s.nodeIPs, heartbeatMs: 0 }));
+    await bed.register({ name: s.name, ips: s.nodeIPs, heartbeatMs: 0 });
   }
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  for (const k of kubelets) k.close();
-  await apid?.stop();
-  await cluster?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 describe("cloud-node with a Talos API down", () => {
   test("the node whose Talos is down stays tainted with a Warning Event while the other initializes", async () => {
@@ -236,7 +209,7 @@ describe("cloud-node reconcile mode", () => {
       ],
       PATCH.json,
     );
-    writeConfig(RULES_A_ONLY);
+    bed.writeCloudConfig(RULES_A_ONLY);
     await waitFor(
       async () => (await getNode(name)).metadata?.labels?.["example.com/a"] === "two",
       15_000,

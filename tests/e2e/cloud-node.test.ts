@@ -9,12 +9,12 @@
 // and `PreferIPv6` draws a warning naming `preferIPv6` (reference weakness 3).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { V1Node } from "@kubernetes/client-node";
-import { FakeApid } from "../support/apid.ts";
-import { type EventV1, freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import type { FakeApid } from "../support/apid.ts";
+import { ApidBed } from "../support/bed.ts";
+import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeNodeSpec,
   fixtureNames,
@@ -22,14 +22,8 @@ import {
   normalizeAddress,
   platformMetadata,
 } from "../support/fixtures.ts";
-import {
-  type NodeView,
-  nodeView,
-  PROVIDED_NODE_IP,
-  SimulatedKubelet,
-  UNINITIALIZED_TAINT,
-} from "../support/kubelet.ts";
-import { type CcmProcess, ccmProcess, startCcm } from "../support/process.ts";
+import { type NodeView, nodeView, PROVIDED_NODE_IP } from "../support/kubelet.ts";
+import { type CcmProcess, ccmProcess } from "../support/process.ts";
 
 const CLUSTER_NAME = "e2e-cluster";
 const MANAGED = "talos.dev/ccm-managed";
@@ -364,55 +358,26 @@ const EXPECTED: Record<string, NodeView> = {
   },
 };
 
+let bed: ApidBed;
 let cluster: TestCluster;
 let apid: FakeApid;
-let dir: string;
-let talosconfig: string;
 let ccm: CcmProcess;
-let port: number;
 const specs = new Map<string, FakeNodeSpec>();
-const kubelets: SimulatedKubelet[] = [];
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
-async function initialized(name: string): Promise<V1Node> {
-  let node: V1Node | undefined;
-  await waitFor(
-    async () => {
-      node = await getNode(name);
-      return !(node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
-    },
-    30_000,
-    () => `node ${name} still tainted:\n${ccm?.output.slice(-3000)}`,
-  );
-  return node as V1Node;
-}
-
-async function metrics(): Promise<string> {
-  const res = await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } });
-  return res.text();
-}
+const initialized = (name: string) => bed.initialized(name);
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "cloud-node-e2e-"));
   for (const f of fixtureNames()) specs.set(f, loadFixture(f));
-  [cluster, apid] = await Promise.all([
-    TestCluster.start({ audit: true }),
-    FakeApid.start({ nodes: [...specs.values(), FALLBACK] }),
-  ]);
-  talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"), { cluster: "from-talosconfig" });
-  const cloudConfig = join(dir, "ccm-config.yaml");
-  writeFileSync(cloudConfig, CLOUD_CONFIG);
-  port = await freePort();
-  ccm = await startCcm(
+  bed = await ApidBed.start("cloud-node-e2e-", {
+    cluster: { audit: true },
+    apid: { nodes: [...specs.values(), FALLBACK] },
+    talosconfig: { cluster: "from-talosconfig" },
+  });
+  ({ cluster, apid } = bed);
+  bed.writeCloudConfig(CLOUD_CONFIG);
+  ccm = await bed.startCcm(
     {
-      kubeconfig: cluster.adminKubeconfig,
       controllers: "cloud-node",
-      talosconfig,
-      cloudConfig,
-      securePort: port,
       alwaysAllowPaths: "/metrics",
       kubeApiQps: 100,
       // --v=4 logs "Node up to date" for a pass that found nothing to write.
@@ -423,33 +388,18 @@ beforeAll(async () => {
   // As a real kubelet does, each registers with its first status in the Node create: otherwise the CCM
   // can initialize a node before its addresses exist and write them a second time.
   for (const spec of specs.values()) {
-    kubelets.push(
-      await SimulatedKubelet.register(cluster, {
-        name: spec.name,
-        ips: spec.nodeIPs,
-        heartbeatMs: 0,
-        statusOnCreate: true,
-      }),
-    );
+    await bed.register({ name: spec.name, ips: spec.nodeIPs, heartbeatMs: 0, statusOnCreate: true });
   }
-  kubelets.push(
-    await SimulatedKubelet.register(cluster, {
-      name: FALLBACK.name,
-      ips: FALLBACK.nodeIPs,
-      noAnnotation: true,
-      heartbeatMs: 0,
-      statusOnCreate: true,
-    }),
-  );
+  await bed.register({
+    name: FALLBACK.name,
+    ips: FALLBACK.nodeIPs,
+    noAnnotation: true,
+    heartbeatMs: 0,
+    statusOnCreate: true,
+  });
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  for (const k of kubelets) k.close();
-  await apid?.stop();
-  await cluster?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 describe("cloud-node initializes every platform fixture exactly", () => {
   for (const fixture of Object.keys(EXPECTED)) {
@@ -503,7 +453,7 @@ describe("cloud-node beyond the fixtures", () => {
     expect(warning.type).toBe("Warning");
     expect(warning.note).toContain('rule "broken" labels["example.com/bad"]');
     expect(events.some((e) => e.reason === "Synced" && e.type === "Normal")).toBe(true);
-    const text = await metrics();
+    const text = await bed.metrics();
     const errors = Number(
       text.match(/^talosccm_transformer_errors_total\{type="transformer"\} (\d+)/m)?.[1] ?? 0,
     );
@@ -589,7 +539,7 @@ describe("cloud-node refuses a broken config before touching the cluster", () =>
         data() {},
       },
     });
-    const kubeconfig = join(dir, "unreachable.kubeconfig");
+    const kubeconfig = join(bed.dir, "unreachable.kubeconfig");
     writeFileSync(
       kubeconfig,
       JSON.stringify({
@@ -606,7 +556,7 @@ describe("cloud-node refuses a broken config before touching the cluster", () =>
         contexts: [{ name: "x", context: { cluster: "x", user: "x" } }],
       }),
     );
-    const bad = join(dir, "bad-regex.yaml");
+    const bad = join(bed.dir, "bad-regex.yaml");
     writeFileSync(
       bad,
       [
@@ -620,7 +570,12 @@ describe("cloud-node refuses a broken config before touching the cluster", () =>
       ].join("\n"),
     );
     const callsBefore = apid.calls();
-    const p = ccmProcess({ kubeconfig, controllers: "cloud-node", talosconfig, cloudConfig: bad });
+    const p = ccmProcess({
+      kubeconfig,
+      controllers: "cloud-node",
+      talosconfig: bed.talosconfig,
+      cloudConfig: bad,
+    });
     try {
       expect(await p.proc.exited).toBe(1);
       expect(p.output).toContain(bad);
@@ -654,19 +609,17 @@ describe("a Node that registered before the CCM was installed (no uninitialized 
     };
     apid.addNodes([spec]);
     // A kubelet started without --cloud-provider=external registers no uninitialized taint.
-    kubelets.push(
-      await SimulatedKubelet.register(cluster, {
-        name: spec.name,
-        ips: spec.nodeIPs,
-        heartbeatMs: 0,
-        external: false,
-        statusOnCreate: true,
-      }),
-    );
+    await bed.register({
+      name: spec.name,
+      ips: spec.nodeIPs,
+      heartbeatMs: 0,
+      external: false,
+      statusOnCreate: true,
+    });
     let node: V1Node | undefined;
     await waitFor(
       async () => {
-        node = await getNode(spec.name);
+        node = await bed.getNode(spec.name);
         return (node.spec?.providerID ?? "") !== "";
       },
       30_000,

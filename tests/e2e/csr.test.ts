@@ -15,21 +15,19 @@
 // in tests/unit/csr.test.ts and csrapprover.test.ts (older API servers let them through).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type {
   V1CertificateSigningRequest,
   V1CertificateSigningRequestCondition,
 } from "@kubernetes/client-node";
 import { GeneralName } from "@peculiar/asn1-x509";
 import { KubeError } from "../../lib/kube.ts";
-import { FakeApid } from "../support/apid.ts";
-import { type EventV1, freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import type { FakeApid } from "../support/apid.ts";
+import { ApidBed } from "../support/bed.ts";
+import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
 import { createCSR, createRawCSR, sanExtension } from "../support/pki.ts";
-import { type CcmProcess, type CcmSetup, startCcm } from "../support/process.ts";
+import type { CcmProcess } from "../support/process.ts";
 
 const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const CN = "2.5.4.3";
@@ -75,33 +73,27 @@ const IP = {
 /** An address node A's kubelet puts into its status that Talos does not report. */
 const UNREPORTED_IP = "10.30.0.99";
 
+let bed: ApidBed;
 let cluster: TestCluster;
 let apid: FakeApid;
-let dir: string;
-let talosconfig: string;
-let port: number;
 let ccm: CcmProcess;
-const kubelets: SimulatedKubelet[] = [];
 let a: SimulatedKubelet;
 
-function csrCcm(withTalos: boolean): CcmSetup {
-  return {
-    kubeconfig: cluster.adminKubeconfig,
-    controllers: "node-csr-approval",
-    ...(withTalos ? { talosconfig } : {}),
-    securePort: port,
-    alwaysAllowPaths: "/metrics",
-    // v=2 logs each look at a CSR whose Node is missing: what "not decided yet" checks wait for.
-    args: ["--v=2"],
-  };
-}
-
 async function startCsrCcm(withTalos: boolean): Promise<void> {
-  ccm = await startCcm(csrCcm(withTalos), /Approving kubelet serving CSRs/);
+  ccm = await bed.startCcm(
+    {
+      controllers: "node-csr-approval",
+      withoutTalos: !withTalos,
+      alwaysAllowPaths: "/metrics",
+      // v=2 logs each look at a CSR whose Node is missing: what "not decided yet" checks wait for.
+      args: ["--v=2"],
+    },
+    /Approving kubelet serving CSRs/,
+  );
 }
 
-async function register(name: string, ips: string[], extra: Array<{ type: string; address: string }> = []) {
-  const k = await SimulatedKubelet.register(cluster, {
+function register(name: string, ips: string[], extra: Array<{ type: string; address: string }> = []) {
+  return bed.register({
     name,
     ips,
     heartbeatMs: 0,
@@ -111,8 +103,6 @@ async function register(name: string, ips: string[], extra: Array<{ type: string
       ...extra,
     ],
   });
-  kubelets.push(k);
-  return k;
 }
 
 function getCsr(name: string): Promise<V1CertificateSigningRequest> {
@@ -127,11 +117,6 @@ function decided(name: string, timeoutMs = 10_000): Promise<V1CertificateSigning
 /** Seconds between two API timestamps (both whole seconds, as the API server writes them). */
 function seconds(from: unknown, to: unknown): number {
   return (Date.parse(String(to)) - Date.parse(String(from))) / 1000;
-}
-
-async function metrics(): Promise<string> {
-  const res = await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } });
-  return res.text();
 }
 
 function counter(text: string, series: string): number {
@@ -151,10 +136,8 @@ async function refusal(p: Promise<unknown>): Promise<number> {
 }
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "csr-e2e-"));
-  [cluster, apid] = await Promise.all([
-    TestCluster.start(),
-    FakeApid.start({
+  bed = await ApidBed.start("csr-e2e-", {
+    apid: {
       nodes: [
         machine("csr-a", IP.a, { domainname: "lan" }),
         machine("csr-b", IP.b),
@@ -164,10 +147,9 @@ beforeAll(async () => {
         // A machine whose kubelet has not registered its Node: no Node claims its IP.
         machine("csr-unregistered", IP.unregistered),
       ],
-    }),
-  ]);
-  talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
-  port = await freePort();
+    },
+  });
+  ({ cluster, apid } = bed);
   await startCsrCcm(true);
   a = await register(
     "csr-a",
@@ -183,13 +165,7 @@ beforeAll(async () => {
   await register("csr-c", [IP.c], [{ type: "InternalDNS", address: "csr-b" }]);
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  for (const k of kubelets) k.close();
-  await apid?.stop();
-  await cluster?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 describe("node-csr-approval approves honest CSRs", () => {
   test("an honest CSR is approved within 1 s, with Talos' confirmation", async () => {
@@ -222,7 +198,7 @@ describe("node-csr-approval approves honest CSRs", () => {
       ips: [IP.late],
       heartbeatMs: 0,
     });
-    kubelets.push(late);
+    bed.kubelets.push(late);
     const csr = await late.submitServingCSR();
     const name = csr.metadata?.name as string;
     // The CCM has looked at the CSR twice and found no Node each time.
@@ -271,7 +247,7 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
     {
       name: "a DNS SAN that is another node's name, claimed in the requester's own status",
       submit: async () =>
-        (kubelets.find((k) => k.name === "csr-c") as SimulatedKubelet).submitServingCSR({
+        (bed.kubelets.find((k) => k.name === "csr-c") as SimulatedKubelet).submitServingCSR({
           dns: ["csr-c", "csr-b"],
         }),
       reason: "DNSNameOfOtherNode",
@@ -408,14 +384,14 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
     // The forger's kubelet publishes the IP of a machine whose Node is not registered (no Node
     // claims it); that machine's Talos answers there with its own name.
     const series = 'talosccm_csr_denied_total{reason="TalosNodeMismatch"}';
-    const before = counter(await metrics(), series);
+    const before = counter(await bed.metrics(), series);
     const forger = await register("csr-forger", [IP.unregistered]);
     const csr = await forger.submitServingCSR({ dns: ["csr-forger"], ips: [IP.unregistered] });
     const cond = await decided(csr.metadata?.name as string);
     expect(cond).toMatchObject({ type: "Denied", reason: "TalosNodeMismatch" });
     expect(cond.message).toContain('is node "csr-unregistered"');
     await waitFor(
-      async () => counter(await metrics(), series) > before,
+      async () => counter(await bed.metrics(), series) > before,
       10_000,
       () => `${series} not counted`,
     );
@@ -455,7 +431,7 @@ describe("node-csr-approval denies the attack matrix, each with its reason", () 
       ...reasons.map((r) => `talosccm_csr_denied_total{reason="${r}"}`),
     ];
     const read = async () => {
-      const text = await metrics();
+      const text = await bed.metrics();
       return series.map((s) => counter(text, s));
     };
     const before = await read();
