@@ -12,10 +12,7 @@
 
 import "reflect-metadata";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
+import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { GeneralName } from "@peculiar/asn1-x509";
 import * as x509 from "@peculiar/x509";
 import fc from "fast-check";
@@ -24,8 +21,14 @@ import { formatIP, parseIP } from "../../lib/cidr.ts";
 import { KubeError, PATCH } from "../../lib/kube.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import type { SystemInformation } from "../../lib/types.ts";
-import { encodeAddress, encodePlatformMetadata, encodeSystemInformation, FakeApid } from "../support/apid.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import {
+  encodeAddress,
+  encodePlatformMetadata,
+  encodeSystemInformation,
+  type FakeApid,
+} from "../support/apid.ts";
+import { ApidBed } from "../support/bed.ts";
+import { type TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeAddress,
   type FakeNodeSpec,
@@ -33,9 +36,9 @@ import {
   nodeIdentity,
   normalizeAddress,
 } from "../support/fixtures.ts";
-import { PROVIDED_NODE_IP, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import { PROVIDED_NODE_IP, type SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { createCSR, createRawCSR, derToPem, pemToDer, sanExtension } from "../support/pki.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import type { CcmProcess } from "../support/process.ts";
 
 /** One seed for every generator: a failure names its sample, and a rerun reproduces it. */
 const SEED = 20_261_121;
@@ -55,12 +58,10 @@ transformations:
       example.com/fuzz: "{{ .Zone }}:PreferNoSchedule"
 `;
 
+let bed: ApidBed;
 let cluster: TestCluster;
 let apid: FakeApid;
-let dir: string;
-let cloudConfig: string;
 let ccm: CcmProcess;
-let port: number;
 const kubelets = new Map<string, SimulatedKubelet>();
 let nextIndex = 0;
 
@@ -75,7 +76,7 @@ async function register(
   spec: FakeNodeSpec,
   opts: { ips?: string[]; addresses?: Array<{ type: string; address: string }> } = {},
 ): Promise<SimulatedKubelet> {
-  const k = await SimulatedKubelet.register(cluster, {
+  const k = await bed.register({
     name: spec.name,
     ips: opts.ips ?? spec.nodeIPs,
     heartbeatMs: 0,
@@ -85,56 +86,26 @@ async function register(
   return k;
 }
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
-const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
-
-async function waitInitialized(names: string[], timeoutMs = 30_000): Promise<void> {
-  let pending: string[] = [];
-  await waitFor(
-    async () => {
-      const nodes = await Promise.all(names.map(getNode));
-      pending = nodes.filter(tainted).map((n) => n.metadata?.name ?? "");
-      return pending.length === 0;
-    },
-    timeoutMs,
-    () => `still tainted: ${pending.join(", ")}\n${ccm.output.slice(-3000)}`,
-    200,
-  );
-}
+const getNode = (name: string) => bed.getNode(name);
 
 /** Fails the test as soon as the process is gone or /healthz stops answering. */
 async function expectAlive(context: string): Promise<void> {
   if (ccm.exitCode !== null)
     throw new Error(`the process exited (${ccm.exitCode}) ${context}:\n${ccm.output.slice(-4000)}`);
-  const res = await fetch(`https://127.0.0.1:${port}/healthz`, { tls: { rejectUnauthorized: false } }).catch(
-    (e: unknown) => e as Error,
-  );
+  const res = await fetch(`https://127.0.0.1:${bed.port}/healthz`, {
+    tls: { rejectUnauthorized: false },
+  }).catch((e: unknown) => e as Error);
   if (!(res instanceof Response) || res.status !== 200)
     throw new Error(`/healthz failed ${context}: ${res instanceof Response ? res.status : res.message}`);
 }
 
-function writeConfig(text: string): void {
-  writeFileSync(`${cloudConfig}.tmp`, text);
-  renameSync(`${cloudConfig}.tmp`, cloudConfig);
-}
-
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "faults-fuzz-"));
-  [cluster, apid] = await Promise.all([TestCluster.start(), FakeApid.start()]);
-  const talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
-  cloudConfig = join(dir, "ccm-config.yaml");
-  writeConfig(GOOD_CONFIG);
-  port = await freePort();
-  ccm = await startCcm(
+  bed = await ApidBed.start("faults-fuzz-");
+  ({ cluster, apid } = bed);
+  bed.writeCloudConfig(GOOD_CONFIG);
+  ccm = await bed.startCcm(
     {
-      kubeconfig: cluster.adminKubeconfig,
       controllers: "cloud-node,node-csr-approval",
-      talosconfig,
-      cloudConfig,
-      securePort: port,
       alwaysAllowPaths: "/healthz",
       kubeApiQps: 100,
       args: ["--node-status-update-frequency=2s"],
@@ -144,13 +115,7 @@ beforeAll(async () => {
   );
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  for (const k of kubelets.values()) k.close();
-  await apid?.stop();
-  await cluster?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 // ---------------------------------------------------------------------------------------------
 // Generators
@@ -405,7 +370,7 @@ describe("fuzzed input from every side, into one running process", () => {
     for (const [i, text] of samples.entries()) {
       const before = outcomes();
       // The comment makes every sample a change the poller sees.
-      writeConfig(`${text}\n# fuzz sample ${i}\n`);
+      bed.writeCloudConfig(`${text}\n# fuzz sample ${i}\n`);
       try {
         await waitFor(
           () => outcomes() > before,
@@ -419,7 +384,7 @@ describe("fuzzed input from every side, into one running process", () => {
       }
     }
     const before = outcomes();
-    writeConfig(GOOD_CONFIG);
+    bed.writeCloudConfig(GOOD_CONFIG);
     await waitFor(() => outcomes() > before, 6_000);
     expect(ccm.output.match(/Reloaded cloud config|Cannot reload cloud config/g)?.at(-1)).toBe(
       "Reloaded cloud config",
@@ -542,7 +507,7 @@ describe("fuzzed input from every side, into one running process", () => {
   test.concurrent("CSRs filed by kubelets: every one the API server accepts is decided, none approves what the node does not own", async () => {
     const specs = newNodes("fuzz-csr", 3);
     await Promise.all(specs.map((s) => register(s)));
-    await waitInitialized(specs.map((s) => s.name));
+    await bed.allInitialized(specs.map((s) => s.name));
     const USAGES = ["digital signature", "key encipherment", "server auth", "client auth"];
     const CN = "2.5.4.3";
     const O = "2.5.4.10";
@@ -754,7 +719,7 @@ describe("fuzzed input from every side, into one running process", () => {
   test.concurrent("protobuf bytes from the apid in place of PlatformMetadata, AddressStatus and SystemInformation", async () => {
     const watched = newNodes("fuzz-pb", 3);
     await Promise.all(watched.map((s) => register(s)));
-    await waitInitialized(watched.map((s) => s.name));
+    await bed.allInitialized(watched.map((s) => s.name));
     const KINDS = ["platformmetadata", "addresses", "systeminformation"] as const;
     /** Hand-made messages: any field number, any wire type, lengths that lie. */
     const messageArb = fc
@@ -833,14 +798,14 @@ describe("fuzzed input from every side, into one running process", () => {
   }, 60_000);
 
   test("afterwards it initializes every node it can, and a healthy newcomer with its CSR; SIGTERM ends it with 0", async () => {
-    writeConfig(GOOD_CONFIG);
-    await waitInitialized([
+    bed.writeCloudConfig(GOOD_CONFIG);
+    await bed.allInitialized([
       ...annotated.filter((a) => !a.mayStrand).map((a) => a.spec.name),
       ...lateSI.map((s) => s.name),
     ]);
     const [healthy] = newNodes("healthy", 1) as [FakeNodeSpec];
     const k = await register(healthy);
-    await waitInitialized([healthy.name]);
+    await bed.allInitialized([healthy.name]);
     const node = await getNode(healthy.name);
     expect(node.spec?.providerID).toBe(`talos://nocloud/${healthy.nodeIPs[0]}`);
     expect(node.metadata?.labels?.["example.com/platform"]).toBe("nocloud");

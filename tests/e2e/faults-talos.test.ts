@@ -6,15 +6,11 @@
 // process never exits.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { V1Node } from "@kubernetes/client-node";
-import { FakeApid } from "../support/apid.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import type { FakeApid } from "../support/apid.ts";
+import { ApidBed, tainted } from "../support/bed.ts";
+import { type TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, generateNodes, normalizeAddress } from "../support/fixtures.ts";
-import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import type { CcmProcess } from "../support/process.ts";
 
 /** A rule reads SystemInformation: every node costs that read besides its watches and Nodename read. */
 const CLOUD_CONFIG = `
@@ -26,29 +22,20 @@ transformations:
 /** --node-status-update-frequency: nodes whose watch is down are polled this often. */
 const REFRESH_MS = 2000;
 
+let bed: ApidBed;
 let cluster: TestCluster;
 let apid: FakeApid;
-let dir: string;
 let talosconfig: string;
 let ccm: CcmProcess;
-let port: number;
-const kubelets: SimulatedKubelet[] = [];
 let nextIndex = 0;
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "faults-talos-"));
-  [cluster, apid] = await Promise.all([TestCluster.start(), FakeApid.start()]);
-  talosconfig = await apid.writeTalosconfig(join(dir, "talosconfig"));
-  const cloudConfig = join(dir, "ccm-config.yaml");
-  writeFileSync(cloudConfig, CLOUD_CONFIG);
-  port = await freePort();
-  ccm = await startCcm(
+  bed = await ApidBed.start("faults-talos-");
+  ({ cluster, apid, talosconfig } = bed);
+  bed.writeCloudConfig(CLOUD_CONFIG);
+  ccm = await bed.startCcm(
     {
-      kubeconfig: cluster.adminKubeconfig,
       controllers: "cloud-node",
-      talosconfig,
-      cloudConfig,
-      securePort: port,
       alwaysAllowPaths: "/healthz",
       args: [`--node-status-update-frequency=${REFRESH_MS / 1000}s`],
     },
@@ -61,10 +48,7 @@ afterAll(async () => {
     const code = await ccm.stop("SIGTERM");
     expect(code).toBe(0);
   }
-  for (const k of kubelets) k.close();
-  await apid?.stop();
-  await cluster?.stop();
-  rmSync(dir, { recursive: true, force: true });
+  await bed?.stop();
 });
 
 /** `n` new fake Talos nodes, known to the apid, not yet registered. */
@@ -76,30 +60,16 @@ function newNodes(prefix: string, n: number): FakeNodeSpec[] {
 }
 
 async function register(specs: FakeNodeSpec[]): Promise<void> {
-  const ks = await Promise.all(
-    specs.map((s) => SimulatedKubelet.register(cluster, { name: s.name, ips: s.nodeIPs, heartbeatMs: 0 })),
-  );
-  kubelets.push(...ks);
+  await Promise.all(specs.map((s) => bed.register({ name: s.name, ips: s.nodeIPs, heartbeatMs: 0 })));
 }
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
-const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+const getNode = (name: string) => bed.getNode(name);
 
 /** Waits until every node of `specs` is initialized from its Talos facts (providerID and UUID rule). */
 async function initialized(specs: FakeNodeSpec[], timeoutMs = 30_000): Promise<void> {
-  let pending: string[] = [];
-  await waitFor(
-    async () => {
-      const nodes = await Promise.all(specs.map((s) => getNode(s.name)));
-      pending = nodes.filter((n) => tainted(n)).map((n) => n.metadata?.name ?? "");
-      return pending.length === 0;
-    },
+  await bed.allInitialized(
+    specs.map((s) => s.name),
     timeoutMs,
-    () => `still tainted: ${pending.join(", ")}\n${ccm.output.slice(-3000)}`,
-    200,
   );
   for (const s of specs) {
     const n = await getNode(s.name);
@@ -159,7 +129,7 @@ async function expectWaitingOnTalos(specs: FakeNodeSpec[]): Promise<void> {
 async function expectAlive(): Promise<void> {
   expect(ccm.exitCode).toBeNull();
   expect(ccm.output).not.toContain("Controller failed");
-  const res = await fetch(`https://127.0.0.1:${port}/healthz`, { tls: { rejectUnauthorized: false } });
+  const res = await fetch(`https://127.0.0.1:${bed.port}/healthz`, { tls: { rejectUnauthorized: false } });
   expect(res.status).toBe(200);
 }
 

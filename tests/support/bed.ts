@@ -145,6 +145,21 @@ export class ApidBed {
     return node as V1Node;
   }
 
+  /** Waits until none of the Nodes `names` has the uninitialized taint (checked every 200 ms). */
+  async allInitialized(names: string[], timeoutMs = 30_000): Promise<void> {
+    let pending: string[] = [];
+    await waitFor(
+      async () => {
+        const nodes = await Promise.all(names.map((n) => this.getNode(n)));
+        pending = nodes.filter(tainted).map((n) => n.metadata?.name ?? "");
+        return pending.length === 0;
+      },
+      timeoutMs,
+      () => `still tainted: ${pending.join(", ")}\n${this.ccm?.output.slice(-3000)}`,
+      200,
+    );
+  }
+
   /** Waits for an Event of `reason` about `name` and returns it. */
   async eventOf(name: string, reason: string, timeoutMs = 10_000): Promise<EventV1> {
     let found: EventV1 | undefined;
