@@ -329,6 +329,7 @@ describe("GrpcChannel against a scripted server", () => {
     let timeout: string | string[] | undefined;
     scripted.handler = (stream, headers) => {
       timeout = headers["grpc-timeout"];
+      // Not a wait: the server answers late, so a deadline that fired at once would fail the call.
       setTimeout(() => reply(stream, [Uint8Array.of(7)]), 20);
     };
     const got = await channel().unary("/s/M", new Uint8Array(), { timeoutMs: 3e9 });
@@ -337,6 +338,7 @@ describe("GrpcChannel against a scripted server", () => {
   });
 
   test("concurrent calls share one session", async () => {
+    // Not a wait: the server answers late, so the 30 calls are open at the same time.
     scripted.handler = (stream) => setTimeout(() => reply(stream, [Uint8Array.of(1)]), 20);
     const before = scripted.accepted;
     const ch = channel();
@@ -359,6 +361,7 @@ describe("GrpcChannel against a scripted server", () => {
     let most = 0;
     scripted.handler = (stream) => {
       most = Math.max(most, ++open);
+      // Not a wait: each stream stays open a while, so later calls meet the limit.
       setTimeout(() => {
         open--;
         reply(stream, [Uint8Array.of(2)]);
@@ -460,6 +463,7 @@ describe("GrpcChannel against a scripted server", () => {
     scripted.handler = (s) => {
       s.respond({ ":status": 200, "content-type": "application/grpc" });
       s.write(Buffer.concat([frameMessage(Uint8Array.of(1)), frameMessage(Uint8Array.of(2))]));
+      // The fault: the connection closes 30 ms after the messages, the stream still open.
       setTimeout(() => s.session?.destroy(), 30);
     };
     const ch = channel();
@@ -522,11 +526,12 @@ describe("GrpcChannel against a scripted server", () => {
       held = s;
       s.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
       s.on("wantTrailers", () => s.sendTrailers({ "grpc-status": "0" }));
+      // Messages 1 and 2 in one DATA frame: the client decodes both before next() returns 1.
       s.write(Buffer.concat([frameMessage(Uint8Array.of(1)), frameMessage(Uint8Array.of(2))]));
     };
     const stream = channel().serverStream("/s/Watch", new Uint8Array());
     expect([...((await stream.next()) ?? [])]).toEqual([1]);
-    await Bun.sleep(50); // message 2 waits in the call's queue
+    // Message 2 waits in the call's queue.
     const got: number[] = [];
     const ends: Array<GrpcError | null> = [];
     stream.listen({ onMessage: (m) => got.push(...m), onEnd: (e) => ends.push(e) });
@@ -615,8 +620,10 @@ describe("GrpcChannel against a scripted server", () => {
 
   test("keepalive: pings keep a quiet stream open while the server answers them", async () => {
     let held: http2.ServerHttp2Stream | undefined;
+    let session: http2.Http2Session | undefined;
     scripted.handler = (s) => {
       held = s;
+      session = s.session;
       s.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
       s.on("wantTrailers", () => s.sendTrailers({ "grpc-status": "0" }));
     };
@@ -632,8 +639,11 @@ describe("GrpcChannel against a scripted server", () => {
     expect(messages.map((m) => [...m])).toEqual([[4]]);
     expect(error).toBeUndefined();
     // grpc-go answers pings on a connection without streams with GOAWAY too_many_pings. A ping
-    // sent just before the stream ended may still be on its way: count from a moment later.
-    await Bun.sleep(100);
+    // sent just before the stream ended may still be on its way: the acknowledgement of a PING of
+    // ours comes after every frame the client wrote before it, so count from then.
+    await new Promise<void>((acked, failed) => {
+      if (!session?.ping((err) => (err ? failed(err) : acked()))) failed(new Error("the PING was not sent"));
+    });
     const idle = scripted.pings;
     // The absence of pings for 8 keepalive periods is the behaviour under test: the window is the measure.
     await Bun.sleep(400);
