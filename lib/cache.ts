@@ -5,7 +5,7 @@
 
 import { wait } from "./backoff.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
-import { isGone, type KubeClient } from "./kube.ts";
+import { isGone, type KubeApi } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
 
@@ -46,7 +46,7 @@ interface ListResponse {
 
 /** A list+watch cache of one collection. */
 export class Informer<T extends CachedMeta> {
-  readonly #client: KubeClient;
+  readonly #client: KubeApi;
   readonly #opts: InformerOptions<T>;
   readonly #store = new Map<string, T>();
   readonly #handlers: Handlers<T>[] = [];
@@ -57,7 +57,7 @@ export class Informer<T extends CachedMeta> {
   #syncWaiters: Array<() => void> = [];
   #running?: Promise<void>;
 
-  constructor(client: KubeClient, opts: InformerOptions<T>) {
+  constructor(client: KubeApi, opts: InformerOptions<T>) {
     this.#client = client;
     this.#opts = opts;
     this.#log = opts.log ?? logger("informer").with({ path: opts.path });
@@ -211,6 +211,6 @@ export class Informer<T extends CachedMeta> {
 }
 
 /** The shared Node informer. */
-export function nodeInformer(client: KubeClient): Informer<LeanNode> {
+export function nodeInformer(client: KubeApi): Informer<LeanNode> {
   return new Informer(client, { path: "/api/v1/nodes", transform: leanNode, log: logger("node-informer") });
 }

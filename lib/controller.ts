@@ -6,7 +6,7 @@ import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
-import type { KubeClient } from "./kube.ts";
+import type { KubeApi } from "./kubeapi.ts";
 import type { KubeApis } from "./kubeapis.ts";
 import type { Registry } from "./metrics.ts";
 import type { LeanNode } from "./nodeview.ts";
@@ -38,7 +38,7 @@ export class ConfigHolder {
 /** What a controller gets to work with. */
 export interface ControllerContext {
   options: RunOptions;
-  client: KubeClient;
+  client: KubeApi;
   nodes: Informer<LeanNode>;
   events: EventRecorder;
   registry: Registry;

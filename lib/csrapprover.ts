@@ -31,7 +31,7 @@ import {
 } from "./csr.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
-import { isConflict, isNotFound, type KubeClient } from "./kube.ts";
+import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
 import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
@@ -349,7 +349,7 @@ export class NodeClaimIndex {
 
 /** What the controller works with; tests pass fakes. */
 export interface CsrApproverOptions {
-  client: Pick<KubeClient, "update">;
+  client: Pick<KubeApi, "update">;
   /** The CSR cache; whoever starts its informer adds `csrHandlers` to it. */
   csrs: Pick<Informer<LeanCsr>, "get">;
   /** The Node cache; `run()` adds `nodeHandlers` to it, which also feed the claim index. */

@@ -13,7 +13,7 @@ import { wait } from "./backoff.ts";
 import { backoffDelay } from "./backoffpolicy.ts";
 import { type Handlers, Informer } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
-import { type KubeClient, KubeError } from "./kube.ts";
+import { type KubeApi, KubeError } from "./kubeapi.ts";
 import type { KubeApis } from "./kubeapis.ts";
 import { serviceCIDRPath } from "./kubeversions.ts";
 import { logger } from "./log.ts";
@@ -68,7 +68,7 @@ export function controlPlaneName(server: string): string[] {
 
 /** What {@link CsrNetworks} reads from. */
 export interface CsrNetworksOptions {
-  client: KubeClient;
+  client: KubeApi;
   /** The flags' CIDRs, as `RunOptions.ipam` holds them (split on commas). */
   ipam: { clusterCidrs: readonly string[]; serviceCidrs?: readonly string[] };
   talos: Pick<TalosClient, "controllerManagerConfig"> | undefined;

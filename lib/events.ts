@@ -2,8 +2,7 @@
 // repeats is folded into one Event's `series` (count and last time) instead of new objects, series
 // updates are rate-limited per event, and a failure to record never reaches the caller.
 
-import type { KubeClient } from "./kube.ts";
-import { microTime, PATCH } from "./kube.ts";
+import { type KubeApi, microTime, PATCH } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import { EVENTS_NAMESPACE } from "./wellknown.ts";
 
@@ -204,12 +203,12 @@ export function seriesPatch(entry: Pick<SeriesEntry, "count" | "lastMs">) {
 
 /** Records Events; one per process, shared by the controllers. */
 export class EventRecorder {
-  readonly #client: KubeClient;
+  readonly #client: KubeApi;
   readonly #opts: Required<Omit<EventRecorderOptions, "now">>;
   readonly #now: () => number;
   readonly #entries = new Map<string, SeriesEntry>();
 
-  constructor(client: KubeClient, opts: EventRecorderOptions) {
+  constructor(client: KubeApi, opts: EventRecorderOptions) {
     this.#client = client;
     this.#opts = { seriesWindowMs: 600_000, seriesUpdateMs: 30_000, maxEntries: 4096, ...opts };
     this.#now = opts.now ?? Date.now;

@@ -10,7 +10,7 @@ import type { EventRecorder, EventTarget } from "./events.ts";
 import type { IpamOptions } from "./flags.ts";
 import { type Allocation, Allocator, CidrNotAvailableError, type NodeNetwork } from "./ipamallocator.ts";
 import { type NodeIpamConfig, nodeIpamNeedsTalos, resolveNodeIpamConfig } from "./ipamconfig.ts";
-import { type KubeClient, KubeError, PATCH } from "./kube.ts";
+import { type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
 import { sameList } from "./lists.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
@@ -136,7 +136,7 @@ function isRefusal(err: unknown): boolean {
 /** What the controller works with. */
 interface ControllerDeps {
   allocator: Allocator;
-  client: KubeClient;
+  client: KubeApi;
   nodes: Informer<LeanNode>;
   events: EventRecorder;
   /** Present only when the CloudAllocator takes IPv6 pod CIDRs from the nodes' own prefixes. */
@@ -151,7 +151,7 @@ interface ControllerDeps {
  */
 class NodeIpamController {
   readonly #allocator: Allocator;
-  readonly #client: KubeClient;
+  readonly #client: KubeApi;
   readonly #nodes: Informer<LeanNode>;
   readonly #events: EventRecorder;
   readonly #talos: TalosClient | undefined;

@@ -1,13 +1,22 @@
 // The Kubernetes API client: HTTP on Bun's fetch that really applies the connection's TLS settings,
-// request authentication, client-side rate limits, retries, request metrics, and watch streams; the
-// API server's errors. Where the connection comes from is lib/kubeconnection.ts's (kubeconfig parsing:
-// lib/kubeconfig.ts); exec and auth-provider credential plugins are lib/kubeauthplugin.ts's.
+// request authentication, client-side rate limits, retries, request metrics, and watch streams. Its
+// contract (the KubeApi interface, the API server's errors, the patch types) is lib/kubeapi.ts's.
+// Where the connection comes from is lib/kubeconnection.ts's (kubeconfig parsing: lib/kubeconfig.ts);
+// exec and auth-provider credential plugins are lib/kubeauthplugin.ts's.
 // @kubernetes/client-node supplies the types; its own HTTP layer is not used: under Bun it ignores
 // the kubeconfig's CA and client certificate (bun-notes.md, "The TLS trap"), and loading it costs
 // ~22 MB of resident memory.
 
 import { readFileSync } from "node:fs";
 import { wait } from "./backoff.ts";
+import {
+  type KubeApi,
+  KubeError,
+  PATCH,
+  type RequestOptions,
+  type WatchEvent,
+  type WatchOptions,
+} from "./kubeapi.ts";
 import { type CredentialPlugin, loadCredentialPlugin } from "./kubeauthplugin.ts";
 import { KubeConfigError, type KubeConnection } from "./kubeconfig.ts";
 import { logger } from "./log.ts";
@@ -15,55 +24,6 @@ import type { Registry } from "./metrics.ts";
 import { registry as defaultRegistry, startTimer } from "./processmetrics.ts";
 
 const log = logger("kube");
-
-/** A non-2xx answer of the API server, with its Status reason. */
-export class KubeError extends Error {
-  override readonly name = "KubeError";
-  constructor(
-    readonly status: number,
-    readonly reason: string,
-    message: string,
-    readonly retryAfterSeconds?: number,
-  ) {
-    super(message);
-  }
-}
-
-/**
- * A Kubernetes MicroTime (Events, Leases): RFC 3339 in UTC with six fractional digits.
- * @example microTime(0) // "1970-01-01T00:00:00.000000Z"
- */
-export function microTime(ms: number): string {
-  return new Date(ms).toISOString().replace(/Z$/, "000Z");
-}
-
-/** True for a 404 answer. */
-export const isNotFound = (e: unknown): boolean => e instanceof KubeError && e.status === 404;
-/** True for a 409 answer (conflict or already exists). */
-export const isConflict = (e: unknown): boolean => e instanceof KubeError && e.status === 409;
-/** True for a 410 answer: the watch's resourceVersion is too old. */
-export const isGone = (e: unknown): boolean => e instanceof KubeError && e.status === 410;
-
-/** Content types of the three patch kinds the API server accepts. */
-export const PATCH = {
-  merge: "application/merge-patch+json",
-  strategic: "application/strategic-merge-patch+json",
-  json: "application/json-patch+json",
-} as const;
-
-/** Per-request options of {@link KubeClient}. */
-export interface RequestOptions {
-  body?: unknown;
-  contentType?: string;
-  query?: Record<string, string | number | boolean | undefined>;
-  signal?: AbortSignal;
-}
-
-/** One event of a watch stream. */
-export interface WatchEvent<T> {
-  type: "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR";
-  object: T;
-}
 
 /** A token bucket: `qps` tokens per second, at most `burst` saved up. */
 class RateLimiter {
@@ -118,7 +78,7 @@ const TOKEN_FILE_TTL_MS = 60_000;
  * A Kubernetes API client over Bun's fetch. One connection pool per client; TLS is verified against
  * the kubeconfig's CA (or the system roots) with the client certificate when one is configured.
  */
-export class KubeClient {
+export class KubeClient implements KubeApi {
   readonly server: string;
   readonly #session: Bun.FetchSession;
   readonly #conn: KubeConnection;
@@ -300,15 +260,7 @@ export class KubeClient {
    * Opens a watch on a collection and yields its events until the server ends the stream or `signal`
    * aborts. An ERROR event with a 410 Status is thrown as a KubeError so the caller re-lists.
    */
-  async *watch<T>(
-    path: string,
-    opts: {
-      resourceVersion?: string;
-      timeoutSeconds?: number;
-      signal?: AbortSignal;
-      query?: RequestOptions["query"];
-    },
-  ): AsyncGenerator<WatchEvent<T>> {
+  async *watch<T>(path: string, opts: WatchOptions): AsyncGenerator<WatchEvent<T>> {
     await this.#limiter.take();
     const query: RequestOptions["query"] = {
       ...opts.query,

@@ -3,7 +3,7 @@
 // may read), decided by lib/kubeversions.ts. The first complete read is logged in one line at
 // start-up, with a warning when the version is outside the supported range.
 
-import { type KubeClient, KubeError } from "./kube.ts";
+import { type KubeApi, KubeError } from "./kubeapi.ts";
 import {
   describeSources,
   type KubeApiSources,
@@ -20,10 +20,10 @@ const log = logger("kube-apis");
 
 /** The API server's version-dependent sources, discovered once and shared by every controller. */
 export class KubeApis {
-  readonly #client: KubeClient;
+  readonly #client: KubeApi;
   #found: Promise<KubeApiSources> | undefined;
 
-  constructor(client: KubeClient) {
+  constructor(client: KubeApi) {
     this.#client = client;
   }
 

@@ -3,7 +3,7 @@
 // every write is an optimistic update guarded by resourceVersion, a leader that cannot renew within
 // the renew deadline has lost, and a clean shutdown releases the lease so a standby takes over at once.
 
-import { isConflict, isNotFound, type KubeClient, microTime } from "./kube.ts";
+import { isConflict, isNotFound, type KubeApi, microTime } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { registry as defaultRegistry } from "./processmetrics.ts";
@@ -204,7 +204,7 @@ export function leadershipLost(
 
 /** Runs the election for one replica. */
 export class LeaderElector {
-  readonly #client: KubeClient;
+  readonly #client: KubeApi;
   readonly #o: LeaderElectionOptions;
   readonly #now: () => number;
   readonly #status;
@@ -218,7 +218,7 @@ export class LeaderElector {
   #wake?: () => void;
   #cb?: LeaderCallbacks;
 
-  constructor(client: KubeClient, opts: LeaderElectionOptions) {
+  constructor(client: KubeApi, opts: LeaderElectionOptions) {
     validateTimings(opts);
     this.#client = client;
     this.#o = opts;

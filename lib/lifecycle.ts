@@ -14,7 +14,7 @@ import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import { instanceFacts, isUninitialized, LABELS, PROVIDER_NAME } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
-import { isConflict, isNotFound, type KubeClient, PATCH } from "./kube.ts";
+import { isConflict, isNotFound, type KubeApi, PATCH } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import type { Counter, Registry } from "./metrics.ts";
 import { type LeanNode, leanNode, nodeIPs } from "./nodeview.ts";
@@ -324,7 +324,7 @@ export function probeTtlMs(probe: InstanceProbe, failures: number, periodMs: num
 
 /** Dependencies of {@link LifecycleController}. */
 export interface LifecycleControllerOptions {
-  client: Pick<KubeClient, "get" | "patch" | "delete">;
+  client: Pick<KubeApi, "get" | "patch" | "delete">;
   nodes: Pick<Informer<LeanNode>, "get" | "list">;
   events: Pick<EventRecorder, "record">;
   /** Without it the replaced-instance rule is off (no probes); the reference rules still apply. */

@@ -20,7 +20,7 @@ import { ControllerRunner } from "./controllerrunner.ts";
 import { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
-import type { KubeClient } from "./kube.ts";
+import type { KubeApi } from "./kubeapi.ts";
 import { KubeApis } from "./kubeapis.ts";
 import { type KubeClients, kubeClients } from "./kubeclients.ts";
 import { LeaderElector } from "./leader.ts";
@@ -175,7 +175,7 @@ function startKubeClients(opts: RunOptions): KubeClients {
 }
 
 /** The leader elector for the Lease the flags name, or exits when the timings are inconsistent. */
-function leaderElector(client: KubeClient, opts: RunOptions, identity: string): LeaderElector {
+function leaderElector(client: KubeApi, opts: RunOptions, identity: string): LeaderElector {
   try {
     return new LeaderElector(client, {
       namespace: opts.leaderElection.resourceNamespace,
@@ -207,7 +207,7 @@ async function serve(
  * Reads the API server's version and version-dependent APIs (logged once, by KubeApis), or logs that
  * it cannot be reached yet: the informer keeps trying, and the controllers read them again when used.
  */
-async function logApiServer(apis: KubeApis, client: KubeClient): Promise<void> {
+async function logApiServer(apis: KubeApis, client: KubeApi): Promise<void> {
   try {
     await apis.discover();
   } catch (err) {

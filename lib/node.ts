@@ -34,7 +34,8 @@ import {
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
 import { type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
-import { isNotFound, type KubeClient, KubeError, PATCH } from "./kube.ts";
+import type { KubeClient } from "./kube.ts";
+import { isNotFound, KubeError, PATCH } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";

@@ -17,7 +17,7 @@ import {
 } from "./clientcerts.ts";
 import type { RequestHeaderFlags } from "./flags.ts";
 import { type Handler, type HttpsListener, listenHttps, type TlsSettings } from "./httpsserver.ts";
-import type { KubeClient } from "./kube.ts";
+import type { KubeApi } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { type ServingCert, selfSignedCertificate } from "./selfsigned.ts";
@@ -41,7 +41,7 @@ export interface ServeOptions {
    * token, and reviews sharing the controllers' rate limiter would let a flood of them starve the
    * controllers. Without them only always-allowed paths are served.
    */
-  reviews?: { authentication: KubeClient; authorization: KubeClient };
+  reviews?: { authentication: KubeApi; authorization: KubeApi };
   /** `--authentication-token-webhook-cache-ttl`, `--authorization-webhook-cache-(un)authorized-ttl`. */
   cacheTtlMs?: { authentication: number; authorized: number; unauthorized: number };
   /** `--tls-min-version`; default and floor: the runtime's minimum, TLS 1.2. */
@@ -97,7 +97,7 @@ class Delegator {
     m.set(key, d);
   }
 
-  async #review<T>(client: KubeClient, path: string, body: unknown): Promise<T> {
+  async #review<T>(client: KubeApi, path: string, body: unknown): Promise<T> {
     this.#inFlight++;
     try {
       return await client.create<T>(path, body);

@@ -42,6 +42,7 @@ const CORES = [
   "hpack.ts",
   "instanceid.ts",
   "ipspelling.ts",
+  "kubeapi.ts",
   "kubeversions.ts",
   "lists.ts",
   "messagequeue.ts",
