@@ -46,7 +46,7 @@ import { join, resolve } from "node:path";
 import { Informer } from "../lib/cache.ts";
 import type { RunOptions } from "../lib/flags.ts";
 import { parseCommandLine } from "../lib/flags.ts";
-import { isNotFound } from "../lib/kube.ts";
+import { isNotFound } from "../lib/kubeapi.ts";
 import type { KubeConnection } from "../lib/kubeconfig.ts";
 import { DEFAULT_CLOUD_CONFIG, daemonSetArgs, defaultSettings } from "../lib/manifests.ts";
 import { RESOURCES } from "../lib/taloswire.ts";

@@ -35,7 +35,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
-import { PATCH } from "../../lib/kube.ts";
+import { PATCH } from "../../lib/kubeapi.ts";
 import { cloudCcmBinary, cloudCcmRbac } from "../support/cloudccm.ts";
 import {
   type AuditEvent,

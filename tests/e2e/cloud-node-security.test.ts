@@ -13,7 +13,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
-import { KubeError, PATCH } from "../../lib/kube.ts";
+import { KubeError, PATCH } from "../../lib/kubeapi.ts";
 import type { FakeApid } from "../support/apid.ts";
 import { ApidBed, tainted } from "../support/bed.ts";
 import { type TestCluster, until, waitFor } from "../support/cluster.ts";

@@ -6,7 +6,7 @@
 // and changes exactly what the deleted or changed rule put there, and nothing else (weakness 5).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { PATCH } from "../../lib/kube.ts";
+import { PATCH } from "../../lib/kubeapi.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import type { FakeApid } from "../support/apid.ts";
 import { ApidBed, tainted } from "../support/bed.ts";

@@ -9,7 +9,8 @@
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { V1Node } from "@kubernetes/client-node";
-import { KubeClient, PATCH } from "../../lib/kube.ts";
+import { KubeClient } from "../../lib/kube.ts";
+import { PATCH } from "../../lib/kubeapi.ts";
 import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";

@@ -20,7 +20,7 @@ import type {
   V1CertificateSigningRequestCondition,
 } from "@kubernetes/client-node";
 import { GeneralName } from "@peculiar/asn1-x509";
-import { KubeError } from "../../lib/kube.ts";
+import { KubeError } from "../../lib/kubeapi.ts";
 import type { FakeApid } from "../support/apid.ts";
 import { ApidBed } from "../support/bed.ts";
 import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";

@@ -18,7 +18,7 @@ import * as x509 from "@peculiar/x509";
 import fc from "fast-check";
 import { stringify } from "yaml";
 import { formatIP, parseIP } from "../../lib/cidr.ts";
-import { KubeError, PATCH } from "../../lib/kube.ts";
+import { KubeError, PATCH } from "../../lib/kubeapi.ts";
 import { RESOURCES } from "../../lib/taloswire.ts";
 import type { SystemInformation } from "../../lib/types.ts";
 import {

@@ -19,7 +19,7 @@ import {
   prefixesOverlap,
 } from "../../lib/cidr.ts";
 import { podCIDRsPatch } from "../../lib/ipam.ts";
-import { KubeError, PATCH } from "../../lib/kube.ts";
+import { KubeError, PATCH } from "../../lib/kubeapi.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
 import {

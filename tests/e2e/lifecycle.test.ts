@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
-import { isNotFound, PATCH } from "../../lib/kube.ts";
+import { isNotFound, PATCH } from "../../lib/kubeapi.ts";
 import { FakeApid } from "../support/apid.ts";
 import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress } from "../support/fixtures.ts";

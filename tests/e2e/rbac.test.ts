@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { type ControllerName, Controllers } from "../../lib/controllernames.ts";
-import { isNotFound, PATCH } from "../../lib/kube.ts";
+import { isNotFound, PATCH } from "../../lib/kubeapi.ts";
 import {
   APP_NAME,
   deployFiles,

@@ -4,7 +4,8 @@
 // made with a real key, so the API server stamps the true requester on them.
 
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
-import { KubeClient, microTime, PATCH } from "../../lib/kube.ts";
+import { KubeClient } from "../../lib/kube.ts";
+import { microTime, PATCH } from "../../lib/kubeapi.ts";
 import type { KubeConnection } from "../../lib/kubeconfig.ts";
 import {
   KUBELET_SERVING_SIGNER,

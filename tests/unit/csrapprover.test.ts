@@ -20,7 +20,7 @@ import {
   TalosFactsReader,
   talosDnsNames,
 } from "../../lib/csrapprover.ts";
-import { KubeError } from "../../lib/kube.ts";
+import { KubeError } from "../../lib/kubeapi.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import { ClusterNetworks } from "../../lib/sharedaddresses.ts";
@@ -239,6 +239,8 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
     setNow: (t: number) => {
       now = t;
     },
+    /** The condition the first /approval write set. */
+    decision: () => writes[0]?.body.status?.conditions?.[0],
     /** Resolves with the next /approval write (call before the change that causes it). */
     nextWrite: () => new Promise<Write>((resolve) => writeWaiters.push(resolve)),
     /** Reconciles everything queued, as the workers would. */
@@ -256,6 +258,41 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
     },
   };
 }
+
+/**
+ * worker-a's Node also claims `ip` as an InternalIP, and worker-a asks for a certificate for its
+ * own IP and `ip`: the condition the controller writes.
+ */
+async function decideExtraIP(f: ReturnType<typeof setup>, ip: string) {
+  f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: ip }]));
+  f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", ip] }))));
+  await f.drain();
+  return f.decision();
+}
+
+/** Addresses Talos shows worker-a holds (as `<ip>/32`) but not alone: each denied as SharedIP. */
+const SHARED_ON_MACHINE: Array<{ name: string; ip: string; machine: Partial<Machine>; says?: string }> = [
+  {
+    name: "an address in an IPv4-mapped prefix the machine's NodeIPConfig excludes",
+    ip: "10.0.0.100",
+    machine: { excludeSubnets: ["::ffff:10.0.0.96/124"] },
+    says: "IP SAN 10.0.0.100 is in ::ffff:10.0.0.96/124",
+  },
+  {
+    name: "an address Talos reports on a dummy link (kube-proxy's kube-ipvs0)",
+    ip: "10.0.0.50",
+    machine: {
+      linkOf: { "10.0.0.50/32": "kube-ipvs0" },
+      links: [{ name: "kube-ipvs0", type: 1, kind: "dummy" }],
+    },
+    says: "kube-ipvs0",
+  },
+  {
+    name: "a virtual IP the machine's NodeIPConfig excludes",
+    ip: "10.0.0.100",
+    machine: { excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.0.100"] },
+  },
+];
 
 describe("leanCsr()", () => {
   test("leanCsr() keeps what decide() and the /approval write need", () => {
@@ -499,7 +536,7 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.2"] }))));
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({ type: "Denied", reason: "IPNotOwned" });
+    expect(f.decision()).toMatchObject({ type: "Denied", reason: "IPNotOwned" });
     expect(f.events).toEqual([
       { name: "csr-1", type: "Warning", reason: "IPNotOwned", note: expect.stringContaining("10.0.0.2") },
     ]);
@@ -514,7 +551,7 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.2"]));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.2"] }))));
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+    expect(f.decision()).toMatchObject({
       type: "Denied",
       reason: "TalosNodeMismatch",
     });
@@ -531,7 +568,7 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalDNS", address: "worker-a.lan" }]));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ dns: ["worker-a", "worker-a.lan"] }))));
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+    expect(f.decision()?.type).toBe("Approved");
     expect(f.talos.calls).toContain("hostname 10.0.0.1");
   });
 
@@ -540,7 +577,7 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ dns: ["*.example.com"] }))));
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]?.reason).toBe("ForbiddenSAN");
+    expect(f.decision()?.reason).toBe("ForbiddenSAN");
     expect(f.talos.calls).toEqual([]);
   });
 
@@ -569,7 +606,7 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
     expect(f.approver.queue.length).toBe(1);
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+    expect(f.decision()?.type).toBe("Approved");
     expect(f.events).toEqual([]);
   });
 
@@ -592,7 +629,7 @@ describe("CsrApprover", () => {
     // A late Node still gets its CSR decided.
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+    expect(f.decision()?.type).toBe("Approved");
   });
 
   test("CsrApprover retries while Talos is unreachable, warns on the third failure, and never decides without it", async () => {
@@ -610,7 +647,7 @@ describe("CsrApprover", () => {
     expect(f.events.map((e) => e.reason)).toEqual(["TalosUnavailable"]);
     f.talos.down.delete("10.0.0.1");
     await f.approver.reconcile("csr-1");
-    expect(f.writes[0]?.body.status?.conditions?.[0]?.type).toBe("Approved");
+    expect(f.decision()?.type).toBe("Approved");
   });
 
   test("CsrApprover stops retrying an unreachable Talos once the wait is over", async () => {
@@ -678,7 +715,7 @@ describe("CsrApprover", () => {
     f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalDNS", address: "worker-b" }]));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ dns: ["worker-a", "worker-b"] }))));
     await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+    expect(f.decision()).toMatchObject({
       type: "Denied",
       reason: "DNSNameOfOtherNode",
     });
@@ -762,7 +799,7 @@ describe("CsrApprover", () => {
     await written;
     stop.abort();
     await running;
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+    expect(f.decision()).toMatchObject({
       type: "Denied",
       reason: "IPOfOtherNode",
     });
@@ -787,7 +824,7 @@ describe("CsrApprover", () => {
         await written;
         stop.abort();
         await running;
-        expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+        expect(f.decision()).toMatchObject({
           type: "Denied",
           reason: "IPOfOtherNode",
           message: expect.stringContaining(`"${ip}" (node "${name}")`),
@@ -796,30 +833,10 @@ describe("CsrApprover", () => {
     }
   });
 
-  test("CsrApprover refuses an address in an IPv4-mapped prefix the machine's NodeIPConfig excludes", async () => {
-    const f = setup();
-    f.talos.machines.set("10.0.0.1", {
-      nodename: "worker-a",
-      addresses: ["10.0.0.1/24", "10.0.0.100/32"],
-      excludeSubnets: ["::ffff:10.0.0.96/124"],
-    });
-    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.0.0.100" }]));
-    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.100"] }))));
-    await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
-      type: "Denied",
-      reason: "SharedIP",
-      message: expect.stringContaining("IP SAN 10.0.0.100 is in ::ffff:10.0.0.96/124"),
-    });
-  });
-
   test("CsrApprover refuses a Service CIDR address in both modes, without asking Talos", async () => {
     for (const talos of [true, false]) {
       const f = setup({ talos });
-      f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.96.0.10" }]));
-      f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.96.0.10"] }))));
-      await f.drain();
-      expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
+      expect(await decideExtraIP(f, "10.96.0.10")).toMatchObject({
         type: "Denied",
         reason: "ClusterNetworkIP",
         message: expect.stringContaining("ServiceCIDR kubernetes"),
@@ -829,34 +846,19 @@ describe("CsrApprover", () => {
     }
   });
 
-  test("CsrApprover refuses an address Talos reports on a dummy link (kube-proxy's kube-ipvs0)", async () => {
-    const f = setup();
-    f.talos.machines.set("10.0.0.1", {
-      nodename: "worker-a",
-      addresses: ["10.0.0.1/24", "10.0.0.50/32"],
-      linkOf: { "10.0.0.50/32": "kube-ipvs0" },
-      links: [{ name: "kube-ipvs0", type: 1, kind: "dummy" }],
+  for (const c of SHARED_ON_MACHINE) {
+    test(`CsrApprover refuses ${c.name}`, async () => {
+      const f = setup();
+      f.talos.machines.set("10.0.0.1", {
+        nodename: "worker-a",
+        addresses: ["10.0.0.1/24", `${c.ip}/32`],
+        ...c.machine,
+      });
+      expect(await decideExtraIP(f, c.ip)).toMatchObject({
+        type: "Denied",
+        reason: "SharedIP",
+        ...(c.says === undefined ? {} : { message: expect.stringContaining(c.says) }),
+      });
     });
-    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.0.0.50" }]));
-    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.50"] }))));
-    await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({
-      type: "Denied",
-      reason: "SharedIP",
-      message: expect.stringContaining("kube-ipvs0"),
-    });
-  });
-
-  test("CsrApprover refuses a virtual IP the machine's NodeIPConfig excludes", async () => {
-    const f = setup();
-    f.talos.machines.set("10.0.0.1", {
-      nodename: "worker-a",
-      addresses: ["10.0.0.1/24", "10.0.0.100/32"],
-      excludeSubnets: ["10.244.0.0/16", "10.96.0.0/12", "10.0.0.100"],
-    });
-    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalIP", address: "10.0.0.100" }]));
-    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips: ["10.0.0.1", "10.0.0.100"] }))));
-    await f.drain();
-    expect(f.writes[0]?.body.status?.conditions?.[0]).toMatchObject({ type: "Denied", reason: "SharedIP" });
-  });
+  }
 });

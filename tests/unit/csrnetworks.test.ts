@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { parseIP } from "../../lib/cidr.ts";
 import { CsrNetworks, KUBERNETES_SERVICE_PATH } from "../../lib/csrnetworks.ts";
-import { type KubeClient, KubeError } from "../../lib/kube.ts";
+import { type KubeApi, KubeError } from "../../lib/kubeapi.ts";
 import type { KubeApis } from "../../lib/kubeapis.ts";
 import { type ServiceCIDRGroupVersion, serviceCIDRPath } from "../../lib/kubeversions.ts";
 import { leanNode } from "../../lib/nodeview.ts";
@@ -16,7 +16,7 @@ const V1 = "networking.k8s.io/v1" satisfies ServiceCIDRGroupVersion;
 import type { ControllerManagerConfig } from "../../lib/types.ts";
 
 /** A client that answers the kubernetes Service and refuses the ServiceCIDR list with `cidrStatus`. */
-function client(server: string, cidrStatus: number, service?: unknown): KubeClient {
+function client(server: string, cidrStatus: number, service?: unknown): KubeApi {
   const get = async (path: string) => {
     if (path === KUBERNETES_SERVICE_PATH) {
       if (service === undefined) throw new KubeError(403, "Forbidden", "services is forbidden");
@@ -25,7 +25,7 @@ function client(server: string, cidrStatus: number, service?: unknown): KubeClie
     if (path === serviceCIDRPath(V1)) throw new KubeError(cidrStatus, "NotFound", `status ${cidrStatus}`);
     throw new Error(`unexpected GET ${path}`);
   };
-  return { server, get } as unknown as KubeClient;
+  return { server, get } as unknown as KubeApi;
 }
 
 /** What API discovery found: a group version serving ServiceCIDRs, none, or a failed read. */
@@ -124,7 +124,7 @@ describe("CsrNetworks", () => {
     };
     const stop = new AbortController();
     const nets = new CsrNetworks({
-      client: { server: "https://127.0.0.1:6443", get } as unknown as KubeClient,
+      client: { server: "https://127.0.0.1:6443", get } as unknown as KubeApi,
       ipam: { clusterCidrs: [] },
       talos: undefined,
       apis: apis(undefined),

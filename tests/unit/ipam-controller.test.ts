@@ -17,7 +17,7 @@ import {
   startNodeIpam,
 } from "../../lib/ipam.ts";
 import { nodeIpamNeedsTalos } from "../../lib/ipamconfig.ts";
-import { KubeError } from "../../lib/kube.ts";
+import { KubeError } from "../../lib/kubeapi.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import type { TalosClient } from "../../lib/talos.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { parseConfig } from "../../lib/config.ts";
 import { LABELS } from "../../lib/desirednode.ts";
-import { KubeError } from "../../lib/kube.ts";
+import { KubeError } from "../../lib/kubeapi.ts";
 import {
   decideLifecycle,
   EXCLUDE_LABEL,

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "node:tls";
-import type { KubeClient } from "../../lib/kube.ts";
+import type { KubeApi } from "../../lib/kubeapi.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { minTlsVersion, type SecureServer, type ServeOptions, startSecureServer } from "../../lib/serve.ts";
 import { type CA, createCA, type KeyPair } from "../support/pki.ts";
@@ -113,8 +113,8 @@ function reviewers() {
     status: { allowed: (body as { spec: { user: string } }).spec.user === "admin" },
   }));
   const reviews = {
-    authentication: authentication as unknown as KubeClient,
-    authorization: authorization as unknown as KubeClient,
+    authentication: authentication as unknown as KubeApi,
+    authorization: authorization as unknown as KubeApi,
   };
   return { authentication, authorization, reviews };
 }
