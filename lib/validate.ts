@@ -12,7 +12,6 @@
 // initializes the node, so the file is usable). Exit 2 is for command-line errors (main.ts reports
 // the flag parser's; here only stdin given for both files).
 
-import { isIP } from "node:net";
 import {
   isAlias,
   isMap,
@@ -23,6 +22,7 @@ import {
   stringify as stringifyYaml,
   type YAMLMap,
 } from "yaml";
+import { tryParseIP } from "./cidr.ts";
 import { byLine, type CompiledConfig, ConfigError, formatIssue, formatPath, parseConfig } from "./config.ts";
 import { readConfigFile } from "./configfile.ts";
 import type { ConfigIssue } from "./configissue.ts";
@@ -546,7 +546,8 @@ export function previewNode(config: CompiledConfig, sample: SampleNode): Preview
   // Talos registers the kubelet under the short hostname unless registerWithFQDN is set.
   const short = hostname.split(".")[0] ?? "";
   const nodeName = short === "" ? "node" : short;
-  const nodeIP = sample.node !== undefined && isIP(sample.node) !== 0 ? sample.node : NODE_IP_PLACEHOLDER;
+  const nodeIP =
+    sample.node !== undefined && tryParseIP(sample.node) !== undefined ? sample.node : NODE_IP_PLACEHOLDER;
   const node: LeanNode = {
     metadata: {
       name: nodeName,

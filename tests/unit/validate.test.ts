@@ -437,6 +437,13 @@ describe("previewNode()", () => {
     ["an IPv6 node IP", "fd00::5", "fd00::5", "talos://metal/fd00::5"],
     ["no node field", undefined, NODE_IP_PLACEHOLDER, `talos://metal/${NODE_IP_PLACEHOLDER}`],
     ["a node field that is a name", "web-1", NODE_IP_PLACEHOLDER, `talos://metal/${NODE_IP_PLACEHOLDER}`],
+    // A kubelet's node IP never has a zone (Go's net.ParseIP refuses one), so the controller never sees it.
+    [
+      "an IPv6 node IP with a zone",
+      "fe80::5%eth0",
+      NODE_IP_PLACEHOLDER,
+      `talos://metal/${NODE_IP_PLACEHOLDER}`,
+    ],
   ])("previewNode() defaults the providerID from %s", (_name, node, ip, providerID) => {
     const r = previewNode(parseConfig(""), {
       ...(node === undefined ? {} : { node }),
