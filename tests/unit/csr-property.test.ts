@@ -21,10 +21,9 @@ import {
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { CsrParseError, parseCertificateRequest } from "../../lib/pkcs10.ts";
-import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
+import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
 
-const USER_A = "system:node:worker-a";
 const nodeA: NodeInput = {
   name: "worker-a",
   addresses: [
@@ -73,21 +72,6 @@ const IP_POOL: Array<[string, { node: boolean; talos: boolean }]> = [
   ["127.0.0.1", { node: false, talos: false }],
 ];
 
-function input(request: string, over: Partial<CsrInput> = {}): CsrInput {
-  return {
-    name: "csr-prop",
-    signerName: KUBELET_SERVING_SIGNER,
-    username: USER_A,
-    groups: ["system:nodes"],
-    usages: ["digital signature", "server auth"],
-    request,
-    conditions: [],
-    ...over,
-  };
-}
-
-const b64 = (text: string | Uint8Array) => Buffer.from(text).toString("base64");
-
 /** Runs decide() and fails the property if it throws. */
 function total(
   csr: CsrInput,
@@ -112,13 +96,13 @@ describe("decide() over generated input", () => {
       ips: ["10.0.0.1"],
     });
     honest = pemToDer(csr);
-    expect(decide(input(b64(csr)), nodeA, talosA).action).toBe("approve");
+    expect(decide(servingCsr(b64(csr)), nodeA, talosA).action).toBe("approve");
   });
 
   test("decide() never throws nor approves random bytes, as PEM body or as the raw request", () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 2048 }), fc.boolean(), (bytes, wrap) => {
-        const d = total(input(b64(wrap ? derToPem(bytes) : bytes)), nodeA, talosA);
+        const d = total(servingCsr(b64(wrap ? derToPem(bytes) : bytes)), nodeA, talosA);
         expect(d).toMatchObject({ action: "deny", reason: "InvalidRequest" });
       }),
       { numRuns: 500 },
@@ -132,7 +116,7 @@ describe("decide() over generated input", () => {
         fc.string({ maxLength: 40 }),
         fc.array(fc.string({ maxLength: 20 }), { maxLength: 4 }),
         (request, username, usages) => {
-          const d = total(input(request, { username, usages }), nodeA, talosA);
+          const d = total(servingCsr(request, { username, usages }), nodeA, talosA);
           expect(d.action).toBe("deny");
         },
       ),
@@ -162,7 +146,7 @@ describe("decide() over generated input", () => {
           if (m.kind === "truncate") der = der.slice(0, at);
         }
         const pem = derToPem(new Uint8Array(der));
-        const d = total(input(b64(pem)), nodeA, talosA);
+        const d = total(servingCsr(b64(pem)), nodeA, talosA);
         expect(d.action === "approve" || d.action === "deny").toBe(true);
         if (d.action === "approve") {
           const parsed = parseCertificateRequest(pem);
@@ -182,7 +166,7 @@ describe("decide() over generated input", () => {
         const der = Uint8Array.from(honest);
         const i = at % der.length;
         der[i] = ((der[i] as number) + delta) % 256;
-        const d = total(input(b64(derToPem(der))), nodeA, talosA);
+        const d = total(servingCsr(b64(derToPem(der))), nodeA, talosA);
         expect(d.action).toBe("deny");
       }),
       { numRuns: 1500 },
@@ -202,7 +186,7 @@ describe("decide() over generated input", () => {
             dns: dns.map(([n]) => n),
             ips: ips.map(([n]) => n),
           });
-          const d = total(input(b64(csr)), nodeA, withTalos ? talosA : undefined);
+          const d = total(servingCsr(b64(csr)), nodeA, withTalos ? talosA : undefined);
           const owned =
             dns.every(([, ok]) => ok) && ips.every(([, ok]) => ok.node && (!withTalos || ok.talos));
           const wanted = dns.length + ips.length > 0 && owned;
@@ -219,8 +203,8 @@ describe("decide() over generated input", () => {
         const { csr } = await createCSR({ cn: `system:node:${other}`, o: ["system:nodes"], dns: [other] });
         const nodeOther: NodeInput = { name: other, addresses: [] };
         // The requester is A; whichever Node the controller passes, B's name is never approved.
-        expect(total(input(b64(csr)), nodeA, talosA).action).toBe("deny");
-        expect(total(input(b64(csr)), nodeOther, talosA).action).toBe("deny");
+        expect(total(servingCsr(b64(csr)), nodeA, talosA).action).toBe("deny");
+        expect(total(servingCsr(b64(csr)), nodeOther, talosA).action).toBe("deny");
       }),
       { numRuns: 10 },
     );
@@ -272,7 +256,7 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
             excludedSubnets: [],
             ...t,
           };
-          const csrIn = input(b64(csr));
+          const csrIn = servingCsr(b64(csr));
           const s = screen(csrIn, node, others);
           const withTalos = total(csrIn, node, facts, others);
           const csrOnly = total(csrIn, node, undefined, others);
@@ -343,7 +327,7 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
             excludedSubnets: [],
             ...t,
           };
-          const raw = input(b64(csr));
+          const raw = servingCsr(b64(csr));
           const checked = checkCsr(raw);
           if ("action" in checked) {
             expect(total(raw, node, facts, others)).toEqual(checked);

@@ -27,7 +27,7 @@ import {
 import { NodeClaimIndex } from "../../lib/csrapprover.ts";
 import { canonicalDNS, specialIP } from "../../lib/sharedaddresses.ts";
 import { isDNS1123Subdomain } from "../../lib/validation.ts";
-import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
+import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import {
   Rng,
   type Spelling,
@@ -39,7 +39,6 @@ import {
 } from "../support/ipspellings.ts";
 import { createRawCSR, sanExtension } from "../support/pki.ts";
 
-const USER_A = "system:node:worker-a";
 const CN = "2.5.4.3";
 const O = "2.5.4.10";
 
@@ -61,15 +60,7 @@ function request(dns: string[], ips: IPAddress[]): CsrInput {
     subject: [[[CN, USER_A]], [[O, "system:nodes"]]],
     extensionRequests: [[sanExtension(names)]],
   });
-  return {
-    name: "csr-spelling",
-    signerName: KUBELET_SERVING_SIGNER,
-    username: USER_A,
-    groups: ["system:nodes"],
-    usages: ["digital signature", "server auth"],
-    request: Buffer.from(pem).toString("base64"),
-    conditions: [],
-  };
+  return servingCsr(b64(pem));
 }
 
 /** Talos on worker-a's machine, reporting `ips` on its own link and knowing `dns`. */

@@ -15,24 +15,13 @@ import {
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { ClusterNetworks, type NetworkView, NO_NETWORKS } from "../../lib/sharedaddresses.ts";
-import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
+import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import { createCSR, createRawCSR, derToPem, pemToDer, sanExtension } from "../support/pki.ts";
 
-const USER_A = "system:node:worker-a";
 const CN = "2.5.4.3";
 const O = "2.5.4.10";
 
-function input(pem: string): CsrInput {
-  return {
-    name: "csr-threat",
-    signerName: KUBELET_SERVING_SIGNER,
-    username: USER_A,
-    groups: ["system:nodes"],
-    usages: ["digital signature", "server auth"],
-    request: Buffer.from(pem).toString("base64"),
-    conditions: [],
-  };
-}
+const input = (pem: string): CsrInput => servingCsr(b64(pem));
 
 async function csrA(dns: string[], ips: string[]): Promise<string> {
   return (await createCSR({ cn: USER_A, o: ["system:nodes"], dns, ips })).csr;

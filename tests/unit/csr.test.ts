@@ -26,6 +26,7 @@ import { Registry } from "../../lib/metrics.ts";
 import { leanNode } from "../../lib/nodeview.ts";
 import { CsrParseError, MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
+import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import {
   type CsrOptions,
   createCSR,
@@ -37,7 +38,6 @@ import {
 
 const CN = "2.5.4.3";
 const O = "2.5.4.10";
-const USER_A = "system:node:worker-a";
 
 const nodeA: NodeInput = {
   name: "worker-a",
@@ -66,16 +66,7 @@ const talosA = facts(["10.0.0.1/24", "2001:db8::a/64", "fe80::1/64"]);
 
 /** A CSR object as the controller would build it, asking as node A unless overridden. */
 function input(pem: string, over: Partial<CsrInput> = {}): CsrInput {
-  return {
-    name: "csr-test",
-    signerName: KUBELET_SERVING_SIGNER,
-    username: USER_A,
-    groups: ["system:nodes", "system:authenticated"],
-    usages: ["digital signature", "server auth"],
-    request: Buffer.from(pem).toString("base64"),
-    conditions: [],
-    ...over,
-  };
+  return servingCsr(b64(pem), { groups: ["system:nodes", "system:authenticated"], ...over });
 }
 
 /** An honest request from node A, with overrides. */
