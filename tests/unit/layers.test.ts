@@ -47,6 +47,7 @@ const CORES = [
   "lists.ts",
   "messagequeue.ts",
   "names.ts",
+  "nodemetadata.ts",
   "nodeview.ts",
   "pkcs10.ts",
   "re2classes.ts",
@@ -69,6 +70,7 @@ const CORES = [
   "templatevalue.ts",
   "types.ts",
   "validation.ts",
+  "validatereport.ts",
   "wellknown.ts",
 ];
 
@@ -117,7 +119,7 @@ const SHELLS: Record<string, string> = {
   "taloswatch.ts": "one COSI watch over gRPC, resubscribe timers",
   "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers, retry jitter (randomness)",
   "transformmetrics.ts": "times transform() calls (clock), on the process registry by default",
-  "validate.ts": "the validate subcommand: stdout, stderr",
+  "validate.ts": "the validate subcommand: reads the files and stdin, writes stdout and stderr",
   "version.ts": "reads the process's platform and architecture",
 };
 

@@ -71,7 +71,7 @@ function calls(file: string, name: string): number {
 
 describe("one Node's decision path", () => {
   test("the controller and the preview decide a Node with one call to decideNode, and nothing else of the path", () => {
-    for (const shell of ["node.ts", "validate.ts"]) {
+    for (const shell of ["node.ts", "validatereport.ts"]) {
       expect({ shell, decideNode: calls(shell, "decideNode") }).toEqual({ shell, decideNode: 1 });
       expect({ shell, desirednode: runtimeNames(shell, ENTRY).includes("decideNode") }).toEqual({
         shell,
