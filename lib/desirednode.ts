@@ -11,7 +11,7 @@
 //   6. the patch ({@link nodePatch}: one status merge patch, one guarded JSON patch).
 // Nothing here reads Talos, Kubernetes or the clock (a clock to time the rules is passed in). The
 // cloud-node controller (lib/node.ts) calls it and sends the patch; the `validate` preview
-// (lib/validate.ts) calls it on a sample; cloud-node-lifecycle (lib/lifecycle.ts) reuses the helpers.
+// (lib/validatereport.ts) calls it on a sample; cloud-node-lifecycle (lib/lifecycle.ts) reuses the helpers.
 
 import type { V1Taint } from "@kubernetes/client-node";
 import { type AddressDecision, decideAddresses } from "./addresses.ts";
