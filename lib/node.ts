@@ -34,8 +34,7 @@ import {
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
 import { type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
-import type { KubeClient } from "./kube.ts";
-import { isNotFound, KubeError, PATCH } from "./kubeapi.ts";
+import { isNotFound, type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
@@ -133,7 +132,7 @@ type WaitingFacts = Extract<FactsState, { ready: false }>;
 
 /** What {@link CloudNodeController} works with (the controller context's parts it uses). */
 export interface CloudNodeOptions {
-  client: Pick<KubeClient, "patch">;
+  client: Pick<KubeApi, "patch">;
   nodes: Pick<Informer<LeanNode>, "addHandlers" | "get" | "list">;
   events: Pick<EventRecorder, "record">;
   registry: Registry;
