@@ -34,26 +34,15 @@
 //    cloud-node alone: a stopped instance's NotReady node keeps the shutdown taint it sets.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
-import { PATCH } from "../../lib/kubeapi.ts";
-import { cloudCcmBinary, cloudCcmRbac } from "../support/cloudccm.ts";
-import {
-  type AuditEvent,
-  type EventV1,
-  freePort,
-  TestCluster,
-  waitFor,
-  writeKubeconfig,
-} from "../support/cluster.ts";
+import { CloudBed, initialized, TALOS_USER } from "../support/cloudbed.ts";
+import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import { type ExoInstance, FakeExoscale } from "../support/fakeexoscale.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
-import { nodeView, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess, startCcm } from "../support/process.ts";
+import { nodeView, type SimulatedKubelet } from "../support/kubelet.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 import { addSimMachine } from "../support/simmachines.ts";
-import { TalosSim } from "../support/talossim.ts";
+import type { TalosSim } from "../support/talossim.ts";
 
 const ZONE = "ch-gva-2";
 const API_KEY = "EXOa1b2c3d4e5f60718293a4b5c";
@@ -61,7 +50,6 @@ const API_SECRET = "Zm9vYmFyLXNlY3JldC1mb3ItdGhlLWZha2UtYXBp";
 const EXO_USER = "system:serviceaccount:kube-system:cloud-controller-manager";
 /** The Exoscale CCM's field manager: client-go's User-Agent up to the first "/", its binary's name. */
 const EXO_MANAGER = "exoscale-cloud-controller-manager";
-const TALOS_USER = "talos-ccm";
 const SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown";
 const EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers";
 
@@ -141,94 +129,52 @@ const instanceIdOf = (m: FakeNodeSpec) => m.platformMetadata.instanceId;
 const v4Of = (m: FakeNodeSpec) => m.nodeIPs[0] as string;
 const v6Of = (m: FakeNodeSpec) => m.nodeIPs[1] as string;
 
+let bed: CloudBed<FakeExoscale>;
 let cluster: TestCluster;
 let sim: TalosSim;
 let exo: FakeExoscale;
-let dir: string;
-let talosCcm: CcmProcess | undefined;
 let exoCcm: CcmProcess | undefined;
-/** Every Exoscale CCM process started, for their output. */
-const exoProcesses: CcmProcess[] = [];
-const exoOutputs = () => exoProcesses.map((p) => p.output).join("\n");
-let exoKubeconfig: string;
-let metricsPort: number;
-const kubelets = new Map<string, SimulatedKubelet>();
+/** The output of every Exoscale CCM process started. */
+const exoOutputs = () => bed.cloudCcms.map((p) => p.output).join("\n");
 
 /** Starts the Exoscale CCM with `args`; resolves once it logged that each controller in `started` started. */
-async function startExoscaleCcm(
+function startExoscaleCcm(
   args: string[],
   started: string[],
   env: Record<string, string> = {},
   secret = API_SECRET,
 ): Promise<CcmProcess> {
-  const caFile = join(dir, "fake-exoscale-ca.pem");
-  writeFileSync(caFile, exo.caCert);
-  const p = new CcmProcess(
-    [
-      `--kubeconfig=${exoKubeconfig}`,
-      "--cloud-provider=exoscale",
-      "--allow-untagged-cloud",
-      "--leader-elect=false",
-      "--secure-port=0",
-      ...args,
-    ],
-    {
-      binary: cloudCcmBinary("exoscale"),
-      env: {
-        EXOSCALE_API_KEY: API_KEY,
-        EXOSCALE_API_SECRET: secret,
-        EXOSCALE_API_ENDPOINT: exo.url,
-        EXOSCALE_API_ZONE: ZONE,
-        // Go's crypto/x509 reads the roots from SSL_CERT_FILE: the fake's CA, nothing else.
-        SSL_CERT_FILE: caFile,
-        ...env,
-      },
+  return bed.startCloudCcm({
+    provider: ["--cloud-provider=exoscale", "--allow-untagged-cloud"],
+    args,
+    started,
+    env: {
+      EXOSCALE_API_KEY: API_KEY,
+      EXOSCALE_API_SECRET: secret,
+      EXOSCALE_API_ENDPOINT: exo.url,
+      EXOSCALE_API_ZONE: ZONE,
+      ...env,
     },
-  );
-  exoProcesses.push(p);
-  for (const c of started) await p.waitForLog(new RegExp(`Started "${c}"`), 20_000);
-  return p;
+  });
 }
 
 function output(): string {
   return (
-    `this CCM:\n${talosCcm?.output.slice(-3000)}\nExoscale CCM:\n${exoCcm?.output.slice(-4000)}\n` +
+    `this CCM:\n${bed.talosCcm?.output.slice(-3000)}\nExoscale CCM:\n${exoCcm?.output.slice(-4000)}\n` +
     `fake Exoscale API, last requests:\n${JSON.stringify(exo.requests.slice(-15))}`
   );
 }
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
-async function nodeWhen(
-  name: string,
-  what: string,
-  pred: (n: V1Node) => boolean,
-  ms = 20_000,
-): Promise<V1Node> {
-  let node: V1Node | undefined;
-  await waitFor(
-    async () => {
-      node = await getNode(name);
-      return pred(node);
-    },
-    ms,
-    () => `node ${name}: ${what}; it is ${JSON.stringify(node && nodeView(node))}\n${output()}`,
-  );
-  return node as V1Node;
-}
-
-const initialized = (n: V1Node) => !(n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
-
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "beside-exoscale-e2e-"));
-  cloudCcmBinary("exoscale");
-  [cluster, sim, exo] = await Promise.all([
-    TestCluster.start({ auditPolicy: AUDIT_POLICY }),
-    TalosSim.start(),
-    FakeExoscale.start({ zone: ZONE, key: API_KEY, secret: API_SECRET }),
-  ]);
+  bed = await CloudBed.start("exoscale", {
+    prefix: "beside-exoscale-e2e-",
+    auditPolicy: AUDIT_POLICY,
+    // The Exoscale CCM's identity: the service account its manifests bind system:cloud-controller-manager to.
+    serviceAccount: "cloud-controller-manager",
+    fake: FakeExoscale.start({ zone: ZONE, key: API_KEY, secret: API_SECRET }),
+    context: output,
+  });
+  ({ cluster, sim, fake: exo } = bed);
   for (const m of [EXO1, EXO2, METAL]) await addSimMachine(sim, m);
 
   // The cloud: one instance type, the nodes' instance pool, its two instances.
@@ -245,23 +191,10 @@ beforeAll(async () => {
       poolId: POOL_ID,
     });
 
-  // The Exoscale CCM's identity: the service account its manifests bind system:cloud-controller-manager to.
-  await cluster.apply(cloudCcmRbac("exoscale"));
-  exoKubeconfig = writeKubeconfig(
-    join(dir, "exoscale-ccm.kubeconfig"),
-    await cluster.serviceAccountConnection("kube-system", "cloud-controller-manager"),
-  );
-
-  metricsPort = await freePort();
-  talosCcm = await startCcm(
+  await bed.startTalosCcm(
     {
-      kubeconfig: writeKubeconfig(
-        join(dir, "talos-ccm.kubeconfig"),
-        await cluster.userConnection(TALOS_USER, ["system:masters"]),
-      ),
       controllers: "cloud-node,cloud-node-lifecycle",
-      talosconfig: sim.talosconfig,
-      securePort: metricsPort,
+      securePort: bed.metricsPort,
       alwaysAllowPaths: "/metrics",
       // The lifecycle controller's period (default 5 s), as short as the Exoscale CCM's in b.
       args: [`--node-monitor-period=${MONITOR_PERIOD}`],
@@ -272,34 +205,16 @@ beforeAll(async () => {
     [EXO1, instanceIdOf(EXO1)],
     [EXO2, instanceIdOf(EXO2)],
     [METAL, METAL_UUID],
-  ] as const) {
-    kubelets.set(
-      m.name,
-      await SimulatedKubelet.register(cluster, {
-        name: m.name,
-        ips: m.nodeIPs,
-        heartbeatMs: 0,
-        statusOnCreate: true,
-        systemUUID: uuid,
-      }),
-    );
-  }
+  ] as const)
+    await bed.register(m, uuid);
 });
 
-afterAll(async () => {
-  await exoCcm?.stop("SIGKILL");
-  await talosCcm?.stop("SIGKILL");
-  for (const k of kubelets.values()) k.close();
-  await exo?.stop();
-  await sim?.stop();
-  await cluster?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 describe("a. this CCM for nodes, the Exoscale CCM for load balancers only", () => {
   test("this CCM initializes the exoscale Nodes: exoscale://<instance id>, topology and instance type from Talos", async () => {
     for (const m of [EXO1, EXO2]) {
-      const node = await nodeWhen(m.name, "is not initialized", initialized);
+      const node = await bed.nodeWhen(m.name, "is not initialized", initialized);
       const v = nodeView(node);
       expect(v.providerID).toBe(`exoscale://${instanceIdOf(m)}`);
       expect(v.labels).toMatchObject({
@@ -314,7 +229,7 @@ describe("a. this CCM for nodes, the Exoscale CCM for load balancers only", () =
         { type: "Hostname", address: m.name },
       ]);
     }
-    const metal = await nodeWhen(METAL.name, "is not initialized", initialized);
+    const metal = await bed.nodeWhen(METAL.name, "is not initialized", initialized);
     expect(metal.spec?.providerID).toBe(`talos://metal/${v4Of(METAL)}`);
   });
 
@@ -333,16 +248,7 @@ describe("a. this CCM for nodes, the Exoscale CCM for load balancers only", () =
 
   test("a node that is no Exoscale instance (the bare-metal one) stops the NLB: the Exoscale CCM looks every node's systemUUID up", async () => {
     exoCcm = await startExoscaleCcm(["--controllers=service-lb-controller"], ["service-lb-controller"]);
-    await cluster.adminClient.create<V1Service>("/api/v1/namespaces/default/services", {
-      apiVersion: "v1",
-      kind: "Service",
-      metadata: { name: "web" },
-      spec: {
-        type: "LoadBalancer",
-        selector: { app: "web" },
-        ports: [{ name: "http", port: 80, targetPort: 8080 }],
-      },
-    });
+    await bed.createLoadBalancer();
     // loadbalancer.go EnsureLoadBalancer infers the instance pool from GetInstance(node systemUUID) of
     // every node the service controller passes: the metal node's answers 404 and the sync fails.
     let failed: EventV1 | undefined;
@@ -418,21 +324,6 @@ describe("a. this CCM for nodes, the Exoscale CCM for load balancers only", () =
   });
 });
 
-/**
- * Posts Ready=False as the node's kubelet (conditions only: a strategic merge of the kubelet's own
- * address list onto the one a CCM wrote would duplicate entries by type and be refused).
- */
-async function goNotReady(m: FakeNodeSpec): Promise<void> {
-  const k = kubelets.get(m.name) as SimulatedKubelet;
-  const t = new Date().toISOString().replace(/\.\d+Z$/, "Z");
-  const ready = { type: "Ready", status: "False", reason: "KubeletNotReady", message: "simulated outage" };
-  await k.client.patch(
-    `/api/v1/nodes/${m.name}/status`,
-    { status: { conditions: [{ ...ready, lastHeartbeatTime: t, lastTransitionTime: t }] } },
-    PATCH.strategic,
-  );
-}
-
 /** Who wrote node `name`'s status (verb patch on nodes/status), in order, since audit event `from`. */
 function statusWriters(name: string, from: number): string[] {
   return cluster
@@ -455,35 +346,23 @@ const count = (xs: string[], x: string) => xs.filter((y) => y === x).length;
  */
 async function deletedBy(name: string): Promise<string[]> {
   await waitFor(
-    () => deleters(name).length > 0,
+    () => bed.deleters(name).length > 0,
     10_000,
     () => `no audit line for the deletion of ${name}`,
   );
-  return deleters(name);
+  return bed.deleters(name);
 }
 
 /** This CCM's talosccm_node_conflicting_writes_total for `field` and `manager` (0 when absent). */
 async function conflictCount(field: string, manager: string): Promise<number> {
-  const res = await fetch(`https://127.0.0.1:${metricsPort}/metrics`, { tls: { rejectUnauthorized: false } });
   const line = `talosccm_node_conflicting_writes_total{field="${field}",manager="${manager}"} `;
-  const found = (await res.text()).split("\n").find((l) => l.startsWith(line));
+  const found = (await bed.metrics()).split("\n").find((l) => l.startsWith(line));
   return found ? Number(found.slice(line.length)) : 0;
 }
 
 /** The ConflictingWriter Events this CCM recorded about node `name`. */
 async function conflictEvents(name: string): Promise<EventV1[]> {
   return (await cluster.eventsAbout(name)).filter((e) => e.reason === "ConflictingWriter");
-}
-
-/** Who deleted node `name` (audit), if anyone. */
-function deleters(name: string): string[] {
-  return cluster
-    .auditEvents()
-    .filter(
-      (e: AuditEvent) =>
-        e.verb === "delete" && e.objectRef?.resource === "nodes" && e.objectRef.name === name,
-    )
-    .map((e) => e.user.username);
 }
 
 describe("b. the Exoscale CCM with its default controllers beside this one", () => {
@@ -494,10 +373,10 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
   beforeAll(async () => {
     labelsBefore = {};
     for (const m of [EXO1, EXO2, METAL])
-      labelsBefore[m.name] = (await getNode(m.name)).metadata?.labels ?? {};
+      labelsBefore[m.name] = (await bed.getNode(m.name)).metadata?.labels ?? {};
     // A kubelet-serving CSR from talos-exo-1 before the Exoscale CCM starts: nobody approves it
     // (this CCM runs without node-csr-approval here).
-    pendingCsr = await (kubelets.get(EXO1.name) as SimulatedKubelet).submitServingCSR({
+    pendingCsr = await (bed.kubelets.get(EXO1.name) as SimulatedKubelet).submitServingCSR({
       dns: [EXO1.name],
       ips: [v4Of(EXO1), v6Of(EXO1)],
     });
@@ -548,7 +427,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       { type: "Hostname", address: EXO1.name },
     ];
     await waitFor(
-      async () => JSON.stringify(nodeView(await getNode(EXO1.name)).addresses) === JSON.stringify(own),
+      async () => JSON.stringify(nodeView(await bed.getNode(EXO1.name)).addresses) === JSON.stringify(own),
       30_000,
       () => `${EXO1.name} never showed this CCM's addresses again\n${output()}`,
       50,
@@ -572,12 +451,12 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
 
   test("labels, taints and provider IDs this CCM wrote stay as they were", async () => {
     for (const m of [EXO1, EXO2, METAL]) {
-      const node = await getNode(m.name);
+      const node = await bed.getNode(m.name);
       expect(node.metadata?.labels).toEqual(labelsBefore[m.name]);
       expect(node.spec?.taints?.map((t) => t.key)).toEqual(["node.kubernetes.io/not-ready"]);
     }
-    expect((await getNode(EXO1.name)).spec?.providerID).toBe(`exoscale://${instanceIdOf(EXO1)}`);
-    expect((await getNode(METAL.name)).spec?.providerID).toBe(`talos://metal/${v4Of(METAL)}`);
+    expect((await bed.getNode(EXO1.name)).spec?.providerID).toBe(`exoscale://${instanceIdOf(EXO1)}`);
+    expect((await bed.getNode(METAL.name)).spec?.providerID).toBe(`talos://metal/${v4Of(METAL)}`);
     // The Exoscale CCM wrote nothing but status to these Nodes (its cloud-node controller only
     // reconciles the beta/GA label pairs of initialized nodes, which this CCM keeps equal).
     const other = cluster
@@ -591,7 +470,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
   });
 
   test("a NotReady node with a talos:// provider ID is deleted by the Exoscale CCM's lifecycle controller", async () => {
-    await goNotReady(METAL);
+    await bed.goNotReady(METAL);
     await waitFor(
       async () =>
         (await cluster.adminClient.get<{ items: V1Node[] }>("/api/v1/nodes")).items.every(
@@ -610,8 +489,8 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
   test("a NotReady node whose instance is stopped: the Exoscale CCM adds the shutdown taint once and it stays (this CCM's lifecycle controller keeps a NotReady node's taint, as upstream)", async () => {
     (exo.instances.get(instanceIdOf(EXO2)) as ExoInstance).state = "stopped";
     const from = cluster.auditEvents().length;
-    await goNotReady(EXO2);
-    await nodeWhen(EXO2.name, "has no shutdown taint", (n) =>
+    await bed.goNotReady(EXO2);
+    await bed.nodeWhen(EXO2.name, "has no shutdown taint", (n) =>
       (n.spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT),
     );
     // Processed: ROUNDS more lookups of the instance by the Exoscale CCM's lifecycle controller, whose
@@ -623,7 +502,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       20_000,
       () => `no more instance lookups\n${output()}`,
     );
-    const node = await getNode(EXO2.name);
+    const node = await bed.getNode(EXO2.name);
     expect((node.spec?.taints ?? []).filter((t) => t.key === SHUTDOWN_TAINT)).toHaveLength(1);
     // Node patches without subresource: the Exoscale CCM's AddOrUpdateTaintOnNode, once; none by this CCM.
     const patches = cluster
@@ -633,7 +512,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       .map((e) => e.user.username);
     expect(patches).toEqual([EXO_USER]);
     expect(node.metadata?.deletionTimestamp).toBeUndefined();
-    expect(deleters(EXO2.name)).toEqual([]);
+    expect(bed.deleters(EXO2.name)).toEqual([]);
   });
 
   test("a node whose Talos facts come late is initialized by the Exoscale CCM: region but no zone label, ever", async () => {
@@ -648,17 +527,8 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       poolId: POOL_ID,
     });
     const from = cluster.auditEvents().length;
-    kubelets.set(
-      exo3.name,
-      await SimulatedKubelet.register(cluster, {
-        name: exo3.name,
-        ips: exo3.nodeIPs,
-        heartbeatMs: 0,
-        statusOnCreate: true,
-        systemUUID: instanceIdOf(exo3),
-      }),
-    );
-    const byExoscale = await nodeWhen(exo3.name, "is not initialized", initialized);
+    await bed.register(exo3, instanceIdOf(exo3));
+    const byExoscale = await bed.nodeWhen(exo3.name, "is not initialized", initialized);
     // Its cloud-node controller initialized it (one Node update, node_controller.go syncNode):
     // provider ID from the kubelet's systemUUID (instances.go InstanceID), instance type from its API,
     // region from its own zone setting and no zone (zones.go GetZoneByProviderID sets Region only).
@@ -682,7 +552,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
     // The machine's Talos answers: this CCM's first pass on the initialized node adds its labels,
     // but it writes topology at initialization only, so the node never gets a zone label.
     await addSimMachine(sim, exo3);
-    const both = await nodeWhen(
+    const both = await bed.nodeWhen(
       exo3.name,
       "has no platform label from this CCM",
       (n) => n.metadata?.labels?.["node.cloudprovider.kubernetes.io/platform"] === "exoscale",
@@ -718,7 +588,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
       reportingController: "talos-cloud-controller-manager",
     });
     expect(await conflictCount("spec.providerID", EXO_MANAGER)).toBe(1);
-    expect(talosCcm?.output).toMatch(
+    expect(bed.talosCcm?.output).toMatch(
       /Another writer changed a field this CCM owns.*spec\.providerID.*exoscale-cloud-controller-manager/,
     );
   });
@@ -747,7 +617,7 @@ describe("b. the Exoscale CCM with its default controllers beside this one", () 
     // talos-exo-3's kubelet asks for a serving certificate in talos-exo-1's name and IP: the runner
     // checks the requester's groups and that the name and IPs belong to one instance, not that they
     // are the requester's own (sks_agent_runner_node_csr_validation.go run).
-    const forger = kubelets.get("talos-exo-3") as SimulatedKubelet;
+    const forger = bed.kubelets.get("talos-exo-3") as SimulatedKubelet;
     const forged = await forger.submitServingCSR({ dns: [EXO1.name], ips: [v4Of(EXO1)] });
     expect(forged.spec.username).toBe("system:node:talos-exo-3");
     const cond = await cluster.csrDecision(forged.metadata?.name as string, 20_000, output);
@@ -786,8 +656,12 @@ describe("c. leader election: both CCMs' default Lease is kube-system/cloud-cont
     const lease = await cluster.adminClient.get<{ spec: { holderIdentity: string } }>(
       "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager",
     );
-    const kubeconfig = join(dir, "talos-ccm.kubeconfig");
-    const common = { kubeconfig, controllers: "cloud-node", talosconfig: sim.talosconfig, leaderElect: true };
+    const common = {
+      kubeconfig: bed.talosKubeconfig,
+      controllers: "cloud-node",
+      talosconfig: sim.talosconfig,
+      leaderElect: true,
+    };
     // This CCM with the default name sees the Exoscale CCM holding the Lease and starts nothing.
     const waiting = await startCcm(common, /New leader elected/);
     try {
@@ -809,15 +683,8 @@ describe("c. leader election: both CCMs' default Lease is kube-system/cloud-cont
 describe("d. one lifecycle controller: the Exoscale CCM's, beside this CCM's cloud-node alone", () => {
   test("a stopped instance's NotReady node keeps the shutdown taint the Exoscale CCM sets", async () => {
     await exoCcm?.stop();
-    await talosCcm?.stop();
-    talosCcm = await startCcm(
-      {
-        kubeconfig: join(dir, "talos-ccm.kubeconfig"),
-        controllers: "cloud-node",
-        talosconfig: sim.talosconfig,
-      },
-      /Starting controller.*cloud-node/,
-    );
+    await bed.talosCcm?.stop();
+    await bed.startTalosCcm({ controllers: "cloud-node" }, /Starting controller.*cloud-node/);
     exoCcm = await startExoscaleCcm(
       [
         "--controllers=service-lb-controller,cloud-node-lifecycle-controller",
@@ -827,8 +694,8 @@ describe("d. one lifecycle controller: the Exoscale CCM's, beside this CCM's clo
     );
     (exo.instances.get(instanceIdOf(EXO1)) as ExoInstance).state = "stopped";
     const from = cluster.auditEvents().length;
-    await goNotReady(EXO1);
-    await nodeWhen(EXO1.name, "has no shutdown taint", (n) =>
+    await bed.goNotReady(EXO1);
+    await bed.nodeWhen(EXO1.name, "has no shutdown taint", (n) =>
       (n.spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT),
     );
     // Processed: the Exoscale CCM's lifecycle controller looked the instance up ROUNDS more times.
@@ -839,7 +706,7 @@ describe("d. one lifecycle controller: the Exoscale CCM's, beside this CCM's clo
       20_000,
       () => `no more instance lookups\n${output()}`,
     );
-    const node = await getNode(EXO1.name);
+    const node = await bed.getNode(EXO1.name);
     expect((node.spec?.taints ?? []).filter((t) => t.key === SHUTDOWN_TAINT)).toHaveLength(1);
     const patches = cluster
       .auditEvents()

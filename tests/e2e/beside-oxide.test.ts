@@ -31,26 +31,17 @@
 //    instance's node is deleted, no address is rewritten.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes/client-node";
 import { PATCH } from "../../lib/kubeapi.ts";
-import { cloudCcmBinary, cloudCcmRbac } from "../support/cloudccm.ts";
-import {
-  type AuditEvent,
-  type EventV1,
-  freePort,
-  TestCluster,
-  waitFor,
-  writeKubeconfig,
-} from "../support/cluster.ts";
+import { CloudBed, initialized, TALOS_USER } from "../support/cloudbed.ts";
+import { type AuditEvent, type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import { FakeOxide } from "../support/fakeoxide.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
-import { nodeView, SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { CcmProcess, startCcm } from "../support/process.ts";
+import { nodeView, type SimulatedKubelet } from "../support/kubelet.ts";
+import type { CcmProcess } from "../support/process.ts";
 import { addSimMachine } from "../support/simmachines.ts";
-import { TalosSim } from "../support/talossim.ts";
+import type { TalosSim } from "../support/talossim.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 const PROJECT = "talos";
@@ -58,7 +49,6 @@ const TOKEN = "oxide-token-4f1c2b9a7d3e5f60718293a4b5c6d7e8f9a0b1c2";
 const OXIDE_USER = "system:serviceaccount:kube-system:oxide-cloud-controller-manager";
 /** The Oxide CCM's field manager: client-go's User-Agent up to the first "/", its binary's name. */
 const OXIDE_MANAGER = "oxide-cloud-controller-manager";
-const TALOS_USER = "talos-ccm";
 const SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown";
 const EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers";
 const GIB = 1024 ** 3;
@@ -109,15 +99,11 @@ const OX1_EPHEMERAL = "198.51.100.31";
 const idOf = (m: FakeNodeSpec) => m.platformMetadata.instanceId;
 const ipOf = (m: FakeNodeSpec) => m.nodeIPs[0] as string;
 
+let bed: CloudBed<FakeOxide>;
 let cluster: TestCluster;
 let sim: TalosSim;
 let oxide: FakeOxide;
-let dir: string;
-let talosCcm: CcmProcess | undefined;
 let oxideCcm: CcmProcess | undefined;
-let oxideKubeconfig: string;
-let metricsPort: number;
-const kubelets = new Map<string, SimulatedKubelet>();
 
 /** Writes to nodes/status are logged with their request (what each CCM wrote), every request of the
  * Oxide CCM's to certificates.k8s.io (to show there is none), and other writes as metadata. */
@@ -137,63 +123,24 @@ rules:
 `;
 
 /** Starts the Oxide CCM with `args`; resolves once it logged that each controller in `started` started. */
-async function startOxideCcm(args: string[], started: string[], token = TOKEN): Promise<CcmProcess> {
-  const caFile = join(dir, "fake-oxide-ca.pem");
-  writeFileSync(caFile, oxide.caCert);
-  const p = new CcmProcess(
-    [
-      `--kubeconfig=${oxideKubeconfig}`,
-      "--cloud-provider=oxide",
-      "--leader-elect=false",
-      "--secure-port=0",
-      ...args,
-    ],
-    {
-      binary: cloudCcmBinary("oxide"),
-      env: {
-        OXIDE_HOST: oxide.url,
-        OXIDE_TOKEN: token,
-        OXIDE_PROJECT: PROJECT,
-        // Go's crypto/x509 reads the roots from SSL_CERT_FILE: the fake's CA, nothing else.
-        SSL_CERT_FILE: caFile,
-      },
-    },
-  );
-  for (const c of started) await p.waitForLog(new RegExp(`Started "${c}"`), 20_000);
-  return p;
+function startOxideCcm(args: string[], started: string[], token = TOKEN): Promise<CcmProcess> {
+  return bed.startCloudCcm({
+    provider: ["--cloud-provider=oxide"],
+    args,
+    started,
+    env: { OXIDE_HOST: oxide.url, OXIDE_TOKEN: token, OXIDE_PROJECT: PROJECT },
+  });
 }
 
 function output(): string {
   return (
-    `this CCM:\n${talosCcm?.output.slice(-3000)}\nOxide CCM:\n${oxideCcm?.output.slice(-4000)}\n` +
+    `this CCM:\n${bed.talosCcm?.output.slice(-3000)}\nOxide CCM:\n${oxideCcm?.output.slice(-4000)}\n` +
     `fake Oxide API, last requests:\n${JSON.stringify(oxide.requests.slice(-12))}`
   );
 }
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
 async function getService(): Promise<V1Service> {
   return cluster.adminClient.get<V1Service>("/api/v1/namespaces/default/services/web");
-}
-
-async function nodeWhen(
-  name: string,
-  what: string,
-  pred: (n: V1Node) => boolean,
-  ms = 20_000,
-): Promise<V1Node> {
-  let node: V1Node | undefined;
-  await waitFor(
-    async () => {
-      node = await getNode(name);
-      return pred(node);
-    },
-    ms,
-    () => `node ${name}: ${what}; it is ${JSON.stringify(node && nodeView(node))}\n${output()}`,
-  );
-  return node as V1Node;
 }
 
 async function serviceWhen(what: string, pred: (s: V1Service) => boolean, ms = 20_000): Promise<V1Service> {
@@ -223,7 +170,6 @@ async function serviceEvent(reason: string, text: string, ms = 20_000): Promise<
   return found as EventV1;
 }
 
-const initialized = (n: V1Node) => !(n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
 const hasShutdownTaint = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === SHUTDOWN_TAINT);
 
 function addInstance(m: FakeNodeSpec, ephemeralIp?: string): void {
@@ -239,49 +185,27 @@ function addInstance(m: FakeNodeSpec, ephemeralIp?: string): void {
   });
 }
 
-async function register(m: FakeNodeSpec): Promise<void> {
-  kubelets.set(
-    m.name,
-    await SimulatedKubelet.register(cluster, {
-      name: m.name,
-      ips: m.nodeIPs,
-      heartbeatMs: 0,
-      statusOnCreate: true,
-      systemUUID: m.systemInformation?.uuid ?? "",
-    }),
-  );
-}
+const register = (m: FakeNodeSpec) => bed.register(m, m.systemInformation?.uuid ?? "");
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "beside-oxide-e2e-"));
-  cloudCcmBinary("oxide");
-  [cluster, sim, oxide] = await Promise.all([
-    TestCluster.start({ auditPolicy: AUDIT_POLICY }),
-    TalosSim.start(),
-    FakeOxide.start({ token: TOKEN, project: PROJECT }),
-  ]);
+  bed = await CloudBed.start("oxide", {
+    prefix: "beside-oxide-e2e-",
+    auditPolicy: AUDIT_POLICY,
+    // The Oxide CCM's identity: the service account its manifest binds its ClusterRole to.
+    serviceAccount: "oxide-cloud-controller-manager",
+    fake: FakeOxide.start({ token: TOKEN, project: PROJECT }),
+    context: output,
+  });
+  ({ cluster, sim, fake: oxide } = bed);
   for (const m of [OX1, OX2, METAL]) await addSimMachine(sim, m);
   addInstance(OX1, OX1_EPHEMERAL);
   addInstance(OX2);
 
-  // The Oxide CCM's identity: the service account its manifest binds its ClusterRole to.
-  await cluster.apply(cloudCcmRbac("oxide"));
-  oxideKubeconfig = writeKubeconfig(
-    join(dir, "oxide-ccm.kubeconfig"),
-    await cluster.serviceAccountConnection("kube-system", "oxide-cloud-controller-manager"),
-  );
-
-  metricsPort = await freePort();
-  talosCcm = await startCcm(
+  await bed.startTalosCcm(
     {
-      kubeconfig: writeKubeconfig(
-        join(dir, "talos-ccm.kubeconfig"),
-        await cluster.userConnection(TALOS_USER, ["system:masters"]),
-      ),
       controllers: "cloud-node,cloud-node-lifecycle",
       cloudConfig: join(ROOT, "rules", "oxide.yaml"),
-      talosconfig: sim.talosconfig,
-      securePort: metricsPort,
+      securePort: bed.metricsPort,
       alwaysAllowPaths: "/metrics",
       args: ["--node-monitor-period=1s"],
     },
@@ -290,20 +214,12 @@ beforeAll(async () => {
   for (const m of [OX1, OX2, METAL]) await register(m);
 });
 
-afterAll(async () => {
-  await oxideCcm?.stop("SIGKILL");
-  await talosCcm?.stop("SIGKILL");
-  for (const k of kubelets.values()) k.close();
-  await oxide?.stop();
-  await sim?.stop();
-  await cluster?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 describe("a. this CCM for nodes, the Oxide CCM for load balancers only", () => {
   test("this CCM initializes the Oxide Nodes through rules/oxide.yaml: oxide://<system UUID>", async () => {
     for (const m of [OX1, OX2]) {
-      const v = nodeView(await nodeWhen(m.name, "is not initialized", initialized));
+      const v = nodeView(await bed.nodeWhen(m.name, "is not initialized", initialized));
       expect(v.providerID).toBe(`oxide://${idOf(m)}`);
       expect(v.labels).toMatchObject({ "node.cloudprovider.kubernetes.io/platform": "nocloud" });
       expect(v.addresses).toEqual([
@@ -311,7 +227,7 @@ describe("a. this CCM for nodes, the Oxide CCM for load balancers only", () => {
         { type: "Hostname", address: m.name },
       ]);
     }
-    const metal = await nodeWhen(METAL.name, "is not initialized", initialized);
+    const metal = await bed.nodeWhen(METAL.name, "is not initialized", initialized);
     expect(metal.spec?.providerID).toBe(`talos://metal/${ipOf(METAL)}`);
   });
 
@@ -322,16 +238,7 @@ describe("a. this CCM for nodes, the Oxide CCM for load balancers only", () => {
       ["service-lb-controller"],
       "oxide-token-wrong",
     );
-    await cluster.adminClient.create<V1Service>("/api/v1/namespaces/default/services", {
-      apiVersion: "v1",
-      kind: "Service",
-      metadata: { name: "web" },
-      spec: {
-        type: "LoadBalancer",
-        selector: { app: "web" },
-        ports: [{ name: "http", port: 80, targetPort: 8080 }],
-      },
-    });
+    await bed.createLoadBalancer();
     // load_balancer.go EnsureLoadBalancer: selectTargetNode (first by name: rpi-1), then
     // InstanceIDFromProviderID on its talos://metal/<ip>.
     await serviceEvent("SyncLoadBalancerFailed", "provider id does not have 'oxide://' prefix");
@@ -432,21 +339,6 @@ describe("a. this CCM for nodes, the Oxide CCM for load balancers only", () => {
   });
 });
 
-/**
- * Posts Ready=False as the node's kubelet (conditions only: a strategic merge of the kubelet's own
- * address list onto the one a CCM wrote would duplicate entries by type and be refused).
- */
-async function goNotReady(m: FakeNodeSpec): Promise<void> {
-  const k = kubelets.get(m.name) as SimulatedKubelet;
-  const t = new Date().toISOString().replace(/\.\d+Z$/, "Z");
-  const ready = { type: "Ready", status: "False", reason: "KubeletNotReady", message: "simulated outage" };
-  await k.client.patch(
-    `/api/v1/nodes/${m.name}/status`,
-    { status: { conditions: [{ ...ready, lastHeartbeatTime: t, lastTransitionTime: t }] } },
-    PATCH.strategic,
-  );
-}
-
 /** An audit event with the request body the policy logs for nodes/status writes. */
 type AuditWithRequest = AuditEvent & { requestObject?: { status?: { addresses?: unknown } } };
 
@@ -462,14 +354,6 @@ function writesTo(name: string, from: number, subresource: string): Record<strin
     out[e.user.username] = list;
   }
   return out;
-}
-
-/** Who deleted node `name` (audit), if anyone. */
-function deleters(name: string): string[] {
-  return cluster
-    .auditEvents()
-    .filter((e) => e.verb === "delete" && e.objectRef?.resource === "nodes" && e.objectRef.name === name)
-    .map((e) => e.user.username);
 }
 
 /**
@@ -499,8 +383,7 @@ async function deletedBy(name: string): Promise<string[]> {
 
 /** This CCM's talosccm_node_conflicting_writes_total lines (all fields and managers). */
 async function conflictLines(): Promise<string[]> {
-  const res = await fetch(`https://127.0.0.1:${metricsPort}/metrics`, { tls: { rejectUnauthorized: false } });
-  return (await res.text())
+  return (await bed.metrics())
     .split("\n")
     .filter((l) => l.startsWith("talosccm_node_conflicting_writes_total{"));
 }
@@ -529,10 +412,10 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
 
   beforeAll(async () => {
     before = {};
-    for (const m of [OX1, OX2, METAL]) before[m.name] = await getNode(m.name);
+    for (const m of [OX1, OX2, METAL]) before[m.name] = await bed.getNode(m.name);
     // A kubelet-serving CSR from talos-ox-1 before the Oxide CCM starts (this CCM runs without
     // node-csr-approval here, so nobody else decides it).
-    pendingCsr = await (kubelets.get(OX1.name) as SimulatedKubelet).submitServingCSR();
+    pendingCsr = await (bed.kubelets.get(OX1.name) as SimulatedKubelet).submitServingCSR();
     await oxideCcm?.stop();
     auditFrom = cluster.auditEvents().length;
     oxideCcm = await startOxideCcm(
@@ -584,7 +467,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
 
   test("labels, taints and provider IDs stay as they were", async () => {
     for (const m of [OX1, OX2, METAL]) {
-      const now = nodeView(await getNode(m.name));
+      const now = nodeView(await bed.getNode(m.name));
       const was = nodeView(before[m.name] as V1Node);
       expect(now.labels).toEqual(was.labels);
       expect(now.taints).toEqual(was.taints);
@@ -595,7 +478,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
   });
 
   test("a NotReady node with a provider ID it cannot parse (talos://metal/…): logged every period, no API call, no deletion, no taint, no address", async () => {
-    await goNotReady(METAL);
+    await bed.goNotReady(METAL);
     const re = new RegExp(
       `error checking if node ${METAL.name} exists: failed parsing provider id talos://metal/${ipOf(METAL)}: provider id does not have 'oxide://' prefix`,
     );
@@ -608,17 +491,17 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
       /Error getting instance metadata for node addresses: failed parsing provider id talos:\/\/metal\//,
     );
     expect(oxide.requests.filter((r) => r.path.includes("talos"))).toEqual([]);
-    const node = await getNode(METAL.name);
+    const node = await bed.getNode(METAL.name);
     expect(hasShutdownTaint(node)).toBe(false);
-    expect(deleters(METAL.name)).toEqual([]);
+    expect(bed.deleters(METAL.name)).toEqual([]);
     expect(writesTo(METAL.name, auditFrom, "status")[OXIDE_USER]).toBeUndefined();
   });
 
   test("a NotReady node whose instance is stopped: the Oxide CCM adds the shutdown taint once and it stays (this CCM's lifecycle controller keeps a NotReady node's taint, as upstream)", async () => {
     const from = cluster.auditEvents().length;
     (oxide.instances.get(idOf(OX2)) as { runState: string }).runState = "stopped";
-    await goNotReady(OX2);
-    await nodeWhen(OX2.name, "has no shutdown taint", hasShutdownTaint);
+    await bed.goNotReady(OX2);
+    await bed.nodeWhen(OX2.name, "has no shutdown taint", hasShutdownTaint);
     // Three more lifecycle periods of the Oxide CCM (1 s, this CCM's --node-monitor-period too).
     const calls = oxide.requests.length;
     const asked = () =>
@@ -628,11 +511,11 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
       15_000,
       () => `the Oxide CCM did not check ${OX2.name} again\n${output()}`,
     );
-    expect(hasShutdownTaint(await getNode(OX2.name))).toBe(true);
+    expect(hasShutdownTaint(await bed.getNode(OX2.name))).toBe(true);
     const writes = writesTo(OX2.name, from, "");
     expect(Object.keys(writes)).toEqual([OXIDE_USER]);
     expect(writes[OXIDE_USER]).toHaveLength(1);
-    expect(deleters(OX2.name)).toEqual([]);
+    expect(bed.deleters(OX2.name)).toEqual([]);
   });
 
   test("a NotReady node whose instance is gone: the Oxide CCM deletes it", async () => {
@@ -655,7 +538,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
     addInstance(OX3);
     const from = cluster.auditEvents().length;
     await register(OX3);
-    const byOxide = await nodeWhen(OX3.name, "is not initialized", initialized);
+    const byOxide = await bed.nodeWhen(OX3.name, "is not initialized", initialized);
     const inits = await audited(`initialization of node ${OX3.name}`, (all) =>
       all
         .slice(from)
@@ -679,7 +562,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
       Object.keys(v.labels).filter((k) => k.includes("topology") || k.includes("failure-domain")),
     ).toEqual([]);
     await addSimMachine(sim, OX3);
-    const both = await nodeWhen(
+    const both = await bed.nodeWhen(
       OX3.name,
       "has no platform label from this CCM",
       (n) => n.metadata?.labels?.["node.cloudprovider.kubernetes.io/platform"] === "nocloud",
@@ -728,7 +611,7 @@ describe("b. the Oxide CCM with its default controllers beside this one", () => 
     expect(byNode(OX3.name)[0]?.note).toStartWith(
       `spec.providerID was set to "oxide://${idOf(OX3)}" by field manager "${OXIDE_MANAGER}".`,
     );
-    expect(talosCcm?.output).toMatch(
+    expect(bed.talosCcm?.output).toMatch(
       new RegExp(
         `Another writer changed a field this CCM owns.*node="${OX3.name}" field="spec.providerID".*manager="${OXIDE_MANAGER}"`,
       ),
@@ -751,15 +634,10 @@ describe("c. with Node cleanup: the Oxide CCM's service and lifecycle controller
 
   beforeAll(async () => {
     await oxideCcm?.stop();
-    await talosCcm?.stop();
+    await bed.talosCcm?.stop();
     from = cluster.auditEvents().length;
-    talosCcm = await startCcm(
-      {
-        kubeconfig: join(dir, "talos-ccm.kubeconfig"),
-        controllers: "cloud-node",
-        cloudConfig: join(ROOT, "rules", "oxide.yaml"),
-        talosconfig: sim.talosconfig,
-      },
+    await bed.startTalosCcm(
+      { controllers: "cloud-node", cloudConfig: join(ROOT, "rules", "oxide.yaml") },
       /Starting controller.*cloud-node"/,
     );
     oxideCcm = await startOxideCcm(
@@ -773,8 +651,8 @@ describe("c. with Node cleanup: the Oxide CCM's service and lifecycle controller
 
   test("a NotReady node whose instance is stopped keeps the Oxide CCM's shutdown taint", async () => {
     (oxide.instances.get(idOf(OX3)) as { runState: string }).runState = "stopped";
-    await goNotReady(OX3);
-    await nodeWhen(OX3.name, "has no shutdown taint", hasShutdownTaint);
+    await bed.goNotReady(OX3);
+    await bed.nodeWhen(OX3.name, "has no shutdown taint", hasShutdownTaint);
     // Three more lifecycle periods of the Oxide CCM, each asking for the instance.
     const calls = oxide.requests.length;
     const asked = () =>
@@ -784,7 +662,7 @@ describe("c. with Node cleanup: the Oxide CCM's service and lifecycle controller
       15_000,
       () => `the Oxide CCM did not check ${OX3.name} again\n${output()}`,
     );
-    expect(hasShutdownTaint(await getNode(OX3.name))).toBe(true);
+    expect(hasShutdownTaint(await bed.getNode(OX3.name))).toBe(true);
     // Only the Oxide CCM wrote the node (the taint, once); this CCM left it alone.
     const writes = writesTo(OX3.name, from, "");
     expect(Object.keys(writes)).toEqual([OXIDE_USER]);

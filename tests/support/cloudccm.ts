@@ -32,7 +32,8 @@ export const CLOUD_CCMS = {
   },
 } as const;
 
-type Cloud = keyof typeof CLOUD_CCMS;
+/** A cloud whose CCM the beside tests run. */
+export type Cloud = keyof typeof CLOUD_CCMS;
 
 /** The cloud's CCM binary (from its env variable), or a loud failure naming how to get it. */
 export function cloudCcmBinary(cloud: Cloud): string {
