@@ -33,8 +33,7 @@
 
 import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
 import type { Server } from "bun";
-import { freePort } from "./cluster.ts";
-import { type CA, createCA } from "./pki.ts";
+import { serveHttps } from "./httpsfake.ts";
 
 /** An instance type (GetInstanceType). */
 export interface ExoInstanceType {
@@ -212,10 +211,10 @@ export class FakeExoscale {
   #nextNlbIP = 10;
   #server?: Server<undefined>;
 
-  private constructor(opts: FakeExoscaleOptions, port: number, ca: CA) {
+  private constructor(opts: FakeExoscaleOptions, port: number, caCert: string) {
     this.zone = opts.zone ?? "ch-gva-2";
     this.url = `https://127.0.0.1:${port}/v2`;
-    this.caCert = ca.cert;
+    this.caCert = caCert;
     this.#keys = new Map([[opts.key, opts.secret]]);
     this.#opDelayMs = opts.operationDelayMs ?? 0;
     this.#nlbNet = (opts.nlbNet ?? "203.0.113.0/24").replace(/\.\d+\/24$/, "");
@@ -223,21 +222,11 @@ export class FakeExoscale {
 
   /** Starts the fake on a free loopback port with a serving certificate from a new CA. */
   static async start(opts: FakeExoscaleOptions): Promise<FakeExoscale> {
-    const ca = await createCA("fake-exoscale-ca");
-    const leaf = await ca.issue({
-      cn: "fake-exoscale-api",
-      usage: "server",
-      ips: ["127.0.0.1"],
-      dns: ["localhost"],
-    });
-    const port = await freePort();
-    const fake = new FakeExoscale(opts, port, ca);
-    fake.#server = Bun.serve({
-      hostname: "127.0.0.1",
-      port,
-      tls: { cert: leaf.cert, key: leaf.key },
-      fetch: (req) => fake.#handle(req),
-    });
+    let fake: FakeExoscale | undefined;
+    // No request comes before the fake exists: nobody knows the port yet.
+    const https = await serveHttps("fake-exoscale", (req) => (fake as FakeExoscale).#handle(req));
+    fake = new FakeExoscale(opts, https.port, https.caCert);
+    fake.#server = https.server;
     return fake;
   }
 

@@ -33,8 +33,7 @@
 
 import { randomUUID } from "node:crypto";
 import type { Server } from "bun";
-import { freePort } from "./cluster.ts";
-import { createCA } from "./pki.ts";
+import { serveHttps } from "./httpsfake.ts";
 
 /** An instance as the fake keeps it; tests change `runState` or delete it. */
 export interface OxideInstance {
@@ -133,21 +132,11 @@ export class FakeOxide {
 
   /** Starts the fake on a free loopback port with a serving certificate from a new CA. */
   static async start(opts: FakeOxideOptions): Promise<FakeOxide> {
-    const ca = await createCA("fake-oxide-ca");
-    const leaf = await ca.issue({
-      cn: "fake-oxide-api",
-      usage: "server",
-      ips: ["127.0.0.1"],
-      dns: ["localhost"],
-    });
-    const port = await freePort();
-    const fake = new FakeOxide(opts, port, ca.cert);
-    fake.#server = Bun.serve({
-      hostname: "127.0.0.1",
-      port,
-      tls: { cert: leaf.cert, key: leaf.key },
-      fetch: (req) => fake.#handle(req),
-    });
+    let fake: FakeOxide | undefined;
+    // No request comes before the fake exists: nobody knows the port yet.
+    const https = await serveHttps("fake-oxide", (req) => (fake as FakeOxide).#handle(req));
+    fake = new FakeOxide(opts, https.port, https.caCert);
+    fake.#server = https.server;
     return fake;
   }
 
