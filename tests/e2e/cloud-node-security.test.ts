@@ -107,10 +107,11 @@ beforeAll(async () => {
     apid: { nodes: [FORGER, VICTIM, LIAR, SWITCHER, DUAL] },
   });
   ({ cluster, apid } = bed);
-  bed.writeCloudConfig(RULES);
+  const cloudConfig = bed.writeCloudConfig(RULES);
   ccm = await bed.startCcm(
     {
       controllers: "cloud-node",
+      cloudConfig,
       alwaysAllowPaths: "/metrics",
       // --v=4 logs "Node up to date" for a pass that found nothing to write.
       args: ["--v=4"],

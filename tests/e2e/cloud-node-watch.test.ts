@@ -80,10 +80,11 @@ beforeAll(async () => {
   bed = await ApidBed.start("cloud-node-watch-e2e-", { apid: { nodes: [WATCHED, DOWN, RECOVERING] } });
   ({ cluster, apid } = bed);
   for (const s of [DOWN, RECOVERING]) apid.setDown(s.nodeIPs[0] as string, true);
-  bed.writeCloudConfig(RULES_A_AND_B);
+  const cloudConfig = bed.writeCloudConfig(RULES_A_AND_B);
   ccm = await bed.startCcm(
     {
       controllers: "cloud-node",
+      cloudConfig,
       securePort: 0,
       // Short, so that a window of a few seconds would show any periodic Talos call.
       args: ["--node-status-update-frequency=1s"],

@@ -374,10 +374,11 @@ beforeAll(async () => {
     talosconfig: { cluster: "from-talosconfig" },
   });
   ({ cluster, apid } = bed);
-  bed.writeCloudConfig(CLOUD_CONFIG);
+  const cloudConfig = bed.writeCloudConfig(CLOUD_CONFIG);
   ccm = await bed.startCcm(
     {
       controllers: "cloud-node",
+      cloudConfig,
       alwaysAllowPaths: "/metrics",
       kubeApiQps: 100,
       // --v=4 logs "Node up to date" for a pass that found nothing to write.

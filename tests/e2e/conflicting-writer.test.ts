@@ -11,12 +11,12 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { V1Node } from "@kubernetes/client-node";
 import { KubeClient } from "../../lib/kube.ts";
 import { PATCH } from "../../lib/kubeapi.ts";
-import { freePort, TestCluster, waitFor } from "../support/cluster.ts";
+import { SimBed } from "../support/bed.ts";
+import { type TestCluster, waitFor } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
-import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import { type SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
+import type { CcmProcess } from "../support/process.ts";
 import { addSimMachine } from "../support/simmachines.ts";
-import { TalosSim } from "../support/talossim.ts";
 
 const SPEC = loadFixture("nocloud");
 const IP = SPEC.nodeIPs[0] as string;
@@ -27,11 +27,10 @@ const FOREIGN = [
   { type: "ExternalIP", address: "203.0.113.7" },
 ];
 
+let bed: SimBed;
 let cluster: TestCluster;
-let sim: TalosSim;
 let ccm: CcmProcess;
-let port: number;
-let kubelet: SimulatedKubelet;
+let _kubelet: SimulatedKubelet;
 let other: KubeClient;
 /** The addresses the CCM wrote at initialization. */
 let ours: Array<{ type: string; address: string }>;
@@ -64,9 +63,8 @@ async function conflictEvents(): Promise<RawEvent[]> {
 }
 
 async function counted(field: string, manager: string): Promise<number> {
-  const res = await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } });
   const line = `talosccm_node_conflicting_writes_total{field="${field}",manager="${manager}"} `;
-  const found = (await res.text()).split("\n").find((l) => l.startsWith(line));
+  const found = (await bed.metrics()).split("\n").find((l) => l.startsWith(line));
   return found ? Number(found.slice(line.length)) : 0;
 }
 
@@ -78,22 +76,19 @@ function rewriteAddresses(): Promise<unknown> {
 }
 
 beforeAll(async () => {
-  [cluster, sim] = await Promise.all([TestCluster.start(), TalosSim.start()]);
-  await addSimMachine(sim, SPEC);
-  port = await freePort();
-  ccm = await startCcm(
+  bed = await SimBed.start("conflicting-writer-e2e-");
+  cluster = bed.cluster;
+  await addSimMachine(bed.sim, SPEC);
+  ccm = await bed.startCcm(
     {
-      kubeconfig: cluster.adminKubeconfig,
       controllers: "cloud-node",
-      talosconfig: sim.talosconfig,
-      securePort: port,
       alwaysAllowPaths: "/metrics",
       // Repeats within the window are logged at --v=2.
       args: ["--v=2"],
     },
     /Starting controller.*cloud-node/,
   );
-  kubelet = await SimulatedKubelet.register(cluster, {
+  _kubelet = await bed.register({
     name: SPEC.name,
     ips: SPEC.nodeIPs,
     heartbeatMs: 0,
@@ -103,11 +98,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await ccm?.stop("SIGKILL");
   other?.close();
-  kubelet?.close();
-  await sim?.stop();
-  await cluster?.stop();
+  await bed?.stop();
 });
 
 test("the CCM's own writes are recorded under field manager talos-cloud-controller-manager, and it reports none of them", async () => {

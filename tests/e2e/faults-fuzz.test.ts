@@ -102,10 +102,11 @@ async function expectAlive(context: string): Promise<void> {
 beforeAll(async () => {
   bed = await ApidBed.start("faults-fuzz-");
   ({ cluster, apid } = bed);
-  bed.writeCloudConfig(GOOD_CONFIG);
+  const cloudConfig = bed.writeCloudConfig(GOOD_CONFIG);
   ccm = await bed.startCcm(
     {
       controllers: "cloud-node,node-csr-approval",
+      cloudConfig,
       alwaysAllowPaths: "/healthz",
       kubeApiQps: 100,
       args: ["--node-status-update-frequency=2s"],

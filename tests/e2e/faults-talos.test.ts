@@ -32,10 +32,11 @@ let nextIndex = 0;
 beforeAll(async () => {
   bed = await ApidBed.start("faults-talos-");
   ({ cluster, apid, talosconfig } = bed);
-  bed.writeCloudConfig(CLOUD_CONFIG);
+  const cloudConfig = bed.writeCloudConfig(CLOUD_CONFIG);
   ccm = await bed.startCcm(
     {
       controllers: "cloud-node",
+      cloudConfig,
       alwaysAllowPaths: "/healthz",
       args: [`--node-status-update-frequency=${REFRESH_MS / 1000}s`],
     },

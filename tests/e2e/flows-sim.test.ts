@@ -18,16 +18,14 @@
 // a Node whose IP leads to another machine's Talos is denied as TalosNodeMismatch.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type {
   V1CertificateSigningRequest,
   V1CertificateSigningRequestCondition,
   V1Node,
 } from "@kubernetes/client-node";
 import { encodePlatformMetadata } from "../support/apid.ts";
-import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
+import { SimBed } from "../support/bed.ts";
+import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeAddress,
   type FakeNodeSpec,
@@ -39,12 +37,12 @@ import {
   type NodeView,
   nodeView,
   PROVIDED_NODE_IP,
-  SimulatedKubelet,
+  type SimulatedKubelet,
   UNINITIALIZED_TAINT,
 } from "../support/kubelet.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import type { CcmProcess } from "../support/process.ts";
 import { addSimMachine, simAddress, simAddressRef, simResource } from "../support/simmachines.ts";
-import { TalosSim } from "../support/talossim.ts";
+import type { TalosSim } from "../support/talossim.ts";
 
 const CLUSTER_NAME = "sim-cluster";
 const MANAGED = "talos.dev/ccm-managed";
@@ -91,32 +89,21 @@ const OTHER: FakeNodeSpec = {
   ],
 };
 
+let bed: SimBed;
 let cluster: TestCluster;
 let sim: TalosSim;
-let dir: string;
 let ccm: CcmProcess | undefined;
-const kubelets: SimulatedKubelet[] = [];
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "flows-sim-e2e-"));
-  [cluster, sim] = await Promise.all([TestCluster.start(), TalosSim.start()]);
+  bed = await SimBed.start("flows-sim-e2e-");
+  ({ cluster, sim } = bed);
   for (const spec of [AWS, HCLOUD, OTHER]) await addSimMachine(sim, spec);
 });
 
-afterAll(async () => {
-  await ccm?.stop("SIGKILL");
-  for (const k of kubelets) k.close();
-  await sim?.stop();
-  await cluster?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bed?.stop());
 
 function output(): string {
   return `CCM output:\n${ccm?.output.slice(-4000)}\nsimulator stderr:\n${sim.stderr.slice(-2000)}`;
-}
-
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
 }
 
 /** Waits until the Node satisfies `pred`; returns it. */
@@ -124,7 +111,7 @@ async function nodeWhen(name: string, what: string, pred: (n: V1Node) => boolean
   let node: V1Node | undefined;
   await waitFor(
     async () => {
-      node = await getNode(name);
+      node = await bed.getNode(name);
       return pred(node);
     },
     30_000,
@@ -194,25 +181,12 @@ function watchCalls(calls: Record<string, number>): number {
 
 describe("cloud-node against the simulator", () => {
   beforeAll(async () => {
-    const cloudConfig = join(dir, "ccm-config.yaml");
-    writeFileSync(cloudConfig, CLOUD_CONFIG);
-    ccm = await startCcm(
-      {
-        kubeconfig: cluster.adminKubeconfig,
-        controllers: "cloud-node",
-        talosconfig: sim.talosconfig,
-        cloudConfig,
-      },
+    const cloudConfig = bed.writeCloudConfig(CLOUD_CONFIG);
+    ccm = await bed.startCcm(
+      { controllers: "cloud-node", cloudConfig, securePort: 0 },
       /Starting controller.*cloud-node/,
     );
-    kubelets.push(
-      await SimulatedKubelet.register(cluster, {
-        name: AWS.name,
-        ips: AWS.nodeIPs,
-        heartbeatMs: 0,
-        statusOnCreate: true,
-      }),
-    );
+    await bed.register({ name: AWS.name, ips: AWS.nodeIPs, heartbeatMs: 0, statusOnCreate: true });
   });
 
   afterAll(async () => {
@@ -279,7 +253,7 @@ describe("cloud-node against the simulator", () => {
     await sim.put(AWS_IP, simResource("platformmetadata", encodePlatformMetadata(pm).yaml));
     await sim.destroy(AWS_IP, simAddressRef(NEW_EIP));
     await sim.put(AWS_IP, simAddress(RESTART_IP));
-    expect(nodeView(await getNode(AWS.name))).toEqual(
+    expect(nodeView(await bed.getNode(AWS.name))).toEqual(
       awsNode({ team: "payments", instanceType: "m6i.large", external: ["98.84.12.201"] }),
     );
     await sim.startMachine(AWS_IP);
@@ -321,21 +295,17 @@ describe("node-csr-approval against the simulator", () => {
   let hcloud: SimulatedKubelet;
 
   beforeAll(async () => {
-    ccm = await startCcm(
-      {
-        kubeconfig: cluster.adminKubeconfig,
-        controllers: "node-csr-approval",
-        talosconfig: sim.talosconfig,
-      },
+    ccm = await bed.startCcm(
+      // Without the cloud config the cloud-node tests wrote: node-csr-approval reads none.
+      { controllers: "node-csr-approval", securePort: 0 },
       /Approving kubelet serving CSRs/,
     );
-    hcloud = await SimulatedKubelet.register(cluster, {
+    hcloud = await bed.register({
       name: HCLOUD.name,
       ips: HCLOUD.nodeIPs,
       heartbeatMs: 0,
       addresses: [ip(HCLOUD_IP), { type: "Hostname", address: HCLOUD.name }, ip(UNREPORTED_IP)],
     });
-    kubelets.push(hcloud);
   });
 
   test("a kubelet-serving CSR with the node's hostname and IP is approved, confirmed by Talos", async () => {
@@ -358,12 +328,11 @@ describe("node-csr-approval against the simulator", () => {
   });
 
   test("a Node whose IP leads to another machine's Talos is denied as TalosNodeMismatch", async () => {
-    const forger = await SimulatedKubelet.register(cluster, {
+    const forger = await bed.register({
       name: "sim-forger",
       ips: OTHER.nodeIPs,
       heartbeatMs: 0,
     });
-    kubelets.push(forger);
     const cond = await decided(await forger.submitServingCSR({ dns: ["sim-forger"], ips: OTHER.nodeIPs }));
     expect(cond).toMatchObject({ type: "Denied", reason: "TalosNodeMismatch" });
     expect(cond.message).toContain(`is node "${OTHER.name}"`);

@@ -16,12 +16,12 @@ import type { V1Node } from "@kubernetes/client-node";
 import { nodeInformer } from "../../lib/cache.ts";
 import type { LeanNode } from "../../lib/nodeview.ts";
 import { encodePlatformMetadata } from "../support/apid.ts";
-import { type EventV1, freePort, TestCluster, until, waitFor } from "../support/cluster.ts";
+import { SimBed, tainted } from "../support/bed.ts";
+import { type EventV1, type TestCluster, until, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, loadFixture, platformMetadata } from "../support/fixtures.ts";
-import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
-import { type CcmProcess, startCcm } from "../support/process.ts";
+import type { CcmProcess } from "../support/process.ts";
 import { addSimMachine, simResource } from "../support/simmachines.ts";
-import { TalosSim } from "../support/talossim.ts";
+import type { TalosSim } from "../support/talossim.ts";
 
 const HCLOUD = loadFixture("hcloud");
 const HCLOUD_IP = HCLOUD.nodeIPs[0] as string;
@@ -36,11 +36,10 @@ const HALF_BUILT = platformMetadata({
 const METAL = loadFixture("metal-56");
 const METAL_IP = METAL.nodeIPs[0] as string;
 
+let bed: SimBed;
 let cluster: TestCluster;
 let sim: TalosSim;
 let ccm: CcmProcess;
-let port: number;
-const kubelets: SimulatedKubelet[] = [];
 let informer: ReturnType<typeof nodeInformer>;
 /** Every providerID the Node watch showed, per Node, in order. */
 const seen = new Map<string, string[]>();
@@ -56,15 +55,10 @@ function record(n: LeanNode): void {
   seen.set(n.metadata.name, list);
 }
 
-async function getNode(name: string): Promise<V1Node> {
-  return cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
-}
-
-const tainted = (n: V1Node) => (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+const getNode = (name: string) => bed.getNode(name);
 
 async function metric(line: RegExp): Promise<number> {
-  const res = await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } });
-  const m = (await res.text()).match(line);
+  const m = (await bed.metrics()).match(line);
   return m ? Number(m[1]) : 0;
 }
 const INSTANCE_ID_ERRORS = /^talosccm_node_initialization_errors_total\{reason="instance_id"\} (\d+)$/m;
@@ -75,41 +69,25 @@ async function waitingEvents(): Promise<EventV1[]> {
 }
 
 beforeAll(async () => {
-  [cluster, sim] = await Promise.all([TestCluster.start(), TalosSim.start()]);
+  bed = await SimBed.start("provider-id-wait-e2e-");
+  ({ cluster, sim } = bed);
   await addSimMachine(sim, PLACEHOLDER);
   await addSimMachine(sim, METAL);
   informer = nodeInformer(cluster.adminClient);
   informer.addHandlers({ onAdd: record, onUpdate: (_, n) => record(n) });
   informer.start();
   await informer.waitForSync();
-  port = await freePort();
-  ccm = await startCcm(
-    {
-      kubeconfig: cluster.adminKubeconfig,
-      controllers: "cloud-node",
-      talosconfig: sim.talosconfig,
-      securePort: port,
-      alwaysAllowPaths: "/metrics",
-    },
+  ccm = await bed.startCcm(
+    { controllers: "cloud-node", alwaysAllowPaths: "/metrics" },
     /Starting controller.*cloud-node/,
   );
   for (const spec of [HCLOUD, METAL])
-    kubelets.push(
-      await SimulatedKubelet.register(cluster, {
-        name: spec.name,
-        ips: spec.nodeIPs,
-        heartbeatMs: 0,
-        statusOnCreate: true,
-      }),
-    );
+    await bed.register({ name: spec.name, ips: spec.nodeIPs, heartbeatMs: 0, statusOnCreate: true });
 });
 
 afterAll(async () => {
-  await ccm?.stop("SIGKILL");
   await informer?.stop();
-  for (const k of kubelets) k.close();
-  await sim?.stop();
-  await cluster?.stop();
+  await bed?.stop();
 });
 
 test("a bare-metal machine falls back to talos://metal/<ip> at once", async () => {

@@ -1,14 +1,15 @@
-// The set-up most end-to-end tests of the CCM against the fake apid share: a TestCluster, a
-// FakeApid, a temporary folder holding the apid's talosconfig and the cloud config, a free port for
-// the CCM's secure serving, the kubelets the test registers and the CCM it starts. `stop()` ends
-// them all, in that order: the CCM, the kubelets, the apid, the cluster, then the folder.
+// The set-up most end-to-end tests of the CCM share: a TestCluster, the Talos side (the fake apid,
+// ApidBed, or the Talos simulator, SimBed), a temporary folder holding the talosconfig and the cloud
+// config, a free port for the CCM's secure serving, the kubelets the test registers and the CCM it
+// starts. `stop()` ends them all, in that order: the CCM, the kubelets, the Talos side, the cluster,
+// then the folder.
 //
 // @example
 // let bed: ApidBed;
 // beforeAll(async () => {
 //   bed = await ApidBed.start("cloud-node-e2e-", { apid: { nodes: [spec] } });
-//   bed.writeCloudConfig(RULES);
-//   await bed.startCcm({ controllers: "cloud-node" }, /Starting controller.*cloud-node/);
+//   const cloudConfig = bed.writeCloudConfig(RULES);
+//   await bed.startCcm({ controllers: "cloud-node", cloudConfig }, /Starting controller.*cloud-node/);
 //   await bed.register({ name: spec.name, ips: spec.nodeIPs, heartbeatMs: 0 });
 // });
 // afterAll(() => bed?.stop());
@@ -21,6 +22,7 @@ import { FakeApid, type FakeApidOptions, type TalosconfigOptions } from "./apid.
 import { type ClusterOptions, type EventV1, freePort, TestCluster, waitFor } from "./cluster.ts";
 import { type KubeletOptions, SimulatedKubelet, UNINITIALIZED_TAINT } from "./kubelet.ts";
 import { type CcmProcess, type CcmSetup, startCcm } from "./process.ts";
+import { TalosSim } from "./talossim.ts";
 
 /** What {@link ApidBed.start} starts. */
 export interface ApidBedOptions {
@@ -28,6 +30,45 @@ export interface ApidBedOptions {
   apid?: FakeApidOptions;
   /** Options of the talosconfig written for the CCM. */
   talosconfig?: TalosconfigOptions;
+}
+
+/** The Talos side of a bed. */
+interface TalosSide {
+  stop(): Promise<void>;
+}
+
+/** What a bed is made of once started. */
+interface Parts<T extends TalosSide> {
+  cluster: TestCluster;
+  talos: T;
+  dir: string;
+  talosconfig: string;
+  port: number;
+}
+
+/**
+ * Starts the cluster and the Talos side by side in a new folder named after `prefix`, then gets the
+ * talosconfig from `talosconfigOf`. What started is stopped again when anything fails.
+ */
+async function startParts<T extends TalosSide>(
+  prefix: string,
+  cluster: ClusterOptions | undefined,
+  talos: () => Promise<T>,
+  talosconfigOf: (talos: T, dir: string) => Promise<string>,
+): Promise<Parts<T>> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const [c, t] = await Promise.allSettled([TestCluster.start(cluster), talos()]);
+  try {
+    if (c.status === "rejected") throw c.reason;
+    if (t.status === "rejected") throw t.reason;
+    const talosconfig = await talosconfigOf(t.value, dir);
+    return { cluster: c.value, talos: t.value, dir, talosconfig, port: await freePort() };
+  } catch (err) {
+    if (t.status === "fulfilled") await t.value.stop();
+    if (c.status === "fulfilled") await c.value.stop();
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
 }
 
 /** How {@link ApidBed.startCcm} runs the CCM: {@link CcmSetup} with the bed's defaults. */
@@ -40,73 +81,48 @@ export interface BedCcmSetup extends Partial<CcmSetup> {
 export const tainted = (n: V1Node): boolean =>
   (n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
 
-/** An end-to-end test's cluster, fake apid, folder and CCM; see the file's header. */
-export class ApidBed {
+/** An end-to-end test's cluster, Talos side, folder and CCM; see the file's header. */
+class CcmBed<T extends TalosSide> {
   readonly cluster: TestCluster;
-  readonly apid: FakeApid;
+  readonly talos: T;
   readonly dir: string;
-  /** The talosconfig of the apid, in {@link dir}. */
+  /** The talosconfig of the Talos side. */
   readonly talosconfig: string;
   /** The CCM's `--secure-port` unless its set-up says otherwise. */
   readonly port: number;
-  /** The cloud config once {@link writeCloudConfig} wrote it. */
-  cloudConfig: string | undefined;
   /** The kubelets {@link register} started; stop() closes them. */
   readonly kubelets: SimulatedKubelet[] = [];
   /** The CCM {@link startCcm} started last; stop() kills it. */
   ccm: CcmProcess | undefined;
 
-  private constructor(cluster: TestCluster, apid: FakeApid, dir: string, talosconfig: string, port: number) {
-    this.cluster = cluster;
-    this.apid = apid;
-    this.dir = dir;
-    this.talosconfig = talosconfig;
-    this.port = port;
+  protected constructor(parts: Parts<T>) {
+    this.cluster = parts.cluster;
+    this.talos = parts.talos;
+    this.dir = parts.dir;
+    this.talosconfig = parts.talosconfig;
+    this.port = parts.port;
   }
 
   /**
-   * Starts the cluster and the apid side by side in a new folder named after `prefix`, and writes
-   * the talosconfig. What started is stopped again when anything fails.
+   * Writes the cloud config (atomically, as a ConfigMap update lands) and returns its path, always
+   * the same: a CCM started with it reloads what is written later.
    */
-  static async start(prefix: string, opts: ApidBedOptions = {}): Promise<ApidBed> {
-    const dir = mkdtempSync(join(tmpdir(), prefix));
-    const [cluster, apid] = await Promise.allSettled([
-      TestCluster.start(opts.cluster),
-      FakeApid.start(opts.apid),
-    ]);
-    try {
-      if (cluster.status === "rejected") throw cluster.reason;
-      if (apid.status === "rejected") throw apid.reason;
-      const talosconfig = await apid.value.writeTalosconfig(join(dir, "talosconfig"), opts.talosconfig);
-      return new ApidBed(cluster.value, apid.value, dir, talosconfig, await freePort());
-    } catch (err) {
-      if (apid.status === "fulfilled") await apid.value.stop();
-      if (cluster.status === "fulfilled") await cluster.value.stop();
-      rmSync(dir, { recursive: true, force: true });
-      throw err;
-    }
-  }
-
-  /** Writes the cloud config (atomically, as a ConfigMap update lands) and returns its path. */
   writeCloudConfig(text: string): string {
     const path = join(this.dir, "ccm-config.yaml");
     writeFileSync(`${path}.tmp`, text);
     renameSync(`${path}.tmp`, path);
-    this.cloudConfig = path;
     return path;
   }
 
   /**
-   * Starts the CCM of `setup`, by default with the admin kubeconfig, the bed's talosconfig, its
-   * cloud config once written, and secure serving on {@link port}; resolves once it has logged each
-   * of `ready`, in order.
+   * Starts the CCM of `setup`, by default with the admin kubeconfig, the bed's talosconfig and
+   * secure serving on {@link port}; resolves once it has logged each of `ready`, in order.
    */
   async startCcm(setup: BedCcmSetup, ...ready: RegExp[]): Promise<CcmProcess> {
     const { withoutTalos, ...rest } = setup;
     const full: CcmSetup = {
       kubeconfig: this.cluster.adminKubeconfig,
       ...(withoutTalos ? {} : { talosconfig: this.talosconfig }),
-      ...(this.cloudConfig === undefined ? {} : { cloudConfig: this.cloudConfig }),
       securePort: this.port,
       ...rest,
     };
@@ -174,12 +190,48 @@ export class ApidBed {
     return found as EventV1;
   }
 
-  /** Stops the CCM (SIGKILL), the kubelets, the apid and the cluster, and removes the folder. */
+  /** Stops the CCM (SIGKILL), the kubelets, the Talos side and the cluster, and removes the folder. */
   async stop(): Promise<void> {
     await this.ccm?.stop("SIGKILL");
     for (const k of this.kubelets) k.close();
-    await this.apid.stop();
+    await this.talos.stop();
     await this.cluster.stop();
     rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** A bed whose Talos side is the fake apid (for fault injection), its talosconfig in the folder. */
+export class ApidBed extends CcmBed<FakeApid> {
+  get apid(): FakeApid {
+    return this.talos;
+  }
+
+  /** Starts the cluster and an apid with `opts` side by side, and writes the apid's talosconfig. */
+  static async start(prefix: string, opts: ApidBedOptions = {}): Promise<ApidBed> {
+    const parts = await startParts(
+      prefix,
+      opts.cluster,
+      () => FakeApid.start(opts.apid),
+      (apid, dir) => apid.writeTalosconfig(join(dir, "talosconfig"), opts.talosconfig),
+    );
+    return new ApidBed(parts);
+  }
+}
+
+/** A bed whose Talos side is the Talos simulator, with its own talosconfig. */
+export class SimBed extends CcmBed<TalosSim> {
+  get sim(): TalosSim {
+    return this.talos;
+  }
+
+  /** Starts the cluster and the simulator side by side. */
+  static async start(prefix: string, opts: { cluster?: ClusterOptions } = {}): Promise<SimBed> {
+    const parts = await startParts(
+      prefix,
+      opts.cluster,
+      () => TalosSim.start(),
+      async (sim) => sim.talosconfig,
+    );
+    return new SimBed(parts);
   }
 }
