@@ -391,18 +391,27 @@ describe("leader election", () => {
     "--leader-elect-retry-period=1s",
   ];
 
-  test("two replicas never write at the same time; a SIGKILLed leader is replaced within the lease duration", async () => {
-    const [kcA, kcB] = await Promise.all([kubeconfigFor("ccm-a"), kubeconfigFor("ccm-b")]);
-    const args = (kc: string) => [
+  /**
+   * Two replicas on Lease `lease`, each as its own user: the first once it acquired the Lease, the
+   * second once it saw the first as the leader.
+   */
+  async function leaderAndStandby(lease: string, users: [string, string]) {
+    const kubeconfigs = await Promise.all(users.map(kubeconfigFor));
+    const [leader, standby] = kubeconfigs.map((kc) => [
       `--kubeconfig=${kc}`,
-      "--leader-elect-resource-name=le-kill",
+      `--leader-elect-resource-name=${lease}`,
       "--secure-port=0",
       ...timings,
-    ];
-    const a = ccm(args(kcA));
+    ]) as [string[], string[]];
+    const a = ccm(leader);
     await a.waitForLog(/Successfully acquired lease/);
-    const b = ccm(args(kcB));
+    const b = ccm(standby);
     await b.waitForLog(/New leader elected/);
+    return [a, b] as const;
+  }
+
+  test("two replicas never write at the same time; a SIGKILLed leader is replaced within the lease duration", async () => {
+    const [a, b] = await leaderAndStandby("le-kill", ["ccm-a", "ccm-b"]);
     // The leader renews its lease once a retry period and the standby tries it as often: three
     // renewals after the standby saw the leader are three tries the standby lost.
     const standby = Date.now();
@@ -439,17 +448,7 @@ describe("leader election", () => {
   }, 60_000);
 
   test("a SIGTERMed leader releases the lease and a standby takes over at once", async () => {
-    const [kcC, kcD] = await Promise.all([kubeconfigFor("ccm-c"), kubeconfigFor("ccm-d")]);
-    const args = (kc: string) => [
-      `--kubeconfig=${kc}`,
-      "--leader-elect-resource-name=le-term",
-      "--secure-port=0",
-      ...timings,
-    ];
-    const c = ccm(args(kcC));
-    await c.waitForLog(/Successfully acquired lease/);
-    const d = ccm(args(kcD));
-    await d.waitForLog(/New leader elected/);
+    const [c, d] = await leaderAndStandby("le-term", ["ccm-c", "ccm-d"]);
     const stopped = Date.now();
     expect(await c.stop("SIGTERM")).toBe(0);
     expect(Date.now() - stopped).toBeLessThan(5000);
