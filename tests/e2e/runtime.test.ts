@@ -521,20 +521,26 @@ describe("secure serving with client certificates (--client-ca-file, --requesthe
   });
 });
 
+/** The CCM (node-csr-approval) on cloud config `file`, serving /healthz and /metrics, once started. */
+async function reloadingCcm(file: string): Promise<{ p: CcmProcess; port: number }> {
+  const port = await freePort();
+  const p = ccm([
+    `--kubeconfig=${cluster.adminKubeconfig}`,
+    `--cloud-config=${file}`,
+    "--controllers=node-csr-approval",
+    "--leader-elect=false",
+    `--secure-port=${port}`,
+    "--authorization-always-allow-paths=/healthz,/metrics",
+  ]);
+  await p.waitForLog(/Controllers enabled/);
+  return { p, port };
+}
+
 describe("cloud config reload", () => {
   test("a valid new file takes effect without a restart; an invalid one is logged, counted and ignored", async () => {
     const file = join(cluster.dir, "reload.yaml");
     writeFileSync(file, "global:\n  preferIPv6: false\n");
-    const port = await freePort();
-    const p = ccm([
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      `--cloud-config=${file}`,
-      "--controllers=node-csr-approval",
-      "--leader-elect=false",
-      `--secure-port=${port}`,
-      "--authorization-always-allow-paths=/healthz,/metrics",
-    ]);
-    await p.waitForLog(/Controllers enabled/);
+    const { p, port } = await reloadingCcm(file);
     writeFileSync(file, "global:\n  preferIPv6: true\n");
     await p.waitForLog(/Reloaded cloud config/, 10_000);
     writeFileSync(
@@ -558,16 +564,7 @@ describe("cloud config reload fails closed", () => {
       file,
       "transformations:\n  - nodeSelector: [{matchExpressions: [{key: platform, operator: In, values: [metal]}]}]\n    labels: {example.com/metal: 'yes'}\n",
     );
-    const port = await freePort();
-    const p = ccm([
-      `--kubeconfig=${cluster.adminKubeconfig}`,
-      `--cloud-config=${file}`,
-      "--controllers=node-csr-approval",
-      "--leader-elect=false",
-      `--secure-port=${port}`,
-      "--authorization-always-allow-paths=/healthz,/metrics",
-    ]);
-    await p.waitForLog(/Controllers enabled/);
+    const { p, port } = await reloadingCcm(file);
     const reloads = async (result: string) => {
       const text = await (await get(port, "/metrics")).text();
       return Number(
