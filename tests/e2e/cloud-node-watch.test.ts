@@ -45,28 +45,25 @@ const DOWN = spec("down-1", "10.30.0.2", "zone-b");
 /** Its Talos API is down until the test that brings it back. */
 const RECOVERING = spec("recover-1", "10.30.0.3", "zone-c");
 
-const RULES_A_AND_B = `
-global:
-  reconcile: true
-transformations:
+/** Rule a, labelling example.com/a with `label`. */
+const ruleA = (label: string) => `
   - name: a
-    labels: { example.com/a: "one" }
+    labels: { example.com/a: "${label}" }
     annotations: { example.com/a: "{{ .Zone }}" }
-    taints: { example.com/a: "NoSchedule" }
+    taints: { example.com/a: "NoSchedule" }`;
+const RULE_B = `
   - name: b
     labels: { example.com/b: "yes" }
     annotations: { example.com/b: "id-{{ .UUID }}" }
-    taints: { example.com/b: "{{ .Zone }}:PreferNoSchedule" }
-`;
-// Rule b deleted, rule a's label value changed.
-const RULES_A_ONLY = `
+    taints: { example.com/b: "{{ .Zone }}:PreferNoSchedule" }`;
+const RECONCILE = `
 global:
   reconcile: true
-transformations:
-  - name: a
-    labels: { example.com/a: "two" }
-    annotations: { example.com/a: "{{ .Zone }}" }
-    taints: { example.com/a: "NoSchedule" }
+transformations:`;
+const RULES_A_AND_B = `${RECONCILE}${ruleA("one")}${RULE_B}
+`;
+// Rule b deleted, rule a's label value changed.
+const RULES_A_ONLY = `${RECONCILE}${ruleA("two")}
 `;
 
 let bed: ApidBed;
