@@ -38,7 +38,13 @@ import type { V1CertificateSigningRequest, V1Node, V1Service } from "@kubernetes
 import { CloudBed, initialized, TALOS_USER } from "../support/cloudbed.ts";
 import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import { type ExoInstance, FakeExoscale } from "../support/fakeexoscale.ts";
-import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import {
+  type FakeNodeSpec,
+  loadFixture,
+  loopbackAddress,
+  normalizeAddress,
+  platformMetadata,
+} from "../support/fixtures.ts";
 import { nodeView, type SimulatedKubelet } from "../support/kubelet.ts";
 import { type CcmProcess, startCcm } from "../support/process.ts";
 import { addSimMachine } from "../support/simmachines.ts";
@@ -112,7 +118,7 @@ function exoMachine(n: number, instanceId: string): FakeNodeSpec {
       uuid: instanceId,
     },
     addresses: [
-      addr({ address: "127.0.0.1/8", linkName: "lo", linkIndex: 1, scope: "host", flags: "permanent" }),
+      loopbackAddress(name),
       addr({ address: `${v4}/22`, linkName: "eth0", linkIndex: 2, priority: 1024 }),
       addr({ address: `${v6}/64`, linkName: "eth0", linkIndex: 2, flags: "noprefixroute,mngmtmpaddr" }),
     ],

@@ -37,7 +37,13 @@ import { PATCH } from "../../lib/kubeapi.ts";
 import { CloudBed, initialized, TALOS_USER } from "../support/cloudbed.ts";
 import { type AuditEvent, type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
 import { FakeOxide } from "../support/fakeoxide.ts";
-import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import {
+  type FakeNodeSpec,
+  loadFixture,
+  loopbackAddress,
+  normalizeAddress,
+  platformMetadata,
+} from "../support/fixtures.ts";
 import { nodeView, type SimulatedKubelet } from "../support/kubelet.ts";
 import type { CcmProcess } from "../support/process.ts";
 import { addSimMachine } from "../support/simmachines.ts";
@@ -83,7 +89,7 @@ function oxMachine(n: number, instanceId: string): FakeNodeSpec {
       skuNumber: "",
     },
     addresses: [
-      addr({ address: "127.0.0.1/8", linkName: "lo", linkIndex: 1, scope: "host", flags: "permanent" }),
+      loopbackAddress(name),
       addr({ address: `${ip}/24`, linkName: "eth0", linkIndex: 2, priority: 1024 }),
     ],
   };

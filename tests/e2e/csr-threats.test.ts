@@ -16,7 +16,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequestCondition } from "@kubernetes/client-node";
 import { ApidBed } from "../support/bed.ts";
 import { type TestCluster, waitFor } from "../support/cluster.ts";
-import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import {
+  type FakeNodeSpec,
+  loopbackAddress,
+  normalizeAddress,
+  platformMetadata,
+} from "../support/fixtures.ts";
 import type { SimulatedKubelet } from "../support/kubelet.ts";
 import { servesServiceCIDRv1 } from "../support/kubematrix.ts";
 import type { CcmProcess } from "../support/process.ts";
@@ -63,7 +68,7 @@ function machineA(): FakeNodeSpec {
     talosVersion: "v1.13.0",
     platformMetadata: platformMetadata({ platform: "metal", hostname: "thr-a" }),
     addresses: [
-      addr("127.0.0.1/8", "lo", 1, "host"),
+      loopbackAddress("thr-a"),
       addr("::1/128", "lo", 1, "host"),
       addr(`${IP.a}/24`, "eth0", 2),
       addr(`${VIP}/32`, "eth0", 2),

@@ -24,7 +24,12 @@ import { KubeError } from "../../lib/kubeapi.ts";
 import type { FakeApid } from "../support/apid.ts";
 import { ApidBed } from "../support/bed.ts";
 import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
-import { type FakeNodeSpec, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
+import {
+  type FakeNodeSpec,
+  loopbackAddress,
+  normalizeAddress,
+  platformMetadata,
+} from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
 import { createCSR, createRawCSR, sanExtension } from "../support/pki.ts";
 import type { CcmProcess } from "../support/process.ts";
@@ -45,13 +50,7 @@ function machine(
     talosVersion: "v1.13.0",
     platformMetadata: platformMetadata({ platform: "metal", hostname: name }),
     addresses: [
-      normalizeAddress(name, {
-        address: "127.0.0.1/8",
-        linkName: "lo",
-        linkIndex: 1,
-        scope: "host",
-        flags: "permanent",
-      }),
+      loopbackAddress(name),
       normalizeAddress(name, { address: `${ip}/24`, linkName: "eth0", linkIndex: 2, flags: "permanent" }),
       ...(opts.extraIPs ?? []).map((x) =>
         normalizeAddress(name, { address: `${x}/24`, linkName: "eth1", linkIndex: 3, flags: "permanent" }),

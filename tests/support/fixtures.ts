@@ -271,6 +271,17 @@ function normalizeLink(where: string, raw: unknown): FakeLink {
 const PM_KEYS = [...SELECTOR_KEYS, "tags"] as const;
 const SI_KEYS = ["manufacturer", "productName", "version", "serialnumber", "uuid", "wakeUpType", "skuNumber"];
 
+/** Machine `node`'s loopback address as Talos lists it: 127.0.0.1/8 on lo (link 1), host scope, permanent. */
+export function loopbackAddress(node: string): FakeAddress {
+  return normalizeAddress(node, {
+    address: "127.0.0.1/8",
+    linkName: "lo",
+    linkIndex: 1,
+    scope: "host",
+    flags: "permanent",
+  });
+}
+
 /** A complete PlatformMetadata from a partial one (absent strings are ""). */
 export function platformMetadata(p: Partial<PlatformMetadata> = {}): PlatformMetadata {
   return {
@@ -446,13 +457,7 @@ export function generateNodes(n: number, opts: GenerateOptions = {}): FakeNodeSp
         tags: tpm.tags,
       },
       addresses: [
-        normalizeAddress(name, {
-          address: "127.0.0.1/8",
-          linkName: "lo",
-          linkIndex: 1,
-          scope: "host",
-          flags: "permanent",
-        }),
+        loopbackAddress(name),
         ...nodeIPs.map((ip) =>
           normalizeAddress(name, {
             address: `${ip}/${ip.includes(":") ? 64 : 10}`,
