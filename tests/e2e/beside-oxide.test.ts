@@ -248,7 +248,12 @@ describe("a. this CCM for nodes, the Oxide CCM for load balancers only", () => {
     // load_balancer.go EnsureLoadBalancer: selectTargetNode (first by name: rpi-1), then
     // InstanceIDFromProviderID on its talos://metal/<ip>.
     await serviceEvent("SyncLoadBalancerFailed", "provider id does not have 'oxide://' prefix");
-    expect(oxide.requests).toEqual([]);
+    // EnsureLoadBalancer makes no call. A node sync of the service controller (UpdateLoadBalancer, on
+    // any Node change while the Service is cached, e.g. a kubelet's or this CCM's patch) may look the
+    // floating IP up by name: seen once in five runs under load, a GET answered 401.
+    const lookup = (r: { method: string; path: string }) =>
+      r.method === "GET" && r.path === "/v1/floating-ips/kubernetes-default-web";
+    expect(oxide.requests.filter((r) => !lookup(r))).toEqual([]);
   });
 
   test("with that node excluded, a wrong API token is answered 401: no floating IP, no ingress", async () => {
