@@ -1,12 +1,15 @@
 // `npm test`: the whole suite, unit and integration. Makes sure the test bed's kube-apiserver, etcd,
-// helm and Talos simulator exist (building them once per machine with tests/support/testbed-bins.sh),
+// helm, Talos simulator and Talos apid exist (building them once per machine with
+// tests/support/testbed-bins.sh),
 // the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh) and the hostile HTTP/2 peer
 // (tests/support/h2peer-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Alone, it runs the Kubernetes support matrix (tests/support/kubematrix.ts): the whole suite on the
 // default version, then the core end-to-end flows on the oldest and the newest, each on its own
-// kube-apiserver. Extra arguments go to `bun test` on one version (e.g. `npm test -- tests/unit`);
-// K8S_VERSION picks it (e.g. `K8S_VERSION=v1.31.14 npm test -- tests/e2e/csr.test.ts`).
+// kube-apiserver, and the Talos client's conformance suite and the Talos flows again through Talos'
+// own apid (THROUGH_APID). Extra arguments go to `bun test` on one version (e.g. `npm test --
+// tests/unit`); K8S_VERSION picks it (e.g. `K8S_VERSION=v1.31.14 npm test -- tests/e2e/csr.test.ts`),
+// TALOS_SIM_APID=1 puts apid in front of the Talos simulator.
 
 import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
@@ -24,15 +27,20 @@ function fail(message: string): never {
 
 /**
  * The test bed's kube-apiserver for one Kubernetes version (built once per machine by
- * tests/support/testbed-bins.sh), with etcd, helm and the Talos simulator; binaries already given in
- * `given` (KUBE_APISERVER, KUBEBUILDER_ASSETS, ...) are kept.
+ * tests/support/testbed-bins.sh), with etcd, helm, the Talos simulator and Talos' apid; binaries
+ * already given in `given` (KUBE_APISERVER, KUBEBUILDER_ASSETS, ...) are kept.
  */
 function testbed(
   version: string,
   given: Record<string, string | undefined>,
 ): Record<string, string | undefined> {
   const out: Record<string, string | undefined> = { ...given, TESTBED_K8S_VERSION: undefined };
-  if ((given.KUBEBUILDER_ASSETS || (given.KUBE_APISERVER && given.ETCD)) && given.HELM && given.TALOS_SIM)
+  if (
+    (given.KUBEBUILDER_ASSETS || (given.KUBE_APISERVER && given.ETCD)) &&
+    given.HELM &&
+    given.TALOS_SIM &&
+    given.TALOS_APID
+  )
     return out;
   const r = spawnSync(join(root, "tests/support/testbed-bins.sh"), {
     encoding: "utf8",
@@ -41,10 +49,10 @@ function testbed(
   });
   if (r.status !== 0)
     fail(
-      `cannot build kube-apiserver ${version}, etcd, helm and the Talos simulator for the test bed (see above)`,
+      `cannot build kube-apiserver ${version}, etcd, helm, the Talos simulator and Talos' apid for the test bed (see above)`,
     );
   for (const line of r.stdout.split("\n")) {
-    const m = line.match(/^(KUBE_APISERVER|ETCD|HELM|TALOS_SIM)=(.+)$/);
+    const m = line.match(/^(KUBE_APISERVER|ETCD|HELM|TALOS_SIM|TALOS_APID)=(.+)$/);
     if (m) out[m[1] as string] = m[2];
   }
   // The release the kube-apiserver was built from, which tests/e2e/kube-versions.test.ts checks the
@@ -53,22 +61,37 @@ function testbed(
   return out;
 }
 
+/**
+ * Run again with Talos' own apid in front of the Talos simulator (TalosSim with TALOS_SIM_APID=1):
+ * the client's conformance suite and the cloud-node and CSR flows, so they hold through apid's
+ * certificate roles, routing by `node`, proxying and stream teardown.
+ */
+const THROUGH_APID = ["tests/e2e/talos-sim.test.ts", "tests/e2e/flows-sim.test.ts"];
+
 // `npm test` alone runs the support matrix (tests/support/kubematrix.ts): the whole suite on the
-// default version, then the core flows on every other. With test paths, or K8S_VERSION set, it runs
-// what it is given on one version (K8S_VERSION, or the default).
+// default version, THROUGH_APID again with apid, then the core flows on every other version. With
+// test paths, or K8S_VERSION set, it runs what it is given on one version (K8S_VERSION, or the
+// default).
 const args = process.argv.slice(2);
 const matrix = args.length === 0 && !env.K8S_VERSION;
 const first = env.K8S_VERSION ?? DEFAULT_KUBE_VERSION;
-const phases: Array<{ version: string; paths: readonly string[]; env: Record<string, string | undefined> }> =
-  [{ version: first, paths: args.length ? args : ["tests/"], env: {} }];
+const phases: Array<{
+  version: string;
+  paths: readonly string[];
+  env: Record<string, string | undefined>;
+  /** What the phase's line in the summary adds to the version. */
+  label?: string;
+}> = [{ version: first, paths: args.length ? args : ["tests/"], env: {} }];
 Object.assign(env, testbed(first, env));
-if (matrix)
+if (matrix) {
+  phases.push({ version: first, paths: THROUGH_APID, env: { TALOS_SIM_APID: "1" }, label: "Talos' apid" });
   for (const row of KUBE_MATRIX.slice(1)) {
     // Another version's kube-apiserver: what was given for the default one does not apply.
     const { KUBE_APISERVER: _a, KUBECTL: _k, KUBEBUILDER_ASSETS: _b, ...rest } = env;
     const bed = testbed(row.version, { ...rest, ETCD: env.ETCD });
     phases.push({ version: row.version, paths: row.suite === "all" ? ["tests/"] : CORE_FLOWS, env: bed });
   }
+}
 
 // The clouds' own CCMs, run beside this one by tests/e2e/beside-*.test.ts (built from the shared
 // fixtures' release archives once per machine).
@@ -139,7 +162,7 @@ for (const phase of phases) {
   failed += r.failed;
   const what = phase.paths.length === 1 ? phase.paths[0] : `${phase.paths.length} files`;
   lines.push(
-    `kubernetes ${phase.version}, ${what}: ${r.passed} passed, ${r.failed} failed (${Math.round((Date.now() - started) / 1000)} s)`,
+    `kubernetes ${phase.version}${phase.label ? ` through ${phase.label}` : ""}, ${what}: ${r.passed} passed, ${r.failed} failed (${Math.round((Date.now() - started) / 1000)} s)`,
   );
 }
 if (phases.length > 1) for (const l of lines) console.log(l);

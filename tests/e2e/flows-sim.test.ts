@@ -9,10 +9,14 @@
 // topology labels, addresses, the uninitialized taint gone, a rule's label from PlatformMetadata);
 // an Elastic IP change and a tag change reach the Node through the COSI watches alone (no Talos
 // call). Then the upstream-only part: the machine stops (apid ends its streams Unavailable and
-// refuses new ones), its public IP and instance type change while it is down, it starts again: the
-// CCM's watches resubscribe, the address that vanished meanwhile leaves the Node (the client's
-// bootstrap diff against upstream's bootstrap contents), the rule label follows the new instance
-// type while the topology label keeps its initialization value, and later changes keep arriving.
+// refuses new ones; the CCM counts the node's watch down, logs the resubscription and counts the
+// failures), its public IP and instance type change while it is down, it starts again: the CCM's
+// watches resubscribe, the address that vanished meanwhile leaves the Node (the client's bootstrap
+// diff against upstream's bootstrap contents), the rule label follows the new instance type while
+// the topology label keeps its initialization value, and later changes keep arriving.
+// `npm test` runs this file twice: against the simulated apid, and with Talos' own apid in front of
+// the machines (tests/run.ts THROUGH_APID): then the streams that end are proxied by apid, and the
+// machine's restart is a backend of apid going away and coming back under live watches.
 // node-csr-approval: an honest kubelet-serving CSR is approved with Talos' confirmation; an IP the
 // Node's status claims but the machine's AddressStatuses lack is denied as IPNotReportedByTalos;
 // a Node whose IP leads to another machine's Talos is denied as TalosNodeMismatch.
@@ -179,11 +183,29 @@ function watchCalls(calls: Record<string, number>): number {
   return calls["/cosi.resource.State/Watch"] ?? 0;
 }
 
+/** A sample of the CCM's metrics, e.g. `talosccm_node_talos_watches{state="down"}`; 0 when absent. */
+async function sample(series: string): Promise<number> {
+  const line = (await bed.metrics()).split("\n").find((l) => l.startsWith(`${series} `));
+  return line === undefined ? 0 : Number(line.slice(series.length + 1));
+}
+
+/** The CCM's Talos watches of nodes, healthy and down, and its failed watch streams by kind. */
+async function watchMetrics() {
+  const failed = (kind: string) => sample(`talosccm_api_request_errors_total{request="watch_${kind}"}`);
+  return {
+    healthy: await sample('talosccm_node_talos_watches{state="healthy"}'),
+    down: await sample('talosccm_node_talos_watches{state="down"}'),
+    metadataFailures: await failed("platformmetadata"),
+    addressesFailures: await failed("addresses"),
+  };
+}
+
 describe("cloud-node against the simulator", () => {
   beforeAll(async () => {
     const cloudConfig = bed.writeCloudConfig(CLOUD_CONFIG);
     ccm = await bed.startCcm(
-      { controllers: "cloud-node", cloudConfig, securePort: 0 },
+      // --v=2 logs each resubscription of a Talos watch with the error that ended it.
+      { controllers: "cloud-node", cloudConfig, alwaysAllowPaths: "/metrics", args: ["--v=2"] },
       /Starting controller.*cloud-node/,
     );
     await bed.register({ name: AWS.name, ips: AWS.nodeIPs, heartbeatMs: 0, statusOnCreate: true });
@@ -237,13 +259,33 @@ describe("cloud-node against the simulator", () => {
 
   test("a machine stopped and started again: the watches resubscribe, what changed while it was down arrives, later changes too", async () => {
     const before = watchCalls(await sim.calls());
+    const live = await watchMetrics();
+    expect([live.healthy, live.down]).toEqual([1, 0]);
     await sim.stopMachine(AWS_IP);
-    // apid ends both streams Unavailable; the CCM's resubscriptions are refused while the machine is down.
+    // apid ends both streams Unavailable: the CCM counts the node's watch down and resubscribes (a
+    // retryable error), and its resubscriptions are refused while the machine is down.
+    let down = live;
+    await waitFor(
+      async () => {
+        down = await watchMetrics();
+        return down.down === 1;
+      },
+      30_000,
+      () => `the CCM does not count the node's watch down: ${JSON.stringify(down)}\n${output()}`,
+    );
     await waitFor(
       async () => watchCalls(await sim.calls()) >= before + 4,
       30_000,
       () => `the CCM did not try to resubscribe its watches:\n${output()}`,
     );
+    down = await watchMetrics();
+    expect(down.metadataFailures).toBeGreaterThan(live.metadataFailures);
+    expect(down.addressesFailures).toBeGreaterThan(live.addressesFailures);
+    for (const type of ["PlatformMetadatas.talos.dev", "AddressStatuses.net.talos.dev"])
+      expect(ccm?.output).toContain(
+        `"Resubscribing Talos watch" node="${AWS_IP}" type="${type}" err="Cannot watch`,
+      );
+    expect(ccm?.output).toMatch(/"Resubscribing Talos watch" .*err="[^"]*error reading from server: EOF"/);
     // Stopped and started, an EC2 instance gets a new public IPv4 and may change instance type.
     const pm = {
       ...AWS.platformMetadata,
@@ -266,6 +308,8 @@ describe("cloud-node against the simulator", () => {
         JSON.stringify(nodeView(n).addresses) === JSON.stringify(restarted.addresses),
     );
     expect(nodeView(node)).toEqual(restarted);
+    const back = await watchMetrics();
+    expect([back.healthy, back.down]).toEqual([1, 0]);
 
     // The resubscribed watches keep the Node current: a public IPv6 associated afterwards arrives
     // through them alone.

@@ -7,14 +7,14 @@ source_hash() {
   (cd "$1" && cat go.mod go.sum $(ls ./*.go | sort) | sha256sum | cut -c1-12)
 }
 
-# build_local_module SCRIPT WHAT SRC OUT [OTHERS]: builds the module in SRC into OUT with
-# -mod=readonly (a go.mod that needs changes fails the build instead of being rewritten) and the go
-# directive's Go version or newer, and moves the binary into place only when the build succeeded.
-# OTHERS, a cache folder prefix (e.g. "$CACHE/talossim-"), removes every other folder under it:
-# builds of other sources are of no further use. SCRIPT and WHAT name the caller and the module in
-# errors.
+# build_local_module SCRIPT WHAT SRC OUT [OTHERS] [PACKAGE]: builds PACKAGE (default: the module's
+# root package) of the module in SRC into OUT with -mod=readonly (a go.mod that needs changes fails
+# the build instead of being rewritten), without a go.work, and with the go directive's Go version
+# or newer, and moves the binary into place only when the build succeeded. OTHERS, a cache folder
+# prefix (e.g. "$CACHE/talossim-"), removes every other folder under it: builds of other sources are
+# of no further use. SCRIPT and WHAT name the caller and the module in errors.
 build_local_module() {
-  local script="$1" what="$2" src="$3" out="$4" others="${5:-}" want v d
+  local script="$1" what="$2" src="$3" out="$4" others="${5:-}" package="${6:-.}" want v d
   command -v go >/dev/null || { echo "$script: Go is required to build $what" >&2; exit 1; }
   want="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$src/go.mod")"
   v="$(go env GOVERSION)"
@@ -23,8 +23,8 @@ build_local_module() {
     exit 1
   fi
   mkdir -p "$(dirname "$out")"
-  (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -buildvcs=false -trimpath \
-    -ldflags "-s -w" -o "$out.tmp.$$" .)
+  (cd "$src" && GOWORK=off CGO_ENABLED=0 GOTOOLCHAIN=local go build -mod=readonly -buildvcs=false -trimpath \
+    -ldflags "-s -w" -o "$out.tmp.$$" "$package")
   mv "$out.tmp.$$" "$out"
   if [[ -n "$others" ]]; then
     for d in "$others"*; do

@@ -2,6 +2,11 @@
 // tests/support/testbed-bins.sh, TALOS_SIM): apid in front of simulated machines whose COSI state,
 // resource types, access policy and gRPC servers are upstream code. TalosSim starts it on loopback,
 // writes talosconfigs and drives its control surface: machines, resources, outages, restarts.
+// With `apid` (or TALOS_SIM_APID=1), Talos' own apid (TALOS_APID, built unchanged from the Talos
+// module by tests/support/testbed-bins.sh) stands in front of the simulated machines instead of the
+// simulated one, as on a control-plane node: the simulator runs it in a network namespace of its
+// own, chrooted in the test's temp dir, and serves it what machined serves (this needs root or
+// unprivileged user namespaces).
 //
 // @example
 // const sim = await TalosSim.start();
@@ -10,12 +15,12 @@
 // ... TalosClient on sim.talosconfig ...
 // await sim.stop();
 
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Subprocess, spawn } from "bun";
 import { stringify } from "yaml";
-import { freePort } from "./cluster.ts";
+import { freePort, waitFor } from "./cluster.ts";
 
 /** The machine apid runs on: it answers calls without a `node` key. */
 export const LOCAL_MACHINE = "127.0.0.1";
@@ -39,7 +44,18 @@ export interface TalosSimOptions {
   keepaliveMinTimeMs?: number;
   /** Version tag machines report (default the pinned Talos version). */
   talosVersion?: string;
+  /**
+   * Talos' own apid (TALOS_APID) in front of the machines (default: TALOS_SIM_APID=1, which
+   * tests/run.ts sets for the suites it runs through apid). Differences a test may meet: calls()
+   * counts a call when it ends (from apid's log), not when it starts; apid keeps grpc-go's default
+   * keepalive policy (no keepaliveMinTimeMs); after startMachine, apid reconnects to the machine with
+   * grpc's backoff (about 1 s, up to 15 s).
+   */
+  apid?: boolean;
 }
+
+/** What the simulator keeps of its stderr, apid's log included: the last 256 KiB. */
+const STDERR_KEPT = 256 * 1024;
 
 const live = new Set<Subprocess>();
 process.once("exit", () => {
@@ -69,6 +85,30 @@ function simBinary(): string {
   return bin;
 }
 
+/** The path of Talos' apid, or an error saying how to get it. */
+function apidBinary(): string {
+  const bin = process.env.TALOS_APID ?? "";
+  if (!bin || !existsSync(bin)) {
+    throw new Error(
+      `TALOS_APID not found${bin ? ` (${bin})` : ""}: the simulator was asked to run Talos' apid (TalosSim.start ` +
+        "with apid, or TALOS_SIM_APID=1); run the suite with `npm test` (tests/support/testbed-bins.sh builds apid " +
+        "from the Talos module), or set TALOS_APID to its binary",
+    );
+  }
+  return bin;
+}
+
+/** Whether a process is gone: no such process, or a zombie (its files and ports are released). */
+function gone(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state === "Z" || state === "X";
+  } catch {
+    return true;
+  }
+}
+
 /** A running Talos simulator. */
 export class TalosSim {
   /** Temp dir holding the PKI and talosconfigs. */
@@ -80,7 +120,11 @@ export class TalosSim {
   readonly grpcPort: number;
   readonly controlPort: number;
   readonly #opts: TalosSimOptions;
+  /** Whether Talos' apid is in front of the machines. */
+  readonly apid: boolean;
   #proc: Subprocess<"ignore", "pipe", "pipe"> | undefined;
+  /** With apid: apid's process and the simulator's process in its network namespace. */
+  #pids: { apid: number; sim: number } | undefined;
   #stderr = "";
   /** Control calls that change state, replayed by a restarted simulator before it serves. */
   readonly #journal: Array<{ method: string; path: string; body: unknown }> = [];
@@ -92,11 +136,16 @@ export class TalosSim {
     this.grpcPort = grpcPort;
     this.controlPort = controlPort;
     this.#opts = opts;
+    this.apid = opts.apid ?? process.env.TALOS_SIM_APID === "1";
   }
 
-  /** Starts the simulator on free loopback ports. @throws naming TALOS_SIM when the binary is missing */
+  /**
+   * Starts the simulator on free loopback ports.
+   * @throws naming TALOS_SIM (or TALOS_APID, with apid) when the binary is missing
+   */
   static async start(opts: TalosSimOptions = {}): Promise<TalosSim> {
     simBinary();
+    if (opts.apid ?? process.env.TALOS_SIM_APID === "1") apidBinary();
     const sim = new TalosSim(
       mkdtempSync(join(tmpdir(), "talossim-")),
       await freePort(),
@@ -112,9 +161,14 @@ export class TalosSim {
     return `127.0.0.1:${this.grpcPort}`;
   }
 
-  /** What the simulator wrote on stderr so far. */
+  /** What the simulator wrote on stderr so far (the last 256 KiB), apid's log included. */
   get stderr(): string {
     return this.#stderr;
+  }
+
+  /** The pid of Talos' apid (with apid), e.g. to read its memory from /proc. */
+  get apidPid(): number | undefined {
+    return this.#pids?.apid;
   }
 
   async #spawn(replay?: string): Promise<void> {
@@ -130,11 +184,16 @@ export class TalosSim {
       args.push(`--keepalive-min-time=${this.#opts.keepaliveMinTimeMs}ms`);
     if (this.#opts.talosVersion) args.push(`--talos-version=${this.#opts.talosVersion}`);
     if (replay) args.push(`--replay=${replay}`);
+    if (this.apid) args.push(`--apid=${apidBinary()}`, `--apid-root=${join(this.dir, "apid-root")}`);
     const proc = spawn(args, { stdin: "ignore", stdout: "pipe", stderr: "pipe" });
     this.#proc = proc;
     live.add(proc);
     void (async () => {
-      for await (const chunk of proc.stderr) this.#stderr += new TextDecoder().decode(chunk);
+      const dec = new TextDecoder();
+      for await (const chunk of proc.stderr) {
+        this.#stderr += dec.decode(chunk, { stream: true });
+        if (this.#stderr.length > 2 * STDERR_KEPT) this.#stderr = this.#stderr.slice(-STDERR_KEPT);
+      }
     })();
     const reader = proc.stdout.getReader();
     let out = "";
@@ -151,9 +210,19 @@ export class TalosSim {
       out += new TextDecoder().decode(next.value);
     }
     reader.releaseLock();
-    const addrs = JSON.parse(out.slice(0, out.indexOf("\n"))) as { grpc: string; control: string };
+    const addrs = JSON.parse(out.slice(0, out.indexOf("\n"))) as {
+      grpc: string;
+      control: string;
+      apidPid?: number;
+      simPid?: number;
+    };
     if (addrs.grpc !== this.endpoint)
       throw new Error(`talossim listens on ${addrs.grpc}, not ${this.endpoint}`);
+    if (this.apid) {
+      if (addrs.apidPid === undefined || addrs.simPid === undefined)
+        throw new Error(`talossim was asked for Talos' apid and did not start it (${args.join(" ")})`);
+      this.#pids = { apid: addrs.apidPid, sim: addrs.simPid };
+    }
   }
 
   async #call(method: string, path: string, body?: unknown): Promise<Record<string, unknown>> {
@@ -217,7 +286,10 @@ export class TalosSim {
     return path;
   }
 
-  /** gRPC calls received, by full method name. */
+  /**
+   * gRPC calls received, by full method name, refused ones included. With apid they are counted from
+   * apid's log, which reports a call when it ends: a watch still open is not counted yet.
+   */
   async calls(): Promise<Record<string, number>> {
     return (await this.#call("GET", "/calls")) as Record<string, number>;
   }
@@ -241,6 +313,17 @@ export class TalosSim {
     proc.kill("SIGKILL");
     await proc.exited;
     live.delete(proc);
+    // The simulator in the namespace and apid die with it (Pdeathsig); a restart binds the same
+    // ports, so wait until they are gone.
+    const pids = this.#pids;
+    this.#pids = undefined;
+    if (pids)
+      await waitFor(
+        () => gone(pids.sim) && gone(pids.apid),
+        10_000,
+        () => `talossim's processes ${pids.sim} and ${pids.apid} outlived it`,
+        10,
+      );
   }
 
   /** Stops the simulator and removes its files. */

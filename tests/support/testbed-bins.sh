@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds the test bed's kube-apiserver (with kubectl), etcd and helm from Go modules, and the Talos simulator
-# (tests/support/talossim, a local module on pinned upstream modules), and caches them outside the
-# repository, keyed by version (the simulator also by a hash of its sources), so a machine builds
-# them once. Prints KUBE_APISERVER=, KUBECTL=, ETCD=, HELM= and TALOS_SIM= lines. Honours
-# KUBEBUILDER_ASSETS (kube-apiserver and etcd), KUBE_APISERVER, KUBECTL, ETCD, HELM and TALOS_SIM when
-# they are already set.
+# Builds the test bed's kube-apiserver (with kubectl), etcd and helm from Go modules, the Talos simulator
+# (tests/support/talossim, a local module on pinned upstream modules) and Talos' apid (from the Talos
+# module of the simulator's Talos version), and caches them outside the repository, keyed by version
+# (the simulator also by a hash of its sources), so a machine builds them once. Prints
+# KUBE_APISERVER=, KUBECTL=, ETCD=, HELM=, TALOS_SIM= and TALOS_APID= lines. Honours
+# KUBEBUILDER_ASSETS (kube-apiserver and etcd), KUBE_APISERVER, KUBECTL, ETCD, HELM, TALOS_SIM and
+# TALOS_APID when they are already set.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -33,13 +34,15 @@ helm="${HELM:-$CACHE/helm-$HELM_VERSION/helm}"
 # The simulator's cache key: the upstream versions its go.mod pins and a hash of its sources.
 SIM_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/talossim"
 source "$(dirname "${BASH_SOURCE[0]}")/gomodule.sh"
+# The Talos version: the simulator's machinery module's.
+TALOS_VERSION="$(sed -n 's#^\s*github.com/siderolabs/talos/pkg/machinery \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
 sim_key() {
-  local cosi talos
+  local cosi
   cosi="$(sed -n 's#^\s*github.com/cosi-project/runtime \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
-  talos="$(sed -n 's#^\s*github.com/siderolabs/talos/pkg/machinery \(v[^ ]*\)$#\1#p' "$SIM_SRC/go.mod")"
-  echo "cosi-$cosi-talos-$talos-$(source_hash "$SIM_SRC")"
+  echo "cosi-$cosi-talos-$TALOS_VERSION-$(source_hash "$SIM_SRC")"
 }
 talossim="${TALOS_SIM:-$CACHE/talossim-$(sim_key)/talossim}"
+apid="${TALOS_APID:-$CACHE/apid-talos-$TALOS_VERSION/apid}"
 
 # kube-apiserver and kubectl (for people trying the demo: `npm run demo -- --keep` prints its path),
 # built from one throw-away module that points k8s.io/kubernetes's staging modules at their releases.
@@ -110,16 +113,59 @@ build_talossim() {
   build_local_module testbed-bins.sh "the Talos simulator" "$SIM_SRC" "$talossim" "$others"
 }
 
-if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$kubectl" || ! -x "$helm" || ! -x "$talossim" ]]; then
-  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd, helm and the Talos simulator" >&2; exit 1; }
+# module_dir WORK MODULE@VERSION: the module's folder in Go's module cache, downloaded if need be.
+module_dir() {
+  local json dir
+  if ! json="$(cd "$1" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "$2")"; then
+    echo "testbed-bins.sh: cannot download $2 to build Talos' apid: $(sed -n 's/^\s*"Error": "\(.*\)",\?$/\1/p' <<<"$json")" >&2
+    exit 1
+  fi
+  dir="$(sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p' <<<"$json")"
+  [[ -d "$dir" ]] || { echo "testbed-bins.sh: go mod download $2 gave no module folder" >&2; exit 1; }
+  echo "$dir"
+}
+
+# Talos' apid, which the simulator runs in front of its machines in --apid mode: the Talos module's
+# internal/app/apid, unchanged, with a two-line main package added to a copy of the module (its
+# go.mod replaces the machinery module by ./pkg/machinery: the machinery module of the same version
+# goes there). Built with the Talos module's go.mod and go.sum as released (-mod=readonly) and its
+# go directive's Go version; unless TALOS_APID names it, one build (26 MB) stays in the cache.
+build_apid() {
+  local work talos machinery others="$CACHE/apid-talos-"
+  [[ -z "${TALOS_APID:-}" ]] || others=""
+  work="$(mktemp -d)"
+  # build_apid runs in a subshell: its end removes the copy (read-only, as the module cache's files).
+  trap "chmod -R u+w '$work' 2>/dev/null; rm -rf '$work'" EXIT
+  talos="$(module_dir "$work" "github.com/siderolabs/talos@$TALOS_VERSION")"
+  machinery="$(module_dir "$work" "github.com/siderolabs/talos/pkg/machinery@$TALOS_VERSION")"
+  cp -r "$talos" "$work/talos"
+  chmod -R u+w "$work/talos"
+  rm -rf "$work/talos/pkg/machinery"
+  cp -r "$machinery" "$work/talos/pkg/machinery"
+  mkdir -p "$work/talos/cmd/testbed-apid"
+  cat >"$work/talos/cmd/testbed-apid/main.go" <<'GO'
+// Command testbed-apid is Talos' apid (internal/app/apid), unchanged, as a command of its own.
+package main
+
+import "github.com/siderolabs/talos/internal/app/apid"
+
+func main() { apid.Main() }
+GO
+  build_local_module testbed-bins.sh "Talos' apid $TALOS_VERSION" "$work/talos" "$apid" "$others" ./cmd/testbed-apid
+}
+
+if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$kubectl" || ! -x "$helm" || ! -x "$talossim" || ! -x "$apid" ]]; then
+  command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd, helm, the Talos simulator and Talos' apid" >&2; exit 1; }
   need_go
 fi
 [[ -x "$etcd" ]] || (build_etcd) >&2
 [[ -x "$apiserver" && -x "$kubectl" ]] || (build_kubernetes) >&2
 [[ -x "$helm" ]] || (build_helm) >&2
 [[ -x "$talossim" ]] || (build_talossim) >&2
+[[ -x "$apid" ]] || (build_apid) >&2
 echo "KUBE_APISERVER=$apiserver"
 echo "KUBECTL=$kubectl"
 echo "ETCD=$etcd"
 echo "HELM=$helm"
 echo "TALOS_SIM=$talossim"
+echo "TALOS_APID=$apid"

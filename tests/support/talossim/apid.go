@@ -7,9 +7,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"strings"
 
 	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
@@ -171,16 +173,70 @@ func (s *sim) target(target string) (*machine, error) {
 	return m, nil
 }
 
-// admit runs apid's and machined's checks; it returns the context the handler runs with.
-func (s *sim) admit(ctx context.Context, method string) (context.Context, error) {
-	s.count(method)
+// serverKind is whom a gRPC server of the simulator stands in for.
+type serverKind int
 
-	m, err := s.route(ctx, method)
+const (
+	// frontAPID is the simulated apid: it routes by `node`, roles come from the client certificate.
+	frontAPID serverKind = iota
+	// machineAPID is a machine's own apid as Talos' apid reaches it on <ip>:50000 (--apid mode): the
+	// machine is the one whose address was dialled; roles come from the certificate, or from the
+	// `talos-role` metadata when the peer is os:impersonator (another apid), as apid's injector does.
+	machineAPID
+	// machined is the local machine's machined on machine.sock (--apid mode): roles come from the
+	// `talos-role` metadata only (machined's injector in MetadataOnly mode).
+	machined
+)
+
+// metadataRoles are the roles in the `talos-role` metadata, and whether there were any.
+func metadataRoles(ctx context.Context) (role.Set, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+
+	vals := md.Get(constants.APIAuthzRoleMetadataKey)
+	if len(vals) == 0 {
+		return role.Zero, false
+	}
+
+	roles, _ := role.Parse(vals)
+
+	return roles, true
+}
+
+// callee is the machine a call reaches and the caller's roles, as the server of `kind` finds them.
+func (s *sim) callee(ctx context.Context, method string, kind serverKind) (*machine, role.Set, error) {
+	switch kind {
+	case machineAPID:
+		m, err := s.byLocalAddr(ctx)
+
+		roles := peerRoles(ctx)
+		if r, ok := metadataRoles(ctx); ok && roles.Includes(role.Impersonator) {
+			roles = r
+		}
+
+		return m, roles, err
+	case machined:
+		roles, _ := metadataRoles(ctx)
+
+		return s.local, roles, nil
+	default:
+		m, err := s.route(ctx, method)
+
+		return m, peerRoles(ctx), err
+	}
+}
+
+// admit runs apid's and machined's checks for the server of `kind`; it returns the context the
+// handler runs with.
+func (s *sim) admit(ctx context.Context, method string, kind serverKind) (context.Context, error) {
+	if kind == frontAPID {
+		// with --apid, Talos' apid is in front: calls are counted from its log (apidlog.go)
+		s.count(method)
+	}
+
+	m, roles, err := s.callee(ctx, method, kind)
 	if err != nil {
 		return nil, err
 	}
-
-	roles := peerRoles(ctx)
 
 	allowed, ok := methodRoles[method]
 	if !ok {
@@ -196,13 +252,27 @@ func (s *sim) admit(ctx context.Context, method string) (context.Context, error)
 	return context.WithValue(ctx, machineKey, m), nil
 }
 
-func (s *sim) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, err := s.admit(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
+// recovered turns a handler's panic into Internal, as Talos' gRPC factory does
+// (pkg/grpc/factory: recovery is the first interceptor), instead of ending the simulator.
+func recovered(method string, err *error) {
+	if p := recover(); p != nil {
+		log.Printf("panic in %s: %v\n%s", method, p, debug.Stack())
 
-	return handler(ctx, req)
+		*err = status.Errorf(codes.Internal, "%v", p)
+	}
+}
+
+func (s *sim) unaryInterceptor(kind serverKind) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (_ any, err error) {
+		defer recovered(info.FullMethod, &err)
+
+		ctx, err = s.admit(ctx, info.FullMethod, kind)
+		if err != nil {
+			return nil, err
+		}
+
+		return handler(ctx, req)
+	}
 }
 
 type wrappedStream struct {
@@ -212,13 +282,17 @@ type wrappedStream struct {
 
 func (w *wrappedStream) Context() context.Context { return w.ctx }
 
-func (s *sim) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := s.admit(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
+func (s *sim) streamInterceptor(kind serverKind) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer recovered(info.FullMethod, &err)
 
-	return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+		ctx, err := s.admit(ss.Context(), info.FullMethod, kind)
+		if err != nil {
+			return err
+		}
+
+		return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+	}
 }
 
 // cosiRouter is the cosi.resource.State service of whichever machine the call was routed to.

@@ -10,6 +10,9 @@ package main
 //	POST   /talosconfig                   {"path","roles":[...],"hours"?}     write another talosconfig
 //	GET    /calls                                                              calls by gRPC method
 //
+// With --apid, calls are counted from Talos' apid's log, when they end (apidlog.go), and adding,
+// stopping, starting or removing a machine opens or closes its apid's listener (machinenet.go).
+//
 // A resource's spec is YAML unmarshalled into the typed spec of machinery's resource, as
 // `talosctl get -o yaml` prints it. Answers are JSON: {"version":"N"} or {"error":"..."}.
 
@@ -154,6 +157,14 @@ func (s *sim) addMachine(r *http.Request) (any, error) {
 
 	s.machines[ip] = m
 
+	if s.net != nil {
+		if err := s.net.up(m); err != nil {
+			delete(s.machines, ip)
+
+			return nil, err
+		}
+	}
+
 	return map[string]string{"ip": ip.String()}, nil
 }
 
@@ -172,6 +183,10 @@ func (s *sim) removeMachine(r *http.Request) (any, error) {
 	s.mu.Unlock()
 	m.setStopped(true)
 
+	if s.net != nil {
+		s.net.down(m)
+	}
+
 	return map[string]string{}, nil
 }
 
@@ -186,6 +201,14 @@ func (s *sim) setStopped(r *http.Request, stopped bool) (any, error) {
 	}
 
 	m.setStopped(stopped)
+
+	if s.net != nil {
+		if stopped {
+			s.net.down(m)
+		} else if err := s.net.up(m); err != nil {
+			return nil, err
+		}
+	}
 
 	return map[string]bool{"stopped": stopped}, nil
 }

@@ -4,7 +4,11 @@
 // Talos' access policy, routed by the `node` metadata key as apid routes, over mutual TLS with
 // Talos-made certificates. Tests drive it through an HTTP+JSON control surface (control.go).
 //
-// On start it prints one JSON line: {"grpc":"127.0.0.1:P","control":"127.0.0.1:Q"}.
+// With --apid=BIN, Talos' own apid (BIN, built unchanged from the Talos module) stands in front of
+// the machines instead of the simulated one (apidmode.go).
+//
+// On start it prints one JSON line: {"grpc":"127.0.0.1:P","control":"127.0.0.1:Q"}, with --apid also
+// "apidPid" (apid's process) and "simPid" (the simulator's process in the network namespace).
 package main
 
 import (
@@ -12,6 +16,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -43,6 +48,8 @@ type sim struct {
 	calls    map[string]int
 	pki      *pki
 	endpoint string
+	// net, in --apid mode, serves each machine's apid on <ip>:50000 in the simulator's network namespace.
+	net *machineNet
 }
 
 func (s *sim) byTarget(target string) *machine {
@@ -74,6 +81,8 @@ func (s *sim) count(method string) {
 type options struct {
 	listen, control, pkiDir, talosconfig, adminTalosconfig, localIP, tag, replay string
 	keepaliveMinTime                                                             time.Duration
+	apid, apidRoot                                                               string
+	inNetns                                                                      bool
 }
 
 func parseFlags() options {
@@ -90,6 +99,9 @@ func parseFlags() options {
 		"JSON file of control calls [{method,path,body}] applied before apid serves (a restart keeps its machines)")
 	flag.DurationVar(&o.keepaliveMinTime, "keepalive-min-time", 0,
 		"grpc-go keepalive enforcement MinTime (default: grpc-go's 5 minutes, as apid leaves it)")
+	flag.StringVar(&o.apid, "apid", "", "run this Talos apid binary in front of the machines (in a network namespace)")
+	flag.StringVar(&o.apidRoot, "apid-root", "", "apid's root directory (chroot; holds system/run/{apid,machined}) (default: a temp dir)")
+	flag.BoolVar(&o.inNetns, "in-netns", false, "internal: running inside the network namespace (listeners on fds 3 and 4)")
 	flag.Parse()
 
 	return o
@@ -105,25 +117,17 @@ func main() {
 }
 
 func run(o options) error {
+	switch {
+	case o.apid != "" && o.keepaliveMinTime > 0:
+		return errors.New("--keepalive-min-time applies to the simulated apid; Talos' apid (--apid) keeps grpc-go's default")
+	case o.apid != "" && !o.inNetns:
+		return runParent(o)
+	case o.apid != "":
+		return runWithAPID(o)
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	p, err := loadOrMakePKI(o.pkiDir)
-	if err != nil {
-		return err
-	}
-
-	localIP, err := netip.ParseAddr(o.localIP)
-	if err != nil {
-		return fmt.Errorf("--local-ip: %w", err)
-	}
-
-	local, err := newMachine(ctx, localIP, o.tag, "metal")
-	if err != nil {
-		return err
-	}
-
-	s := &sim{machines: map[netip.Addr]*machine{localIP: local}, local: local, calls: map[string]int{}, pki: p}
 
 	grpcLis, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -135,16 +139,9 @@ func run(o options) error {
 		return err
 	}
 
-	s.endpoint = grpcLis.Addr().String()
-
-	for path, roles := range map[string][]string{o.talosconfig: {"os:reader"}, o.adminTalosconfig: {"os:admin"}} {
-		if path == "" {
-			continue
-		}
-
-		if err := p.writeTalosconfig(path, s.endpoint, roles, 6*time.Hour); err != nil {
-			return err
-		}
+	s, err := newSim(ctx, o, grpcLis.Addr().String())
+	if err != nil {
+		return err
 	}
 
 	srv, err := s.grpcServer(o.keepaliveMinTime)
@@ -169,6 +166,38 @@ func run(o options) error {
 	srv.Stop()
 
 	return ctl.Close()
+}
+
+// newSim loads or makes the PKI, makes the local machine and writes the talosconfigs for endpoint.
+func newSim(ctx context.Context, o options, endpoint string) (*sim, error) {
+	p, err := loadOrMakePKI(o.pkiDir)
+	if err != nil {
+		return nil, err
+	}
+
+	localIP, err := netip.ParseAddr(o.localIP)
+	if err != nil {
+		return nil, fmt.Errorf("--local-ip: %w", err)
+	}
+
+	local, err := newMachine(ctx, localIP, o.tag, "metal")
+	if err != nil {
+		return nil, err
+	}
+
+	s := &sim{machines: map[netip.Addr]*machine{localIP: local}, local: local, calls: map[string]int{}, pki: p, endpoint: endpoint}
+
+	for path, roles := range map[string][]string{o.talosconfig: {"os:reader"}, o.adminTalosconfig: {"os:admin"}} {
+		if path == "" {
+			continue
+		}
+
+		if err := p.writeTalosconfig(path, s.endpoint, roles, 6*time.Hour); err != nil {
+			return nil, err
+		}
+	}
+
+	return s, nil
 }
 
 // replay applies recorded control calls in order; any failure is fatal.
@@ -224,8 +253,8 @@ func (s *sim) grpcServer(keepaliveMinTime time.Duration) (*grpc.Server, error) {
 		grpc.InitialWindowSize(65535 * 32),
 		grpc.InitialConnWindowSize(65535 * 16),
 		grpc.SharedWriteBuffer(true),
-		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
-		grpc.ChainStreamInterceptor(s.streamInterceptor),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor(frontAPID)),
+		grpc.ChainStreamInterceptor(s.streamInterceptor(frontAPID)),
 	}
 	if keepaliveMinTime > 0 {
 		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime}))

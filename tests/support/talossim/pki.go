@@ -158,3 +158,24 @@ func (p *pki) writeTalosconfig(path, endpoint string, roles []string, ttl time.D
 
 	return os.Rename(tmp, path)
 }
+
+// issue makes a certificate signed by the CA, valid for Talos' default duration, for digital
+// signatures, with opts (names, Subject, extended key usage).
+func (p *pki) issue(opts ...x509.Option) (*x509.PEMEncodedCertificateAndKey, error) {
+	ca, err := x509.NewCertificateAuthorityFromCertificateAndKey(p.ca)
+	if err != nil {
+		return nil, err
+	}
+
+	opts = append([]x509.Option{
+		x509.NotAfter(time.Now().Add(x509.DefaultCertificateValidityDuration)),
+		x509.KeyUsage(stdx509.KeyUsageDigitalSignature),
+	}, opts...)
+
+	kp, err := x509.NewKeyPair(ca, opts...)
+	if err != nil {
+		return nil, err
+	}
+
+	return x509.NewCertificateAndKeyFromKeyPair(kp), nil
+}

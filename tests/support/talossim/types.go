@@ -76,6 +76,7 @@ var definitions = []meta.ResourceWithRD{
 	&network.Status{},
 	&runtime.MachineStatus{},
 	&runtime.Version{},
+	&runtime.APIServiceConfig{},
 	&runtime.KernelParamStatus{},
 	&cluster.Member{},
 	&cluster.Identity{},
