@@ -11,8 +11,10 @@ source_hash() {
 # root package) of the module in SRC into OUT with -mod=readonly (a go.mod that needs changes fails
 # the build instead of being rewritten), without a go.work, and with the go directive's Go version
 # or newer, and moves the binary into place only when the build succeeded. OTHERS, a cache folder
-# prefix (e.g. "$CACHE/talossim-"), removes every other folder under it: builds of other sources are
-# of no further use. SCRIPT and WHAT name the caller and the module in errors.
+# prefix (e.g. "$CACHE/talossim-"), removes the other folders under it that are more than a day old:
+# builds of other sources are of no further use, except to a test run of another checkout (another
+# branch's sources) that may be using its build right now. SCRIPT and WHAT name the caller and the
+# module in errors.
 build_local_module() {
   local script="$1" what="$2" src="$3" out="$4" others="${5:-}" package="${6:-.}" want v d
   command -v go >/dev/null || { echo "$script: Go is required to build $what" >&2; exit 1; }
@@ -28,7 +30,8 @@ build_local_module() {
   mv "$out.tmp.$$" "$out"
   if [[ -n "$others" ]]; then
     for d in "$others"*; do
-      [[ "$d" == "$(dirname "$out")" ]] || rm -rf "$d"
+      [[ "$d" == "$(dirname "$out")" ]] && continue
+      if [[ -n "$(find "$d" -maxdepth 0 -mmin +1440 2>/dev/null)" ]]; then rm -rf "$d"; fi
     done
   fi
 }
