@@ -865,6 +865,12 @@ async function runNodePhases(
       `file-backed ${(sampler.maxSplit.fileBytes / MiB).toFixed(1)})`,
   );
 
+  if (probe?.at.start && probe.at.end)
+    notes.push(
+      `apid: RSS ${(probe.at.start.rssBytes / MiB).toFixed(1)} MiB when the CCM leads (before the N nodes), ` +
+        `VmHWM ${(probe.at.end.hwmBytes / MiB).toFixed(1)} MiB, highest sample ${(probe.rss.maxBytes / MiB).toFixed(1)} MiB; ` +
+        `CPU ${probe.at.end.cpuSeconds.toFixed(2)} s since it started`,
+    );
   return {
     apid: probe && e.apidIdle && probe.figures(n, e.apidIdle, { start: before, csr: after, end }),
     init_s,
