@@ -4,9 +4,14 @@
 // and re-queues the Node whenever onChange reports it; the facts it gets go into the pure desired
 // state (lib/desirednode.ts). Nothing here reads or writes Kubernetes.
 //
-// Talos facts are watch-first: every Node with an IP gets one COSI Watch on its PlatformMetadata
-// and one on its AddressStatuses (streams multiplexed on the Talos client's shared channel); their
-// bootstrap contents initialize the node, later events re-queue it within moments. The Node's IPs are
+// Talos facts are watch-first where they change: every Node with an IP gets one COSI Watch on its
+// AddressStatuses (streams multiplexed on the Talos client's shared channel), whose bootstrap contents
+// initialize the node and whose later events re-queue it within moments. PlatformMetadata is written
+// by Talos' platform controller at boot and does not change within a boot once complete, so it is read
+// once, and watched only while it may still change: while it is missing or lacks the instance ID its
+// platform names, and for a while after the address watch broke (a reboot breaks it; the platform
+// controller may first publish the previous boot's cached metadata). Every stream costs the control
+// plane's apid, which proxies it, about 22 KiB (README Performance). The Node's IPs are
 // its kubelet's to write, so no fact from an IP is used before Talos confirms that the machine
 // answering there is that node (its Nodename, read alongside the watches; again whenever the IP or
 // the machine's identity changes), and a node IP that machine does not have is not asked afterwards.
@@ -16,6 +21,7 @@
 
 import { ipsOnMachine } from "./addresses.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
+import { namesInstances } from "./instanceid.ts";
 import { logger } from "./log.ts";
 import {
   type TalosAddressStatus,
@@ -81,6 +87,11 @@ export interface TalosWatchCacheOptions {
   stallMs?: number;
   /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
   retryBackoff?: Backoff;
+  /**
+   * A PlatformMetadata watch closes once the metadata was complete and unchanged this long
+   * (default 120 s; see {@link metadataComplete}).
+   */
+  metadataSettleMs?: number;
   now?: () => number;
   /** Runs `fn` after `ms`; returns its cancellation (default: a timer that does not hold the process). */
   schedule?: (fn: () => void, ms: number) => () => void;
@@ -94,6 +105,16 @@ function scheduleTimer(fn: () => void, ms: number): () => void {
 }
 
 type ReadKind = "systeminformation" | "version" | "nodename";
+
+/**
+ * Whether PlatformMetadata is as Talos leaves it for the rest of the boot: present, and on a platform
+ * that names its instances, with the instance and provider IDs (Talos publishes it without them
+ * until the platform's metadata service answered).
+ */
+export function metadataComplete(metadata: PlatformMetadata | undefined): boolean {
+  if (metadata === undefined) return false;
+  return !namesInstances(metadata.platform) || (metadata.instanceId !== "" && metadata.providerId !== "");
+}
 
 /** A one-off read of a node (SystemInformation, Version, Nodename) that failed and waits to be retried. */
 interface FailedRead {
@@ -138,8 +159,13 @@ class NodeWatch {
   failovers = 0;
   /** Cancels the pending move to the node's next IP. */
   cancelFailover: (() => void) | undefined;
+  /** Open only while the metadata may still change ({@link metadataComplete}, the settle time). */
   metadataWatch: TalosWatch | undefined;
+  /** Closes the metadata watch once the metadata settled. */
+  cancelSettle: (() => void) | undefined;
   addressesWatch: TalosWatch | undefined;
+  /** The address watch failed since its last bootstrap (a reboot, or apid restarting). */
+  addressesBroke = false;
 
   constructor(
     readonly name: string,
@@ -177,9 +203,10 @@ class NodeWatch {
 }
 
 /**
- * Every tracked node's Talos facts, from one PlatformMetadata watch (with the singleton id, so its
- * first event is the current state) and one AddressStatus watch (bootstrap contents, then
- * BOOTSTRAPPED) per node, both on the Talos client's shared channel. Facts are handed out only from
+ * Every tracked node's Talos facts, from one AddressStatus watch per node (bootstrap contents, then
+ * BOOTSTRAPPED) on the Talos client's shared channel, and its PlatformMetadata: read once, watched
+ * (with the singleton id, so its first event is the current state) only until it is complete and
+ * unchanged for `metadataSettleMs`, again after the address watch broke. Facts are handed out only from
  * an IP on which Talos confirmed the node's name (a Nodename read, made when the watches start on an
  * IP, when the facts come from another IP, and when the machine's identity in its PlatformMetadata
  * changes); on another name, a dual-stack node moves to its other IP, and the read is retried with
@@ -195,6 +222,7 @@ export class TalosWatchCache {
   readonly #refreshMs: number;
   readonly #stallMs: number;
   readonly #retryBackoff: Backoff;
+  readonly #settleMs: number;
   readonly #now: () => number;
   readonly #schedule: (fn: () => void, ms: number) => () => void;
   readonly #nodes = new Map<string, NodeWatch>();
@@ -208,6 +236,7 @@ export class TalosWatchCache {
     this.#refreshMs = opts.refreshMs;
     this.#stallMs = opts.stallMs ?? 30_000;
     this.#retryBackoff = opts.retryBackoff ?? { initialMs: 1_000, maxMs: 60_000 };
+    this.#settleMs = opts.metadataSettleMs ?? 120_000;
     this.#now = opts.now ?? Date.now;
     this.#schedule = opts.schedule ?? scheduleTimer;
     this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
@@ -323,22 +352,74 @@ export class TalosWatchCache {
   }
 
   #stop(w: NodeWatch): void {
-    w.metadataWatch?.close();
-    w.addressesWatch?.close();
+    this.#closeWatches(w);
     w.cancelFailover?.();
     w.cancelFailover = undefined;
   }
 
-  #start(w: NodeWatch): void {
-    w.metadataWatch?.close();
+  #closeWatches(w: NodeWatch): void {
+    this.#closeMetadataWatch(w);
     w.addressesWatch?.close();
+    w.addressesWatch = undefined;
+    w.addressesBroke = false;
+  }
+
+  #closeMetadataWatch(w: NodeWatch): void {
+    w.cancelSettle?.();
+    w.cancelSettle = undefined;
+    w.metadataWatch?.close();
+    w.metadataWatch = undefined;
+  }
+
+  #start(w: NodeWatch): void {
+    this.#closeWatches(w);
     w.down.delete("ended");
     w.down.delete("stalled");
     w.startedMs = this.#now();
-    w.metadataWatch = this.#watchMetadata(w, w.watchIP);
     w.addressesWatch = this.#watchAddresses(w, w.watchIP);
-    // Alongside the watches, so that confirming the node costs no round trip of its own.
+    void this.#readMetadata(w, w.watchIP);
+    // Alongside, so that confirming the node costs no round trip of its own.
     if (w.confirmedIP !== w.watchIP) void this.#verify(w, w.watchIP);
+  }
+
+  /**
+   * PlatformMetadata from `ip`, read once; watched instead when it is not complete yet, or when the
+   * read fails (the watch retries, and reports the failure as the node's).
+   */
+  async #readMetadata(w: NodeWatch, ip: string): Promise<void> {
+    let metadata: PlatformMetadata | undefined;
+    try {
+      metadata = await this.#talos.platformMetadata(ip, { attempts: 1 });
+    } catch (err) {
+      if (!this.#tracked(w) || w.watchIP !== ip) return;
+      if (!(err instanceof TalosNotFoundError)) {
+        this.#openMetadataWatch(w);
+        return;
+      }
+    }
+    if (!this.#tracked(w) || w.watchIP !== ip || w.metadataWatch) return;
+    this.#setMetadata(w, ip, metadata);
+    this.#recovered(w, "metadata");
+    if (!metadataComplete(metadata)) this.#openMetadataWatch(w);
+    this.#onChange(w.name);
+  }
+
+  #openMetadataWatch(w: NodeWatch): void {
+    if (w.metadataWatch === undefined) w.metadataWatch = this.#watchMetadata(w, w.watchIP);
+  }
+
+  /** (Re)starts the settle time of an open metadata watch: it closes when it runs out while complete. */
+  #settle(w: NodeWatch): void {
+    w.cancelSettle?.();
+    w.cancelSettle = undefined;
+    if (!metadataComplete(w.metadata)) return;
+    // Closing the watch cancels this, so when it runs, the watch it was started for is open.
+    w.cancelSettle = this.#schedule(() => {
+      w.cancelSettle = undefined;
+      if (!this.#tracked(w)) return;
+      log.v(4).info("PlatformMetadata settled; its watch closes", { node: w.name, ip: w.watchIP });
+      this.#closeMetadataWatch(w);
+    }, this.#settleMs);
   }
 
   /** Takes PlatformMetadata from `ip`; another machine identity there must be confirmed again. */
@@ -420,11 +501,16 @@ export class TalosWatchCache {
     this.#onChange(w.name);
   }
 
-  /** PlatformMetadata from `ip`: each event updates the facts and re-queues the node. */
+  /**
+   * PlatformMetadata from `ip`: each event updates the facts and re-queues the node; the watch closes
+   * once the metadata settled ({@link #settle}).
+   */
   #watchMetadata(w: NodeWatch, ip: string): TalosWatch {
     return this.#talos.subscribe(ip, "platformmetadata", {
       onEvent: (ev) => {
         if (ev.type === "errored") {
+          w.cancelSettle?.();
+          w.cancelSettle = undefined;
           this.#failed(w, "metadata", ev.error);
           return;
         }
@@ -432,6 +518,7 @@ export class TalosWatchCache {
         else if (ev.type === "destroyed") this.#setMetadata(w, ip, undefined);
         else return;
         this.#recovered(w, "metadata");
+        this.#settle(w);
         this.#onChange(w.name);
       },
       onEnd: (err) => this.#ended(w, err),
@@ -450,6 +537,7 @@ export class TalosWatchCache {
         switch (ev.type) {
           case "errored":
             syncing = true;
+            w.addressesBroke = true;
             this.#failed(w, "addresses", ev.error);
             return;
           case "created":
@@ -470,6 +558,11 @@ export class TalosWatchCache {
             changed = true;
             w.addressesKnown = true;
             this.#recovered(w, "addresses");
+            if (w.addressesBroke) {
+              // The machine may have rebooted: watch its metadata until it settles again.
+              w.addressesBroke = false;
+              this.#openMetadataWatch(w);
+            }
             break;
         }
         if (changed && !syncing) {

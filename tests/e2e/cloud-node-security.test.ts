@@ -124,16 +124,18 @@ beforeAll(async () => {
 afterAll(() => bed?.stop());
 
 describe("cloud-node initialization cost", () => {
-  test("an honest node costs 3 Talos calls: 2 watches and the Nodename that confirms it (no rule reads SystemInformation)", async () => {
+  test("an honest node costs 3 Talos calls: 1 watch (its addresses), 1 PlatformMetadata read and the Nodename that confirms it (no rule reads SystemInformation)", async () => {
     for (const s of [FORGER, VICTIM]) {
       await initialized(s.name);
       const ip = s.nodeIPs[0] as string;
       expect({
         node: s.name,
         watches: apid.calls({ node: ip, method: "Watch" }),
+        open: apid.watchers(ip),
+        metadata: apid.calls({ node: ip, method: "Get", type: "PlatformMetadatas.talos.dev" }),
         nodename: apid.calls({ node: ip, method: "Get", type: "Nodenames.kubernetes.talos.dev" }),
         calls: apid.calls({ node: ip }),
-      }).toEqual({ node: s.name, watches: 2, nodename: 1, calls: 3 });
+      }).toEqual({ node: s.name, watches: 1, open: 1, metadata: 1, nodename: 1, calls: 3 });
     }
   });
 });
@@ -280,7 +282,7 @@ describe("cloud-node against a kubelet claiming another node's IP", () => {
       10_000,
       () => `watches on ${victimIP}: ${apid.watchers(victimIP)}, before: ${watchersBefore}`,
     );
-    expect(apid.watchers(ownIPv6)).toBe(2);
+    expect(apid.watchers(ownIPv6)).toBe(1);
     // The passes after the initialization (its own write re-queues the node) warn no more. Once its
     // writes are done a pass finds nothing to write, which --v=4 logs as "Node up to date".
     const upToDate = new RegExp(`"Node up to date" node="${DUAL.name}"`);

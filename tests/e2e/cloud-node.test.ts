@@ -470,7 +470,7 @@ describe("cloud-node beyond the fixtures", () => {
     );
   });
 
-  test("initialization costs 2 watches, a Nodename and (a rule reads it) a SystemInformation read, and 2 Node writes per node (1 when the addresses are right)", async () => {
+  test("initialization costs 1 watch, a PlatformMetadata read, a Nodename and (a rule reads it) a SystemInformation read, and 2 Node writes per node (1 when the addresses are right)", async () => {
     const all = [...specs.entries(), ["fallback", FALLBACK] as const];
     for (const [, spec] of all) await initialized(spec.name);
     // Every write of a node is done once a later pass found nothing to write.
@@ -483,12 +483,14 @@ describe("cloud-node beyond the fixtures", () => {
       );
     for (const [fixture, spec] of all) {
       const nodeIP = spec.nodeIPs[0] as string;
-      // Watches of PlatformMetadata and AddressStatuses, the Nodename that confirms the machine is
-      // this node, and one SystemInformation read (rule "everyone" reads .Manufacturer). Rules that
-      // read no SystemInformation field cost 3 (tests/e2e/cloud-node-security.test.ts).
+      // The watch of AddressStatuses, one PlatformMetadata read (complete metadata is not watched),
+      // the Nodename that confirms the machine is this node, and one SystemInformation read (rule
+      // "everyone" reads .Manufacturer). Rules that read no SystemInformation field cost 3
+      // (tests/e2e/cloud-node-security.test.ts).
       expect({
         node: spec.name,
         watches: apid.calls({ node: nodeIP, method: "Watch" }),
+        metadata: apid.calls({ node: nodeIP, method: "Get", type: "PlatformMetadatas.talos.dev" }),
         nodename: apid.calls({ node: nodeIP, method: "Get", type: "Nodenames.kubernetes.talos.dev" }),
         systemInformation: apid.calls({
           node: nodeIP,
@@ -498,7 +500,8 @@ describe("cloud-node beyond the fixtures", () => {
         calls: apid.calls({ node: nodeIP }),
       }).toEqual({
         node: spec.name,
-        watches: 2,
+        watches: 1,
+        metadata: 1,
         nodename: 1,
         systemInformation: 1,
         calls: 4,

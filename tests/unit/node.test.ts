@@ -685,10 +685,13 @@ class FakeStream {
   readonly #handlers = new Set<TalosWatchHandler<unknown>>();
   /** Pushed while no subscription was open: delivered to the next one. */
   readonly #events: Array<AnyEvent | Error> = [];
+  /** Sees every pushed event, as Talos' state would (what a Get answers). */
+  constructor(readonly observe: (ev: AnyEvent | Error) => void = () => {}) {}
   get active(): number {
     return this.#handlers.size;
   }
   push(ev: AnyEvent | Error): void {
+    this.observe(ev);
     if (this.#handlers.size === 0) this.#events.push(ev);
     else for (const h of [...this.#handlers]) this.#deliver(h, ev);
   }
@@ -714,12 +717,19 @@ class FakeTalos implements TalosWatchClient {
   systemInfo: SystemInformation | undefined = SYSINFO;
   getFails: Error | undefined;
   pollMetadata = metadata({});
+  /** PlatformMetadata per IP as its watch last delivered it (null: destroyed); else pollMetadata. */
+  readonly metadataOn = new Map<string, PlatformMetadata | null>();
   pollAddresses: AddressStatus[] = [];
   stream(ip: string, kind: string): FakeStream {
     const k = `${ip}|${kind}`;
     let s = this.streams.get(k);
     if (!s) {
-      s = new FakeStream();
+      s = new FakeStream((ev) => {
+        if (kind !== "platformmetadata" || ev instanceof Error) return;
+        if (ev.type === "created" || ev.type === "updated")
+          this.metadataOn.set(ip, ev.resource as PlatformMetadata);
+        else if (ev.type === "destroyed") this.metadataOn.set(ip, null);
+      });
       this.streams.set(k, s);
     }
     return s;
@@ -731,7 +741,12 @@ class FakeTalos implements TalosWatchClient {
   platformMetadata = (async (ip: string) => {
     this.calls.push(`get platformmetadata ${ip}`);
     if (this.getFails) throw this.getFails;
-    return this.pollMetadata;
+    // Answers after the test's synchronous pushes, as a round trip would.
+    await Promise.resolve();
+    const m = this.metadataOn.get(ip);
+    if (m === null)
+      throw new TalosNotFoundError(`Cannot get PlatformMetadatas.talos.dev on node ${ip}: not found`);
+    return m ?? this.pollMetadata;
   }) as TalosWatchClient["platformMetadata"];
   addresses = (async (ip: string) => {
     this.calls.push(`list addresses ${ip}`);
@@ -800,7 +815,7 @@ describe("TalosWatchCache", () => {
     return { talos, facts, changes, advance: (ms: number) => (now += ms), runScheduled };
   }
 
-  test("TalosWatchCache builds the facts from the watches' bootstrap contents, one Nodename and one SystemInformation read", async () => {
+  test("TalosWatchCache builds the facts from one PlatformMetadata read, the address watch's bootstrap contents, one Nodename and one SystemInformation read", async () => {
     const { talos, facts, changes } = setup();
     facts.track("node-1", ["10.0.0.5"]);
     expect(facts.facts("node-1", needs)).toEqual({ ready: false, waitingFor: "Talos on 10.0.0.5 to answer" });
@@ -820,12 +835,14 @@ describe("TalosWatchCache", () => {
       nodeIP: "10.0.0.5",
       facts: { platformMetadata: metadata({}), addresses: [eth0], systemInformation: SYSINFO },
     });
+    // Complete metadata is not watched: one stream per machine.
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get platformmetadata 10.0.0.5",
       "get nodename 10.0.0.5",
       "get systeminformation 10.0.0.5",
     ]);
+    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
     expect(changes.length).toBeGreaterThanOrEqual(3);
     facts.close();
   });
@@ -855,7 +872,7 @@ describe("TalosWatchCache", () => {
     await settle();
     changes.length = 0;
     talos.calls.length = 0;
-    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "node is down" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "node is down" });
     await settle();
     expect(facts.isDown("node-1")).toBe(true);
     expect(facts.facts("node-1", needs)).toEqual({
@@ -904,8 +921,8 @@ describe("TalosWatchCache", () => {
     }
     await settle();
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get platformmetadata 10.0.0.5",
       "get nodename 10.0.0.5",
     ]);
     facts.close();
@@ -961,11 +978,11 @@ describe("TalosWatchCache", () => {
     facts.forget("node-1");
     await settle();
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get platformmetadata 10.0.0.5",
       "get nodename 10.0.0.5",
-      "watch platformmetadata 10.0.0.6",
       "watch addresses 10.0.0.6",
+      "get platformmetadata 10.0.0.6",
       "get nodename 10.0.0.6",
     ]);
     expect(facts.stats()).toEqual({ nodes: 0, down: 0 });
@@ -975,25 +992,25 @@ describe("TalosWatchCache", () => {
   test("TalosWatchCache moves a dual-stack node's watches to its other IP when the first one fails", async () => {
     const { talos, facts, runScheduled } = setup();
     facts.track("node-1", ["10.0.0.5", "fd00::5"]);
-    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "unreachable over IPv4" });
     await settle();
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get platformmetadata 10.0.0.5",
       "get nodename 10.0.0.5",
     ]);
     // After the backoff, the watches move to the other IP.
     runScheduled();
     await settle();
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get platformmetadata 10.0.0.5",
       "get nodename 10.0.0.5",
-      "watch platformmetadata fd00::5",
       "watch addresses fd00::5",
+      "get platformmetadata fd00::5",
       "get nodename fd00::5",
     ]);
-    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
+    expect(talos.stream("10.0.0.5", "addresses").active).toBe(0);
     talos
       .stream("fd00::5", "platformmetadata")
       .push({ type: "created", id: "platformmetadata", version: "1", resource: metadata({}) });
@@ -1044,13 +1061,16 @@ describe("TalosWatchCache", () => {
     facts.close();
   });
 
-  /** Delivers PlatformMetadata and an empty address list on `ip`'s watches. */
+  /** Publishes PlatformMetadata on `ip` and delivers an empty address list on its watch. */
   function bootstrapOn(talos: FakeTalos, ip: string, meta = metadata({})) {
     talos
       .stream(ip, "platformmetadata")
       .push({ type: "created", id: "platformmetadata", version: "1", resource: meta });
     talos.stream(ip, "addresses").push({ type: "bootstrapped" });
   }
+  /** The calls that are reads, without the PlatformMetadata read each start of the watches makes. */
+  const reads = (talos: FakeTalos) =>
+    talos.calls.filter((c) => c.startsWith("get") && !c.startsWith("get platformmetadata"));
   const bare = { systemInformation: false, talosVersion: false };
 
   test("TalosWatchCache hands out no facts from an IP whose Talos is another node, and retries with backoff", async () => {
@@ -1068,7 +1088,7 @@ describe("TalosWatchCache", () => {
     await settle();
     expect(facts.facts("node-1", needs)).toEqual(refused);
     // Neither SystemInformation nor another Nodename read before the backoff has passed.
-    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual(["get nodename 10.0.0.5"]);
+    expect(reads(talos)).toEqual(["get nodename 10.0.0.5"]);
     // The machine is renamed (an honest misconfiguration fixed): the retry, announced by the timer, confirms it.
     talos.nodenames.delete("10.0.0.5");
     changes.length = 0;
@@ -1080,7 +1100,7 @@ describe("TalosWatchCache", () => {
     facts.facts("node-1", needs);
     await settle();
     expect(facts.facts("node-1", needs)).toMatchObject({ ready: true, nodeIP: "10.0.0.5" });
-    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+    expect(reads(talos)).toEqual([
       "get nodename 10.0.0.5",
       "get nodename 10.0.0.5",
       "get systeminformation 10.0.0.5",
@@ -1105,32 +1125,30 @@ describe("TalosWatchCache", () => {
   test("TalosWatchCache moves a node claiming another node's IP to its other IP, where Talos confirms it", async () => {
     const { talos, facts } = setup();
     talos.nodenames.set("10.0.0.9", "node-2");
+    talos.metadataOn.set("fd00::5", metadata({ hostname: "own" }));
     facts.track("node-1", ["10.0.0.9", "fd00::5"]);
     bootstrapOn(talos, "10.0.0.9");
     await settle();
     await settle();
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.9",
       "watch addresses 10.0.0.9",
+      "get platformmetadata 10.0.0.9",
       "get nodename 10.0.0.9",
-      "watch platformmetadata fd00::5",
       "watch addresses fd00::5",
+      "get platformmetadata fd00::5",
       "get nodename fd00::5",
     ]);
-    expect(talos.stream("10.0.0.9", "platformmetadata").active).toBe(0);
+    expect(talos.stream("10.0.0.9", "addresses").active).toBe(0);
     // The other machine's facts are gone with its watches.
     expect(facts.facts("node-1", bare)).toEqual({ ready: false, waitingFor: "Talos on fd00::5 to answer" });
-    bootstrapOn(talos, "fd00::5", metadata({ hostname: "own" }));
+    talos.stream("fd00::5", "addresses").push({ type: "bootstrapped" });
     await settle();
     expect(facts.facts("node-1", bare)).toEqual({
       ready: true,
       nodeIP: "fd00::5",
       facts: { platformMetadata: metadata({ hostname: "own" }), addresses: [] },
     });
-    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
-      "get nodename 10.0.0.9",
-      "get nodename fd00::5",
-    ]);
+    expect(reads(talos)).toEqual(["get nodename 10.0.0.9", "get nodename fd00::5"]);
     facts.close();
   });
 
@@ -1150,7 +1168,7 @@ describe("TalosWatchCache", () => {
     await settle();
     expect(facts.facts("node-1", bare)).toMatchObject({ ready: true, nodeIP: "fd00::5" });
     talos.calls.length = 0;
-    talos.stream("fd00::5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv6" });
+    talos.stream("fd00::5", "addresses").push({ type: "errored", error: "unreachable over IPv6" });
     await settle();
     await settle();
     expect(facts.isDown("node-1")).toBe(true);
@@ -1177,7 +1195,7 @@ describe("TalosWatchCache", () => {
     await settle();
     expect(facts.facts("node-1", bare)).toMatchObject({ ready: true, nodeIP: "10.0.0.5" });
     talos.calls.length = 0;
-    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "unreachable over IPv4" });
     await settle();
     runScheduled();
     await settle();
@@ -1186,13 +1204,13 @@ describe("TalosWatchCache", () => {
     const v6 = address("fd00::5/64", "eth0");
     talos.stream("10.0.0.5", "addresses").push({ type: "created", id: v6.id, version: "1", resource: v6 });
     await settle();
-    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "unreachable over IPv4" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "unreachable over IPv4" });
     await settle();
     runScheduled();
     await settle();
     expect(talos.calls).toEqual([
-      "watch platformmetadata fd00::5",
       "watch addresses fd00::5",
+      "get platformmetadata fd00::5",
       "get nodename fd00::5",
     ]);
     facts.close();
@@ -1204,10 +1222,7 @@ describe("TalosWatchCache", () => {
     talos.nodenames.set("fd00::9", "node-3");
     facts.track("node-1", ["10.0.0.9", "fd00::9"]);
     for (let i = 0; i < 5; i++) await settle();
-    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
-      "get nodename 10.0.0.9",
-      "get nodename fd00::9",
-    ]);
+    expect(reads(talos)).toEqual(["get nodename 10.0.0.9", "get nodename fd00::9"]);
     bootstrapOn(talos, "fd00::9");
     await settle();
     expect(facts.facts("node-1", bare)).toMatchObject({
@@ -1239,7 +1254,12 @@ describe("TalosWatchCache", () => {
     expect(facts.facts("node-1", needs)).toMatchObject({ ready: false, waitingFor: "its SystemInformation" });
     await settle();
     expect(facts.facts("node-1", needs)).toMatchObject({ ready: true });
+    // The address watch breaks (a reboot): the metadata is watched until it settles again.
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "error reading from server: EOF" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
     const meta = talos.stream("10.0.0.5", "platformmetadata");
+    expect(meta.active).toBe(1);
     meta.push({
       type: "updated",
       id: "platformmetadata",
@@ -1248,10 +1268,7 @@ describe("TalosWatchCache", () => {
     });
     await settle();
     expect(facts.facts("node-1", needs)).toMatchObject({ ready: true });
-    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
-      "get nodename 10.0.0.5",
-      "get systeminformation 10.0.0.5",
-    ]);
+    expect(reads(talos)).toEqual(["get nodename 10.0.0.5", "get systeminformation 10.0.0.5"]);
     // Another machine now answers on the IP.
     talos.nodenames.set("10.0.0.5", "node-2");
     meta.push({
@@ -1265,7 +1282,7 @@ describe("TalosWatchCache", () => {
       ready: false,
       mismatch: { ip: "10.0.0.5", nodename: "node-2" },
     });
-    expect(talos.calls.filter((c) => c.startsWith("get"))).toEqual([
+    expect(reads(talos)).toEqual([
       "get nodename 10.0.0.5",
       "get systeminformation 10.0.0.5",
       "get nodename 10.0.0.5",
@@ -1273,11 +1290,86 @@ describe("TalosWatchCache", () => {
     facts.close();
   });
 
+  test("TalosWatchCache watches PlatformMetadata only until it is complete and unchanged for the settle time, and again after the address watch broke", async () => {
+    const { talos, facts, changes, runScheduled } = setup();
+    // hcloud before its metadata service answered: no instance ID yet.
+    const early = metadata({ platform: "hcloud", instanceId: "", providerId: "" });
+    const known = metadata({ platform: "hcloud", instanceId: "42", providerId: "hcloud://42" });
+    talos.metadataOn.set("10.0.0.5", early);
+    facts.track("node-1", ["10.0.0.5"]);
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    const meta = talos.stream("10.0.0.5", "platformmetadata");
+    expect(meta.active).toBe(1);
+    // Incomplete metadata starts no settle time: the watch stays.
+    runScheduled();
+    expect(meta.active).toBe(1);
+    changes.length = 0;
+    meta.push({ type: "updated", id: "platformmetadata", version: "2", resource: known });
+    await settle();
+    // Re-queued (and the machine confirmed again: its identity changed with the instance ID).
+    expect(changes).toContain("node-1");
+    expect(facts.facts("node-1", bare)).toMatchObject({ ready: true, facts: { platformMetadata: known } });
+    expect(meta.active).toBe(1);
+    // Complete, and unchanged for the settle time: the watch closes; the facts stay.
+    runScheduled();
+    expect(meta.active).toBe(0);
+    expect(facts.facts("node-1", bare)).toMatchObject({ ready: true, facts: { platformMetadata: known } });
+    expect(talos.calls.filter((c) => c.startsWith("watch"))).toEqual([
+      "watch addresses 10.0.0.5",
+      "watch platformmetadata 10.0.0.5",
+    ]);
+    // A reboot breaks the address watch; Talos may first publish the previous boot's cached
+    // metadata, so it is watched again until it settles.
+    const resized = { ...known, instanceType: "cx32" };
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "error reading from server: EOF" });
+    await settle();
+    expect(meta.active).toBe(0);
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(meta.active).toBe(1);
+    meta.push({ type: "updated", id: "platformmetadata", version: "3", resource: resized });
+    await settle();
+    expect(facts.facts("node-1", bare)).toMatchObject({ facts: { platformMetadata: resized } });
+    runScheduled();
+    expect(meta.active).toBe(0);
+    expect(facts.isDown("node-1")).toBe(false);
+    facts.close();
+  });
+
+  test("TalosWatchCache watches PlatformMetadata that Talos has not published yet, and when its read fails", async () => {
+    const { talos, facts } = setup();
+    talos.metadataOn.set("10.0.0.5", null);
+    facts.track("node-1", ["10.0.0.5"]);
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(facts.facts("node-1", bare)).toEqual({
+      ready: false,
+      waitingFor: "Talos to publish its PlatformMetadata",
+    });
+    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(1);
+    facts.forget("node-1");
+    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
+    // A read that fails (not a not-found) falls back to the watch, which retries and reports.
+    talos.platformMetadata = (async () => {
+      throw new TalosError("unavailable", "Cannot get PlatformMetadatas.talos.dev: connection reset", {
+        retryable: true,
+      });
+    }) as TalosWatchClient["platformMetadata"];
+    facts.track("node-2", ["10.0.0.6"]);
+    await settle();
+    expect(talos.stream("10.0.0.6", "platformmetadata").active).toBe(1);
+    talos.stream("10.0.0.6", "platformmetadata").push({ type: "errored", error: "connection reset" });
+    await settle();
+    expect(facts.isDown("node-2")).toBe(true);
+    facts.close();
+  });
+
   test("TalosWatchCache falls back to polling when a watch ends on a non-retryable error", async () => {
     const { talos, facts, advance } = setup({ refreshMs: 1_000 });
     facts.track("node-1", ["10.0.0.5"]);
     talos
-      .stream("10.0.0.5", "platformmetadata")
+      .stream("10.0.0.5", "addresses")
       .push(new TalosError("unimplemented", "Cannot watch: unimplemented"));
     await settle();
     expect(facts.isDown("node-1")).toBe(true);
@@ -1398,14 +1490,14 @@ function controllerSetup(
 describe("CloudNodeController.reconcile()", () => {
   test("CloudNodeController.reconcile() initializes a node with two writes once its watches bootstrapped", async () => {
     const { talos, store, writes, events, controller } = controllerSetup(lean({}));
-    await controller.reconcile("node-1");
-    expect(writes).toEqual([]);
     talos.stream("10.0.0.5", "platformmetadata").push({
       type: "created",
       id: "platformmetadata",
       version: "1",
       resource: metadata({ platform: "nocloud", hostname: "node-1", zone: "pve-2" }),
     });
+    await controller.reconcile("node-1");
+    expect(writes).toEqual([]);
     const eth0 = address("10.0.0.5/24", "eth0");
     const v6 = address("2001:db8::5/64", "eth0");
     for (const a of [eth0, v6])
@@ -1457,8 +1549,8 @@ describe("CloudNodeController.reconcile()", () => {
     expect(writes.length).toBe(2);
     // No rule reads SystemInformation: the watches and the Nodename read are all.
     expect(talos.calls).toEqual([
-      "watch platformmetadata 10.0.0.5",
       "watch addresses 10.0.0.5",
+      "get platformmetadata 10.0.0.5",
       "get nodename 10.0.0.5",
     ]);
   });
@@ -1650,8 +1742,8 @@ describe("CloudNodeController.reconcile()", () => {
     expect(registry.expose()).toContain(`${REJECTED} 1`);
     // The one probe that found node-2 there is all Talos was asked on the claimed IP.
     expect(talos.calls.filter((c) => c.includes("10.0.0.9"))).toEqual([
-      "watch platformmetadata 10.0.0.9",
       "watch addresses 10.0.0.9",
+      "get platformmetadata 10.0.0.9",
       "get nodename 10.0.0.9",
     ]);
   });
@@ -1697,7 +1789,7 @@ describe("CloudNodeController.reconcile()", () => {
   test("CloudNodeController.reconcile() leaves a node whose Talos is down tainted, with a Warning Event", async () => {
     const { talos, store, writes, events, controller } = controllerSetup(lean({}));
     await controller.reconcile("node-1");
-    talos.stream("10.0.0.5", "platformmetadata").push({ type: "errored", error: "connection refused" });
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "connection refused" });
     await settle();
     await controller.reconcile("node-1");
     expect(writes).toEqual([]);
@@ -1719,11 +1811,10 @@ describe("CloudNodeController.reconcile()", () => {
     const { store, controller, talos } = controllerSetup(lean({}));
     await controller.reconcile("node-1");
     await settle();
-    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(1);
+    expect(talos.stream("10.0.0.5", "addresses").active).toBe(1);
     store.clear();
     await controller.reconcile("node-1");
     await settle();
-    expect(talos.stream("10.0.0.5", "platformmetadata").active).toBe(0);
     expect(talos.stream("10.0.0.5", "addresses").active).toBe(0);
   });
 
@@ -1748,8 +1839,8 @@ describe("CloudNodeController.reconcile()", () => {
 
   test("CloudNodeController.reconcile() leaves a node tainted while its hcloud PlatformMetadata has no instance ID, then initializes it with hcloud://<id>", async () => {
     const { talos, store, writes, events, controller, registry } = controllerSetup(lean({}));
-    await controller.reconcile("node-1");
     await platform(talos, { platform: "hcloud" });
+    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await controller.reconcile("node-1");
@@ -1778,8 +1869,8 @@ describe("CloudNodeController.reconcile()", () => {
 
   test("CloudNodeController.reconcile() waits on Talos's half-built `hcloud://` (instance-id answered empty)", async () => {
     const { talos, store, writes, events, controller } = controllerSetup(lean({}));
-    await controller.reconcile("node-1");
     await platform(talos, { platform: "hcloud", providerId: "hcloud://" });
+    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await controller.reconcile("node-1");
@@ -1790,8 +1881,8 @@ describe("CloudNodeController.reconcile()", () => {
 
   test("CloudNodeController.reconcile() gives an initialized node without providerID everything but the fallback while it waits", async () => {
     const { talos, store, events, controller } = controllerSetup(lean({ taints: [] }));
-    await controller.reconcile("node-1");
     await platform(talos, { platform: "aws", region: "us-east-1" });
+    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await controller.reconcile("node-1");
@@ -1812,8 +1903,8 @@ describe("CloudNodeController.reconcile()", () => {
     const { talos, store, events, controller, registry } = controllerSetup(
       lean({ providerID: "hcloud://7" }),
     );
-    await controller.reconcile("node-1");
     await platform(talos, { platform: "hcloud" });
+    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await controller.reconcile("node-1");
@@ -1830,8 +1921,8 @@ describe("CloudNodeController.reconcile()", () => {
         }),
       ],
     });
-    await controller.reconcile("node-1");
     await platform(talos, { platform: "hcloud" });
+    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await controller.reconcile("node-1");
@@ -1875,13 +1966,13 @@ describe("CloudNodeController: a second writer of its fields", () => {
    * second writer's entries are compared with) and forgets the Events that brought.
    */
   async function initialized(s: ReturnType<typeof controllerSetup>) {
-    await s.controller.reconcile("node-1"); // starts the node's Talos watches
     s.talos.stream("10.0.0.5", "platformmetadata").push({
       type: "created",
       id: "platformmetadata",
       version: "1",
       resource: metadata({ platform: "metal", hostname: "node-1" }),
     });
+    await s.controller.reconcile("node-1"); // starts the node's Talos watches
     s.talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await s.controller.reconcile("node-1");
@@ -1946,13 +2037,13 @@ describe("CloudNodeController: a second writer of its fields", () => {
     const { talos, store, events, controller, handlers } = controllerSetup(lean({}));
     const ac = new AbortController();
     const running = controller.run(ac.signal);
-    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "platformmetadata").push({
       type: "created",
       id: "platformmetadata",
       version: "1",
       resource: metadata({ platform: "hcloud" }),
     });
+    await controller.reconcile("node-1");
     talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
     await settle();
     await controller.reconcile("node-1");
