@@ -26,6 +26,7 @@ import {
   attemptCallOptions,
   clientLimits,
   countsAsFailure,
+  endpointSlot,
   listBytesAfter,
   listTooLarge,
   MAX_LIST_BYTES,
@@ -160,8 +161,9 @@ interface AttemptOptions {
 
 /**
  * A client of the Talos machine API. One gRPC channel per endpoint, created on the first call and
- * shared by all calls and watches; calls round-robin over the endpoints and fail over on
- * Unavailable. Returns plain data (lib/types.ts); never exposes protobuf or transport types.
+ * shared by all calls and watches; every call and watch about one node goes to the same endpoint
+ * (nodes spread over the endpoints, so each control plane's apid proxies to its share of the
+ * machines), calls to the endpoints themselves round-robin, and both fail over on Unavailable. Returns plain data (lib/types.ts); never exposes protobuf or transport types.
  *
  * @example
  * const talos = TalosClient.load();            // talosconfig search, TALOS_ENDPOINTS, file watching
@@ -339,6 +341,7 @@ export class TalosClient {
     return this.#call(
       "version",
       node === undefined ? "get the Talos version of the endpoint" : `get the Talos version of node ${node}`,
+      node,
       opts,
       (gen, ch, attemptOpts) => this.#unaryOnce(gen, ch, PATHS.version, new Uint8Array(), node, attemptOpts),
       (msgs) => decodeVersionResponse(msgs[0] ?? new Uint8Array()),
@@ -560,6 +563,7 @@ export class TalosClient {
     return this.#call(
       kind,
       `list ${type} on node ${nodeIP}`,
+      nodeIP,
       opts,
       (gen, ch, attemptOpts) => this.#listOnce(gen, ch, req, nodeIP, attemptOpts),
       (msgs) => msgs.map((b) => decodeListResponse(kind, b).spec),
@@ -576,16 +580,21 @@ export class TalosClient {
     return this.#call(
       kind,
       node === undefined ? `get ${type} from the endpoint` : `get ${type} on node ${node}`,
+      node,
       opts,
       (gen, ch, attemptOpts) => this.#unaryOnce(gen, ch, PATHS.get, req, node, attemptOpts),
       (msgs) => decodeGetResponse(kind, msgs[0] ?? new Uint8Array()),
     );
   }
 
-  /** Runs one logical call: slot, attempts with failover and backoff, decoding, metrics. */
+  /**
+   * Runs one logical call: slot, attempts with failover and backoff, decoding, metrics. A call about
+   * `node` starts on the node's endpoint ({@link endpointSlot}), a retry on the next one.
+   */
   async #call<T>(
     request: string,
     what: string,
+    node: string | undefined,
     opts: CallOptions,
     attempt: (gen: Generation, ch: GrpcChannel, o: AttemptOptions) => Promise<Uint8Array[]>,
     decode: (msgs: Uint8Array[]) => T,
@@ -601,7 +610,7 @@ export class TalosClient {
         let msgs: Uint8Array[];
         try {
           const gen = await this.#currentGeneration();
-          channel = pickChannel(gen, this.#roundRobin++);
+          channel = pickChannel(gen, node === undefined ? this.#roundRobin++ : endpointSlot(node) + n);
           msgs = await attempt(gen, channel, attemptOpts);
         } catch (err) {
           release();
@@ -633,7 +642,7 @@ export class TalosClient {
       gen.inFlight++;
       session.generation = gen;
       session.reconnecting = false;
-      const channel = pickChannel(gen, this.#roundRobin++);
+      const channel = pickChannel(gen, endpointSlot(session.node));
       session.channel = channel;
       const { namespace, type } = RESOURCES[session.kind];
       const request = encodeWatchRequest(namespace, type, session.id);

@@ -46,8 +46,9 @@ export function clientLimits(opts: ClientLimitOptions): ClientLimits {
 }
 
 /**
- * The endpoint a call goes to: round-robin from `start`, skipping endpoints whose connection is
- * failing unless all are.
+ * The endpoint a call goes to: the first from `start` on (round-robin for calls to the endpoint
+ * itself, {@link endpointSlot} for a node's), skipping endpoints whose connection is failing unless
+ * all are.
  * @param failing whether each endpoint's connection is failing, in endpoint order (not empty).
  * @returns the endpoint's index.
  * @example pickEndpoint([true, false, false], 3) // 1
@@ -59,6 +60,24 @@ export function pickEndpoint(failing: readonly boolean[], start: number): number
     if (!failing[at]) return at;
   }
   return start % n;
+}
+
+/**
+ * Where the round of a call or watch about node `node` starts ({@link pickEndpoint}): the same
+ * endpoint for every call and watch of one node, different nodes spread evenly over the endpoints.
+ * An endpoint is a control plane's apid, which holds a connection to every machine it proxied to,
+ * about 87 KiB each, for as long as it runs (README Performance): with calls spread round-robin,
+ * each apid ends up holding every machine; pinned, each holds its share.
+ * @returns a non-negative 32-bit integer (FNV-1a of the node's address).
+ * @example endpointSlot("10.0.0.5") % 3 === endpointSlot("10.0.0.5") % 3 // always
+ */
+export function endpointSlot(node: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < node.length; i++) {
+    h ^= node.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
 }
 
 /** What to do after attempt `attempt` (0-based) of a call failed. */

@@ -457,13 +457,34 @@ describe("channels", () => {
     }
   });
 
-  test("two live endpoints share the calls round-robin", async () => {
+  test("two live endpoints: a node's calls and watches stay on one, nodes spread over both, calls to the endpoints round-robin", async () => {
     await withFakeApid({ pki: apid.pki, nodes: [loadFixture("aws")] }, async (second) => {
-      const { client } = await clientFor(apid, { endpoints: [apid.endpoint, second.endpoint] });
+      const { client } = await clientFor(apid, { endpoints: [apid.endpoint, second.endpoint], attempts: 1 });
       apid.resetCalls();
+      second.resetCalls();
       for (let i = 0; i < 10; i++) await client.platformMetadata(AWS);
-      expect(apid.calls({ method: "Get", node: AWS })).toBe(5);
-      expect(second.calls({ method: "Get", node: AWS })).toBe(5);
+      const w = collect(client, AWS, "addresses");
+      try {
+        await until(() => w.types().includes("bootstrapped"), "the address watch to bootstrap");
+      } finally {
+        await w.stop();
+      }
+      // Every call and the watch about one node on one endpoint: one apid proxies to that machine.
+      const calls = [apid, second].map((a) => a.calls({ method: "Get", node: AWS }));
+      const watches = [apid, second].map((a) => a.calls({ method: "Watch", node: AWS }));
+      expect(calls.toSorted()).toEqual([0, 10]);
+      expect(watches.indexOf(1)).toBe(calls.indexOf(10));
+      // Forty machines: each endpoint proxies to a share of them.
+      const nodes = Array.from({ length: 40 }, (_, i) => `10.0.${i >> 4}.${(i & 15) + 1}`);
+      await Promise.all(nodes.map((n) => client.platformMetadata(n).catch(() => undefined)));
+      const byEndpoint = [apid, second].map((a) => nodes.filter((n) => a.calls({ node: n }) > 0).length);
+      expect((byEndpoint[0] ?? 0) + (byEndpoint[1] ?? 0)).toBe(40);
+      expect(Math.min(...byEndpoint)).toBeGreaterThanOrEqual(10);
+      // Calls to the endpoints themselves alternate.
+      apid.resetCalls();
+      second.resetCalls();
+      for (let i = 0; i < 10; i++) await client.version();
+      expect([apid.calls({ method: "Version" }), second.calls({ method: "Version" })]).toEqual([5, 5]);
     });
   });
 

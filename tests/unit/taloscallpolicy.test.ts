@@ -5,6 +5,7 @@ import {
   attemptCallOptions,
   clientLimits,
   countsAsFailure,
+  endpointSlot,
   LIST_MESSAGE_OVERHEAD,
   listBytesAfter,
   listTooLarge,
@@ -53,6 +54,39 @@ describe("pickEndpoint()", () => {
     [[true], 7, 0],
   ])("failing %p from %p → %p", (failing, start, want) => {
     expect(pickEndpoint(failing, start)).toBe(want);
+  });
+});
+
+describe("endpointSlot()", () => {
+  test("one node always starts on the same endpoint", () => {
+    for (const node of ["10.0.0.5", "fd00::5", "172.31.255.254"])
+      expect(endpointSlot(node)).toBe(endpointSlot(String(node)));
+    expect(endpointSlot("10.0.0.5")).toBeGreaterThanOrEqual(0);
+    expect(Number.isInteger(endpointSlot("10.0.0.5"))).toBe(true);
+  });
+
+  test.each([2, 3, 5])("1,000 nodes spread over %p endpoints within 15%% of an even share", (n) => {
+    const share = new Array<number>(n).fill(0);
+    for (let i = 0; i < 1_000; i++) {
+      const at = pickEndpoint(new Array<boolean>(n).fill(false), endpointSlot(`10.${i >> 8}.${i & 255}.7`));
+      share[at] = (share[at] ?? 0) + 1;
+    }
+    for (const got of share) expect(Math.abs(got - 1_000 / n)).toBeLessThanOrEqual((0.15 * 1_000) / n);
+    const v6 = new Array<number>(n).fill(0);
+    for (let i = 0; i < 1_000; i++) {
+      const at = endpointSlot(`fd00::${i.toString(16)}`) % n;
+      v6[at] = (v6[at] ?? 0) + 1;
+    }
+    for (const got of v6) expect(Math.abs(got - 1_000 / n)).toBeLessThanOrEqual((0.15 * 1_000) / n);
+  });
+
+  test("a node whose endpoint fails moves to the next one, and back when it recovers", () => {
+    const slot = endpointSlot("10.0.0.5");
+    const own = slot % 3;
+    const failing = [false, false, false];
+    failing[own] = true;
+    expect(pickEndpoint(failing, slot)).toBe((own + 1) % 3);
+    expect(pickEndpoint([false, false, false], slot)).toBe(own);
   });
 });
 
