@@ -410,21 +410,25 @@ describe("manifests() Deployment", () => {
     expect(c?.env).toEqual([{ name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG }]);
   });
 
-  test("the Deployment's container is the DaemonSet's but for the environment", () => {
+  test("the Deployment's container and pod are the DaemonSet's but for the network, environment and tolerations", () => {
+    type Loose = Record<string, unknown>;
     const { env: _d, ...fromDs } = container(settings());
     const { env: _p, ...fromDep } = deploymentOf(asDeployment).spec.template.spec.containers[0] ?? {};
     expect(fromDep).toEqual(fromDs);
     const {
-      hostNetwork: _h,
+      hostNetwork,
+      dnsPolicy,
       tolerations: _t,
       containers: _c,
       ...podDs
-    } = podSpec(settings()) as PodSpec & {
-      dnsPolicy?: string;
-    };
-    const { dnsPolicy: _n, ...podDsRest } = podDs as typeof podDs & { dnsPolicy?: string };
-    const { tolerations: _t2, containers: _c2, ...podDep } = deploymentOf(asDeployment).spec.template.spec;
-    expect(podDep).toEqual(podDsRest);
+    } = podSpec(settings()) as unknown as Loose;
+    expect([hostNetwork, dnsPolicy]).toEqual([true, "ClusterFirstWithHostNet"]);
+    const {
+      tolerations: _t2,
+      containers: _c2,
+      ...podDep
+    } = deploymentOf(asDeployment).spec.template.spec as unknown as Loose;
+    expect(podDep).toEqual(podDs);
   });
 
   test("renderManifests() with workload Deployment parses back to manifests()", () => {
