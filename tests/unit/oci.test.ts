@@ -138,7 +138,9 @@ describe("tar()", () => {
     expect(() => tar([d, d], 0)).toThrow(/given twice/);
     expect(() => tar([{ ...d, type: "symlink" }], 0)).toThrow(/needs a linkname/);
     const file: TarEntry = { path: "b", type: "file", mode: 0o644, uid: 0, gid: 0 };
-    expect(() => tar([file, { ...d, type: "hardlink", linkname: "b" }], 0)).toThrow(/which no earlier file is/);
+    expect(() => tar([file, { ...d, type: "hardlink", linkname: "b" }], 0)).toThrow(
+      /which no earlier file is/,
+    );
   });
 });
 
