@@ -568,7 +568,8 @@ function releaseBinaries(out: string, commit: string, created: string): Record<A
 }
 
 /**
- * `--release`: writes everything a tag publishes into `--out` (default dist/release), emptied first:
+ * `--release`: writes everything a tag publishes into `--out` (default dist/release), emptied first
+ * (a folder that is neither empty nor an earlier release is refused):
  * the executables and their SBOMs, the raw manifests and the Talos patch, the packaged chart, the
  * image as an OCI layout in image/ on the `--base` OCI layout (or RELEASE_BASE), and SHA256SUMS of
  * every file but the image's blobs (its index.json pins them by digest).
@@ -584,6 +585,9 @@ function release(argv: readonly string[]): void {
     );
   }
   for (const arch of ARCHES) layoutImage(baseDir, "linux", arch); // fail before building anything
+  if (existsSync(out) && readdirSync(out).length > 0 && !existsSync(join(out, "SHA256SUMS"))) {
+    throw new Error(`Cannot write the release into ${out}: it is not empty and holds no earlier release`);
+  }
   rmSync(out, { recursive: true, force: true });
   mkdirSync(out, { recursive: true });
   const commit = gitCommit();
