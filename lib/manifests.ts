@@ -1,7 +1,7 @@
 // Deployment manifests, the one source of truth for installing this CCM: its ServiceAccount, the
 // talos.dev/v1alpha1 ServiceAccount that makes Talos issue it a talosconfig, least-privilege RBAC sized
-// by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet;
-// the Talos machine-config patch that installs them as an inline manifest; and the `manifests`
+// by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet
+// (or, for the release's second raw manifest, a Deployment); the Talos machine-config patch that installs them as an inline manifest; and the `manifests`
 // subcommand that prints either. deploy/*.yaml are generated from here (`npm run manifests` runs this
 // file), and a unit test fails when they drift.
 
