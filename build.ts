@@ -602,7 +602,10 @@ function release(argv: readonly string[]): void {
     created,
     baseName: flag(argv, "base-name") ?? process.env.RELEASE_BASE_NAME,
   });
-  const files = [...readdirSync(out).filter((f) => statSync(join(out, f)).isFile()), "image/index.json"];
+  const files = [
+    ...readdirSync(out).filter((f) => statSync(join(out, f)).isFile()),
+    "image/index.json",
+  ].sort();
   writeFileSync(
     join(out, "SHA256SUMS"),
     sha256sums(files.map((name) => ({ name, sha256: sha256Hex(readFileSync(join(out, name))) }))),
