@@ -32,6 +32,7 @@ import {
 } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { gzipSync } from "node:zlib";
 import {
   APP_NAME,
   BINARY_PATH,
@@ -55,6 +56,7 @@ import {
   manifestBlob,
   readBlob,
   tar,
+  treeEntries,
   writeBlobs,
   writeLayoutIndex,
 } from "./tests/support/oci.ts";
@@ -518,6 +520,30 @@ function helmBinary(): string {
   return helm;
 }
 
+/**
+ * `helm package` of the chart into `out`, then the same files written again by {@link tar} at the
+ * release time (helm stamps the packaging time into the archive, so two packagings would differ).
+ */
+function packageChart(out: string, created: string): void {
+  const file = join(out, `${APP_NAME}-${pkg.version}.tgz`);
+  const work = mkdtempSync(join(tmpdir(), "talos-ccm-chart-"));
+  try {
+    run([helmBinary(), "package", join(root, "deploy", CHART_DIR), "--destination", work]);
+    const unpacked = join(work, "chart");
+    mkdirSync(unpacked);
+    run(["tar", "-xzf", join(work, `${APP_NAME}-${pkg.version}.tgz`), "-C", unpacked, "--no-same-owner"]);
+    const entries = treeEntries(unpacked).map((e) => ({
+      ...e,
+      uid: 0,
+      gid: 0,
+      mode: e.type === "dir" ? 0o755 : 0o644,
+    }));
+    writeFileSync(file, gzipSync(tar(entries, Math.floor(Date.parse(created) / 1000)), { level: 9 }));
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
 /** The release time: SOURCE_DATE_EPOCH, else the commit's time, as an ISO string. */
 function releaseTime(): string {
   const epoch = process.env.SOURCE_DATE_EPOCH ?? run(["git", "log", "-1", "--format=%ct"]);
@@ -595,7 +621,7 @@ function release(argv: readonly string[]): void {
   const binaries = releaseBinaries(out, commit, created);
   for (const [name, text] of Object.entries(releaseManifests(pkg.version)))
     writeFileSync(join(out, name), text);
-  run([helmBinary(), "package", join(root, "deploy", CHART_DIR), "--destination", out]);
+  packageChart(out, created);
   const image = writeReleaseImage(join(out, "image"), baseDir, binaries, {
     version: pkg.version,
     commit,
