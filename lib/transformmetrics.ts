@@ -7,7 +7,7 @@
 
 import type { CompiledConfig } from "./config.ts";
 import type { Registry } from "./metrics.ts";
-import { registry as processRegistry, startTimer } from "./processmetrics.ts";
+import { registry as processRegistry } from "./processmetrics.ts";
 import { type TransformResult, transform } from "./transform.ts";
 import type { NodeFacts } from "./types.ts";
 
@@ -51,10 +51,8 @@ export function measuredTransform(
   nodeName: string,
   registry: Registry = processRegistry,
 ): TransformResult {
-  const m = metrics(registry);
-  const stop = startTimer(m.duration, METRIC_TYPE);
+  const started = performance.now();
   const result = transform(config, facts, nodeName);
-  stop();
-  if (result.errors.length > 0) m.errors.inc(METRIC_TYPE, result.errors.length);
+  recordTransform(registry, (performance.now() - started) / 1000, result.errors.length);
   return result;
 }

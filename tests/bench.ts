@@ -35,12 +35,17 @@
 //      CCM's VmHWM at the end (or the highest VmRSS sampled, if higher), settled_rss_mb its VmRSS at
 //      the end.
 //
+// --talos apid serves the N machines from the Talos simulator with Talos' own apid in front (the
+// CCM's talosconfig endpoint is apid, as on a cluster; tests/support/bench-talos.ts) and reports
+// apid's own RSS and CPU beside the CCM's, and the control plane's total (CCM + apid); the default,
+// --talos fake, is the in-process fake apid.
+//
 // --ccm-binary PATH benches another binary the same way, e.g. the Go CCM this one replaces: it gets
 // the same arguments (all upstream flags) and environment (TALOSCONFIG), and every figure is read
 // outside the process (/proc, the fake apid's call counts, the API server's audit log).
 
 import { spawnSync } from "node:child_process";
-import { chmodSync, copyFileSync } from "node:fs";
+import { chmodSync, copyFileSync, readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join, resolve } from "node:path";
 import { Informer } from "../lib/cache.ts";
@@ -49,12 +54,13 @@ import { parseCommandLine } from "../lib/flags.ts";
 import { isNotFound } from "../lib/kubeapi.ts";
 import type { KubeConnection } from "../lib/kubeconfig.ts";
 import { DEFAULT_CLOUD_CONFIG, daemonSetArgs, defaultSettings } from "../lib/manifests.ts";
-import { RESOURCES } from "../lib/taloswire.ts";
-import { FakeApid } from "./support/apid.ts";
-import { procSample, RssSampler } from "./support/bench-proc.ts";
+import { type ProcSample, procSample, RssSampler, SumRssSampler } from "./support/bench-proc.ts";
 import { LeaseReadiness, type LeaseSpecView } from "./support/bench-ready.ts";
 import {
+  type ApidFigures,
+  apidJson,
   type BenchFigures,
+  formatApidTable,
   formatSlope,
   formatTable,
   SLOPE_NODES,
@@ -62,6 +68,7 @@ import {
   slopeJson,
   toJson,
 } from "./support/bench-report.ts";
+import { apidTalos, type BenchTalos, fakeTalos, type TalosKind } from "./support/bench-talos.ts";
 import { freePort, TestCluster, writeKubeconfig } from "./support/cluster.ts";
 import { type FakeNodeSpec, generateNodes } from "./support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "./support/kubelet.ts";
@@ -105,6 +112,13 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --sysinfo-rule         the rule also reads SystemInformation (one more Talos call per node, the
                          most a node costs; default: a rule over PlatformMetadata only)
   --no-rules             run with the shipped (empty) cloud config
+  --talos fake|apid      who serves the N machines: the in-process fake apid (default), or the Talos
+                         simulator behind Talos' own apid (TALOS_SIM, TALOS_APID; needs root or
+                         unprivileged user namespaces), the CCM's talosconfig endpoint being apid;
+                         then apid's RSS and CPU and the control plane's total (CCM + apid) are
+                         reported too, apid running with Talos' GOMEMLIMIT (APID_GOMEMLIMIT=n|off
+                         overrides it). Talos calls are counted where they reach a machine, at
+                         their start, in both modes
   --steady-seconds S     steady-state window (default 60); a CCM that polls Talos every
                          --node-status-update-frequency (5 min; the Go CCM does) shows it only in a
                          window longer than that, e.g. 330
@@ -130,6 +144,8 @@ interface BenchArgs {
   ccmLog: string | undefined;
   /** The N-node cloud config: a PlatformMetadata rule, one also reading SystemInformation, or none. */
   rules: "metadata" | "sysinfo" | "none";
+  /** --talos: the fake apid, or the simulator behind Talos' apid. */
+  talos: TalosKind;
   steadySeconds: number;
   idleSeconds: number;
   startupRuns: number;
@@ -155,6 +171,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     qpsTuning: true,
     ccmLog: undefined,
     rules: "metadata",
+    talos: "fake",
     steadySeconds: 60,
     idleSeconds: 10,
     startupRuns: 5,
@@ -193,7 +210,11 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
     else if (name === "--ccm-log") out.ccmLog = value();
-    else if (name === "--ccm-binary") {
+    else if (name === "--talos") {
+      const v = value();
+      if (v !== "fake" && v !== "apid") throw new Error(`Cannot parse --talos=${v}: expected fake or apid`);
+      out.talos = v;
+    } else if (name === "--ccm-binary") {
       const path = value();
       if (path === "") throw new Error("Cannot parse --ccm-binary: a path is required");
       out.ccmBinary = path;
@@ -338,18 +359,22 @@ function countBy<T>(items: readonly T[], key: (t: T) => string): string {
     .join(", ");
 }
 
-/** Finds kube-apiserver and etcd as tests/run.ts does (env, else tests/support/testbed-bins.sh). */
-function ensureTestbed(): void {
+/**
+ * Finds kube-apiserver and etcd (and with --talos apid the simulator and apid) as tests/run.ts does:
+ * the environment, else tests/support/testbed-bins.sh, which builds what is missing.
+ */
+function ensureTestbed(talos: TalosKind): void {
   const env = process.env;
-  if (env.KUBEBUILDER_ASSETS || (env.KUBE_APISERVER && env.ETCD)) return;
+  const kube = Boolean(env.KUBEBUILDER_ASSETS || (env.KUBE_APISERVER && env.ETCD));
+  if (kube && (talos === "fake" || (env.TALOS_SIM && env.TALOS_APID))) return;
   const r = spawnSync(join(root, "tests/support/testbed-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   });
-  if (r.status !== 0) throw new Error("Cannot build kube-apiserver and etcd for the test bed (see above)");
+  if (r.status !== 0) throw new Error("Cannot build the test bed's binaries (see above)");
   for (const line of r.stdout.split("\n")) {
-    const m = line.match(/^(KUBE_APISERVER|ETCD)=(.+)$/);
-    if (m) env[m[1] as string] = m[2];
+    const m = line.match(/^(KUBE_APISERVER|ETCD|TALOS_SIM|TALOS_APID)=(.+)$/);
+    if (m) env[m[1] as string] ??= m[2];
   }
 }
 
@@ -370,23 +395,6 @@ function buildBinary(): void {
   });
   if (r.status !== 0) throw new Error(`Cannot build the binary:\n${r.stdout}\n${r.stderr}`);
   progress(r.stdout.trim().split("\n")[0] ?? "built");
-}
-
-/** Talos calls so far by method and resource type, e.g. "Watch PlatformMetadatas 100, Get Nodenames 100". */
-function talosCalls(apid: FakeApid): string {
-  const parts: string[] = [];
-  for (const method of ["Get", "List", "Watch", "Version"] as const) {
-    if (method === "Version") {
-      const n = apid.calls({ method });
-      if (n) parts.push(`Version ${n}`);
-      continue;
-    }
-    for (const { type } of Object.values(RESOURCES)) {
-      const n = apid.calls({ method, type });
-      if (n) parts.push(`${method} ${type.split(".")[0]} ${n}`);
-    }
-  }
-  return parts.join(", ") || "none";
 }
 
 /** A lean cached view of one object: whether it reached the state a phase waits for. */
@@ -498,7 +506,7 @@ async function waitHealthz(
 interface Env {
   args: BenchArgs;
   cluster: TestCluster;
-  apid: FakeApid;
+  talos: BenchTalos;
   specs: FakeNodeSpec[];
   baseArgs: string[];
   /** --cloud-config for startup and idle (the shipped file) and for the N-node phases. */
@@ -507,6 +515,8 @@ interface Env {
   env: Record<string, string>;
   /** The leader-election Lease the CCM holds once leading; undefined with --leader-elect=false. */
   lease: LeaseRef | undefined;
+  /** With --talos apid: apid's reading with the machines seeded, before the CCM's first start. */
+  apidIdle?: ProcSample;
 }
 
 interface LeaseRef {
@@ -660,8 +670,76 @@ async function startNodePhaseCcm(e: Env, notes: string[]): Promise<CcmProcess> {
 
 type NodeFigures = Omit<BenchFigures, "nodes" | "startup_ms" | "idle_rss_mb">;
 
-async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
-  const { args, cluster, apid, specs } = e;
+const memMb = (p: Pick<ProcSample, "rssBytes" | "anonBytes" | "fileBytes">) => ({
+  rss: p.rssBytes / MiB,
+  anon: p.anonBytes / MiB,
+  file: p.fileBytes / MiB,
+});
+
+/**
+ * Talos' apid during the N-node phases (--talos apid): readings of its memory and CPU at the phases'
+ * ends, its highest RSS, and the highest sum of the CCM's and its RSS.
+ */
+class ApidProbe {
+  readonly rss: RssSampler;
+  readonly total: SumRssSampler;
+  readonly at: Record<"start" | "init" | "csr" | "end", ProcSample | undefined> = {
+    start: undefined,
+    init: undefined,
+    csr: undefined,
+    end: undefined,
+  };
+
+  constructor(
+    readonly pid: number,
+    ccmPid: number,
+  ) {
+    this.rss = new RssSampler(pid);
+    this.total = new SumRssSampler([ccmPid, pid]);
+    cleanups.push(() => this.stop());
+  }
+
+  read(phase: keyof ApidProbe["at"]): void {
+    this.rss.sample();
+    this.total.sample();
+    this.at[phase] = procSample(this.pid);
+  }
+
+  stop(): void {
+    this.rss.stop();
+    this.total.stop();
+  }
+
+  /** apid's figures; `ccm` are the CCM's readings at the same points. */
+  figures(nodes: number, idle: ProcSample, ccm: Record<"start" | "csr" | "end", ProcSample>): ApidFigures {
+    const { start, init, csr, end } = this.at as Record<keyof ApidProbe["at"], ProcSample>;
+    const peakBytes = Math.max(end.hwmBytes, this.rss.maxBytes);
+    const apidCpu = csr.cpuSeconds - start.cpuSeconds;
+    const ccmSteady = ccm.end.cpuSeconds - ccm.csr.cpuSeconds;
+    const apidSteady = end.cpuSeconds - csr.cpuSeconds;
+    return {
+      nodes,
+      apid_idle: memMb(idle),
+      apid_init: memMb(init),
+      apid_peak: memMb({ rssBytes: peakBytes, ...this.rss.maxSplit }),
+      apid_settled: memMb(end),
+      apid_init_cpu_s: init.cpuSeconds - start.cpuSeconds,
+      apid_csr_cpu_s: csr.cpuSeconds - init.cpuSeconds,
+      apid_steady_cpu_s: apidSteady,
+      ccm_steady_cpu_s: ccmSteady,
+      total_rss_mb: this.total.maxBytes / MiB,
+      total_settled_rss_mb: (end.rssBytes + ccm.end.rssBytes) / MiB,
+      total_cpu_s: apidCpu + ccm.csr.cpuSeconds - ccm.start.cpuSeconds,
+      total_steady_cpu_s: apidSteady + ccmSteady,
+    };
+  }
+}
+
+async function runNodePhases(
+  e: Env,
+  notes: string[],
+): Promise<NodeFigures & { apid: ApidFigures | undefined }> {
+  const { args, cluster, talos, specs } = e;
   const n = specs.length;
 
   progress(`issuing ${n} kubelet identities and CSRs`);
@@ -691,8 +769,10 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   cleanups.push(() => sampler.stop());
   const before = procSample(ccm.pid);
   progress(`CCM leading and idle: RSS ${(before.rssBytes / MiB).toFixed(1)} MiB`);
+  const probe = talos.apidPid === undefined ? undefined : new ApidProbe(talos.apidPid, ccm.pid);
+  probe?.read("start");
   const audit0 = cluster.auditEvents().length;
-  apid.resetCalls();
+  await talos.resetCalls();
 
   // Initialization.
   const kubelets: SimulatedKubelet[] = new Array(n);
@@ -716,9 +796,10 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   const init_s = (initEnd - t0) / 1000;
   if (initAt === undefined) notes.push(`init_s: timed out with ${nodes.done.size}/${n} initialized`);
   progress(`initialized ${nodes.done.size}/${n} in ${init_s.toFixed(2)} s`);
-  const initCalls = apid.calls();
-  const talosBreakdown = talosCalls(apid);
-  apid.resetCalls();
+  probe?.read("init");
+  const initCalls = await talos.calls();
+  const talosBreakdown = await talos.breakdown();
+  await talos.resetCalls();
   const auditInit = cluster.auditEvents().length;
   const recorded = await cluster.adminClient.get<{ items: { reason?: string; type?: string }[] }>(
     "/apis/events.k8s.io/v1/events",
@@ -742,18 +823,21 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
   }
   progress(`approved ${approvals.done.size}/${n} in ${csr_s.toFixed(2)} s`);
   const after = procSample(ccm.pid);
+  probe?.read("csr");
   const events = cluster.auditEvents().slice(audit0);
-  const csrCalls = apid.calls();
-  const csrBreakdown = talosCalls(apid);
+  const csrCalls = await talos.calls();
+  const csrBreakdown = await talos.breakdown();
 
   // Steady state.
   progress(`steady state: counting Talos calls for ${args.steadySeconds} s`);
-  apid.resetCalls();
+  await talos.resetCalls();
   await Bun.sleep(args.steadySeconds * 1000);
-  const steadyCalls = apid.calls();
-  const steadyBreakdown = talosCalls(apid);
+  const steadyCalls = await talos.calls();
+  const steadyBreakdown = await talos.breakdown();
   sampler.sample();
   const end = procSample(ccm.pid);
+  probe?.read("end");
+  probe?.stop();
   sampler.stop();
   if (ccm.exitCode !== null) notes.push(`the CCM exited (${ccm.exitCode}) during the run`);
   await stopCcm(ccm);
@@ -781,7 +865,14 @@ async function runNodePhases(e: Env, notes: string[]): Promise<NodeFigures> {
       `file-backed ${(sampler.maxSplit.fileBytes / MiB).toFixed(1)})`,
   );
 
+  if (probe?.at.start && probe.at.end)
+    notes.push(
+      `apid: RSS ${(probe.at.start.rssBytes / MiB).toFixed(1)} MiB when the CCM leads (before the N nodes), ` +
+        `VmHWM ${(probe.at.end.hwmBytes / MiB).toFixed(1)} MiB, highest sample ${(probe.rss.maxBytes / MiB).toFixed(1)} MiB; ` +
+        `CPU ${probe.at.end.cpuSeconds.toFixed(2)} s since it started`,
+    );
   return {
+    apid: probe && e.apidIdle && probe.figures(n, e.apidIdle, { start: before, csr: after, end }),
     init_s,
     csr_s,
     rss_mb: Math.max(end.hwmBytes, sampler.maxBytes) / MiB,
@@ -807,11 +898,43 @@ function headerLine(args: BenchArgs, opts: RunOptions, binary: string, version: 
   );
 }
 
-/** One run's figures, with the table's header and notes. */
+/**
+ * What differs in the table's own figures with --talos apid: Talos calls are counted where apid hands
+ * them to a machine (its apid, or machined), at their start, as the fake apid counts them; idle RSS and
+ * start-up are the CCM's alone, as before.
+ */
+const APID_MODE_NOTE =
+  "--talos apid: the CCM talks to Talos' apid (the Talos simulator's machines behind it); talos_calls_* count " +
+  "calls apid passed on to a machine, at their start (a watch opened counts; a call apid refused would not), " +
+  "as the fake apid counts what it receives; every other figure above is the CCM's alone, apid's are below";
+
+/** One run's figures, with the table's header and notes; with --talos apid, apid's figures and table. */
 interface Measured {
   figures: BenchFigures;
   header: string;
   notes: string[];
+  apid?: { figures: ApidFigures; table: string };
+}
+
+/**
+ * apid's GOMEMLIMIT as its environment has it (/proc/<pid>/environ), or "unset": the simulator gives
+ * apid machined's environment, Talos' GOMEMLIMIT for apid included (constants.EnvApidGomemlimit).
+ */
+function gomemlimitOf(pid: number): string {
+  const env = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+  const v = env.find((kv) => kv.startsWith("GOMEMLIMIT="))?.slice("GOMEMLIMIT=".length);
+  if (v === undefined) return "unset";
+  return /^\d+$/.test(v) ? `${v} (${(Number(v) / MiB).toFixed(1)} MiB)` : v;
+}
+
+/** The Talos side of a run, started: the fake apid, or the simulator behind Talos' apid. */
+async function startTalos(args: BenchArgs, specs: FakeNodeSpec[]): Promise<BenchTalos> {
+  if (args.talos === "fake") {
+    progress(`starting a fake apid with ${args.nodes} nodes`);
+    return fakeTalos(specs);
+  }
+  progress(`starting the Talos simulator behind Talos' apid (TALOS_APID) with ${args.nodes} machines`);
+  return apidTalos(specs, progress);
 }
 
 /**
@@ -820,13 +943,13 @@ interface Measured {
  * @param source the binary to bench; every phase runs a fresh copy of it.
  */
 async function measure(args: BenchArgs, source: string, version: string): Promise<Measured> {
-  progress(`starting kube-apiserver + etcd and a fake apid with ${args.nodes} nodes`);
+  progress("starting kube-apiserver + etcd");
   const cluster = await TestCluster.start({ auditPolicy: AUDIT_POLICY });
   cleanups.push(() => cluster.stop());
   const specs = generateNodes(args.nodes);
-  const apid = await FakeApid.start({ nodes: specs });
-  cleanups.push(() => apid.stop());
-  const talosconfig = await apid.writeTalosconfig(join(cluster.dir, "talosconfig"));
+  const talos = await startTalos(args, specs);
+  cleanups.push(() => talos.stop());
+  const talosconfig = await talos.writeTalosconfig(join(cluster.dir, "talosconfig"));
   const kubeconfig = writeKubeconfig(
     join(cluster.dir, "ccm.kubeconfig"),
     await cluster.userConnection(CCM_USER, ["system:masters"]),
@@ -853,10 +976,18 @@ async function measure(args: BenchArgs, source: string, version: string): Promis
         timeoutMs: 2 * (le.leaseDurationMs + le.retryPeriodMs) + 30_000,
       }
     : undefined;
-  const e: Env = { args, cluster, apid, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
+  const e: Env = { args, cluster, talos, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
   freshBinary(source, cluster.dir);
 
   const notes: string[] = [];
+  let gomemlimit = "";
+  if (talos.apidPid !== undefined) {
+    e.apidIdle = procSample(talos.apidPid);
+    gomemlimit = gomemlimitOf(talos.apidPid);
+    progress(
+      `apid idle with ${args.nodes} machines seeded: RSS ${(e.apidIdle.rssBytes / MiB).toFixed(1)} MiB, GOMEMLIMIT ${gomemlimit}`,
+    );
+  }
   progress(`startup: ${args.startupRuns} starts with the default controllers`);
   const startup_ms = await measureStartup(e);
   progress(`idle: default controllers, no nodes, ${args.idleSeconds} s`);
@@ -867,11 +998,24 @@ async function measure(args: BenchArgs, source: string, version: string): Promis
     `idle RSS with the binary dropped from the page cache first (a cold start): ${coldIdle.toFixed(1)} MiB`,
   );
   freshBinary(source, cluster.dir);
-  const nodeFigures = await runNodePhases(e, notes);
+  const { apid, ...nodeFigures } = await runNodePhases(e, notes);
 
   const figures: BenchFigures = { nodes: args.nodes, startup_ms, idle_rss_mb, ...nodeFigures };
   await cleanup();
-  return { figures, header: headerLine(args, opts, source, version), notes };
+  const header = headerLine(args, opts, source, version);
+  if (args.talos === "apid") notes.push(APID_MODE_NOTE);
+  return {
+    figures,
+    header,
+    notes,
+    ...(apid ? { apid: { figures: apid, table: formatApidTable(apid, gomemlimit) } } : {}),
+  };
+}
+
+/** The table of one run, and apid's below it with --talos apid. */
+function report(r: Measured): string {
+  const table = formatTable(r.figures, r.header, r.notes);
+  return r.apid ? `${table}\n\n${r.apid.table}` : table;
 }
 
 /** --slope: the measurement at both sizes, one after the other; both tables, then the slopes. */
@@ -885,10 +1029,11 @@ async function measureSlope(args: BenchArgs, source: string, version: string): P
   const [a, b] = runs.map((r) => r.figures) as [BenchFigures, BenchFigures];
   if (args.json) {
     for (const r of runs) for (const note of r.notes) progress(`N = ${r.figures.nodes}: ${note}`);
-    return JSON.stringify(slopeJson(a, b));
+    const apid = runs.flatMap((r) => (r.apid ? [apidJson(r.apid.figures)] : []));
+    return JSON.stringify({ ...slopeJson(a, b), ...(apid.length ? { apid } : {}) });
   }
   return [
-    ...runs.map((r) => `${formatTable(r.figures, r.header, r.notes)}\n`),
+    ...runs.map((r) => `${report(r)}\n`),
     formatSlope(slope("peak", a, b)),
     formatSlope(slope("settled", a, b)),
   ].join("\n");
@@ -906,7 +1051,7 @@ async function main(): Promise<void> {
     process.stderr.write(`${(err as Error).message}\n`);
     process.exit(2);
   }
-  ensureTestbed();
+  ensureTestbed(args.talos);
   if (args.ccmBinary !== undefined) process.env.CCM_BINARY = resolve(args.ccmBinary);
   if (args.build) buildBinary();
   const source = ccmBinary();
@@ -917,11 +1062,12 @@ async function main(): Promise<void> {
     process.stdout.write(`${await measureSlope(args, source, version)}\n`);
     return;
   }
-  const { figures, header, notes } = await measure(args, source, version);
+  const run = await measure(args, source, version);
   if (args.json) {
-    for (const note of notes) progress(note);
-    process.stdout.write(`${JSON.stringify(toJson(figures))}\n`);
-  } else process.stdout.write(`${formatTable(figures, header, notes)}\n`);
+    for (const note of run.notes) progress(note);
+    const apid = run.apid ? { apid: apidJson(run.apid.figures) } : {};
+    process.stdout.write(`${JSON.stringify({ ...toJson(run.figures), ...apid })}\n`);
+  } else process.stdout.write(`${report(run)}\n`);
 }
 
 if (import.meta.main) {

@@ -29,8 +29,10 @@ import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
 import { until } from "../support/cluster.ts";
+import { type FakeNodeSpec, generateNodes } from "../support/fixtures.ts";
+import { simMachineCalls } from "../support/simmachines.ts";
 import { collect, failure } from "../support/talosclient.ts";
-import { LOCAL_MACHINE, type SimResource, TalosSim } from "../support/talossim.ts";
+import { LOCAL_MACHINE, machineCalls, type SimResource, TalosSim } from "../support/talossim.ts";
 
 const NODE = "10.0.0.5";
 const EMPTY = "10.0.0.6";
@@ -691,6 +693,64 @@ describe("watches", () => {
     } finally {
       await single.stop();
       await list.stop();
+    }
+  });
+});
+
+describe("the control surface's bulk seeding and call counts (the bench's)", () => {
+  test("a batch adds machines with their resources in one request; a failing call stops it there, the calls before it applied", async () => {
+    const specs = generateNodes(3, { prefix: "batch", start: 700 });
+    await sim.batch(specs.flatMap(simMachineCalls));
+    const client = await clientFor();
+    for (const s of specs) {
+      const ip = s.nodeIPs[0] as string;
+      expect([ip, await client.nodename(ip)]).toEqual([ip, s.name]);
+      expect([ip, (await client.platformMetadata(ip)).instanceId]).toEqual([
+        ip,
+        s.platformMetadata.instanceId,
+      ]);
+    }
+    const [late] = generateNodes(1, { prefix: "batch", start: 703 }) as [FakeNodeSpec];
+    const lateIP = late.nodeIPs[0] as string;
+    const refused = machineCalls(lateIP, {}, [res("nodename", { nodename: "late" })]);
+    refused.splice(1, 0, { method: "POST", path: "/machines", body: { ip: lateIP } }); // exists by then
+    const err = await sim.batch(refused).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toContain(`batch: POST /machines: 409 {"error":"machine ${lateIP} exists"}`);
+    // the machine was added (the call before the failing one), its nodename never put (the one after)
+    expect(await failure(client.nodename(lateIP))).toBeInstanceOf(TalosNotFoundError);
+  });
+
+  test("calls that reach a machine are counted at their start (with Talos' apid: a watch while open)", async () => {
+    const [spec] = generateNodes(1, { prefix: "counted", start: 710 }) as [FakeNodeSpec];
+    const ip = spec.nodeIPs[0] as string;
+    await sim.batch(simMachineCalls(spec));
+    const client = await clientFor();
+    const before = await sim.machineCalls();
+    const logBefore = await sim.calls();
+    const w = collect(client, ip, "nodename");
+    try {
+      await until(() => w.events.length === 1, "the watch's first event");
+      expect(await client.platformMetadata(ip)).toMatchObject({
+        instanceId: spec.platformMetadata.instanceId,
+      });
+      const reached = await sim.machineCalls();
+      const ended = await sim.calls();
+      const gained = (a: Record<string, number>, b: Record<string, number>, m: string) =>
+        (b[m] ?? 0) - (a[m] ?? 0);
+      if (sim.apid) {
+        // apid passed the watch and the Get on to the machine; its log has the Get only (ended)
+        expect([gained(before, reached, PATHS.watch), gained(before, reached, PATHS.get)]).toEqual([1, 1]);
+        expect([gained(logBefore, ended, PATHS.watch), gained(logBefore, ended, PATHS.get)]).toEqual([0, 1]);
+      } else {
+        // the simulated apid is the machine: it counts both at their start, and nothing is passed on
+        expect(reached).toEqual({});
+        expect([gained(logBefore, ended, PATHS.watch), gained(logBefore, ended, PATHS.get)]).toEqual([1, 1]);
+      }
+    } finally {
+      await w.stop();
     }
   });
 });

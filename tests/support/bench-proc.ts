@@ -114,3 +114,39 @@ export class RssSampler {
     clearInterval(this.#timer);
   }
 }
+
+/**
+ * Samples the summed RSS of several processes (the control plane: the CCM and apid) every
+ * `intervalMs` until stopped and keeps the highest sum: their peaks need not coincide.
+ */
+export class SumRssSampler {
+  #max = 0;
+  readonly #timer: ReturnType<typeof setInterval>;
+
+  constructor(
+    readonly pids: readonly number[],
+    intervalMs = 250,
+  ) {
+    this.#timer = setInterval(() => this.sample(), intervalMs);
+    this.sample();
+  }
+
+  /** Takes one reading now; ignored when any of the processes is gone. */
+  sample(): void {
+    try {
+      let sum = 0;
+      for (const pid of this.pids) sum += parseStatus(readFileSync(`/proc/${pid}/status`, "utf8")).rssBytes;
+      this.#max = Math.max(this.#max, sum);
+    } catch {
+      // A process exited; the readings so far stand.
+    }
+  }
+
+  get maxBytes(): number {
+    return this.#max;
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+}

@@ -242,3 +242,156 @@ export function slopeJson(a: BenchFigures, b: BenchFigures) {
     settled_slope_mb_per_1000: mb("settled"),
   };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Talos' apid in the path (`npm run bench -- --talos apid`): apid's own memory and CPU beside the
+// CCM's, and the control plane's total (CCM + apid).
+
+/** Talos runs apid in a cgroup with memory.max 128 MiB and no swap (internal/pkg/cgroup, constants). */
+export const APID_MEMORY_MAX_MB = 128;
+
+/** One RSS reading in MiB: the total and its anonymous and file-backed parts. */
+export interface MemMb {
+  rss: number;
+  anon: number;
+  file: number;
+}
+
+/** apid's figures and the control plane's totals in one run; `null` where not measured. */
+export interface ApidFigures {
+  nodes: number;
+  /** apid with the machines seeded and no calls yet: before the CCM's first start. */
+  apid_idle: MemMb | null;
+  /** apid once the N nodes are initialized. */
+  apid_init: MemMb | null;
+  /** apid's peak over the run: max(VmHWM, highest sample); anon and file are the highest sample's. */
+  apid_peak: MemMb | null;
+  /** apid at the end of the steady window. */
+  apid_settled: MemMb | null;
+  apid_init_cpu_s: number | null;
+  apid_csr_cpu_s: number | null;
+  apid_steady_cpu_s: number | null;
+  /** The CCM's CPU in the steady window (its init and CSR CPU are the table's cpu_s). */
+  ccm_steady_cpu_s: number | null;
+  /** Highest sampled sum of the CCM's and apid's RSS over the N-node phases and the steady window. */
+  total_rss_mb: number | null;
+  /** CCM + apid RSS at the end of the steady window. */
+  total_settled_rss_mb: number | null;
+  /** CCM + apid CPU for initialization and CSRs. */
+  total_cpu_s: number | null;
+  /** CCM + apid CPU in the steady window. */
+  total_steady_cpu_s: number | null;
+}
+
+/** The keys of `--json`'s `apid` object, in order; each MemMb figure gives three (_rss_mb, _anon_mb, _file_mb). */
+export const APID_FIGURE_KEYS = [
+  "nodes",
+  "apid_idle_rss_mb",
+  "apid_idle_anon_mb",
+  "apid_idle_file_mb",
+  "apid_init_rss_mb",
+  "apid_init_anon_mb",
+  "apid_init_file_mb",
+  "apid_peak_rss_mb",
+  "apid_peak_anon_mb",
+  "apid_peak_file_mb",
+  "apid_settled_rss_mb",
+  "apid_settled_anon_mb",
+  "apid_settled_file_mb",
+  "apid_over_memory_max",
+  "apid_init_cpu_s",
+  "apid_csr_cpu_s",
+  "apid_steady_cpu_s",
+  "ccm_steady_cpu_s",
+  "total_rss_mb",
+  "total_settled_rss_mb",
+  "total_cpu_s",
+  "total_steady_cpu_s",
+] as const;
+
+type ApidKey = (typeof APID_FIGURE_KEYS)[number];
+const MEM_FIGURES = ["apid_idle", "apid_init", "apid_peak", "apid_settled"] as const;
+const CPU_FIGURES = [
+  "apid_init_cpu_s",
+  "apid_csr_cpu_s",
+  "apid_steady_cpu_s",
+  "ccm_steady_cpu_s",
+  "total_rss_mb",
+  "total_settled_rss_mb",
+  "total_cpu_s",
+  "total_steady_cpu_s",
+] as const;
+
+/**
+ * Whether apid's peak would break Talos' memory.max: "anon" when its anonymous memory alone is over
+ * (no swap: the cgroup is OOM-killed), "rss" when only anonymous + file-backed is (page cache the
+ * kernel could reclaim first), "no" when within, null when not measured.
+ */
+export function overMemoryMax(peak: MemMb | null): "anon" | "rss" | "no" | null {
+  if (peak === null) return null;
+  if (peak.anon > APID_MEMORY_MAX_MB) return "anon";
+  return peak.rss > APID_MEMORY_MAX_MB ? "rss" : "no";
+}
+
+/** apid's figures rounded for output, keys in APID_FIGURE_KEYS order. */
+export function apidJson(f: ApidFigures): Record<ApidKey, number | string | null> {
+  const out = { nodes: f.nodes } as Record<ApidKey, number | string | null>;
+  for (const m of MEM_FIGURES) {
+    const v = f[m];
+    out[`${m}_rss_mb`] = v && round(v.rss, 1);
+    out[`${m}_anon_mb`] = v && round(v.anon, 1);
+    out[`${m}_file_mb`] = v && round(v.file, 1);
+    if (m === "apid_peak") out.apid_over_memory_max = overMemoryMax(v);
+  }
+  for (const k of CPU_FIGURES) {
+    const v = f[k];
+    out[k] = v === null ? null : round(v, k.endsWith("_mb") ? 1 : 2);
+  }
+  const ordered = {} as Record<ApidKey, number | string | null>;
+  for (const k of APID_FIGURE_KEYS) ordered[k] = out[k];
+  return ordered;
+}
+
+const mem = (m: MemMb | null) =>
+  m === null ? "n/a" : `${m.rss.toFixed(1)} = ${m.anon.toFixed(1)} + ${m.file.toFixed(1)}`;
+const num = (v: number | null, d: number) => (v === null ? "n/a" : v.toFixed(d));
+
+/**
+ * apid's table: each figure with its value (RSS as total = anonymous + file-backed, MiB) and what
+ * it covers, then the verdict against Talos' 128 MiB memory.max.
+ * @param gomemlimit what apid ran with, e.g. "107374182 (Talos')".
+ */
+export function formatApidTable(f: ApidFigures, gomemlimit: string): string {
+  const over = overMemoryMax(f.apid_peak);
+  const verdict = {
+    anon: `EXCEEDS: anonymous memory alone is over ${APID_MEMORY_MAX_MB} MiB (no swap): a Talos node OOM-kills apid`,
+    rss: `EXCEEDS as RSS (anonymous + file-backed); anonymous alone is within, the kernel would reclaim page cache first`,
+    no: "within",
+    n: "n/a",
+  }[over ?? "n"];
+  const rows: [string, string, string][] = [
+    ["apid_idle_rss_mb", mem(f.apid_idle), "machines seeded, before the CCM's first start"],
+    ["apid_init_rss_mb", mem(f.apid_init), "N nodes initialized"],
+    ["apid_peak_rss_mb", mem(f.apid_peak), "peak: max(VmHWM, highest sample); anon + file of that sample"],
+    ["apid_settled_rss_mb", mem(f.apid_settled), "end of the steady window"],
+    ["apid_init_cpu_s", num(f.apid_init_cpu_s, 2), "initialization"],
+    ["apid_csr_cpu_s", num(f.apid_csr_cpu_s, 2), "CSR approval"],
+    ["apid_steady_cpu_s", num(f.apid_steady_cpu_s, 2), "steady window"],
+    ["ccm_steady_cpu_s", num(f.ccm_steady_cpu_s, 2), "the CCM, steady window"],
+    ["total_rss_mb", num(f.total_rss_mb, 1), "CCM + apid, highest sampled sum"],
+    ["total_settled_rss_mb", num(f.total_settled_rss_mb, 1), "CCM + apid, end of the steady window"],
+    ["total_cpu_s", num(f.total_cpu_s, 2), "CCM + apid, initialization and CSRs"],
+    ["total_steady_cpu_s", num(f.total_steady_cpu_s, 2), "CCM + apid, steady window"],
+  ];
+  const all: [string, string, string][] = [["apid figure", "value (MiB = anon + file)", "covers"], ...rows];
+  const w = [0, 1].map((i) => Math.max(...all.map((r) => (r[i] as string).length)));
+  const line = (r: [string, string, string]) =>
+    `${r[0].padEnd(w[0] as number)}  ${r[1].padStart(w[1] as number)}  ${r[2]}`.trimEnd();
+  return [
+    `Talos' apid v1.13.5 in the path (GOMEMLIMIT=${gomemlimit}; on Talos: cgroup memory.max ${APID_MEMORY_MAX_MB} MiB, no swap)`,
+    line(all[0] as [string, string, string]),
+    `${"-".repeat(w[0] as number)}  ${"-".repeat(w[1] as number)}  ${"-".repeat(6)}`,
+    ...rows.map(line),
+    `  apid's peak against memory.max ${APID_MEMORY_MAX_MB} MiB: ${verdict}`,
+  ].join("\n");
+}

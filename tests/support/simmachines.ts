@@ -13,7 +13,14 @@ import {
   encodeSystemInformation,
 } from "./apid.ts";
 import { type FakeAddress, type FakeNodeSpec, nodeIdentity, nodeIPConfigOf, nodeLinks } from "./fixtures.ts";
-import { controlSpec, type SimResource, type SimResourceRef, type TalosSim } from "./talossim.ts";
+import {
+  type ControlCall,
+  controlSpec,
+  machineCalls,
+  type SimResource,
+  type SimResourceRef,
+  type TalosSim,
+} from "./talossim.ts";
 
 /** A resource of `kind` with a YAML spec, as the control surface takes it. */
 export function simResource(kind: ResourceKind, yaml: string, id?: string): SimResource {
@@ -59,4 +66,10 @@ export async function addSimMachine(sim: TalosSim, spec: FakeNodeSpec): Promise<
   const ip = spec.nodeIPs[0] as string;
   await sim.addMachine(ip, { platform: spec.platformMetadata.platform, talosVersion: spec.talosVersion });
   for (const r of machineResources(spec)) await sim.put(ip, r);
+}
+
+/** The control calls that add the fixture's machine as {@link addSimMachine} does, for TalosSim.batch. */
+export function simMachineCalls(spec: FakeNodeSpec): ControlCall[] {
+  const opts = { platform: spec.platformMetadata.platform, talosVersion: spec.talosVersion };
+  return machineCalls(spec.nodeIPs[0] as string, opts, machineResources(spec));
 }

@@ -35,6 +35,30 @@ export interface SimResource {
   owner?: string;
 }
 
+/** One control call, as {@link TalosSim.batch} and a restart's replay take it. */
+export interface ControlCall {
+  method: string;
+  path: string;
+  body: unknown;
+}
+
+/** The control calls that add a machine with its resources (for {@link TalosSim.batch}). */
+export function machineCalls(
+  ip: string,
+  opts: { talosVersion?: string; platform?: string },
+  resources: readonly SimResource[],
+): ControlCall[] {
+  const path = `/machines/${encodeURIComponent(ip)}/resources`;
+  return [
+    { method: "POST", path: "/machines", body: { ip, ...opts } },
+    ...resources.map((r) => ({
+      method: "PUT",
+      path,
+      body: { ...r, spec: typeof r.spec === "string" ? r.spec : stringify(r.spec) },
+    })),
+  ];
+}
+
 /** Identifies a resource to destroy. */
 export type SimResourceRef = Pick<SimResource, "namespace" | "type" | "id">;
 
@@ -127,7 +151,7 @@ export class TalosSim {
   #pids: { apid: number; sim: number } | undefined;
   #stderr = "";
   /** Control calls that change state, replayed by a restarted simulator before it serves. */
-  readonly #journal: Array<{ method: string; path: string; body: unknown }> = [];
+  readonly #journal: ControlCall[] = [];
 
   private constructor(dir: string, grpcPort: number, controlPort: number, opts: TalosSimOptions) {
     this.dir = dir;
@@ -280,6 +304,16 @@ export class TalosSim {
     });
   }
 
+  /**
+   * Applies control calls in one request, in order (bulk seeding: thousands of machines in seconds);
+   * `calls` are what {@link TalosSim.addMachine} and {@link TalosSim.put} send, e.g. from
+   * {@link machineCalls}. A restart replays them like the others.
+   */
+  async batch(calls: readonly ControlCall[]): Promise<void> {
+    await this.#call("POST", "/batch", calls);
+    this.#journal.push(...calls);
+  }
+
   /** Writes a talosconfig for this simulator whose client certificate has `roles` (Subject O). */
   async writeTalosconfig(path: string, roles: string[], hours?: number): Promise<string> {
     await this.#call("POST", "/talosconfig", { path, roles, ...(hours === undefined ? {} : { hours }) });
@@ -292,6 +326,15 @@ export class TalosSim {
    */
   async calls(): Promise<Record<string, number>> {
     return (await this.#call("GET", "/calls")) as Record<string, number>;
+  }
+
+  /**
+   * With apid: the calls apid passed on to a machine (its apid, or machined for the local one), by
+   * full method name, counted when they start as the simulated apid counts them: a watch open now is
+   * counted; a call apid refused or could not route is not.
+   */
+  async machineCalls(): Promise<Record<string, number>> {
+    return (await this.#call("GET", "/calls?at=machines")) as Record<string, number>;
   }
 
   /**

@@ -1,26 +1,34 @@
 // The benchmark harness' pure parts: budgets (size tiers) and verdicts, the JSON objects' exact keys,
 // the table, the memory slope between two runs, /proc parsing, the command line and the
-// cluster-size QPS tuning. (The figures themselves are
+// cluster-size QPS tuning; with --talos apid, apid's figures (keys, table, the 128 MiB verdict) and
+// the call counts taken from the simulator. (The figures themselves are
 // measured by `npm run bench`, never asserted here.)
 
 import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
 import { parseBenchArgs, qpsTuning } from "../bench.ts";
-import { parseStatCpu, parseStatus, RssSampler } from "../support/bench-proc.ts";
+import { parseStatCpu, parseStatus, RssSampler, SumRssSampler } from "../support/bench-proc.ts";
 import { LeaseReadiness } from "../support/bench-ready.ts";
 import {
+  APID_FIGURE_KEYS,
+  type ApidFigures,
+  apidJson,
   type BenchFigures,
   BUDGETS,
   budgetAt,
   evaluate,
   FIGURE_KEYS,
   failures,
+  formatApidTable,
   formatSlope,
   formatTable,
+  overMemoryMax,
   SLOPE_BUDGETS,
   slope,
   slopeJson,
   toJson,
 } from "../support/bench-report.ts";
+import { diffCalls, formatMethodCounts, shortMethod } from "../support/bench-talos.ts";
 
 const figures = (over: Partial<BenchFigures> = {}): BenchFigures => ({
   nodes: 1000,
@@ -303,7 +311,14 @@ describe("parseBenchArgs()", () => {
       steadySeconds: 60,
       idleSeconds: 10,
       startupRuns: 5,
+      talos: "fake",
     });
+  });
+
+  test("--talos apid, inline or as the next argument", () => {
+    expect(parseBenchArgs(["--talos=apid"]).talos).toBe("apid");
+    expect(parseBenchArgs(["--talos", "apid"]).talos).toBe("apid");
+    expect(parseBenchArgs(["--talos", "fake"]).talos).toBe("fake");
   });
 
   test("values inline or as the next argument; repeatable CCM flags and environment", () => {
@@ -371,6 +386,8 @@ describe("parseBenchArgs()", () => {
     [["--slope-nodes=10,20,30"], /A < B/],
     [["--slope-nodes=a,b"], /A < B/],
     [["--slope-nodes"], /value is required/],
+    [["--talos=real"], /expected fake or apid/],
+    [["--talos"], /value is required/],
   ])("%j is refused", (argv, message) => {
     expect(() => parseBenchArgs(argv)).toThrow(message);
   });
@@ -445,5 +462,132 @@ describe("LeaseReadiness", () => {
       false,
     ]);
     expect(r.holder).toBeUndefined();
+  });
+});
+
+const apidFigures = (over: Partial<ApidFigures> = {}): ApidFigures => ({
+  nodes: 1000,
+  apid_idle: { rss: 22.34, anon: 4.06, file: 18.28 },
+  apid_init: { rss: 128.06, anon: 109.5, file: 18.56 },
+  apid_peak: { rss: 151.54, anon: 132.51, file: 19.03 },
+  apid_settled: { rss: 150.01, anon: 131, file: 19.01 },
+  apid_init_cpu_s: 6.824,
+  apid_csr_cpu_s: 1.5,
+  apid_steady_cpu_s: 0.004,
+  ccm_steady_cpu_s: 0.31,
+  total_rss_mb: 253.76,
+  total_settled_rss_mb: 210.05,
+  total_cpu_s: 21.875,
+  total_steady_cpu_s: 0.314,
+  ...over,
+});
+
+describe("apid's figures (--talos apid)", () => {
+  test("apidJson(): exactly APID_FIGURE_KEYS, in order, each reading split in three, rounded", () => {
+    const json = apidJson(apidFigures());
+    expect(Object.keys(json)).toEqual([...APID_FIGURE_KEYS]);
+    expect(json).toEqual({
+      nodes: 1000,
+      apid_idle_rss_mb: 22.3,
+      apid_idle_anon_mb: 4.1,
+      apid_idle_file_mb: 18.3,
+      apid_init_rss_mb: 128.1,
+      apid_init_anon_mb: 109.5,
+      apid_init_file_mb: 18.6,
+      apid_peak_rss_mb: 151.5,
+      apid_peak_anon_mb: 132.5,
+      apid_peak_file_mb: 19,
+      apid_settled_rss_mb: 150,
+      apid_settled_anon_mb: 131,
+      apid_settled_file_mb: 19,
+      apid_over_memory_max: "anon",
+      apid_init_cpu_s: 6.82,
+      apid_csr_cpu_s: 1.5,
+      apid_steady_cpu_s: 0,
+      ccm_steady_cpu_s: 0.31,
+      total_rss_mb: 253.8,
+      total_settled_rss_mb: 210.1,
+      total_cpu_s: 21.88,
+      total_steady_cpu_s: 0.31,
+    });
+  });
+
+  test("apidJson() keeps unmeasured figures as null", () => {
+    const json = apidJson(apidFigures({ apid_peak: null, total_cpu_s: null }));
+    expect(json.apid_peak_rss_mb).toBeNull();
+    expect(json.apid_peak_anon_mb).toBeNull();
+    expect(json.apid_over_memory_max).toBeNull();
+    expect(json.total_cpu_s).toBeNull();
+    expect(json.apid_idle_rss_mb).toBe(22.3);
+  });
+
+  test("overMemoryMax(): anonymous over 128 MiB, only RSS over it, or within", () => {
+    expect(overMemoryMax({ rss: 151.5, anon: 132.5, file: 19 })).toBe("anon");
+    expect(overMemoryMax({ rss: 140, anon: 120, file: 20 })).toBe("rss");
+    expect(overMemoryMax({ rss: 128, anon: 110, file: 18 })).toBe("no");
+    expect(overMemoryMax(null)).toBeNull();
+  });
+
+  test("formatApidTable(): GOMEMLIMIT, every figure as total = anon + file or a number, the verdict", () => {
+    const out = formatApidTable(apidFigures(), "107374180 (102.4 MiB)");
+    const lines = out.split("\n");
+    expect(lines[0]).toBe(
+      "Talos' apid v1.13.5 in the path (GOMEMLIMIT=107374180 (102.4 MiB); on Talos: cgroup memory.max 128 MiB, no swap)",
+    );
+    expect(out).toMatch(/^apid_idle_rss_mb\s+22\.3 = 4\.1 \+ 18\.3 {2}machines seeded/m);
+    expect(out).toMatch(/^apid_peak_rss_mb\s+151\.5 = 132\.5 \+ 19\.0 {2}peak/m);
+    expect(out).toMatch(/^apid_init_cpu_s\s+6\.82 {2}initialization$/m);
+    expect(out).toMatch(/^total_rss_mb\s+253\.8 {2}CCM \+ apid, highest sampled sum$/m);
+    expect(out).toMatch(/^total_steady_cpu_s\s+0\.31 {2}CCM \+ apid, steady window$/m);
+    expect(lines.at(-1)).toBe(
+      "  apid's peak against memory.max 128 MiB: EXCEEDS: anonymous memory alone is over 128 MiB (no swap): a Talos node OOM-kills apid",
+    );
+    const within = formatApidTable(apidFigures({ apid_peak: { rss: 60, anon: 40, file: 20 } }), "unset");
+    expect(within.split("\n").at(-1)).toBe("  apid's peak against memory.max 128 MiB: within");
+    const unmeasured = formatApidTable(apidFigures({ apid_settled: null, apid_csr_cpu_s: null }), "unset");
+    expect(unmeasured).toMatch(/^apid_settled_rss_mb\s+n\/a {2}end/m);
+    expect(unmeasured).toMatch(/^apid_csr_cpu_s\s+n\/a {2}CSR approval$/m);
+  });
+});
+
+describe("Talos calls from the simulator (--talos apid)", () => {
+  test("diffCalls(): what each method gained since the snapshot, methods without calls left out", () => {
+    const before = { "/cosi.resource.State/Get": 5, "/cosi.resource.State/Watch": 2 };
+    const after = {
+      "/cosi.resource.State/Get": 9,
+      "/cosi.resource.State/Watch": 2,
+      "/machine.MachineService/Version": 1,
+    };
+    expect(diffCalls(before, after)).toEqual({
+      "/cosi.resource.State/Get": 4,
+      "/machine.MachineService/Version": 1,
+    });
+    expect(diffCalls({}, {})).toEqual({});
+  });
+
+  test("shortMethod() and formatMethodCounts(): the service's last name, most calls first, then by name", () => {
+    expect(shortMethod("/cosi.resource.State/Watch")).toBe("State/Watch");
+    expect(shortMethod("/machine.MachineService/Version")).toBe("MachineService/Version");
+    expect(
+      formatMethodCounts({
+        "/cosi.resource.State/Get": 100,
+        "/cosi.resource.State/Watch": 200,
+        "/machine.MachineService/Version": 100,
+        "/cosi.resource.State/List": 0,
+      }),
+    ).toBe("State/Watch 200, State/Get 100, MachineService/Version 100");
+    expect(formatMethodCounts({})).toBe("none");
+  });
+});
+
+describe("SumRssSampler", () => {
+  test("keeps the highest sum of the processes' RSS; a process gone leaves the readings so far", () => {
+    const own = parseStatus(readFileSync("/proc/self/status", "utf8")).rssBytes;
+    const s = new SumRssSampler([process.pid, process.pid], 60_000);
+    s.stop();
+    expect(s.maxBytes).toBeGreaterThan(1.5 * own);
+    const gone = new SumRssSampler([process.pid, 2 ** 22 + 1], 60_000);
+    gone.stop();
+    expect(gone.maxBytes).toBe(0);
   });
 });

@@ -231,6 +231,8 @@ func (s *sim) admit(ctx context.Context, method string, kind serverKind) (contex
 	if kind == frontAPID {
 		// with --apid, Talos' apid is in front: calls are counted from its log (apidlog.go)
 		s.count(method)
+	} else {
+		s.countReached(method)
 	}
 
 	m, roles, err := s.callee(ctx, method, kind)

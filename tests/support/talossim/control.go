@@ -9,8 +9,11 @@ package main
 //	DELETE /machines/{ip}/resources       {"namespace","type","id","teardown"?}      destroy
 //	POST   /talosconfig                   {"path","roles":[...],"hours"?}     write another talosconfig
 //	GET    /calls                                                              calls by gRPC method
+//	GET    /calls?at=machines                                                  --apid: calls that reached a machine
+//	POST   /batch                         [{"method","path","body"}...]       apply these calls in order (bulk seeding)
 //
-// With --apid, calls are counted from Talos' apid's log, when they end (apidlog.go), and adding,
+// With --apid, calls are counted from Talos' apid's log, when they end (apidlog.go); ?at=machines
+// counts, when they start, the calls apid passed on to a machine's apid or to machined. Adding,
 // stopping, starting or removing a machine opens or closes its apid's listener (machinenet.go).
 //
 // A resource's spec is YAML unmarshalled into the typed spec of machinery's resource, as
@@ -21,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -78,11 +82,32 @@ func (s *sim) controlHandler() http.Handler {
 	handle("PUT /machines/{ip}/resources", s.putResource)
 	handle("DELETE /machines/{ip}/resources", s.destroyResource)
 	handle("POST /talosconfig", s.talosconfigHandler)
-	handle("GET /calls", func(*http.Request) (any, error) {
+	handle("GET /calls", func(r *http.Request) (any, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 
-		return s.calls, nil
+		switch at := r.URL.Query().Get("at"); at {
+		case "":
+			return maps.Clone(s.calls), nil
+		case "machines":
+			return maps.Clone(s.reached), nil
+		default:
+			return nil, badRequest("at=%q: expected machines", at)
+		}
+	})
+	// Bulk seeding: the calls of the body applied in order, as --replay applies them; a failure stops
+	// there (the calls before it stay applied).
+	handle("POST /batch", func(r *http.Request) (any, error) {
+		calls, err := decode[[]controlCall](r)
+		if err != nil {
+			return nil, err
+		}
+
+		if err := applyCalls(mux, calls); err != nil {
+			return nil, badRequest("batch: %v", err)
+		}
+
+		return map[string]int{"applied": len(calls)}, nil
 	})
 
 	return mux

@@ -46,6 +46,9 @@ type sim struct {
 	machines map[netip.Addr]*machine
 	local    *machine
 	calls    map[string]int
+	// reached counts, by method, the calls that reached a machine (its apid or machined, --apid mode)
+	// when they started: GET /calls?at=machines.
+	reached  map[string]int
 	pki      *pki
 	endpoint string
 	// net, in --apid mode, serves each machine's apid on <ip>:50000 in the simulator's network namespace.
@@ -76,6 +79,13 @@ func (s *sim) count(method string) {
 	defer s.mu.Unlock()
 
 	s.calls[method]++
+}
+
+func (s *sim) countReached(method string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	s.reached[method]++
 }
 
 type options struct {
@@ -185,7 +195,7 @@ func newSim(ctx context.Context, o options, endpoint string) (*sim, error) {
 		return nil, err
 	}
 
-	s := &sim{machines: map[netip.Addr]*machine{localIP: local}, local: local, calls: map[string]int{}, pki: p, endpoint: endpoint}
+	s := &sim{machines: map[netip.Addr]*machine{localIP: local}, local: local, calls: map[string]int{}, reached: map[string]int{}, pki: p, endpoint: endpoint}
 
 	for path, roles := range map[string][]string{o.talosconfig: {"os:reader"}, o.adminTalosconfig: {"os:admin"}} {
 		if path == "" {
@@ -200,6 +210,13 @@ func newSim(ctx context.Context, o options, endpoint string) (*sim, error) {
 	return s, nil
 }
 
+// controlCall is one recorded control call, as --replay and POST /batch take them.
+type controlCall struct {
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Body   json.RawMessage `json:"body"`
+}
+
 // replay applies recorded control calls in order; any failure is fatal.
 func replay(h http.Handler, path string) error {
 	if path == "" {
@@ -211,21 +228,26 @@ func replay(h http.Handler, path string) error {
 		return err
 	}
 
-	var calls []struct {
-		Method string          `json:"method"`
-		Path   string          `json:"path"`
-		Body   json.RawMessage `json:"body"`
-	}
+	var calls []controlCall
 	if err := json.Unmarshal(b, &calls); err != nil {
 		return fmt.Errorf("--replay: %w", err)
 	}
 
+	if err := applyCalls(h, calls); err != nil {
+		return fmt.Errorf("--replay: %w", err)
+	}
+
+	return nil
+}
+
+// applyCalls applies control calls in order through h and stops at the first that fails.
+func applyCalls(h http.Handler, calls []controlCall) error {
 	for _, c := range calls {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(c.Method, c.Path, bytes.NewReader(c.Body)))
 
 		if rec.Code >= http.StatusMultipleChoices {
-			return fmt.Errorf("--replay: %s %s: %d %s", c.Method, c.Path, rec.Code, rec.Body.String())
+			return fmt.Errorf("%s %s: %d %s", c.Method, c.Path, rec.Code, strings.TrimSpace(rec.Body.String()))
 		}
 	}
 
