@@ -4,6 +4,7 @@
 //   bun build.ts                  # both targets
 //   bun build.ts --target=amd64   # one target (tests build only the host one)
 //   bun build.ts --release [--out DIR] [--base OCI-LAYOUT]   # npm run release: the release folder
+//   bun build.ts --names          # the names a release is published under (key=value lines)
 //
 // Each binary is minified, keeps function names (readable stack traces), carries precompiled
 // bytecode, splits lazily imported modules into chunks so a disabled controller's code is never
@@ -507,6 +508,71 @@ function writeReleaseImage(
 }
 
 // ---------------------------------------------------------------------------------------------------
+// What a release publishes, by name (the release workflow reads them from `bun build.ts --names`)
+
+/** The names a release of `version` is published under, all from lib/manifests.ts's image. */
+export interface PublishedNames {
+  version: string;
+  /** The git tag and the image tag: `v<version>`. */
+  tag: string;
+  /** The registry host, e.g. ghcr.io. */
+  registry: string;
+  /** The image repository, without tag. */
+  image: string;
+  /** Where `helm push` puts the chart (`oci://<registry>/<owner>/charts`). */
+  chartRepository: string;
+  /** The chart's repository as pushed (`<registry>/<owner>/charts/<chart name>`), tagged `<version>`. */
+  chart: string;
+  /** The packaged chart's file name in the release folder. */
+  chartFile: string;
+}
+
+/** The names a release of `version` is published under: the image of the manifests, its tag, the chart beside it. */
+export function publishedNames(version: string): PublishedNames {
+  const ref = defaultImage(version);
+  const image = ref.slice(0, ref.lastIndexOf(":"));
+  const owner = image.slice(0, image.lastIndexOf("/"));
+  return {
+    version,
+    tag: imageTag(version),
+    registry: image.slice(0, image.indexOf("/")),
+    image,
+    chartRepository: `oci://${owner}/charts`,
+    chart: `${owner}/charts/${APP_NAME}`,
+    chartFile: `${APP_NAME}-${version}.tgz`,
+  };
+}
+
+/**
+ * The files of the release folder a release attaches (its top level: everything but the image's
+ * layout, which is pushed), in name order; SHA256SUMS lists them and image/index.json.
+ */
+export function releaseAssets(version: string): string[] {
+  return [
+    ...ARCHES.flatMap((a) => [binaryName(a), `${binaryName(a)}.cdx.json`]),
+    ...Object.keys(releaseManifests(version)),
+    publishedNames(version).chartFile,
+    "SHA256SUMS",
+  ].sort();
+}
+
+/** `bun build.ts --names`: the published names as `key=value` lines (for $GITHUB_OUTPUT). */
+export function namesLines(n: PublishedNames): string {
+  const keys: Record<keyof PublishedNames, string> = {
+    version: "version",
+    tag: "tag",
+    registry: "registry",
+    image: "image",
+    chartRepository: "chart_repository",
+    chart: "chart",
+    chartFile: "chart_file",
+  };
+  return Object.entries(keys)
+    .map(([k, key]) => `${key}=${n[k as keyof PublishedNames]}\n`)
+    .join("");
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The release folder
 
 /** The helm that packages the chart: HELM, else the test bed's. */
@@ -628,10 +694,14 @@ function release(argv: readonly string[]): void {
     created,
     baseName: flag(argv, "base-name") ?? process.env.RELEASE_BASE_NAME,
   });
-  const files = [
-    ...readdirSync(out).filter((f) => statSync(join(out, f)).isFile()),
-    "image/index.json",
-  ].sort();
+  const written = readdirSync(out).filter((f) => statSync(join(out, f)).isFile());
+  const assets = releaseAssets(pkg.version).filter((f) => f !== "SHA256SUMS");
+  if (written.sort().join("\n") !== assets.join("\n")) {
+    throw new Error(
+      `Cannot list the release: it wrote ${written.join(", ")}; a release attaches ${assets.join(", ")}`,
+    );
+  }
+  const files = [...written, "image/index.json"].sort();
   writeFileSync(
     join(out, "SHA256SUMS"),
     sha256sums(files.map((name) => ({ name, sha256: sha256Hex(readFileSync(join(out, name))) }))),
@@ -645,6 +715,10 @@ function release(argv: readonly string[]): void {
 }
 
 function main(): void {
+  if (process.argv.includes("--names")) {
+    process.stdout.write(namesLines(publishedNames(pkg.version)));
+    return;
+  }
   if (process.argv.includes("--release")) {
     release(process.argv.slice(2));
     return;
