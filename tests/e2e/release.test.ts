@@ -73,7 +73,7 @@ import {
   readBlob,
   readJsonBlob,
 } from "../support/oci.ts";
-import { crane, OciRegistry } from "../support/ociregistry.ts";
+import { crane, OciRegistry, requireRegistryTools } from "../support/ociregistry.ts";
 
 const repo = join(import.meta.dir, "..", "..");
 const pkg = JSON.parse(readFileSync(join(repo, "package.json"), "utf8")) as { version: string };
@@ -119,6 +119,7 @@ beforeAll(async () => {
     );
   }
   helmBinary();
+  requireRegistryTools();
   const base = debianBase();
   out = mkdtempSync(join(tmpdir(), "talos-ccm-release-"));
   const started = performance.now();

@@ -18,6 +18,15 @@ function binary(variable: "OCI_REGISTRY" | "CRANE"): string {
   return path;
 }
 
+/**
+ * Checks that the registry and crane are there, so a test can fail before any slow set-up.
+ * @throws how to get them when OCI_REGISTRY or CRANE is missing.
+ */
+export function requireRegistryTools(): void {
+  binary("OCI_REGISTRY");
+  binary("CRANE");
+}
+
 /** A local OCI registry, in memory, on 127.0.0.1 and a port the kernel picked. */
 export class OciRegistry {
   readonly #proc: Subprocess<"pipe", "pipe", "pipe">;
