@@ -2,7 +2,7 @@
 // helm, Talos simulator and Talos apid exist (building them once per machine with
 // tests/support/testbed-bins.sh),
 // the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh) and the hostile HTTP/2 peer
-// (tests/support/h2peer-bins.sh),
+// (tests/support/h2peer-bins.sh), promtool (tests/support/promtool-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Alone, it runs the Kubernetes support matrix (tests/support/kubematrix.ts): the whole suite on the
 // default version, then the core end-to-end flows on the oldest and the newest, each on its own
@@ -117,6 +117,18 @@ if (!env.H2PEER) {
   if (r.status !== 0) fail("cannot build the hostile HTTP/2 peer tests/support/h2peer (see above)");
   const m = r.stdout.match(/^H2PEER=(.+)$/m);
   if (m) env.H2PEER = m[1];
+}
+
+// Prometheus' promtool (cmd/promtool of github.com/prometheus/prometheus), which
+// tests/e2e/observability.test.ts runs on the chart's alert rules, built once per machine.
+if (!env.PROMTOOL) {
+  const r = spawnSync(join(root, "tests/support/promtool-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0) fail("cannot build promtool (see above)");
+  const m = r.stdout.match(/^PROMTOOL=(.+)$/m);
+  if (m) env.PROMTOOL = m[1];
 }
 
 const hostArch = process.arch === "arm64" ? "arm64" : "amd64";
