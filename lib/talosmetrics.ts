@@ -20,9 +20,11 @@ export interface TalosApiMetrics {
  * @example const { errors } = talosApiMetrics(); errors.inc({ request: "version" });
  */
 export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetrics {
-  const errors = reg.counter("talosccm_api_request_errors_total", "Talos API calls that failed after retries.", [
-    "request",
-  ]);
+  const errors = reg.counter(
+    "talosccm_api_request_errors_total",
+    "Talos API calls that failed after retries.",
+    ["request"],
+  );
   // Every call's series exists from the start at 0, so that increase() and rate() count its first
   // failure (a series that appears at 1 shows no increase).
   for (const request of ["version", ...Object.keys(RESOURCES)]) errors.inc({ request }, 0);
