@@ -2,8 +2,8 @@
 // helm, Talos simulator and Talos apid exist (building them once per machine with
 // tests/support/testbed-bins.sh),
 // the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh), the hostile HTTP/2 peer
-// (tests/support/h2peer-bins.sh), actionlint (tests/support/actionlint.sh) and the local OCI registry
-// and crane (tests/support/ociregistry-bins.sh),
+// (tests/support/h2peer-bins.sh), actionlint (tests/support/actionlint.sh), the local OCI registry
+// and crane (tests/support/ociregistry-bins.sh) and promtool (tests/support/promtool-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Alone, it runs the Kubernetes support matrix (tests/support/kubematrix.ts): the whole suite on the
 // default version, then the core end-to-end flows on the oldest and the newest, each on its own
@@ -145,6 +145,18 @@ if (!env.OCI_REGISTRY || !env.CRANE) {
     const m = line.match(/^(OCI_REGISTRY|CRANE)=(.+)$/);
     if (m) env[m[1] as string] = m[2];
   }
+}
+
+// Prometheus' promtool (cmd/promtool of github.com/prometheus/prometheus), which
+// tests/e2e/observability.test.ts runs on the chart's alert rules, built once per machine.
+if (!env.PROMTOOL) {
+  const r = spawnSync(join(root, "tests/support/promtool-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0) fail("cannot build promtool (see above)");
+  const m = r.stdout.match(/^PROMTOOL=(.+)$/m);
+  if (m) env.PROMTOOL = m[1];
 }
 
 const hostArch = process.arch === "arm64" ? "arm64" : "amd64";
