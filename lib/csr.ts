@@ -752,6 +752,10 @@ export function csrMetrics(reg: Registry): CsrMetrics {
     "status",
   ]);
   const denials = reg.counter(CSR_DENIED_METRIC, "Node serving CSRs denied, by reason.", ["reason"]);
+  // Every series exists from the start at 0, so that increase() and rate() count the first decisions
+  // (a series that appears at 6 shows no increase: a first burst of denials would go unseen).
+  for (const status of ["approve", "deny"]) approvals.inc({ status }, 0);
+  for (const reason of DENY_REASONS) denials.inc({ reason }, 0);
   return {
     approvals,
     denials,

@@ -1,7 +1,7 @@
 // Deployment manifests, the one source of truth for installing this CCM: its ServiceAccount, the
 // talos.dev/v1alpha1 ServiceAccount that makes Talos issue it a talosconfig, least-privilege RBAC sized
-// by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet;
-// the Talos machine-config patch that installs them as an inline manifest; and the `manifests`
+// by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet
+// (or, for the release's second raw manifest, a Deployment); the Talos machine-config patch that installs them as an inline manifest; and the `manifests`
 // subcommand that prints either. deploy/*.yaml are generated from here (`npm run manifests` runs this
 // file), and a unit test fails when they drift.
 
@@ -102,7 +102,17 @@ export interface ManifestSettings {
   namespace: string;
   /** ccm-config.yaml to embed in the ConfigMap; default {@link DEFAULT_CLOUD_CONFIG}. */
   cloudConfig?: string | undefined;
+  /**
+   * How the CCM runs; default `DaemonSet`: one replica per control-plane node on the host network,
+   * talking to its own node's API server and apid. `Deployment`: one replica on the pod network,
+   * through the kubernetes Service and the talosconfig's endpoints, as the Go project's
+   * docs/deploy/cloud-controller-manager.yml (it needs a CNI).
+   */
+  workload?: Workload | undefined;
 }
+
+/** The kinds of workload the manifests can run the CCM as. */
+export type Workload = "DaemonSet" | "Deployment";
 
 /**
  * The release image of `version`: tagged `v<version>` for a release, `edge` for a source build.
@@ -365,13 +375,16 @@ interface Install {
   labels: Record<string, string>;
   /** Whether the Talos secret is required (some enabled controller cannot work without Talos). */
   talosRequired: boolean;
+  /** Whether the pods run on their node's host network, talking to that node's API server and apid. */
+  hostNetwork: boolean;
 }
 
 function install(s: ManifestSettings): Install {
   const image = s.image ?? defaultImage(s.version);
   const selector = { "app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": APP_NAME };
   const labels = { ...selector, "app.kubernetes.io/version": imageTag(image) };
-  return { s, image, selector, labels, talosRequired: needsTalos(s.enabledControllers) };
+  const hostNetwork = (s.workload ?? "DaemonSet") === "DaemonSet";
+  return { s, image, selector, labels, talosRequired: needsTalos(s.enabledControllers), hostNetwork };
 }
 
 function meta(at: Install, name: string, namespace?: string): KubeObject["metadata"] {
@@ -519,12 +532,14 @@ function container(at: Install): Record<string, unknown> {
     imagePullPolicy: "IfNotPresent",
     command: [BINARY_PATH],
     args: daemonSetArgs(at.s),
-    env: [
-      { name: "TALOS_ENDPOINTS", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
-      { name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG },
-      { name: "KUBERNETES_SERVICE_HOST", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
-      { name: "KUBERNETES_SERVICE_PORT", value: "6443" },
-    ],
+    env: at.hostNetwork
+      ? [
+          { name: "TALOS_ENDPOINTS", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+          { name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG },
+          { name: "KUBERNETES_SERVICE_HOST", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+          { name: "KUBERNETES_SERVICE_PORT", value: "6443" },
+        ]
+      : [{ name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG }],
     ports: [{ name: "metrics", containerPort: SECURE_PORT, protocol: "TCP" }],
     livenessProbe: {
       httpGet: probe("/livez"),
@@ -547,18 +562,20 @@ function container(at: Install): Record<string, unknown> {
   };
 }
 
-/** The pod: one per control-plane node, host network, non-root, the config and Talos secret mounted. */
+/**
+ * The pod: on control-plane nodes, non-root, the config and Talos secret mounted; on the host network
+ * (and then tolerating not-ready nodes, since it works before any CNI) for a DaemonSet.
+ */
 function podSpec(at: Install): Record<string, unknown> {
   return {
     serviceAccountName: APP_NAME,
-    hostNetwork: true,
-    dnsPolicy: "ClusterFirstWithHostNet",
+    ...(at.hostNetwork ? { hostNetwork: true, dnsPolicy: "ClusterFirstWithHostNet" } : {}),
     priorityClassName: "system-cluster-critical",
     nodeSelector: { "node-role.kubernetes.io/control-plane": "" },
     tolerations: [
       { key: "node-role.kubernetes.io/control-plane", operator: "Exists", effect: "NoSchedule" },
       { key: UNINITIALIZED_TAINT, operator: "Exists", effect: "NoSchedule" },
-      { key: NOT_READY_TAINT_KEY, operator: "Exists", effect: "NoSchedule" },
+      ...(at.hostNetwork ? [{ key: NOT_READY_TAINT_KEY, operator: "Exists", effect: "NoSchedule" }] : []),
     ],
     securityContext: {
       runAsNonRoot: true,
@@ -582,8 +599,8 @@ function podSpec(at: Install): Record<string, unknown> {
   };
 }
 
-/** The comments printed inside the DaemonSet, at the fields they explain. */
-function daemonSetNotes(at: Install): NonNullable<Manifest["notes"]> {
+/** The comments printed inside the DaemonSet or Deployment, at the fields they explain. */
+function workloadNotes(at: Install): NonNullable<Manifest["notes"]> {
   const podPath = ["spec", "template", "spec"];
   const containerPath = [...podPath, "containers", 0];
   return [
@@ -596,7 +613,9 @@ function daemonSetNotes(at: Install): NonNullable<Manifest["notes"]> {
     },
     {
       path: [...containerPath, "env"],
-      text: " This node's apid and API server (Talos serves it on 6443 on every control-plane node).",
+      text: at.hostNetwork
+        ? " This node's apid and API server (Talos serves it on 6443 on every control-plane node)."
+        : " The endpoints of the talosconfig Talos issues, and the API server through the kubernetes Service.",
     },
     { path: [...podPath, "volumes"], text: " Mode 0640: readable through the pod's fsGroup only." },
     ...(at.talosRequired
@@ -625,7 +644,28 @@ function daemonSet(at: Install): Manifest {
         template: { metadata: { labels: at.labels }, spec: podSpec(at) },
       },
     },
-    notes: daemonSetNotes(at),
+    notes: workloadNotes(at),
+  };
+}
+
+function deployment(at: Install): Manifest {
+  return {
+    comment:
+      " One replica on the pod network (it needs a CNI), talking to the API server through the kubernetes\n" +
+      " Service and to apid through the talosconfig's endpoints; a rollout stops the old pod before it\n" +
+      " starts the new one (maxSurge 0).",
+    object: {
+      apiVersion: "apps/v1",
+      kind: "Deployment",
+      metadata: meta(at, APP_NAME, at.s.namespace),
+      spec: {
+        replicas: 1,
+        strategy: { type: "RollingUpdate", rollingUpdate: { maxUnavailable: 1, maxSurge: 0 } },
+        selector: { matchLabels: at.selector },
+        template: { metadata: { labels: at.labels }, spec: podSpec(at) },
+      },
+    },
+    notes: workloadNotes(at),
   };
 }
 
@@ -635,7 +675,8 @@ function daemonSet(at: Install): Manifest {
  */
 export function manifests(s: ManifestSettings): Manifest[] {
   const at = install(s);
-  return [...identityManifests(at), ...rbacManifests(at), metricsService(at), daemonSet(at)];
+  const workload = at.hostNetwork ? daemonSet(at) : deployment(at);
+  return [...identityManifests(at), ...rbacManifests(at), metricsService(at), workload];
 }
 
 // ---------------------------------------------------------------------------------------------------

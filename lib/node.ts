@@ -228,6 +228,10 @@ function controllerMetrics(reg: Registry) {
     watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
       "state",
     ]),
+    uninitialized: reg.gauge(
+      "talosccm_nodes_uninitialized",
+      `Nodes that still have the ${UNINITIALIZED_TAINT} taint (in the cloud-node controller's Node cache).`,
+    ),
     conflicts: reg.counter(
       "talosccm_node_conflicting_writes_total",
       "Changes another field manager made to a Node field this CCM writes (status.addresses, spec.providerID, " +
@@ -298,6 +302,9 @@ export class CloudNodeController {
       this.#m.watches.set({ state: "healthy" }, nodes - down);
       this.#m.watches.set({ state: "down" }, down);
       this.#m.waitingForInstanceID.set(undefined, this.#waitingForID.size);
+      let tainted = 0;
+      for (const n of this.#opts.nodes.list()) if (isUninitialized(n)) tainted++;
+      this.#m.uninitialized.set(undefined, tainted);
     });
   }
 

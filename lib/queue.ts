@@ -80,6 +80,9 @@ export class WorkQueue {
         lbl,
       ),
     };
+    // The depth series exists from the queue's start, as client-go's (a queue whose workers take every
+    // key at once would otherwise never show it).
+    this.#m.depth.set({ name }, 0);
     reg.onCollect(() => {
       const now = this.#now();
       let longest = 0;

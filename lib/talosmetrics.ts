@@ -3,6 +3,7 @@
 
 import type { Counter, Histogram, Registry } from "./metrics.ts";
 import { registry as processRegistry } from "./processmetrics.ts";
+import { RESOURCES } from "./taloswire.ts";
 
 const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
@@ -19,6 +20,14 @@ export interface TalosApiMetrics {
  * @example const { errors } = talosApiMetrics(); errors.inc({ request: "version" });
  */
 export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetrics {
+  const errors = reg.counter(
+    "talosccm_api_request_errors_total",
+    "Talos API calls that failed after retries.",
+    ["request"],
+  );
+  // Every call's series exists from the start at 0, so that increase() and rate() count its first
+  // failure (a series that appears at 1 shows no increase).
+  for (const request of ["version", ...Object.keys(RESOURCES)]) errors.inc({ request }, 0);
   return {
     duration: reg.histogram(
       "talosccm_api_request_duration_seconds",
@@ -26,8 +35,6 @@ export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetric
       ["request"],
       API_BUCKETS,
     ),
-    errors: reg.counter("talosccm_api_request_errors_total", "Talos API calls that failed after retries.", [
-      "request",
-    ]),
+    errors,
   };
 }

@@ -1,8 +1,9 @@
 // `npm test`: the whole suite, unit and integration. Makes sure the test bed's kube-apiserver, etcd,
 // helm, Talos simulator and Talos apid exist (building them once per machine with
 // tests/support/testbed-bins.sh),
-// the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh) and the hostile HTTP/2 peer
-// (tests/support/h2peer-bins.sh),
+// the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh), the hostile HTTP/2 peer
+// (tests/support/h2peer-bins.sh), actionlint (tests/support/actionlint.sh), the local OCI registry
+// and crane (tests/support/ociregistry-bins.sh) and promtool (tests/support/promtool-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // Alone, it runs the Kubernetes support matrix (tests/support/kubematrix.ts): the whole suite on the
 // default version, then the core end-to-end flows on the oldest and the newest, each on its own
@@ -117,6 +118,45 @@ if (!env.H2PEER) {
   if (r.status !== 0) fail("cannot build the hostile HTTP/2 peer tests/support/h2peer (see above)");
   const m = r.stdout.match(/^H2PEER=(.+)$/m);
   if (m) env.H2PEER = m[1];
+}
+
+// actionlint, which tests/unit/release-workflow.test.ts runs on the release workflow and on broken
+// copies of it (built from its Go module once per machine by tests/support/actionlint.sh).
+if (!env.ACTIONLINT) {
+  const r = spawnSync(join(root, "tests/support/actionlint.sh"), ["--print"], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0) fail("cannot build actionlint (see above)");
+  const m = r.stdout.match(/^ACTIONLINT=(.+)$/m);
+  if (m) env.ACTIONLINT = m[1];
+}
+
+// The local OCI registry and crane of tests/e2e/release.test.ts (go-containerregistry's pkg/registry and
+// cmd/crane), built from tests/support/ociregistry once per machine.
+if (!env.OCI_REGISTRY || !env.CRANE) {
+  const r = spawnSync(join(root, "tests/support/ociregistry-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0)
+    fail("cannot build the local OCI registry and crane tests/support/ociregistry (see above)");
+  for (const line of r.stdout.split("\n")) {
+    const m = line.match(/^(OCI_REGISTRY|CRANE)=(.+)$/);
+    if (m) env[m[1] as string] = m[2];
+  }
+}
+
+// Prometheus' promtool (cmd/promtool of github.com/prometheus/prometheus), which
+// tests/e2e/observability.test.ts runs on the chart's alert rules, built once per machine.
+if (!env.PROMTOOL) {
+  const r = spawnSync(join(root, "tests/support/promtool-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0) fail("cannot build promtool (see above)");
+  const m = r.stdout.match(/^PROMTOOL=(.+)$/m);
+  if (m) env.PROMTOOL = m[1];
 }
 
 const hostArch = process.arch === "arm64" ? "arm64" : "amd64";

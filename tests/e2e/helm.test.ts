@@ -8,8 +8,7 @@
 // Go chart's example values (a DaemonSet with node-ipam) gives a node its pod CIDR.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
@@ -28,6 +27,7 @@ import {
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
+import { helmBinary, runHelm } from "../support/helm.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "../support/kubelet.ts";
 import { CcmProcess } from "../support/process.ts";
 
@@ -75,15 +75,9 @@ interface Workload extends KubeObject {
 }
 
 let work: string;
-let helmBinary: string;
 
 beforeAll(() => {
-  helmBinary = process.env.HELM ?? "";
-  if (!helmBinary || !existsSync(helmBinary)) {
-    throw new Error(
-      "helm not found: run the suite with `npm test` (tests/support/testbed-bins.sh builds helm.sh/helm/v3), or set HELM",
-    );
-  }
+  helmBinary();
   work = mkdtempSync(join(tmpdir(), "talos-ccm-helm-"));
 });
 
@@ -93,17 +87,7 @@ afterAll(() => {
 
 /** Runs helm with its cache, config and data in the test's directory, never the user's. */
 function helm(args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(helmBinary, args, {
-    encoding: "utf8",
-    env: {
-      PATH: process.env.PATH,
-      HOME: work,
-      HELM_CACHE_HOME: join(work, "cache"),
-      HELM_CONFIG_HOME: join(work, "config"),
-      HELM_DATA_HOME: join(work, "data"),
-    },
-  });
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  return runHelm(work, args);
 }
 
 /** Writes values to a file of the test's directory. */

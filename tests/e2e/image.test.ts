@@ -4,37 +4,21 @@
 // with chroot as uid 65532 on a read-only bind of that root, with /proc mounted as a container
 // runtime would. The binary prints its version, and completes a TLS connection to the test API
 // server with a kubeconfig (inline CA and client certificate) inside the root, and serves HTTPS with
-// its in-memory certificate. Needs root (chroot, mount): true here and in CI.
+// its in-memory certificate. Needs root (chroot, mount): true here and in CI. The tests themselves are
+// tests/support/imageroot.ts', which tests/e2e/release.test.ts also runs on the root unpacked from the
+// release image's layers.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { spawnSync } from "node:child_process";
-import {
-  chmodSync,
-  chownSync,
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { afterAll, beforeAll } from "bun:test";
+import { chmodSync, chownSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { type Subprocess, spawn } from "bun";
 import { BINARY_PATH, NONROOT_ID } from "../../lib/manifests.ts";
-import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
+import { TestCluster } from "../support/cluster.ts";
+import { describeImageRoot, killInRoot, sharedLibraries } from "../support/imageroot.ts";
 import { ccmBinary } from "../support/process.ts";
 
 let cluster: TestCluster;
 let root: string;
-const live = new Set<Subprocess>();
-
-/** The shared libraries the binary loads, as `ldd` lists them (the vDSO has no file). */
-function sharedLibraries(binary: string): string[] {
-  const r = spawnSync("ldd", [binary], { encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`Cannot run ldd ${binary}: ${r.stderr || r.stdout}`);
-  return [...r.stdout.matchAll(/(?:=>\s*)?(\/\S+)\s+\(0x[0-9a-f]+\)/g)].map((m) => m[1] as string);
-}
 
 /** What gcr.io/distroless/base-debian12:nonroot lays down besides libraries (its passwd and group). */
 const PASSWD = [
@@ -76,42 +60,6 @@ function fillRoot(dir: string): void {
   mkdirSync(join(dir, "proc"));
 }
 
-/**
- * Spawns the binary inside the root: a private mount namespace makes a read-only bind of the root
- * and mounts /proc in it (both vanish with the process); `exec` keeps one PID, so signals reach the
- * binary itself.
- */
-function runInRoot(args: string[], env: Record<string, string> = {}): Subprocess<"ignore", "pipe", "pipe"> {
-  const q = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
-  const script = [
-    `mount --bind ${q(root)} ${q(root)}`,
-    `mount -o remount,bind,ro ${q(root)}`,
-    `mount -t proc proc ${q(join(root, "proc"))}`,
-    `exec chroot --userspec=${NONROOT_ID}:${NONROOT_ID} ${q(root)} ${BINARY_PATH} ${args.map(q).join(" ")}`,
-  ].join(" && ");
-  const proc = spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], {
-    stdin: "ignore",
-    stdout: "pipe",
-    stderr: "pipe",
-    env: { HOME: "/home/nonroot", ...env },
-  });
-  live.add(proc);
-  void proc.exited.then(() => live.delete(proc));
-  return proc;
-}
-
-/** Collects a process' stdout and stderr as they come. */
-function collect(proc: Subprocess<"ignore", "pipe", "pipe">): { text: () => string } {
-  let out = "";
-  for (const stream of [proc.stdout, proc.stderr]) {
-    void (async () => {
-      const dec = new TextDecoder();
-      for await (const chunk of stream) out += dec.decode(chunk);
-    })();
-  }
-  return { text: () => out };
-}
-
 beforeAll(async () => {
   // Fails (never skips) without root, before building anything, naming the test and why.
   if (process.getuid?.() !== 0) {
@@ -125,70 +73,14 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const p of live) p.kill("SIGKILL");
+  killInRoot();
   await cluster?.stop();
   if (root) rmSync(root, { recursive: true, force: true });
 });
 
-describe("minimal distroless root", () => {
-  test("the root holds the binary and glibc only: no shell, no CA bundle", () => {
-    const libs = sharedLibraries(ccmBinary());
-    expect(libs.some((l) => /\/libc\.so\.6$/.test(l))).toBe(true);
-    expect(libs.every((l) => /\/(ld-linux[^/]*|lib(c|m|dl|pthread|rt)\.so\.\d+)$/.test(l))).toBe(true);
-    for (const absent of [
-      "bin/sh",
-      "usr/bin/sh",
-      "etc/ssl",
-      "usr/share/ca-certificates",
-      "etc/ca-certificates",
-    ]) {
-      expect(existsSync(join(root, absent))).toBe(false);
-    }
-  });
-
-  test("--version runs as nonroot on a read-only root", async () => {
-    const proc = runInRoot(["--version"]);
-    const out = collect(proc);
-    expect(await proc.exited).toBe(0);
-    expect(out.text()).toMatch(
-      /^talos-cloud-controller-manager \d+\.\d+\.\d+ \(commit \S+, bun \d+\.\d+\.\d+\)\n$/,
-    );
-  });
-
-  test("completes a TLS connection to the API server and serves HTTPS, as nonroot on a read-only root", async () => {
-    const conn = await cluster.userConnection("image-test", ["system:masters"]);
-    const kubeconfig = join(root, "etc/kubeconfig");
-    writeKubeconfig(kubeconfig, conn);
-    chownSync(kubeconfig, NONROOT_ID, NONROOT_ID);
-    chmodSync(kubeconfig, 0o400);
-    const port = await freePort();
-    const proc = runInRoot([
-      "--kubeconfig=/etc/kubeconfig",
-      "--controllers=-cloud-node",
-      "--leader-elect=false",
-      `--secure-port=${port}`,
-      "--bind-address=127.0.0.1",
-    ]);
-    const out = collect(proc);
-    await waitFor(
-      () => out.text().includes("Connected to the Kubernetes API server"),
-      20_000,
-      () => `no connection in:\n${out.text()}`,
-    );
-    expect(out.text()).toContain(`server="${cluster.url}"`);
-    let status = 0;
-    await waitFor(
-      async () => {
-        status = (await fetch(`https://127.0.0.1:${port}/healthz`, { tls: { rejectUnauthorized: false } }))
-          .status;
-        return status === 200;
-      },
-      10_000,
-      () => `no /healthz (${status}) from:\n${out.text()}`,
-    );
-    expect(proc.exitCode).toBeNull();
-    proc.kill("SIGTERM");
-    expect(await proc.exited).toBe(0);
-    expect(out.text()).not.toMatch(/certificate|EACCES|EROFS|read-only file system/i);
-  });
+describeImageRoot("minimal distroless root", {
+  root: () => root,
+  binary: ccmBinary,
+  cluster: () => cluster,
+  noCaBundle: true,
 });

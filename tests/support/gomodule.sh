@@ -1,6 +1,7 @@
-# Sourced by testbed-bins.sh (the Talos simulator, tests/support/talossim) and h2peer-bins.sh (the
-# hostile HTTP/2 peer, tests/support/h2peer): the cached build of a local Go module from its
-# committed go.mod and go.sum. Defines functions only; the caller sets `set -euo pipefail`.
+# Sourced by testbed-bins.sh (the Talos simulator, tests/support/talossim), h2peer-bins.sh (the
+# hostile HTTP/2 peer, tests/support/h2peer) and ociregistry-bins.sh (the local OCI registry and
+# crane, tests/support/ociregistry): the cached build of a local Go module from its committed go.mod
+# and go.sum. Defines functions only; the caller sets `set -euo pipefail`.
 
 # source_hash DIR: 12 hex digits of the module's go.mod, go.sum and Go sources (its cache key's tail).
 source_hash() {

@@ -675,7 +675,9 @@ describe("CsrApprover", () => {
     const pem = await pemA();
     f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
     expect(await f.drain()).toEqual([{ name: "csr-1", result: { requeueAfterMs: 1000 } }]);
-    expect(f.registry.expose()).not.toContain("talosccm_csr_approval_count{");
+    // No decision was written: the counters (each series there from the start) stay at 0.
+    expect(f.registry.expose()).toContain('talosccm_csr_approval_count{status="approve"} 0\n');
+    expect(f.registry.expose()).toContain('talosccm_csr_approval_count{status="deny"} 0\n');
     // Someone else decided it meanwhile: the watch brings the condition, nothing more is written.
     conflict = false;
     f.csrs.put(

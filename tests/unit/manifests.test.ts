@@ -367,6 +367,76 @@ describe("manifests() DaemonSet", () => {
   });
 });
 
+describe("manifests() Deployment", () => {
+  const deploymentOf = (s: ManifestSettings) =>
+    objectOf(s, "Deployment") as unknown as {
+      spec: {
+        replicas: number;
+        strategy: unknown;
+        selector: { matchLabels: Record<string, string> };
+        template: { metadata: { labels: Record<string, string> }; spec: PodSpec };
+      };
+    };
+  const asDeployment = settings({ workload: "Deployment" });
+
+  test("workload Deployment replaces the DaemonSet with one replica and keeps every other object", () => {
+    const kinds = (s: ManifestSettings) =>
+      manifests(s).map((m) => `${m.object.kind}/${m.object.metadata.name}`);
+    const ds = kinds(settings());
+    const dep = kinds(asDeployment);
+    expect(dep).toEqual(ds.map((k) => (k === `DaemonSet/${APP_NAME}` ? `Deployment/${APP_NAME}` : k)));
+    const d = deploymentOf(asDeployment);
+    expect(d.spec.replicas).toBe(1);
+    expect(d.spec.strategy).toEqual({
+      type: "RollingUpdate",
+      rollingUpdate: { maxUnavailable: 1, maxSurge: 0 },
+    });
+    expect(d.spec.selector.matchLabels).toEqual({
+      "app.kubernetes.io/name": APP_NAME,
+      "app.kubernetes.io/instance": APP_NAME,
+    });
+    expect(d.spec.template.metadata.labels).toMatchObject(d.spec.selector.matchLabels);
+  });
+
+  test("the Deployment's pod is on the pod network, reaches Talos through the talosconfig and tolerates no not-ready node", () => {
+    const pod = deploymentOf(asDeployment).spec.template.spec;
+    expect(pod.hostNetwork).toBeUndefined();
+    expect((pod as unknown as { dnsPolicy?: string }).dnsPolicy).toBeUndefined();
+    expect(pod.tolerations.map((t) => `${t.key}:${t.effect}`).sort()).toEqual([
+      "node-role.kubernetes.io/control-plane:NoSchedule",
+      "node.cloudprovider.kubernetes.io/uninitialized:NoSchedule",
+    ]);
+    const c = pod.containers[0];
+    expect(c?.env).toEqual([{ name: "TALOSCONFIG", value: SERVICE_ACCOUNT_TALOSCONFIG }]);
+  });
+
+  test("the Deployment's container and pod are the DaemonSet's but for the network, environment and tolerations", () => {
+    type Loose = Record<string, unknown>;
+    const { env: _d, ...fromDs } = container(settings());
+    const { env: _p, ...fromDep } = deploymentOf(asDeployment).spec.template.spec.containers[0] ?? {};
+    expect(fromDep).toEqual(fromDs);
+    const {
+      hostNetwork,
+      dnsPolicy,
+      tolerations: _t,
+      containers: _c,
+      ...podDs
+    } = podSpec(settings()) as unknown as Loose;
+    expect([hostNetwork, dnsPolicy]).toEqual([true, "ClusterFirstWithHostNet"]);
+    const {
+      tolerations: _t2,
+      containers: _c2,
+      ...podDep
+    } = deploymentOf(asDeployment).spec.template.spec as unknown as Loose;
+    expect(podDep).toEqual(podDs);
+  });
+
+  test("renderManifests() with workload Deployment parses back to manifests()", () => {
+    const docs = parseAllDocuments(renderManifests(asDeployment)).map((d) => d.toJS());
+    expect(docs).toEqual(manifests(asDeployment).map((m) => m.object));
+  });
+});
+
 describe("rbacGrants()", () => {
   const runtime = [
     "nodes:list",

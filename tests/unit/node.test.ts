@@ -1850,6 +1850,7 @@ describe("CloudNodeController.reconcile()", () => {
     expect(store.get("node-1")?.spec).toEqual({ taints: [UNINIT, NOT_READY] });
     expect(registry.expose()).toContain('talosccm_node_initialization_errors_total{reason="instance_id"} 2');
     expect(registry.expose()).toContain(`${WAITING} 1`);
+    expect(registry.expose()).toContain("\ntalosccm_nodes_uninitialized 1\n");
 
     await platform(
       talos,
@@ -1860,6 +1861,7 @@ describe("CloudNodeController.reconcile()", () => {
     expect(store.get("node-1")?.spec).toEqual({ taints: [NOT_READY], providerID: "hcloud://51234567" });
     expect(events.at(-1)).toBe("Normal Synced node-1");
     expect(registry.expose()).toContain(`${WAITING} 0`);
+    expect(registry.expose()).toContain("\ntalosccm_nodes_uninitialized 0\n");
     // The instance ID is part of the machine's identity: Talos confirmed the node again.
     expect(talos.calls.filter((c) => c.startsWith("get nodename"))).toEqual([
       "get nodename 10.0.0.5",

@@ -63,14 +63,21 @@ describe("WorkQueue", () => {
     expect(await next).toBeUndefined();
   });
 
-  test("exports depth and adds with the client-go metric names", () => {
+  test("exports depth and adds with the client-go metric names", async () => {
     const registry = new Registry();
     const queue = new WorkQueue("cloud-node", { registry });
+    // From the start, as client-go's, even while workers take every key at once.
+    expect(registry.expose()).toContain('workqueue_depth{name="cloud-node"} 0');
+    const worker = queue.get();
+    queue.add("w");
+    expect(await worker).toBe("w");
+    expect(registry.expose()).toContain('workqueue_depth{name="cloud-node"} 0');
+    queue.done("w");
     queue.add("a");
     queue.add("b");
     const text = registry.expose();
     expect(text).toContain('workqueue_depth{name="cloud-node"} 2');
-    expect(text).toContain('workqueue_adds_total{name="cloud-node"} 2');
+    expect(text).toContain('workqueue_adds_total{name="cloud-node"} 3');
   });
 });
 
