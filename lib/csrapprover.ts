@@ -581,7 +581,13 @@ export class CsrApprover {
   async #write(c: LeanCsr, d: Verdict): Promise<ReconcileResult | undefined> {
     const name = c.metadata.name;
     try {
-      await this.#opts.client.update(`${CSR_PATH}/${encodeURIComponent(name)}/approval`, approvalBody(c, d));
+      await this.#opts.client.update<void>(
+        `${CSR_PATH}/${encodeURIComponent(name)}/approval`,
+        approvalBody(c, d),
+        {
+          discardAnswer: true,
+        },
+      );
     } catch (err) {
       if (isNotFound(err)) return undefined;
       if (isConflict(err)) {

@@ -244,9 +244,10 @@ export class EventRecorder {
     const entry: SeriesEntry = { name, namespace, count: 1, firstMs: now, lastMs: now, lastWriteMs: now };
     for (const e of remember(this.#entries, key, entry, this.#opts.maxEntries))
       if (e.pending) clearTimeout(e.pending);
-    await this.#client.create(
+    await this.#client.create<void>(
       `/apis/events.k8s.io/v1/namespaces/${namespace}/events`,
       eventBody(name, now, this.#opts, { target, type, reason, action, note }),
+      { discardAnswer: true },
     );
   }
 

@@ -207,7 +207,12 @@ export class KubeClient implements KubeApi {
       let text: string;
       try {
         res = await this.#send(method, path, attemptOpts, "application/json");
-        text = await res.text();
+        if (res.ok && opts.discardAnswer) {
+          // Drained, so that the connection stays usable; a whole object parsed for nothing is the
+          // largest garbage of a burst of writes (a Node is ~5 KB of objects).
+          await res.arrayBuffer();
+          text = "";
+        } else text = await res.text();
       } catch (err) {
         done();
         this.#requests.inc({ code: "<error>", host: this.#host, method });
@@ -221,6 +226,7 @@ export class KubeClient implements KubeApi {
       done();
       this.#requests.inc({ code: String(res.status), host: this.#host, method });
       if (res.ok) {
+        if (opts.discardAnswer) return undefined as T;
         const json = (res.headers.get("content-type") ?? "").includes("json");
         return (json && text ? JSON.parse(text) : text) as T;
       }

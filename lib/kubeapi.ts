@@ -65,6 +65,11 @@ export interface RequestOptions {
   contentType?: string;
   query?: Record<string, string | number | boolean | undefined>;
   signal?: AbortSignal;
+  /**
+   * The caller reads nothing of a successful answer (a write whose result it ignores): the body is
+   * drained and not parsed, and the request resolves to undefined. Errors are decoded as ever.
+   */
+  discardAnswer?: boolean;
 }
 
 /** Options of {@link KubeApi.watch}. */

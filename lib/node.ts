@@ -65,6 +65,8 @@ const log = logger("cloud-node");
 
 /** This CCM's Node patches are recorded under {@link FIELD_MANAGER}, whatever the User-Agent. */
 const AS_FIELD_MANAGER = { query: { fieldManager: FIELD_MANAGER } };
+/** The same, for a write whose answer nothing reads. */
+const AS_FIELD_MANAGER_UNREAD = { ...AS_FIELD_MANAGER, discardAnswer: true };
 
 /** The optional facts the rules read (each costs a Talos call per node). */
 function factsNeeds(config: CompiledConfig): FactsNeeds {
@@ -471,7 +473,7 @@ export class CloudNodeController {
       if (rv !== undefined && patch.ops.length > 0) stale.add(rv);
     }
     if (patch.ops.length > 0) {
-      await this.#opts.client.patch(path, patch.ops, PATCH.json, AS_FIELD_MANAGER);
+      await this.#opts.client.patch<void>(path, patch.ops, PATCH.json, AS_FIELD_MANAGER_UNREAD);
       this.#stale.set(name, stale);
     }
   }

@@ -89,6 +89,27 @@ describe("KubeClient", () => {
     expect((err as KubeError).reason).toBe("NotFound");
   });
 
+  test("a write with discardAnswer resolves to undefined once written; its errors are decoded as ever", async () => {
+    const path = "/api/v1/nodes/kube-test-node";
+    const answer = await cluster.adminClient.patch(
+      path,
+      { metadata: { labels: { "example.com/discarded": "yes" } } },
+      PATCH.merge,
+      { discardAnswer: true },
+    );
+    expect(answer).toBeUndefined();
+    const node = await cluster.adminClient.get<V1Node>(path);
+    expect(node.metadata?.labels?.["example.com/discarded"]).toBe("yes");
+    // The connection stays usable after the drained answer, and a refused write still throws.
+    const err = await cluster.adminClient
+      .patch("/api/v1/nodes/does-not-exist", { metadata: { labels: { a: "b" } } }, PATCH.merge, {
+        discardAnswer: true,
+      })
+      .catch((e: unknown) => e);
+    expect(isNotFound(err)).toBe(true);
+    expect((err as KubeError).message).toContain("does-not-exist");
+  });
+
   test("watch() streams ADDED and MODIFIED events from a resourceVersion", async () => {
     const list = await cluster.adminClient.get<V1NodeList>("/api/v1/nodes");
     const ac = new AbortController();
