@@ -9,22 +9,22 @@ import { formatIP, ipFromBytes } from "./cidr.ts";
 import {
   AddressStatusSpec,
   ControllerManagerConfigSpec,
-  type Event as CosiEvent,
   type WatchOptions as CosiWatchOptions,
   EventType,
-  GetResponse,
   HostnameStatusSpec,
   LinkStatusSpec,
-  ListResponse,
   NetIP,
   NodeIPConfigSpec,
   NodenameSpec,
   PlatformMetadataSpec,
-  type Resource,
+  type ReadEvent,
+  ReadGetResponse,
+  ReadListResponse,
+  type ReadResource,
+  ReadWatchResponse,
   SystemInformationSpec,
   VersionResponse,
   WatchRequest,
-  WatchResponse,
 } from "./talos_pb.ts";
 import { TalosDecodeError } from "./taloserrors.ts";
 import type { AddressStatus, ControllerManagerConfig, PlatformMetadata, SystemInformation } from "./types.ts";
@@ -299,7 +299,7 @@ export interface TalosResource<T> {
  */
 function resourceOf<K extends ResourceKind>(
   kind: K,
-  r: Resource | undefined,
+  r: ReadResource | undefined,
   allowEmpty = false,
 ): TalosResource<ResourceData[K] | undefined> {
   const md = r?.metadata;
@@ -329,7 +329,7 @@ export function decodeGetResponse<K extends ResourceKind>(
   bytes: Uint8Array,
 ): TalosResource<ResourceData[K]> {
   return decodeWith(`GetResponse of ${RESOURCES[kind].type}`, () =>
-    specOf(resourceOf(kind, GetResponse.decode(bytes).resource)),
+    specOf(resourceOf(kind, ReadGetResponse.decode(bytes).resource)),
   );
 }
 
@@ -339,7 +339,7 @@ export function decodeListResponse<K extends ResourceKind>(
   bytes: Uint8Array,
 ): TalosResource<ResourceData[K]> {
   return decodeWith(`ListResponse of ${RESOURCES[kind].type}`, () =>
-    specOf(resourceOf(kind, ListResponse.decode(bytes).resource)),
+    specOf(resourceOf(kind, ReadListResponse.decode(bytes).resource)),
   );
 }
 
@@ -354,7 +354,7 @@ export type TalosWatchEvent<T> =
 /** One Event; undefined for NOOP and event types newer than this client. */
 function eventOf<K extends ResourceKind>(
   kind: K,
-  e: CosiEvent,
+  e: ReadEvent,
 ): TalosWatchEvent<ResourceData[K]> | undefined {
   switch (e.eventType) {
     case EventType.CREATED: {
@@ -392,7 +392,7 @@ export function decodeWatchResponse<K extends ResourceKind>(
   bytes: Uint8Array,
 ): Array<TalosWatchEvent<ResourceData[K]>> {
   return decodeWith(`WatchResponse of ${RESOURCES[kind].type}`, () =>
-    WatchResponse.decode(bytes).event.flatMap((e) => eventOf(kind, e) ?? []),
+    ReadWatchResponse.decode(bytes).event.flatMap((e) => eventOf(kind, e) ?? []),
   );
 }
 

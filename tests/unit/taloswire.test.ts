@@ -9,6 +9,7 @@ import {
   GetResponse,
   ListResponse,
   type Metadata,
+  ReadGetResponse,
   type Resource,
   VersionResponse,
   WatchResponse,
@@ -354,6 +355,22 @@ describe("resource envelopes", () => {
     decodeGetResponse("platformmetadata", GetResponse.encode(r ? { resource: r } : {}).finish());
   const watch = (...event: Parameters<typeof WatchResponse.encode>[0]["event"]) =>
     decodeWatchResponse("platformmetadata", WatchResponse.encode({ event }).finish());
+
+  test("the decoded envelope keeps only what the checks and the spec need: the YAML copy, timestamps, owner and labels are skipped", () => {
+    const full = resource({
+      owner: "network.PlatformConfigController",
+      created: { seconds: 1_700_000_000n, nanos: 1 },
+      updated: { seconds: 1_700_000_001n, nanos: 2 },
+      labels: { a: "b" },
+      annotations: { c: "d" },
+      finalizers: ["f"],
+    });
+    const bytes = GetResponse.encode({ resource: full }).finish();
+    const lean = ReadGetResponse.decode(bytes).resource;
+    expect(lean?.spec).toEqual({ protoSpec: full.spec?.protoSpec as Uint8Array });
+    expect(Object.keys(lean?.metadata ?? {}).sort()).toEqual(["id", "namespace", "phase", "type", "version"]);
+    expect(get(full)).toEqual({ id: "platformmetadata", version: "3", spec: pm });
+  });
 
   test("decodeGetResponse() returns id, version and the decoded spec", () => {
     expect(get(resource({}))).toEqual({ id: "platformmetadata", version: "3", spec: pm });
