@@ -185,11 +185,32 @@ export class TalosFactsReader {
   readonly #ttlMs: number;
   readonly #now: () => number;
   readonly #cache = new Map<string, FactsEntry>();
+  readonly #schedule: (fn: () => void, ms: number) => void;
+  /** A prune is scheduled (armed while the cache holds entries). */
+  #pruning = false;
 
-  constructor(talos: TalosFactsClient, opts: { ttlMs?: number; now?: () => number } = {}) {
+  /**
+   * @param opts.schedule runs `fn` after `ms` (default: a timer that does not hold the process): the
+   *   entries of a burst of CSRs go when they expire, not at the next read, which may never come.
+   */
+  constructor(
+    talos: TalosFactsClient,
+    opts: { ttlMs?: number; now?: () => number; schedule?: (fn: () => void, ms: number) => void } = {},
+  ) {
     this.#talos = talos;
     this.#ttlMs = opts.ttlMs ?? TALOS_FACTS_TTL_MS;
     this.#now = opts.now ?? Date.now;
+    this.#schedule =
+      opts.schedule ??
+      ((fn, ms) => {
+        const timer = setTimeout(fn, ms);
+        (timer as { unref?: () => void }).unref?.();
+      });
+  }
+
+  /** Entries held (expired ones included until their prune). */
+  get size(): number {
+    return this.#cache.size;
   }
 
   /**
@@ -248,6 +269,7 @@ export class TalosFactsReader {
       // Re-inserted at the end, so that the map stays (nearly) in age order for #prune.
       this.#cache.delete(name);
       this.#cache.set(name, entry);
+      this.#armPrune();
     }
     if (withDNS && !entry.dnsNames) {
       const [host, metadata] = await Promise.all([
@@ -274,6 +296,22 @@ export class TalosFactsReader {
       if (now - e.at < this.#ttlMs) return;
       this.#cache.delete(k);
     }
+  }
+
+  /** Schedules a prune when the oldest entry expires; again after it while entries remain. */
+  #armPrune(): void {
+    if (this.#pruning) return;
+    const oldest = this.#cache.values().next().value;
+    if (oldest === undefined) return;
+    this.#pruning = true;
+    this.#schedule(
+      () => {
+        this.#pruning = false;
+        this.#prune(this.#now());
+        this.#armPrune();
+      },
+      Math.max(0, oldest.at + this.#ttlMs - this.#now()) + 1,
+    );
   }
 }
 

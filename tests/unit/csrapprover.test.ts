@@ -456,6 +456,37 @@ describe("TalosFactsReader", () => {
     expect(talos.calls).toHaveLength(12);
   });
 
+  test("TalosFactsReader drops what it read once it expires, without waiting for another read", async () => {
+    const talos = new FakeTalos();
+    talos.machines.set("10.0.0.1", { nodename: "worker-a", addresses: ["10.0.0.1/24"] });
+    talos.machines.set("10.0.0.2", { nodename: "worker-b", addresses: ["10.0.0.2/24"] });
+    let now = T0;
+    const due: Array<{ fn: () => void; at: number }> = [];
+    const reader = new TalosFactsReader(talos, {
+      ttlMs: 10_000,
+      now: () => now,
+      schedule: (fn, ms) => due.push({ fn, at: now + ms }),
+    });
+    await reader.read(node("worker-a", ["10.0.0.1"]), false, false);
+    now += 4_000;
+    await reader.read(node("worker-b", ["10.0.0.2"]), false, false);
+    // One prune armed, for the oldest entry's expiry.
+    expect(due.map((d) => d.at - T0)).toEqual([10_001]);
+    expect(reader.size).toBe(2);
+    const run = () => {
+      const d = due.shift() as { fn: () => void; at: number };
+      now = d.at;
+      d.fn();
+    };
+    run();
+    expect(reader.size).toBe(1);
+    // Re-armed for the other entry, then nothing is left to arm.
+    expect(due.map((d) => d.at - T0)).toEqual([14_001]);
+    run();
+    expect(reader.size).toBe(0);
+    expect(due).toEqual([]);
+  });
+
   test("TalosFactsReader.read() throws when Talos does not answer or the Node has no IP", async () => {
     const talos = new FakeTalos();
     talos.machines.set("10.0.0.1", { nodename: "worker-a", addresses: ["10.0.0.1/24"] });
