@@ -67,14 +67,11 @@ import {
   type BenchFigures,
   formatApidTable,
   formatMedianTable,
-  formatSlope,
+  formatSlopes,
   formatTable,
   median,
-  medianFigures,
   multiJson,
-  SLOPE_KINDS,
   SLOPE_NODES,
-  slope,
   toJson,
 } from "./support/bench-report.ts";
 import { apidTalos, type BenchTalos, fakeTalos, type TalosKind } from "./support/bench-talos.ts";
@@ -1079,22 +1076,7 @@ async function measureMany(args: BenchArgs, source: string, version: string): Pr
           const header = `medians of ${args.repeat} runs (each run's table is on stderr): ${rs[0]?.header}`;
           return `${formatMedianTable(figures[i] as BenchFigures[], header)}\n`;
         });
-  return [...tables, ...slopeLines(figures)].join("\n");
-}
-
-/** The slopes between consecutive sizes: of the medians, with each round's when repeated. */
-function slopeLines(figures: BenchFigures[][]): string[] {
-  const meds = figures.map(medianFigures);
-  const lines: string[] = [];
-  for (let i = 1; i < meds.length; i++) {
-    const [a, b] = [figures[i - 1] as BenchFigures[], figures[i] as BenchFigures[]];
-    for (const kind of SLOPE_KINDS) {
-      const s = slope(kind, meds[i - 1] as BenchFigures, meds[i] as BenchFigures);
-      const rounds = b.length > 1 ? a.map((f, r) => slope(kind, f, b[r] as BenchFigures)) : undefined;
-      lines.push(formatSlope(s, rounds));
-    }
-  }
-  return lines;
+  return [...tables, ...formatSlopes(figures)].join("\n");
 }
 
 async function main(): Promise<void> {

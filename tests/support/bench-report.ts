@@ -321,7 +321,27 @@ export function formatSlope(s: Slope, runs?: readonly Slope[]): string {
     ? `${s.kind === "peak_anon" ? "peak" : "settled"} anonymous memory per node`
     : `${s.kind} RSS slope`;
   const each = runs ? `; runs: ${runs.map((r) => two(r.value)).join(", ")}` : "";
-  return `${what} N=${s.from}→${s.to}: ${two(s.value)} ${spec.unit} (${budget}${runs ? ", of the medians" : ""})${each}`;
+  const of = runs ? ", of the medians" : "";
+  return `${what} N=${s.from}→${s.to}${of}: ${two(s.value)} ${spec.unit} (${budget})${each}`;
+}
+
+/**
+ * The slope lines of a run over several sizes: between each pair of consecutive sizes, every kind
+ * (SLOPE_KINDS); of the medians, with each round's slope after it when the sizes ran more than once.
+ * @param runs each size's runs, ascending N, the same number of runs (rounds) each.
+ */
+export function formatSlopes(runs: readonly (readonly BenchFigures[])[]): string[] {
+  const meds = runs.map(medianFigures);
+  const lines: string[] = [];
+  for (let i = 1; i < meds.length; i++) {
+    const [a, b] = [runs[i - 1] as BenchFigures[], runs[i] as BenchFigures[]];
+    for (const kind of SLOPE_KINDS) {
+      const s = slope(kind, meds[i - 1] as BenchFigures, meds[i] as BenchFigures);
+      const rounds = b.length > 1 ? a.map((f, r) => slope(kind, f, b[r] as BenchFigures)) : undefined;
+      lines.push(formatSlope(s, rounds));
+    }
+  }
+  return lines;
 }
 
 /** The JSON keys of the slopes, in SLOPE_KINDS order. */

@@ -11,6 +11,7 @@ import {
   FIGURE_KEYS,
   formatMedianTable,
   formatSlope,
+  formatSlopes,
   median,
   medianFigures,
   multiJson,
@@ -132,7 +133,7 @@ describe("the anonymous memory per node (issue 29: <= 10 KB, N = 1,000 → 5,000
       slope("settled_anon", figures({ settled_anon_mb: null }), at5000),
     ];
     expect(formatSlope(slope("settled_anon", at1000, at5000), rounds)).toBe(
-      "settled anonymous memory per node N=1000→5000: 16.33 KiB (budget <= 10, FAIL, of the medians); runs: 10.42, 16.33, n/a",
+      "settled anonymous memory per node N=1000→5000, of the medians: 16.33 KiB (budget <= 10, FAIL); runs: 10.42, 16.33, n/a",
     );
   });
 
@@ -272,5 +273,41 @@ describe("multiJson(): a run over several sizes, repeated or not", () => {
     ]);
     expect("settled_anon_kib_per_node" in json).toBe(false);
     expect(JSON.parse(JSON.stringify(json))).toEqual(json);
+  });
+});
+
+describe("formatSlopes(): the slope lines of a run over several sizes", () => {
+  test("once each (--slope, --nodes A,B): the four slopes, as before for RSS, then anonymous", () => {
+    const lines = formatSlopes([
+      [figures({ nodes: 100, rss_mb: 60, settled_rss_mb: 55, peak_anon_mb: 18, settled_anon_mb: 17 })],
+      [figures({ nodes: 1000, rss_mb: 70, settled_rss_mb: 68.5, peak_anon_mb: 40, settled_anon_mb: 30 })],
+    ]);
+    expect(lines).toEqual([
+      "peak RSS slope N=100→1000: 11.11 MiB per 1,000 nodes (budget <= 13, PASS)",
+      "settled RSS slope N=100→1000: 15.00 MiB per 1,000 nodes (budget <= 13, FAIL)",
+      "peak anonymous memory per node N=100→1000: 25.03 KiB (budget <= 10 stated for N=1000→5000, not applied)",
+      "settled anonymous memory per node N=100→1000: 14.79 KiB (budget <= 10 stated for N=1000→5000, not applied)",
+    ]);
+  });
+
+  test("repeated, three sizes: each consecutive pair, of the medians, each round's after", () => {
+    const at = (nodes: number, anon: number) => figures({ nodes, settled_anon_mb: anon });
+    const lines = formatSlopes([
+      [at(100, 17), at(100, 18), at(100, 17.5)],
+      [at(1000, 30), at(1000, 31), at(1000, 29)],
+      [at(5000, 70), at(5000, 68), at(5000, 75)],
+    ]);
+    expect(lines).toHaveLength(8);
+    expect(lines[3]).toBe(
+      "settled anonymous memory per node N=100→1000, of the medians: 14.22 KiB (budget <= 10 stated for N=1000→5000, not applied); runs: 14.79, 14.79, 13.08",
+    );
+    // Medians 30 and 70: 40 MiB × 1024 / 4,000 = 10.24.
+    expect(lines[7]).toBe(
+      "settled anonymous memory per node N=1000→5000, of the medians: 10.24 KiB (budget <= 10, FAIL); runs: 10.24, 9.47, 11.78",
+    );
+  });
+
+  test("one size: no slopes", () => {
+    expect(formatSlopes([[figures(), figures()]])).toEqual([]);
   });
 });
