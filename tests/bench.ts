@@ -1,21 +1,26 @@
 // `npm run bench -- --nodes N [--json]`: runs the compiled binary on the test bed (real
 // kube-apiserver + etcd, the fake Talos apid serving N generated nodes, N simulated kubelets) and
 // measures, in one run, start-up time, idle memory, initialization and CSR approval of N nodes,
-// peak memory, memory settled after them and CPU for them, Talos calls at initialization and in
-// steady state, and Kubernetes requests per node. Prints a table with each figure against its budget
+// peak memory, memory settled after them (total RSS and its anonymous part, each at the peak and
+// settled) and CPU for them, Talos calls at initialization and in steady state, and Kubernetes
+// requests per node. Prints a table with each figure against its budget
 // (tests/support/bench-report.ts), or with --json one object with the figures' keys (FIGURE_KEYS:
-// `nodes`, then startup_ms, idle_rss_mb, init_s, csr_s, rss_mb, settled_rss_mb, cpu_s,
-// talos_calls_per_node, talos_calls_per_node_hour, kube_requests_per_node).
+// `nodes`, then startup_ms, idle_rss_mb, init_s, csr_s, rss_mb, settled_rss_mb, peak_anon_mb,
+// settled_anon_mb, cpu_s, talos_calls_per_node, talos_calls_per_node_hour, kube_requests_per_node).
 //
-// `npm run bench -- --slope [--slope-nodes A,B] [--json]`: the whole measurement twice, at N = 100
-// and N = 1,000 (or A and B), one after the other, each on a fresh API server, etcd and fake apid;
-// prints both tables, then the slope of peak RSS (rss_mb) and of settled RSS (settled_rss_mb) in MiB
-// per 1,000 nodes with its budget (issue 15: ~13 KB per node, applied between N = 100 and 1,000). With
-// --json, one object: {"runs": [figures A, figures B], "peak_slope_mb_per_1000": x,
-// "settled_slope_mb_per_1000": y}.
+// `npm run bench -- --nodes A,B,... [--repeat K] [--json]`: the whole measurement at each size, one
+// after the other, each on a fresh API server, etcd and fake apid, K rounds of all sizes; prints each
+// run's table (with K > 1: on stderr, and on stdout each size's medians with every run's value), then
+// between consecutive sizes the slopes of peak and settled RSS in MiB per 1,000 nodes (issue 15:
+// budget 13, applied between N = 100 and 1,000) and of peak and settled anonymous memory in KiB per
+// node (issue 29: budget 10, applied between N = 1,000 and 5,000); with K > 1, of the medians, each
+// round's after them. `--slope [--slope-nodes A,B]` is `--nodes 100,1000` (`--nodes A,B`). With
+// --json, one object (bench-report.ts multiJson): {"runs": [...], "medians": [...] with K > 1,
+// "slopes": [{from, to, peak_slope_mb_per_1000, settled_slope_mb_per_1000, peak_anon_kib_per_node,
+// settled_anon_kib_per_node}], and with two sizes those four keys at the top too}.
 //
 // Budgets are reported, never asserted: the exit code is 0 whenever the run completes. Every process
-// and temp dir is cleaned up on exit, error or Ctrl-C (after each run with --slope). `--help` lists
+// and temp dir is cleaned up on exit, error or Ctrl-C (after each run of several). `--help` lists
 // the flags.
 //
 // The CCM runs with the shipped DaemonSet's arguments (lib/manifests.ts daemonSetArgs: --v=2,
@@ -61,11 +66,12 @@ import {
   apidJson,
   type BenchFigures,
   formatApidTable,
-  formatSlope,
+  formatMedianTable,
+  formatSlopes,
   formatTable,
+  median,
+  multiJson,
   SLOPE_NODES,
-  slope,
-  slopeJson,
   toJson,
 } from "./support/bench-report.ts";
 import { apidTalos, type BenchTalos, fakeTalos, type TalosKind } from "./support/bench-talos.ts";
@@ -85,6 +91,7 @@ const N_PHASE_CONTROLLERS =
   DAEMONSET_ARGS.find((a) => a.startsWith("--controllers="))?.slice("--controllers=".length) ?? "cloud-node";
 
 const USAGE = `Usage: npm run bench -- --nodes N [flags]
+       npm run bench -- --nodes A,B,... [--repeat K] [flags]
        npm run bench -- --slope [--slope-nodes A,B] [flags]
 
 The CCM runs with the cluster-size tuning an operator adding N nodes at once would use:
@@ -92,14 +99,22 @@ The CCM runs with the cluster-size tuning an operator adding N nodes at once wou
 N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm-arg sets them.
 
   --nodes N              simulated nodes (default 100)
+  --nodes A,B,...        run at each size in turn (ascending; fresh test bed each), print each table,
+                         then between consecutive sizes the peak and settled RSS slopes (MiB per
+                         1,000 nodes) and the peak and settled anonymous memory per node (KiB; budget
+                         <= 10 applied between N = 1000 and 5000, e.g. --nodes 1000,5000)
+  --repeat K             run every size K times, round by round; print each size's median of every
+                         figure with each run's value, and the slopes of the medians with each
+                         round's (each run's full table goes to stderr)
   --slope                run everything twice, at N = ${SLOPE_NODES[0]} and N = ${SLOPE_NODES[1]} (fresh test bed each), print
-                         both tables and the peak and settled RSS slopes in MiB per 1,000 nodes
-                         against their budgets (not with --nodes)
+                         both tables and the slopes as --nodes ${SLOPE_NODES[0]},${SLOPE_NODES[1]} does (not with --nodes)
   --slope-nodes A,B      the two sizes of --slope instead (A < B; implies --slope); the slope budgets
                          apply between ${SLOPE_NODES[0]} and ${SLOPE_NODES[1]} only, other sizes report
   --json                 print one JSON object instead of the table (the notes go to stderr); with
-                         --slope {"runs": [A, B], "peak_slope_mb_per_1000",
-                         "settled_slope_mb_per_1000"}
+                         several sizes or --repeat {"runs": [...], "medians": [...] (K > 1),
+                         "slopes": [{"from", "to", "peak_slope_mb_per_1000",
+                         "settled_slope_mb_per_1000", "peak_anon_kib_per_node",
+                         "settled_anon_kib_per_node"}]}, with two sizes those keys at the top too
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
   --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
@@ -126,14 +141,17 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --startup-runs K       starts for the startup median (default 5)
   --concurrency C        kubelet registrations / CSR submissions in flight (default 64)
   --timeout-seconds S    limit of each of the init and CSR phases (default 900)
-  --ccm-log=FILE         write the N-node CCM's log there (with --slope: FILE.A and FILE.B)
+  --ccm-log=FILE         write the N-node CCM's log there (with several sizes FILE.N, with --repeat
+                         FILE.N.ROUND)
   --verbose              echo the CCM's log to stderr`;
 
 interface BenchArgs {
+  /** The size of this run: sizes[0] as parsed, each size in turn for a run over several. */
   nodes: number;
-  /** --slope: run at slopeNodes[0] and slopeNodes[1] and report the memory slopes; `nodes` unused. */
-  slope: boolean;
-  slopeNodes: [number, number];
+  /** Every size to run, ascending: --nodes N, --nodes A,B,..., or --slope's two (--slope-nodes A,B). */
+  sizes: number[];
+  /** --repeat K: each size K times, round by round; medians reported. */
+  repeat: number;
   json: boolean;
   build: boolean;
   /** --ccm-binary: the binary to bench instead of ours (CCM_BINARY's flag form). */
@@ -161,8 +179,8 @@ interface BenchArgs {
 export function parseBenchArgs(argv: readonly string[]): BenchArgs {
   const out: BenchArgs = {
     nodes: 100,
-    slope: false,
-    slopeNodes: [...SLOPE_NODES],
+    sizes: [100],
+    repeat: 1,
     json: false,
     build: true,
     ccmBinary: undefined,
@@ -180,14 +198,15 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     verbose: false,
   };
   const numeric = {
-    "--nodes": "nodes",
+    "--repeat": "repeat",
     "--steady-seconds": "steadySeconds",
     "--idle-seconds": "idleSeconds",
     "--startup-runs": "startupRuns",
     "--concurrency": "concurrency",
     "--timeout-seconds": "timeoutSeconds",
   } as const;
-  let nodesGiven = false;
+  let nodesGiven: number[] | undefined;
+  let slopeNodes: number[] | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
     const eq = arg.indexOf("=");
@@ -199,11 +218,10 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       return v;
     };
     if (name === "--json") out.json = true;
-    else if (name === "--slope") out.slope = true;
-    else if (name === "--slope-nodes") {
-      out.slopeNodes = parseSlopeNodes(value());
-      out.slope = true;
-    } else if (name === "--no-build") out.build = false;
+    else if (name === "--slope") slopeNodes ??= [...SLOPE_NODES];
+    else if (name === "--slope-nodes") slopeNodes = parseSlopeNodes(value());
+    else if (name === "--nodes") nodesGiven = parseSizes(value());
+    else if (name === "--no-build") out.build = false;
     else if (name === "--no-rules") out.rules = "none";
     else if (name === "--sysinfo-rule") out.rules = "sysinfo";
     else if (name === "--no-qps-tuning") out.qpsTuning = false;
@@ -229,13 +247,24 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       if (!Number.isInteger(n) || n <= 0)
         throw new Error(`Cannot parse ${name}=${v}: expected a positive integer`);
       out[numeric[name as keyof typeof numeric]] = n;
-      if (name === "--nodes") nodesGiven = true;
     } else throw new Error(`Cannot parse ${arg}: unknown flag\n\n${USAGE}`);
   }
-  if (out.slope && nodesGiven)
+  if (slopeNodes && nodesGiven)
     throw new Error("Cannot combine --nodes with --slope: --slope-nodes A,B sets its two sizes");
+  out.sizes = slopeNodes ?? nodesGiven ?? out.sizes;
+  out.nodes = out.sizes[0] as number;
   if (out.ccmBinary !== undefined) out.build = false;
   return out;
+}
+
+/** `N` or `A,B,...`: positive integers, ascending. */
+function parseSizes(v: string): number[] {
+  const parts = v.split(",").map((x) => Number(x.trim()));
+  if (!parts.every((n) => Number.isInteger(n) && n > 0))
+    throw new Error(`Cannot parse --nodes=${v}: expected a positive integer or a list A,B,... of them`);
+  if (parts.some((n, i) => i > 0 && n <= (parts[i - 1] as number)))
+    throw new Error(`Cannot parse --nodes=${v}: the sizes must ascend`);
+  return parts;
 }
 
 /** `A,B`: two positive integers, A < B. */
@@ -342,12 +371,6 @@ async function pool<T>(items: readonly T[], limit: number, fn: (item: T, i: numb
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
   if (failed !== undefined) throw failed;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
 
 function countBy<T>(items: readonly T[], key: (t: T) => string): string {
@@ -862,7 +885,8 @@ async function runNodePhases(
       `(anonymous ${(end.anonBytes / MiB).toFixed(1)}, file-backed ${(end.fileBytes / MiB).toFixed(1)}), ` +
       `peak ${(Math.max(end.hwmBytes, sampler.maxBytes) / MiB).toFixed(1)} MiB (highest sample ` +
       `${(sampler.maxBytes / MiB).toFixed(1)}: anonymous ${(sampler.maxSplit.anonBytes / MiB).toFixed(1)}, ` +
-      `file-backed ${(sampler.maxSplit.fileBytes / MiB).toFixed(1)})`,
+      `file-backed ${(sampler.maxSplit.fileBytes / MiB).toFixed(1)}); highest anonymous sample ` +
+      `${(sampler.maxAnonBytes / MiB).toFixed(1)} MiB (RssAnon every 250 ms)`,
   );
 
   if (probe?.at.start && probe.at.end)
@@ -877,6 +901,8 @@ async function runNodePhases(
     csr_s,
     rss_mb: Math.max(end.hwmBytes, sampler.maxBytes) / MiB,
     settled_rss_mb: end.rssBytes / MiB,
+    peak_anon_mb: Math.max(end.anonBytes, sampler.maxAnonBytes) / MiB,
+    settled_anon_mb: end.anonBytes / MiB,
     cpu_s: after.cpuSeconds - before.cpuSeconds,
     talos_calls_per_node: initCalls / n,
     talos_calls_per_node_hour: (steadyCalls / n) * (3600 / args.steadySeconds),
@@ -1018,25 +1044,39 @@ function report(r: Measured): string {
   return r.apid ? `${table}\n\n${r.apid.table}` : table;
 }
 
-/** --slope: the measurement at both sizes, one after the other; both tables, then the slopes. */
-async function measureSlope(args: BenchArgs, source: string, version: string): Promise<string> {
-  const runs: Measured[] = [];
-  for (const nodes of args.slopeNodes) {
-    progress(`--slope: the run at N = ${nodes}`);
-    const ccmLog = args.ccmLog === undefined ? undefined : `${args.ccmLog}.${nodes}`;
-    runs.push(await measure({ ...args, nodes, ccmLog }, source, version));
+/**
+ * A run over several sizes or repeated (--nodes A,B,..., --slope, --repeat K): round by round, each
+ * size in ascending order on a fresh test bed. With K = 1, every run's table, then the slopes between
+ * consecutive sizes; with K > 1, each run's table goes to stderr as it ends, and stdout gets each size's
+ * medians with every run's value, then the slopes of the medians with each round's.
+ */
+async function measureMany(args: BenchArgs, source: string, version: string): Promise<string> {
+  const runs: Measured[][] = args.sizes.map(() => []);
+  for (let round = 1; round <= args.repeat; round++) {
+    for (const [i, nodes] of args.sizes.entries()) {
+      const which = args.repeat > 1 ? `, round ${round}/${args.repeat}` : "";
+      progress(`the run at N = ${nodes}${which}`);
+      const tail = args.repeat > 1 ? `.${round}` : "";
+      const ccmLog = args.ccmLog === undefined ? undefined : `${args.ccmLog}.${nodes}${tail}`;
+      const r = await measure({ ...args, nodes, ccmLog }, source, version);
+      runs[i]?.push(r);
+      if (args.repeat > 1 && !args.json) process.stderr.write(`\n${report(r)}\n\n`);
+    }
   }
-  const [a, b] = runs.map((r) => r.figures) as [BenchFigures, BenchFigures];
+  const figures = runs.map((rs) => rs.map((r) => r.figures));
   if (args.json) {
-    for (const r of runs) for (const note of r.notes) progress(`N = ${r.figures.nodes}: ${note}`);
-    const apid = runs.flatMap((r) => (r.apid ? [apidJson(r.apid.figures)] : []));
-    return JSON.stringify({ ...slopeJson(a, b), ...(apid.length ? { apid } : {}) });
+    for (const r of runs.flat()) for (const note of r.notes) progress(`N = ${r.figures.nodes}: ${note}`);
+    const apid = runs.flat().flatMap((r) => (r.apid ? [apidJson(r.apid.figures)] : []));
+    return JSON.stringify({ ...multiJson(figures), ...(apid.length ? { apid } : {}) });
   }
-  return [
-    ...runs.map((r) => `${report(r)}\n`),
-    formatSlope(slope("peak", a, b)),
-    formatSlope(slope("settled", a, b)),
-  ].join("\n");
+  const tables =
+    args.repeat === 1
+      ? runs.map((rs) => `${report(rs[0] as Measured)}\n`)
+      : runs.map((rs, i) => {
+          const header = `medians of ${args.repeat} runs (each run's table is on stderr): ${rs[0]?.header}`;
+          return `${formatMedianTable(figures[i] as BenchFigures[], header)}\n`;
+        });
+  return [...tables, ...formatSlopes(figures)].join("\n");
 }
 
 async function main(): Promise<void> {
@@ -1058,8 +1098,8 @@ async function main(): Promise<void> {
   const version = binaryVersion(source);
   progress(`binary ${source} (${version})`);
 
-  if (args.slope) {
-    process.stdout.write(`${await measureSlope(args, source, version)}\n`);
+  if (args.sizes.length > 1 || args.repeat > 1) {
+    process.stdout.write(`${await measureMany(args, source, version)}\n`);
     return;
   }
   const run = await measure(args, source, version);

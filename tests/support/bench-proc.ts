@@ -1,6 +1,7 @@
 // Resource use of a process read from /proc for the benchmark: resident memory now (VmRSS) and at
 // its peak (VmHWM) from /proc/<pid>/status, CPU time (utime + stime) from /proc/<pid>/stat in
-// clock ticks, and a sampler that keeps the highest RSS seen while a phase runs.
+// clock ticks, and a sampler that keeps the highest RSS (and the highest anonymous part) seen while
+// a phase runs.
 
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -66,17 +67,61 @@ export function procSample(pid: number): ProcSample {
   return { ...status, cpuSeconds };
 }
 
-/** Samples a process' RSS every `intervalMs` until stopped; keeps the highest and the last reading. */
-export class RssSampler {
+/** A memory reading's resident parts, in bytes (VmRSS, RssAnon, RssFile). */
+export type RssReading = Pick<ProcSample, "rssBytes" | "anonBytes" | "fileBytes">;
+
+/**
+ * The highest and the last of a series of readings (pure). The highest total RSS and the highest
+ * anonymous part are tracked apart: the file-backed part moves on its own (page trimming, fault-around),
+ * so the reading with the highest total need not hold the highest anonymous memory.
+ */
+export class RssPeaks {
   #max = 0;
   #maxSplit = { anonBytes: Number.NaN, fileBytes: Number.NaN };
+  #maxAnon = 0;
   #last = 0;
+
+  add({ rssBytes, anonBytes, fileBytes }: RssReading): void {
+    this.#last = rssBytes;
+    if (rssBytes > this.#max) {
+      this.#max = rssBytes;
+      this.#maxSplit = { anonBytes, fileBytes };
+    }
+    if (anonBytes > this.#maxAnon) this.#maxAnon = anonBytes;
+  }
+
+  /** The highest total RSS. */
+  get maxBytes(): number {
+    return this.#max;
+  }
+
+  /** The anonymous and file-backed parts of the reading with the highest total RSS. */
+  get maxSplit(): { anonBytes: number; fileBytes: number } {
+    return this.#maxSplit;
+  }
+
+  /** The highest anonymous part of any reading (RssAnon; the kernel keeps no high-water mark of it). */
+  get maxAnonBytes(): number {
+    return this.#maxAnon;
+  }
+
+  get lastBytes(): number {
+    return this.#last;
+  }
+}
+
+/**
+ * Samples a process' RSS every `intervalMs` until stopped; keeps the highest total, the highest
+ * anonymous part and the last reading ({@link RssPeaks}).
+ */
+export class RssSampler extends RssPeaks {
   readonly #timer: ReturnType<typeof setInterval>;
 
   constructor(
     readonly pid: number,
     intervalMs = 250,
   ) {
+    super();
     this.#timer = setInterval(() => this.sample(), intervalMs);
     this.sample();
   }
@@ -84,30 +129,10 @@ export class RssSampler {
   /** Takes one reading now (ignored once the process is gone). */
   sample(): void {
     try {
-      const { rssBytes, anonBytes, fileBytes } = parseStatus(
-        readFileSync(`/proc/${this.pid}/status`, "utf8"),
-      );
-      this.#last = rssBytes;
-      if (rssBytes > this.#max) {
-        this.#max = rssBytes;
-        this.#maxSplit = { anonBytes, fileBytes };
-      }
+      this.add(parseStatus(readFileSync(`/proc/${this.pid}/status`, "utf8")));
     } catch {
       // The process exited; the readings so far stand.
     }
-  }
-
-  get maxBytes(): number {
-    return this.#max;
-  }
-
-  /** The anonymous and file-backed parts of the highest reading. */
-  get maxSplit(): { anonBytes: number; fileBytes: number } {
-    return this.#maxSplit;
-  }
-
-  get lastBytes(): number {
-    return this.#last;
   }
 
   stop(): void {

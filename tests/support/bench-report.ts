@@ -1,7 +1,8 @@
 // The benchmark's figures, budgets and output (pure): the JSON object `npm run bench -- --json`
-// prints (the issue's keys plus `nodes` and `settled_rss_mb`, in FIGURE_KEYS order), the table that
-// shows each figure against its budget with PASS or FAIL, and the per-node slope of memory between
-// two runs (`--slope`). Budgets are the issue's, for a 2-core machine. A figure's budget is a list of
+// prints (the issue's keys plus `nodes`, `settled_rss_mb` and the anonymous peak and settled memory,
+// in FIGURE_KEYS order), the table that shows each figure against its budget with PASS or FAIL, the
+// medians of repeated runs (`--repeat`), and the per-node slopes of memory between two sizes (`--slope`,
+// `--nodes A,B`). Budgets are the issue's, for a 2-core machine. A figure's budget is a list of
 // size tiers: the smallest tier whose upToNodes >= N applies (a smaller cluster must not do worse),
 // and above the last tier the figure is only reported.
 
@@ -20,6 +21,13 @@ export interface BenchFigures {
   rss_mb: number | null;
   /** VmRSS of the CCM at the end of the run: after initialization, the CSRs and the steady window. */
   settled_rss_mb: number | null;
+  /**
+   * The CCM's highest anonymous memory (RssAnon: heap, JIT code, allocator) over the N-node phases
+   * and the steady window: the highest 250 ms sample or the end reading, whichever is higher.
+   */
+  peak_anon_mb: number | null;
+  /** RssAnon of the CCM at the end of the steady window (the anonymous part of settled_rss_mb). */
+  settled_anon_mb: number | null;
   /** utime+stime of the CCM over the N-node phases (initialization and CSRs). */
   cpu_s: number | null;
   /** Talos API calls during initialization, per node, counted at the fake apid. */
@@ -32,7 +40,8 @@ export interface BenchFigures {
 
 /**
  * The keys of {@link BenchFigures}, the JSON object's keys in its order: `nodes` first, then the
- * issue's figures in the issue's order, with `settled_rss_mb` (issue 15) after the peak `rss_mb`.
+ * issue's figures in the issue's order, with `settled_rss_mb` (issue 15) after the peak `rss_mb`, and
+ * the anonymous parts of both (issue 29) after them.
  */
 export const FIGURE_KEYS = [
   "nodes",
@@ -42,6 +51,8 @@ export const FIGURE_KEYS = [
   "csr_s",
   "rss_mb",
   "settled_rss_mb",
+  "peak_anon_mb",
+  "settled_anon_mb",
   "cpu_s",
   "talos_calls_per_node",
   "talos_calls_per_node_hour",
@@ -89,6 +100,8 @@ const DECIMALS: Record<Figure, number> = {
   csr_s: 2,
   rss_mb: 1,
   settled_rss_mb: 1,
+  peak_anon_mb: 1,
+  settled_anon_mb: 1,
   cpu_s: 2,
   talos_calls_per_node: 2,
   talos_calls_per_node_hour: 2,
@@ -137,29 +150,36 @@ function round(v: number, decimals: number): number {
   return Math.round(v * f) / f;
 }
 
+/** Rows of cells as aligned columns; column 1 (the value) is right-aligned, the others left. */
+function columns(all: readonly string[][]): string[] {
+  const n = Math.max(...all.map((r) => r.length));
+  const widths = Array.from({ length: n }, (_, i) => Math.max(...all.map((r) => (r[i] ?? "").length)));
+  const line = (r: readonly string[]) =>
+    r
+      .map((c, i) => (i === 1 ? c.padStart(widths[i] as number) : c.padEnd(widths[i] as number)))
+      .join("  ")
+      .trimEnd();
+  const rule = widths.map((w) => "-".repeat(w)).join("  ");
+  const [head, ...rows] = all.map(line);
+  return [head as string, rule, ...rows];
+}
+
 /**
  * The human-readable report: a header line, one row per figure (value, budget, verdict) and notes.
  * @param header says what was run (N, machine, the kube-api-qps choice).
  * @param notes explain figures (breakdowns, what could not be measured and why).
  */
 export function formatTable(figures: BenchFigures, header: string, notes: readonly string[] = []): string {
-  const rows = evaluate(figures).map((r) => [
-    r.figure,
-    r.value === null ? "n/a" : r.value.toFixed(DECIMALS[r.figure]),
-    r.budget,
-    r.verdict,
-  ]);
-  const all = [["figure", "value", "budget", "result"], ...rows];
-  const widths = [0, 1, 2, 3].map((i) => Math.max(...all.map((r) => (r[i] as string).length)));
-  const line = (r: string[]) =>
-    r
-      .map((c, i) => (i === 1 ? c.padStart(widths[i] as number) : c.padEnd(widths[i] as number)))
-      .join("  ")
-      .trimEnd();
-  const rule = widths.map((w) => "-".repeat(w)).join("  ");
-  return [header, line(all[0] as string[]), rule, ...rows.map(line), ...notes.map((n) => `  ${n}`)].join(
-    "\n",
-  );
+  const rows = evaluate(figures).map((r) => [r.figure, formatValue(r.figure, r.value), r.budget, r.verdict]);
+  return [
+    header,
+    ...columns([["figure", "value", "budget", "result"], ...rows]),
+    ...notes.map((n) => `  ${n}`),
+  ].join("\n");
+}
+
+function formatValue(figure: Figure, v: number | null): string {
+  return v === null ? "n/a" : v.toFixed(DECIMALS[figure]);
 }
 
 /** Figures over budget, by name. */
@@ -170,23 +190,87 @@ export function failures(figures: BenchFigures): Figure[] {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The per-node slope of memory between two runs (`npm run bench -- --slope`).
+// Repeated runs (`--repeat K`): the median of each figure over the runs of one size.
 
-/** The sizes the issue states the slope for: MiB per 1,000 nodes from N = 100 to N = 1,000. */
-export const SLOPE_NODES: readonly [number, number] = [100, 1000];
+/** The median of `xs` (the mean of the middle two for an even count); NaN for none. */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  if (s.length === 0) return Number.NaN;
+  return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
 
 /**
- * Slope budgets in MiB per 1,000 nodes between N = 100 and N = 1,000: the issue's ~13 KB per node
- * above idle, for the peak and for the RSS settled after initialization alike.
+ * Each figure's median over runs of one size, over the runs that measured it (null when none did).
+ * @throws {Error} when there are no runs or their sizes differ.
  */
-export const SLOPE_BUDGETS = { peak: 13, settled: 13 } as const;
+export function medianFigures(runs: readonly BenchFigures[]): BenchFigures {
+  const nodes = runs[0]?.nodes;
+  if (nodes === undefined) throw new Error("Cannot take medians of no runs");
+  if (runs.some((r) => r.nodes !== nodes))
+    throw new Error(
+      `Cannot take medians over runs of different sizes: ${runs.map((r) => r.nodes).join(", ")}`,
+    );
+  const out = { nodes } as BenchFigures;
+  for (const k of FIGURE_KEYS) {
+    if (k === "nodes") continue;
+    const xs = runs.flatMap((r) => (r[k] === null ? [] : [r[k] as number]));
+    out[k] = xs.length === 0 ? null : median(xs);
+  }
+  return out;
+}
+
+/**
+ * The table of K runs of one size: each figure's median against its budget (the verdict is the
+ * median's), then every run's value in run order, so the spread shows.
+ */
+export function formatMedianTable(runs: readonly BenchFigures[], header: string): string {
+  const med = medianFigures(runs);
+  const rows = evaluate(med).map((r) => [
+    r.figure,
+    formatValue(r.figure, r.value),
+    r.budget,
+    r.verdict,
+    runs.map((f) => formatValue(r.figure, f[r.figure])).join(", "),
+  ]);
+  return [header, ...columns([["figure", "median", "budget", "result", "runs"], ...rows])].join("\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The per-node slope of memory between two sizes (`npm run bench -- --slope`, `--nodes A,B`).
+
+/** The sizes the issue states the RSS slope for: MiB per 1,000 nodes from N = 100 to N = 1,000. */
+export const SLOPE_NODES: readonly [number, number] = [100, 1000];
+
+/** The sizes issue 29 states the anonymous memory per node for: N = 1,000 to 5,000. */
+export const ANON_SLOPE_NODES: readonly [number, number] = [1000, 5000];
+
+/**
+ * Slope budgets: peak and settled RSS in MiB per 1,000 nodes between N = 100 and 1,000 (issue 15:
+ * ~13 KB per node above idle); anonymous memory (RssAnon) at the peak and settled in KiB per node
+ * between N = 1,000 and 5,000 (issue 29: <= 10 KB per node, read as KiB as the bench reads MB as MiB).
+ */
+export const SLOPE_BUDGETS = { peak: 13, settled: 13, peak_anon: 10, settled_anon: 10 } as const;
 
 /** Which memory figure a slope is taken over. */
 export type SlopeKind = keyof typeof SLOPE_BUDGETS;
 
-const SLOPE_FIGURE: Record<SlopeKind, "rss_mb" | "settled_rss_mb"> = {
-  peak: "rss_mb",
-  settled: "settled_rss_mb",
+/** The slopes a multi-size run reports, in order. */
+export const SLOPE_KINDS: readonly SlopeKind[] = ["peak", "settled", "peak_anon", "settled_anon"];
+
+interface SlopeSpec {
+  figure: "rss_mb" | "settled_rss_mb" | "peak_anon_mb" | "settled_anon_mb";
+  /** From MiB per node to the slope's unit. */
+  scale: number;
+  unit: string;
+  stated: readonly [number, number];
+}
+
+const SLOPE_SPECS: Record<SlopeKind, SlopeSpec> = {
+  peak: { figure: "rss_mb", scale: 1000, unit: "MiB per 1,000 nodes", stated: SLOPE_NODES },
+  settled: { figure: "settled_rss_mb", scale: 1000, unit: "MiB per 1,000 nodes", stated: SLOPE_NODES },
+  peak_anon: { figure: "peak_anon_mb", scale: 1024, unit: "KiB", stated: ANON_SLOPE_NODES },
+  settled_anon: { figure: "settled_anon_mb", scale: 1024, unit: "KiB", stated: ANON_SLOPE_NODES },
 };
 
 /** A slope with its budget and verdict. */
@@ -194,52 +278,118 @@ export interface Slope {
   kind: SlopeKind;
   from: number;
   to: number;
-  /** MiB per 1,000 nodes; null when either run lacks the figure. */
-  mbPer1000: number | null;
+  /** In the kind's unit (MiB per 1,000 nodes for RSS, KiB per node for anonymous memory); null when either run lacks the figure. */
+  value: number | null;
   budget: number;
-  /** PASS/FAIL between the stated sizes ({@link SLOPE_NODES}); "-" between others; "N/A" unmeasured. */
+  /** PASS/FAIL between the kind's stated sizes; "-" between others; "N/A" unmeasured. */
   verdict: Verdict;
 }
 
 /**
- * MiB per 1,000 nodes of `kind`'s memory figure from the smaller run to the larger.
+ * `kind`'s memory figure per node (in its unit) from the smaller run to the larger.
  * @throws {Error} when the runs do not have two different sizes.
  */
 export function slope(kind: SlopeKind, a: BenchFigures, b: BenchFigures): Slope {
   const [lo, hi] = a.nodes <= b.nodes ? [a, b] : [b, a];
   if (lo.nodes === hi.nodes) throw new Error(`Cannot take a slope between two runs of N = ${lo.nodes}`);
-  const figure = SLOPE_FIGURE[kind];
-  const [y0, y1] = [lo[figure], hi[figure]];
-  const mbPer1000 = y0 === null || y1 === null ? null : ((y1 - y0) / (hi.nodes - lo.nodes)) * 1000;
+  const spec = SLOPE_SPECS[kind];
+  const [y0, y1] = [lo[spec.figure], hi[spec.figure]];
+  const value = y0 === null || y1 === null ? null : ((y1 - y0) / (hi.nodes - lo.nodes)) * spec.scale;
   const budget = SLOPE_BUDGETS[kind];
-  const stated = lo.nodes === SLOPE_NODES[0] && hi.nodes === SLOPE_NODES[1];
+  const stated = lo.nodes === spec.stated[0] && hi.nodes === spec.stated[1];
   let verdict: Verdict = "-";
-  if (mbPer1000 === null) verdict = "N/A";
+  if (value === null) verdict = "N/A";
   // Judged as printed (two decimals): a slope shown as 13.00 against <= 13 passes.
-  else if (stated) verdict = round(mbPer1000, 2) <= budget ? "PASS" : "FAIL";
-  return { kind, from: lo.nodes, to: hi.nodes, mbPer1000, budget, verdict };
+  else if (stated) verdict = round(value, 2) <= budget ? "PASS" : "FAIL";
+  return { kind, from: lo.nodes, to: hi.nodes, value, budget, verdict };
 }
 
-/** e.g. `peak RSS slope N=100→1000: 9.81 MiB per 1,000 nodes (budget <= 13, PASS)`. */
-export function formatSlope(s: Slope): string {
-  const value = s.mbPer1000 === null ? "n/a" : s.mbPer1000.toFixed(2);
+/**
+ * One line per slope, e.g. `peak RSS slope N=100→1000: 9.81 MiB per 1,000 nodes (budget <= 13, PASS)`
+ * or `settled anonymous memory per node N=1000→5000: 9.12 KiB (budget <= 10, PASS)`.
+ * @param runs the same slope in each round of a repeated run, shown after it so the spread shows.
+ */
+export function formatSlope(s: Slope, runs?: readonly Slope[]): string {
+  const spec = SLOPE_SPECS[s.kind];
+  const two = (v: number | null) => (v === null ? "n/a" : v.toFixed(2));
   const budget =
     s.verdict === "-"
-      ? `budget <= ${s.budget} stated for N=${SLOPE_NODES[0]}→${SLOPE_NODES[1]}, not applied`
+      ? `budget <= ${s.budget} stated for N=${spec.stated[0]}→${spec.stated[1]}, not applied`
       : `budget <= ${s.budget}, ${s.verdict}`;
-  return `${s.kind} RSS slope N=${s.from}→${s.to}: ${value} MiB per 1,000 nodes (${budget})`;
+  const anon = s.kind === "peak_anon" || s.kind === "settled_anon";
+  const what = anon
+    ? `${s.kind === "peak_anon" ? "peak" : "settled"} anonymous memory per node`
+    : `${s.kind} RSS slope`;
+  const each = runs ? `; runs: ${runs.map((r) => two(r.value)).join(", ")}` : "";
+  const of = runs ? ", of the medians" : "";
+  return `${what} N=${s.from}→${s.to}${of}: ${two(s.value)} ${spec.unit} (${budget})${each}`;
+}
+
+/**
+ * The slope lines of a run over several sizes: between each pair of consecutive sizes, every kind
+ * (SLOPE_KINDS); of the medians, with each round's slope after it when the sizes ran more than once.
+ * @param runs each size's runs, ascending N, the same number of runs (rounds) each.
+ */
+export function formatSlopes(runs: readonly (readonly BenchFigures[])[]): string[] {
+  const meds = runs.map(medianFigures);
+  const lines: string[] = [];
+  for (let i = 1; i < meds.length; i++) {
+    const [a, b] = [runs[i - 1] as BenchFigures[], runs[i] as BenchFigures[]];
+    for (const kind of SLOPE_KINDS) {
+      const s = slope(kind, meds[i - 1] as BenchFigures, meds[i] as BenchFigures);
+      const rounds = b.length > 1 ? a.map((f, r) => slope(kind, f, b[r] as BenchFigures)) : undefined;
+      lines.push(formatSlope(s, rounds));
+    }
+  }
+  return lines;
+}
+
+/** The JSON keys of the slopes, in SLOPE_KINDS order. */
+const SLOPE_JSON_KEYS = {
+  peak: "peak_slope_mb_per_1000",
+  settled: "settled_slope_mb_per_1000",
+  peak_anon: "peak_anon_kib_per_node",
+  settled_anon: "settled_anon_kib_per_node",
+} as const satisfies Record<SlopeKind, string>;
+
+type SlopeKey = (typeof SLOPE_JSON_KEYS)[SlopeKind];
+
+/** The four slopes between two runs, rounded, keyed as in `--json`. */
+export function slopeValues(a: BenchFigures, b: BenchFigures): Record<SlopeKey, number | null> {
+  const out = {} as Record<SlopeKey, number | null>;
+  for (const kind of SLOPE_KINDS) {
+    const v = slope(kind, a, b).value;
+    out[SLOPE_JSON_KEYS[kind]] = v === null ? null : round(v, 2);
+  }
+  return out;
 }
 
 /** The JSON object `--slope --json` prints: both runs' figures (smaller N first), then the slopes. */
 export function slopeJson(a: BenchFigures, b: BenchFigures) {
-  const mb = (kind: SlopeKind) => {
-    const v = slope(kind, a, b).mbPer1000;
-    return v === null ? null : round(v, 2);
-  };
+  return { runs: (a.nodes <= b.nodes ? [a, b] : [b, a]).map(toJson), ...slopeValues(a, b) };
+}
+
+/**
+ * The JSON object of a run over several sizes (`--nodes A,B,...`, `--repeat K`): every run's figures
+ * in run order (round by round, ascending N in each), with K > 1 each size's medians, and the slopes
+ * between consecutive sizes (of the medians with K > 1), each `{from, to, ...slope keys}`. With two
+ * sizes, the slopes' keys also stand at the top, as `--slope --json` has them.
+ * @param runs each size's runs, ascending N.
+ */
+export function multiJson(runs: readonly (readonly BenchFigures[])[]) {
+  const repeat = Math.max(...runs.map((r) => r.length));
+  const meds = runs.map(medianFigures);
+  const order = Array.from({ length: repeat }, (_, i) => runs.flatMap((r) => (r[i] ? [r[i]] : [])));
+  const slopes = meds.slice(1).map((b, i) => {
+    const a = meds[i] as BenchFigures;
+    return { from: a.nodes, to: b.nodes, ...slopeValues(a, b) };
+  });
+  const [first] = slopes;
   return {
-    runs: (a.nodes <= b.nodes ? [a, b] : [b, a]).map(toJson),
-    peak_slope_mb_per_1000: mb("peak"),
-    settled_slope_mb_per_1000: mb("settled"),
+    runs: order.flat().map(toJson),
+    ...(repeat > 1 ? { repeat, medians: meds.map(toJson) } : {}),
+    slopes,
+    ...(slopes.length === 1 && first ? slopeValues(meds[0] as BenchFigures, meds[1] as BenchFigures) : {}),
   };
 }
 

@@ -38,6 +38,8 @@ const figures = (over: Partial<BenchFigures> = {}): BenchFigures => ({
   csr_s: 11.7,
   rss_mb: 194.44,
   settled_rss_mb: 60.04,
+  peak_anon_mb: 48.93,
+  settled_anon_mb: 39.31,
   cpu_s: 15.051,
   talos_calls_per_node: 3,
   talos_calls_per_node_hour: 0,
@@ -62,6 +64,8 @@ describe("evaluate() verdicts", () => {
     ["talos_calls_per_node", { talos_calls_per_node: 3.01 }, "FAIL"],
     ["talos_calls_per_node_hour", { talos_calls_per_node_hour: 1 }, "PASS"],
     ["cpu_s", { cpu_s: 1e6 }, "-"],
+    ["peak_anon_mb", { peak_anon_mb: 1e6 }, "-"],
+    ["settled_anon_mb", { settled_anon_mb: null }, "N/A"],
     ["kube_requests_per_node", {}, "-"],
     ["csr_s", { csr_s: null }, "N/A"],
   ] as const)("%s with %j is %s at N = 1,000", (key, over, want) => {
@@ -140,6 +144,8 @@ describe("toJson()", () => {
       "csr_s",
       "rss_mb",
       "settled_rss_mb",
+      "peak_anon_mb",
+      "settled_anon_mb",
       "cpu_s",
       "talos_calls_per_node",
       "talos_calls_per_node_hour",
@@ -151,6 +157,8 @@ describe("toJson()", () => {
       init_s: 11.27,
       rss_mb: 194.4,
       settled_rss_mb: 60,
+      peak_anon_mb: 48.9,
+      settled_anon_mb: 39.3,
       kube_requests_per_node: 3.02,
     });
   });
@@ -171,6 +179,8 @@ describe("formatTable()", () => {
     expect(text).toMatch(/^settled_rss_mb\s+60\.0\s+<= 65\s+PASS$/m);
     expect(text).toMatch(/^csr_s\s+n\/a\s+<= 10\s+N\/A$/m);
     expect(text).toMatch(/^cpu_s\s+15\.05\s+-\s+-$/m);
+    expect(text).toMatch(/^peak_anon_mb\s+48\.9\s+-\s+-$/m);
+    expect(text).toMatch(/^settled_anon_mb\s+39\.3\s+-\s+-$/m);
     expect(lines.at(-1)).toBe("  a note");
     expect(lines).toHaveLength(3 + FIGURE_KEYS.length - 1 + 1);
   });
@@ -197,13 +207,13 @@ describe("slope()", () => {
   const at1000 = figures({ nodes: 1000, rss_mb: 70, settled_rss_mb: 68.5 });
 
   test("MiB per 1,000 nodes from the smaller N to the larger, either order", () => {
-    expect(slope("peak", at100, at1000).mbPer1000).toBeCloseTo(11.111, 3);
+    expect(slope("peak", at100, at1000).value).toBeCloseTo(11.111, 3);
     expect(slope("peak", at1000, at100)).toMatchObject({ from: 100, to: 1000 });
-    expect(slope("settled", at100, at1000).mbPer1000).toBeCloseTo(15, 9);
+    expect(slope("settled", at100, at1000).value).toBeCloseTo(15, 9);
   });
 
   test("PASS or FAIL against 13 MiB per 1,000 nodes between N = 100 and 1,000", () => {
-    expect(SLOPE_BUDGETS).toEqual({ peak: 13, settled: 13 });
+    expect(SLOPE_BUDGETS).toMatchObject({ peak: 13, settled: 13 });
     expect(slope("peak", at100, at1000)).toMatchObject({ budget: 13, verdict: "PASS" });
     expect(slope("settled", at100, at1000).verdict).toBe("FAIL");
     const exact = figures({ nodes: 1000, rss_mb: 60 + 11.7 });
@@ -221,12 +231,12 @@ describe("slope()", () => {
     const a = figures({ nodes: 20, rss_mb: 60 });
     const b = figures({ nodes: 60, rss_mb: 62 });
     expect(slope("peak", a, b)).toMatchObject({ from: 20, to: 60, verdict: "-" });
-    expect(slope("peak", a, b).mbPer1000).toBeCloseTo(50, 9);
+    expect(slope("peak", a, b).value).toBeCloseTo(50, 9);
   });
 
   test("N/A when either run lacks the figure", () => {
     const s = slope("settled", figures({ nodes: 100, settled_rss_mb: null }), at1000);
-    expect(s).toMatchObject({ mbPer1000: null, verdict: "N/A" });
+    expect(s).toMatchObject({ value: null, verdict: "N/A" });
   });
 
   test("refuses two runs of the same size", () => {
@@ -250,7 +260,13 @@ describe("slope()", () => {
 
   test("slopeJson(): both runs' figures, smaller N first, then the two slopes, rounded", () => {
     const json = slopeJson(at1000, at100);
-    expect(Object.keys(json)).toEqual(["runs", "peak_slope_mb_per_1000", "settled_slope_mb_per_1000"]);
+    expect(Object.keys(json)).toEqual([
+      "runs",
+      "peak_slope_mb_per_1000",
+      "settled_slope_mb_per_1000",
+      "peak_anon_kib_per_node",
+      "settled_anon_kib_per_node",
+    ]);
     expect(json.runs).toEqual([toJson(at100), toJson(at1000)]);
     expect(json.runs.map((r) => Object.keys(r))).toEqual([[...FIGURE_KEYS], [...FIGURE_KEYS]]);
     expect(json.peak_slope_mb_per_1000).toBe(11.11);
@@ -303,8 +319,8 @@ describe("parseBenchArgs()", () => {
   test("defaults", () => {
     expect(parseBenchArgs([])).toMatchObject({
       nodes: 100,
-      slope: false,
-      slopeNodes: [100, 1000],
+      sizes: [100],
+      repeat: 1,
       json: false,
       build: true,
       qpsTuning: true,
@@ -351,17 +367,28 @@ describe("parseBenchArgs()", () => {
 
   test("--slope runs at N = 100 and 1,000; --slope-nodes sets the sizes and implies --slope", () => {
     expect(parseBenchArgs(["--slope", "--json"])).toMatchObject({
-      slope: true,
-      slopeNodes: [100, 1000],
+      sizes: [100, 1000],
+      nodes: 100,
       json: true,
     });
-    expect(parseBenchArgs(["--slope", "--slope-nodes", "20,60"])).toMatchObject({
-      slope: true,
-      slopeNodes: [20, 60],
+    expect(parseBenchArgs(["--slope", "--slope-nodes", "20,60"])).toMatchObject({ sizes: [20, 60] });
+    expect(parseBenchArgs(["--slope-nodes", "20,60", "--slope"])).toMatchObject({ sizes: [20, 60] });
+    expect(parseBenchArgs(["--slope-nodes=100, 5000"])).toMatchObject({ sizes: [100, 5000] });
+  });
+
+  test("--nodes takes one size or an ascending list; --repeat K", () => {
+    expect(parseBenchArgs(["--nodes", "5000"])).toMatchObject({ nodes: 5000, sizes: [5000], repeat: 1 });
+    expect(parseBenchArgs(["--nodes", "1000,5000"])).toMatchObject({ nodes: 1000, sizes: [1000, 5000] });
+    expect(parseBenchArgs(["--nodes=100, 1000,5000", "--repeat=3"])).toMatchObject({
+      nodes: 100,
+      sizes: [100, 1000, 5000],
+      repeat: 3,
     });
-    expect(parseBenchArgs(["--slope-nodes=100, 5000"])).toMatchObject({
-      slope: true,
-      slopeNodes: [100, 5000],
+    expect(parseBenchArgs(["--repeat", "3", "--ccm-binary", "/go/ccm", "--nodes", "20,40"])).toMatchObject({
+      sizes: [20, 40],
+      repeat: 3,
+      ccmBinary: "/go/ccm",
+      build: false,
     });
   });
 
@@ -375,6 +402,15 @@ describe("parseBenchArgs()", () => {
     [["--nodes=0"], /positive integer/],
     [["--nodes", "1.5"], /positive integer/],
     [["--nodes"], /value is required/],
+    [["--nodes=1000,1000"], /must ascend/],
+    [["--nodes=5000,1000"], /must ascend/],
+    [["--nodes=1000,"], /positive integer or a list/],
+    [["--nodes=1000,0"], /positive integer or a list/],
+    [["--nodes=a"], /positive integer or a list/],
+    [["--nodes=1000,5000", "--slope"], /Cannot combine --nodes with --slope/],
+    [["--repeat=0"], /positive integer/],
+    [["--repeat=1.5"], /positive integer/],
+    [["--repeat"], /value is required/],
     [["--ccm-env=NOVALUE"], /NAME=VALUE/],
     [["--nodez=3"], /unknown flag/],
     [["--slope", "--nodes=100"], /Cannot combine --nodes with --slope/],
