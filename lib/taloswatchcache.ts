@@ -85,6 +85,13 @@ export interface TalosWatchCacheOptions {
   tickMs?: number;
   /** A watch without any answer for this long counts as down (default 30 s). */
   stallMs?: number;
+  /**
+   * How many nodes start their Talos work at once (default 128): a node counts from its start until
+   * its PlatformMetadata and AddressStatuses are known, its watch is down, or it is forgotten; the
+   * others wait in tracking order. The client's call slots bound the calls on the wire, not the nodes
+   * waiting for one, each holding its suspended calls (README Performance, "Memory at scale").
+   */
+  maxStarting?: number;
   /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
   retryBackoff?: Backoff;
   /**
@@ -166,6 +173,11 @@ class NodeWatch {
   addressesWatch: TalosWatch | undefined;
   /** The address watch failed since its last bootstrap (a reboot, or apid restarting). */
   addressesBroke = false;
+  /**
+   * Where the node is in the start gate ({@link TalosWatchCacheOptions.maxStarting}): waiting for its
+   * turn, started and not known yet, or past it.
+   */
+  gate: "queued" | "starting" | undefined;
 
   constructor(
     readonly name: string,
@@ -226,11 +238,21 @@ export class TalosWatchCache {
   readonly #now: () => number;
   readonly #schedule: (fn: () => void, ms: number) => () => void;
   readonly #nodes = new Map<string, NodeWatch>();
+  readonly #maxStarting: number;
+  /** Nodes waiting for their turn to start, in tracking order. */
+  readonly #queue = new Set<NodeWatch>();
+  /** Nodes started and not known yet (gate "starting"). */
+  #starting = 0;
+  #pumping = false;
   readonly #timer: ReturnType<typeof setInterval>;
   #closed = false;
 
   constructor(opts: TalosWatchCacheOptions) {
     if (!(opts.refreshMs > 0)) throw new TypeError("TalosWatchCache: refreshMs must be positive");
+    const maxStarting = opts.maxStarting ?? 128;
+    if (!(Number.isInteger(maxStarting) && maxStarting >= 1))
+      throw new TypeError("TalosWatchCache: maxStarting must be a positive integer");
+    this.#maxStarting = maxStarting;
     this.#talos = opts.talos;
     this.#onChange = opts.onChange;
     this.#refreshMs = opts.refreshMs;
@@ -243,15 +265,39 @@ export class TalosWatchCache {
     (this.#timer as { unref?: () => void }).unref?.();
   }
 
-  /** Starts watching node `name` on `ips` (preferred first); restarts when its IPs changed. */
+  /**
+   * Starts watching node `name` on `ips` (preferred first), or queues it while `maxStarting` nodes
+   * are starting; restarts when its IPs changed (a started node keeps its turn, a queued one its place).
+   */
   track(name: string, ips: readonly string[]): void {
     if (this.#closed) return;
     const w = this.#nodes.get(name);
     if (w && w.ips.join() === ips.join()) return;
-    if (w) this.#stop(w);
+    if (w?.gate === "queued") {
+      // Nothing started yet: only where it will start changes.
+      w.ips = ips;
+      w.answeredIP = ips[0] ?? "";
+      return;
+    }
     const next = new NodeWatch(name, ips, this.#now());
     this.#nodes.set(name, next);
-    this.#start(next);
+    if (w?.gate === "starting") {
+      // The new watches take the old ones' turn.
+      w.gate = undefined;
+      this.#stop(w);
+      next.gate = "starting";
+      this.#start(next);
+      return;
+    }
+    if (w) this.#stop(w);
+    if (this.#starting < this.#maxStarting) {
+      this.#starting++;
+      next.gate = "starting";
+      this.#start(next);
+    } else {
+      next.gate = "queued";
+      this.#queue.add(next);
+    }
   }
 
   /** Stops watching node `name` and drops its facts. */
@@ -282,6 +328,7 @@ export class TalosWatchCache {
   facts(name: string, needs: FactsNeeds): FactsState {
     const w = this.#nodes.get(name);
     if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
+    if (w.gate === "queued") return { ready: false, waitingFor: this.#queuedFor(w) };
     const error = w.down.size > 0 ? w.lastError : undefined;
     const waiting = (what: string, err = error): FactsState =>
       err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
@@ -318,6 +365,7 @@ export class TalosWatchCache {
     for (const w of this.#nodes.values()) {
       if (
         (!w.metadataKnown || !w.addressesKnown) &&
+        w.gate !== "queued" &&
         w.down.size === 0 &&
         now - w.startedMs >= this.#stallMs
       ) {
@@ -345,6 +393,41 @@ export class TalosWatchCache {
     clearInterval(this.#timer);
     for (const w of this.#nodes.values()) this.#stop(w);
     this.#nodes.clear();
+    this.#queue.clear();
+  }
+
+  /** What a queued node waits for, with how many nodes are ahead of it. */
+  #queuedFor(w: NodeWatch): string {
+    let ahead = 0;
+    for (const q of this.#queue) {
+      if (q === w) break;
+      ahead++;
+    }
+    return (
+      `its turn to start its Talos watches (${ahead} node${ahead === 1 ? "" : "s"} queued ahead of it; ` +
+      `${this.#maxStarting} start at a time)`
+    );
+  }
+
+  /** The node leaves the start gate (known, down, stopped); the next queued nodes start. */
+  #leaveGate(w: NodeWatch): void {
+    if (w.gate === "queued") this.#queue.delete(w);
+    else if (w.gate === "starting") this.#starting--;
+    else return;
+    w.gate = undefined;
+    if (this.#pumping) return; // the loop below is running further up the stack
+    this.#pumping = true;
+    try {
+      while (!this.#closed && this.#starting < this.#maxStarting && this.#queue.size > 0) {
+        const next = this.#queue.values().next().value as NodeWatch;
+        this.#queue.delete(next);
+        this.#starting++;
+        next.gate = "starting";
+        this.#start(next);
+      }
+    } finally {
+      this.#pumping = false;
+    }
   }
 
   #tracked(w: NodeWatch): boolean {
@@ -352,6 +435,7 @@ export class TalosWatchCache {
   }
 
   #stop(w: NodeWatch): void {
+    this.#leaveGate(w);
     this.#closeWatches(w);
     w.cancelFailover?.();
     w.cancelFailover = undefined;
@@ -599,6 +683,7 @@ export class TalosWatchCache {
         backoffDelay(w.failovers++, this.#retryBackoff, Math.random),
       );
     }
+    this.#leaveGate(w);
   }
 
   #recovered(w: NodeWatch, part: string): void {
@@ -609,6 +694,7 @@ export class TalosWatchCache {
       w.cancelFailover?.();
       w.cancelFailover = undefined;
     }
+    if (w.metadataKnown && w.addressesKnown) this.#leaveGate(w);
   }
 
   /** Reads PlatformMetadata (first askable IP that answers) and AddressStatuses of a node whose watch is down. */
