@@ -328,7 +328,7 @@ export class TalosWatchCache {
   facts(name: string, needs: FactsNeeds): FactsState {
     const w = this.#nodes.get(name);
     if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
-    if (w.gate === "queued") return { ready: false, waitingFor: this.#queuedFor(w) };
+    if (w.gate === "queued") return { ready: false, waitingFor: this.#queuedFor() };
     const error = w.down.size > 0 ? w.lastError : undefined;
     const waiting = (what: string, err = error): FactsState =>
       err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
@@ -396,17 +396,10 @@ export class TalosWatchCache {
     this.#queue.clear();
   }
 
-  /** What a queued node waits for, with how many nodes are ahead of it. */
-  #queuedFor(w: NodeWatch): string {
-    let ahead = 0;
-    for (const q of this.#queue) {
-      if (q === w) break;
-      ahead++;
-    }
-    return (
-      `its turn to start its Talos watches (${ahead} node${ahead === 1 ? "" : "s"} queued ahead of it; ` +
-      `${this.#maxStarting} start at a time)`
-    );
+  /** What a queued node waits for (counting the nodes ahead of it would cost a walk of the queue). */
+  #queuedFor(): string {
+    const n = this.#queue.size;
+    return `its turn to start its Talos watches (${n} node${n === 1 ? "" : "s"} waiting; ${this.#maxStarting} start at a time)`;
   }
 
   /** The node leaves the start gate (known, down, stopped); the next queued nodes start. */

@@ -955,9 +955,9 @@ describe("TalosWatchCache", () => {
   }
   const started = (talos: FakeTalos) =>
     talos.calls.filter((c) => c.startsWith("watch addresses")).map((c) => c.slice("watch addresses ".length));
-  const queued = (ahead: string): FactsState => ({
+  const queued = (waiting: string): FactsState => ({
     ready: false,
-    waitingFor: `its turn to start its Talos watches (${ahead} queued ahead of it; 2 start at a time)`,
+    waitingFor: `its turn to start its Talos watches (${waiting} waiting; 2 start at a time)`,
   });
 
   test("TalosWatchCache starts at most maxStarting nodes at once; the next, in tracking order, once one is known or down", async () => {
@@ -966,16 +966,15 @@ describe("TalosWatchCache", () => {
     await settle();
     expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2"]);
     expect(talos.calls.filter((c) => c.endsWith("10.0.0.3") || c.endsWith("10.0.0.4"))).toEqual([]);
-    expect(facts.facts("node-3", needs)).toEqual(queued("0 nodes"));
-    expect(facts.facts("node-4", needs)).toEqual(queued("1 node"));
-    expect(facts.facts("node-5", needs)).toEqual(queued("2 nodes"));
+    expect(facts.facts("node-3", needs)).toEqual(queued("3 nodes"));
+    expect(facts.facts("node-5", needs)).toEqual(queued("3 nodes"));
     // Its PlatformMetadata alone (read by now) does not make node-1 known: its addresses do.
     expect(talos.calls).toContain("get platformmetadata 10.0.0.1");
     talos.stream("10.0.0.1", "addresses").push({ type: "bootstrapped" });
     await settle();
     expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
     expect(facts.facts("node-1", { systemInformation: false, talosVersion: false }).ready).toBe(true);
-    expect(facts.facts("node-5", needs)).toEqual(queued("1 node"));
+    expect(facts.facts("node-5", needs)).toEqual(queued("2 nodes"));
     // A node whose watch goes down stops counting too.
     talos.stream("10.0.0.2", "addresses").push({ type: "errored", error: "node is down" });
     await settle();
@@ -996,12 +995,12 @@ describe("TalosWatchCache", () => {
     const { talos, facts } = setup({ maxStarting: 2 });
     trackNodes(talos, facts, 1, 2, 3, 4, 5);
     facts.forget("node-3");
-    expect(facts.facts("node-4", needs)).toEqual(queued("0 nodes"));
-    // New IPs of a queued node: still queued, in its place, and it starts on them.
+    expect(facts.facts("node-3", needs)).toEqual({ ready: false, waitingFor: "its Talos watches to start" });
+    expect(facts.facts("node-4", needs)).toEqual(queued("2 nodes"));
+    // New IPs of a queued node: still queued, in its place (it starts before node-5), on them.
     talos.nodenames.set("10.0.0.9", "node-4");
     facts.track("node-4", ["10.0.0.9"]);
-    expect(facts.facts("node-4", needs)).toEqual(queued("0 nodes"));
-    expect(facts.facts("node-5", needs)).toEqual(queued("1 node"));
+    expect(facts.facts("node-4", needs)).toEqual(queued("2 nodes"));
     // New IPs of a started node keep its turn: nothing queued starts.
     talos.nodenames.set("10.0.0.8", "node-1");
     facts.track("node-1", ["10.0.0.8"]);
