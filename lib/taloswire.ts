@@ -225,7 +225,8 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
     if (bits < 0 || bits > (ip.length === 4 ? 32 : 128)) throw new TalosDecodeError(`prefix length ${bits}`);
     const out: TalosAddressStatus = {
       id,
-      address: `${formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip)}/${bits}`,
+      // Joined, not a template literal: kept flat (lib/cidr.ts formatV4).
+      address: [formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip), bits].join("/"),
       linkName: a.linkName,
       linkIndex: a.linkIndex,
       family: ip.length === 4 ? "inet4" : "inet6",
