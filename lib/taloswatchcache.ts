@@ -123,6 +123,16 @@ export function metadataComplete(metadata: PlatformMetadata | undefined): boolea
   return !namesInstances(metadata.platform) || (metadata.instanceId !== "" && metadata.providerId !== "");
 }
 
+/** Whether two PlatformMetadata name the same machine: platform, hostname, instance and provider ID. */
+export function sameMachine(a: PlatformMetadata, b: PlatformMetadata): boolean {
+  return (
+    a.platform === b.platform &&
+    a.hostname === b.hostname &&
+    a.instanceId === b.instanceId &&
+    a.providerId === b.providerId
+  );
+}
+
 /** A one-off read of a node (SystemInformation, Version, Nodename) that failed and waits to be retried. */
 interface FailedRead {
   failures: number;
@@ -150,8 +160,11 @@ class NodeWatch {
   mismatch: NodeMismatch | undefined;
   /** IPs on which Talos said it is another node, until one confirms: the watches never return there. */
   refusedIPs: Set<string> | undefined;
-  /** Platform, hostname, instance and provider ID last seen: when they change, so may the machine. */
-  identity: string | undefined;
+  /**
+   * The PlatformMetadata last seen (kept when it is destroyed): when its platform, hostname, instance
+   * or provider ID change, so may the machine ({@link sameMachine}).
+   */
+  identity: PlatformMetadata | undefined;
   /** Undefined until read; null when the node has none. */
   systemInformation: SystemInformation | null | undefined;
   talosVersion: string | undefined;
@@ -505,20 +518,14 @@ export class TalosWatchCache {
     w.metadataKnown = true;
     w.answeredIP = ip;
     if (!metadata) return;
-    const identity = JSON.stringify([
-      metadata.platform,
-      metadata.hostname,
-      metadata.instanceId,
-      metadata.providerId,
-    ]);
-    if (w.identity !== undefined && w.identity !== identity) {
+    if (w.identity !== undefined && !sameMachine(w.identity, metadata)) {
       log.v(2).info("Talos machine identity changed; confirming the node again", { node: w.name, ip });
       w.confirmedIP = undefined;
       w.systemInformation = undefined;
       w.talosVersion = undefined;
       void this.#verify(w, ip);
     }
-    w.identity = identity;
+    w.identity = metadata;
   }
 
   /**

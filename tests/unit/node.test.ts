@@ -22,7 +22,12 @@ import {
   type TalosWatchEvent,
   type TalosWatchHandler,
 } from "../../lib/talos.ts";
-import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../lib/taloswatchcache.ts";
+import {
+  type FactsState,
+  sameMachine,
+  TalosWatchCache,
+  type TalosWatchClient,
+} from "../../lib/taloswatchcache.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   FIELD_MANAGER,
@@ -1352,6 +1357,15 @@ describe("TalosWatchCache", () => {
     ]);
     expect(facts.facts("node-1", bare)).toMatchObject({ mismatch: { ip: "fd00::9" } });
     facts.close();
+  });
+
+  test("sameMachine() compares platform, hostname, instance and provider ID, nothing else", () => {
+    const m = metadata({ instanceId: "i-1", providerId: "aws:///z/i-1" });
+    expect(sameMachine(m, { ...m })).toBe(true);
+    expect(sameMachine(m, { ...m, zone: "other", region: "other", spot: true, tags: { a: "b" } })).toBe(true);
+    for (const field of ["platform", "hostname", "instanceId", "providerId"] as const) {
+      expect(sameMachine(m, { ...m, [field]: `${m[field]}x` })).toBe(false);
+    }
   });
 
   test("TalosWatchCache confirms the node again when the machine's identity changes, not on other metadata changes", async () => {
