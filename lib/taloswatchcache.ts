@@ -655,6 +655,8 @@ export class TalosWatchCache {
         }
       },
       onEnd: (err) => this.#ended(w, err),
+      // The watch reports what vanished while it resubscribed from the node's own record.
+      record: w.addresses,
     });
   }
 

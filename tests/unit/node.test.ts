@@ -872,6 +872,37 @@ describe("TalosWatchCache", () => {
     facts.close();
   });
 
+  test("TalosWatchCache hands its address watch the node's addresses as the record to report vanished ones from", async () => {
+    const { talos, facts } = setup();
+    const handlers: Array<TalosWatchHandler<unknown>> = [];
+    const subscribe = talos.subscribe;
+    talos.subscribe = ((ip: string, kind: string, h: TalosWatchHandler<unknown>) => {
+      if (kind === "addresses") handlers.push(h);
+      return (subscribe as (...a: unknown[]) => TalosWatch)(ip, kind, h);
+    }) as TalosWatchClient["subscribe"];
+    facts.track("node-1", ["10.0.0.5"]);
+    const s = talos.stream("10.0.0.5", "addresses");
+    const eth0 = address("10.0.0.5/24", "eth0");
+    const pub = address("203.0.113.5/24", "eth1");
+    for (const a of [eth0, pub]) s.push({ type: "created", id: a.id, version: "1", resource: a });
+    s.push({ type: "bootstrapped" });
+    await settle();
+    const record = handlers[0]?.record as ReadonlyMap<string, AddressStatus>;
+    expect([...record.values()]).toEqual([eth0, pub]);
+    // What the watch reports from it after a resubscribe that no longer lists eth1.
+    s.push({ type: "errored", error: "EOF" });
+    s.push({ type: "created", id: eth0.id, version: "1", resource: eth0 });
+    s.push({ type: "destroyed", id: pub.id, resource: pub });
+    s.push({ type: "bootstrapped" });
+    await settle();
+    expect([...record.values()]).toEqual([eth0]);
+    expect(facts.facts("node-1", { systemInformation: false, talosVersion: false })).toMatchObject({
+      ready: true,
+      facts: { addresses: [eth0] },
+    });
+    facts.close();
+  });
+
   test("TalosWatchCache marks a failing watch down, polls it only after the refresh period, and recovers", async () => {
     const { talos, facts, changes, advance } = setup({ refreshMs: 60_000 });
     facts.track("node-1", ["10.0.0.5"]);
