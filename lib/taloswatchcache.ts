@@ -112,6 +112,11 @@ function scheduleTimer(fn: () => void, ms: number): () => void {
 }
 
 type ReadKind = "systeminformation" | "version" | "nodename";
+/** Parts of a node's watching that can be down; "ended": a watch ended on a non-retryable error. */
+type DownPart = "metadata" | "addresses" | "stalled" | "ended";
+// Bits of NodeWatch.reading and .down: a Set keeps ~230 B of storage once it held an entry (issue 29).
+const READ_BITS: Record<ReadKind, number> = { systeminformation: 1, version: 2, nodename: 4 };
+const DOWN_BITS: Record<DownPart, number> = { metadata: 1, addresses: 2, stalled: 4, ended: 8 };
 
 /**
  * Whether PlatformMetadata is as Talos leaves it for the rest of the boot: present, and on a platform
@@ -168,10 +173,11 @@ class NodeWatch {
   /** Undefined until read; null when the node has none. */
   systemInformation: SystemInformation | null | undefined;
   talosVersion: string | undefined;
-  readonly reading = new Set<ReadKind>();
+  /** One-off reads under way ({@link READ_BITS}). */
+  reading = 0;
   readonly failedReads = new Map<ReadKind, FailedRead>();
-  /** Which parts are down: "metadata", "addresses", "stalled", "ended" (non-retryable). */
-  readonly down = new Set<string>();
+  /** Which parts are down ({@link DOWN_BITS}); 0: none. */
+  down = 0;
   lastError = "";
   startedMs: number;
   /** The refresh period of a down node counts from here (outage start, then each poll). */
@@ -323,13 +329,13 @@ export class TalosWatchCache {
 
   /** Whether node `name` is tracked and its watch is down. */
   isDown(name: string): boolean {
-    return (this.#nodes.get(name)?.down.size ?? 0) > 0;
+    return (this.#nodes.get(name)?.down ?? 0) !== 0;
   }
 
   /** Nodes tracked, and how many of them have a watch down. */
   stats(): { nodes: number; down: number } {
     let down = 0;
-    for (const w of this.#nodes.values()) if (w.down.size > 0) down++;
+    for (const w of this.#nodes.values()) if (w.down !== 0) down++;
     return { nodes: this.#nodes.size, down };
   }
 
@@ -342,7 +348,7 @@ export class TalosWatchCache {
     const w = this.#nodes.get(name);
     if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
     if (w.gate === "queued") return { ready: false, waitingFor: this.#queuedFor() };
-    const error = w.down.size > 0 ? w.lastError : undefined;
+    const error = w.down !== 0 ? w.lastError : undefined;
     const waiting = (what: string, err = error): FactsState =>
       err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
     if (!w.metadataKnown || !w.addressesKnown) return waiting(`Talos on ${w.watchIP} to answer`);
@@ -379,7 +385,7 @@ export class TalosWatchCache {
       if (
         (!w.metadataKnown || !w.addressesKnown) &&
         w.gate !== "queued" &&
-        w.down.size === 0 &&
+        w.down === 0 &&
         now - w.startedMs >= this.#stallMs
       ) {
         this.#failed(
@@ -388,12 +394,12 @@ export class TalosWatchCache {
           `no answer from Talos on ${w.watchIP} for ${Math.round(this.#stallMs / 1000)} s`,
         );
       }
-      if (w.down.size > 0 && now - w.polledMs >= this.#refreshMs) {
+      if (w.down !== 0 && now - w.polledMs >= this.#refreshMs) {
         w.polledMs = now;
         void this.#poll(w);
       }
       for (const [kind, failed] of w.failedReads) {
-        if (failed.announced || now < failed.retryAtMs || w.reading.has(kind)) continue;
+        if (failed.announced || now < failed.retryAtMs || (w.reading & READ_BITS[kind]) !== 0) continue;
         failed.announced = true;
         this.#onChange(w.name);
       }
@@ -463,8 +469,8 @@ export class TalosWatchCache {
 
   #start(w: NodeWatch): void {
     this.#closeWatches(w);
-    w.down.delete("ended");
-    w.down.delete("stalled");
+    w.down &= ~DOWN_BITS.ended;
+    w.down &= ~DOWN_BITS.stalled;
     w.startedMs = this.#now();
     w.addressesWatch = this.#watchAddresses(w, w.watchIP);
     void this.#readMetadata(w, w.watchIP);
@@ -536,8 +542,8 @@ export class TalosWatchCache {
    */
   async #verify(w: NodeWatch, ip: string): Promise<void> {
     const failed = w.failedReads.get("nodename");
-    if (w.reading.has("nodename") || (failed && this.#now() < failed.retryAtMs)) return;
-    w.reading.add("nodename");
+    if ((w.reading & READ_BITS.nodename) !== 0 || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading |= READ_BITS.nodename;
     let moveTo: number | undefined;
     const fail = (error: string, retryNow: boolean) => {
       const failures = (failed?.failures ?? 0) + 1;
@@ -570,7 +576,7 @@ export class TalosWatchCache {
       if (!this.#tracked(w)) return;
       fail((err as Error).message, false);
     } finally {
-      w.reading.delete("nodename");
+      w.reading &= ~READ_BITS.nodename;
     }
     if (moveTo !== undefined) {
       // What the other machine reported must not linger until the next IP answers.
@@ -665,10 +671,10 @@ export class TalosWatchCache {
     if (err.code !== "closed") this.#failed(w, "ended", err.message);
   }
 
-  #failed(w: NodeWatch, part: string, error: string): void {
+  #failed(w: NodeWatch, part: DownPart, error: string): void {
     if (!this.#tracked(w)) return;
-    if (w.down.size === 0) w.polledMs = this.#now();
-    w.down.add(part);
+    if (w.down === 0) w.polledMs = this.#now();
+    w.down |= DOWN_BITS[part];
     w.lastError = error;
     log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
     this.#onChange(w.name);
@@ -678,7 +684,7 @@ export class TalosWatchCache {
         () => {
           w.cancelFailover = undefined;
           const next = w.nextIPIndex();
-          if (!this.#tracked(w) || w.down.size === 0 || next === undefined) return;
+          if (!this.#tracked(w) || w.down === 0 || next === undefined) return;
           w.ipIndex = next;
           this.#start(w);
         },
@@ -688,10 +694,10 @@ export class TalosWatchCache {
     this.#leaveGate(w);
   }
 
-  #recovered(w: NodeWatch, part: string): void {
-    w.down.delete(part);
-    w.down.delete("stalled");
-    if (w.down.size === 0) {
+  #recovered(w: NodeWatch, part: DownPart): void {
+    w.down &= ~DOWN_BITS[part];
+    w.down &= ~DOWN_BITS.stalled;
+    if (w.down === 0) {
       w.failovers = 0;
       w.cancelFailover?.();
       w.cancelFailover = undefined;
@@ -713,7 +719,7 @@ export class TalosWatchCache {
       w.addresses.clear();
       for (const a of list) w.addresses.set(a.id, a);
       w.addressesKnown = true;
-      if (w.down.has("ended")) {
+      if ((w.down & DOWN_BITS.ended) !== 0) {
         // The watches ended on an error that may be gone now (e.g. a fixed role): try them again.
         w.ipIndex = Math.max(0, w.ips.indexOf(nodeIP));
         this.#start(w);
@@ -731,8 +737,8 @@ export class TalosWatchCache {
 
   #read(w: NodeWatch, kind: ReadKind): void {
     const failed = w.failedReads.get(kind);
-    if (w.reading.has(kind) || (failed && this.#now() < failed.retryAtMs)) return;
-    w.reading.add(kind);
+    if ((w.reading & READ_BITS[kind]) !== 0 || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading |= READ_BITS[kind];
     const ip = w.answeredIP;
     const read =
       kind === "systeminformation"
@@ -762,7 +768,7 @@ export class TalosWatchCache {
         },
       )
       .finally(() => {
-        w.reading.delete(kind);
+        w.reading &= ~READ_BITS[kind];
         if (this.#tracked(w)) this.#onChange(w.name);
       });
   }
