@@ -30,6 +30,8 @@ import {
   TalosNotFoundError,
   TalosPermissionError,
   type TalosWatch,
+  type TalosWatchEvent,
+  type TalosWatchHandler,
 } from "./talos.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation } from "./types.ts";
 
@@ -233,6 +235,78 @@ class NodeWatch {
   }
 }
 
+/** What an address watch's handler calls back in its {@link TalosWatchCache}. */
+interface AddressWatchHooks {
+  failed(w: NodeWatch, part: DownPart, error: string): void;
+  recovered(w: NodeWatch, part: DownPart): void;
+  openMetadataWatch(w: NodeWatch): void;
+  changed(name: string): void;
+  ended(w: NodeWatch, err: TalosError): void;
+}
+
+/**
+ * The handler of a node's AddressStatus watch. While the watch (re)delivers its contents after a
+ * (re)connect, it re-queues the node once, at BOOTSTRAPPED; afterwards on each change. One object
+ * per node, without closures: the cache's hooks are shared.
+ */
+class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus> {
+  #syncing = true;
+  #changed = false;
+
+  constructor(
+    readonly w: NodeWatch,
+    readonly hooks: AddressWatchHooks,
+  ) {}
+
+  /** The watch reports what vanished while it resubscribed from the node's own record. */
+  get record(): ReadonlyMap<string, TalosAddressStatus> {
+    return this.w.addresses;
+  }
+
+  onEvent(ev: TalosWatchEvent<TalosAddressStatus>): void {
+    const w = this.w;
+    switch (ev.type) {
+      case "errored":
+        this.#syncing = true;
+        w.addressesBroke = true;
+        this.hooks.failed(w, "addresses", ev.error);
+        return;
+      case "created":
+      case "updated": {
+        const old = w.addresses.get(ev.id);
+        const a = ev.resource;
+        if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
+          this.#changed = true;
+        }
+        w.addresses.set(ev.id, a);
+        break;
+      }
+      case "destroyed":
+        this.#changed = w.addresses.delete(ev.id) || this.#changed;
+        break;
+      case "bootstrapped":
+        this.#syncing = false;
+        this.#changed = true;
+        w.addressesKnown = true;
+        this.hooks.recovered(w, "addresses");
+        if (w.addressesBroke) {
+          // The machine may have rebooted: watch its metadata until it settles again.
+          w.addressesBroke = false;
+          this.hooks.openMetadataWatch(w);
+        }
+        break;
+    }
+    if (this.#changed && !this.#syncing) {
+      this.#changed = false;
+      this.hooks.changed(w.name);
+    }
+  }
+
+  onEnd(err: TalosError): void {
+    this.hooks.ended(this.w, err);
+  }
+}
+
 /**
  * Every tracked node's Talos facts, from one AddressStatus watch per node (bootstrap contents, then
  * BOOTSTRAPPED) on the Talos client's shared channel, and its PlatformMetadata: read once, watched
@@ -263,6 +337,14 @@ export class TalosWatchCache {
   /** Nodes started and not known yet (gate "starting"). */
   #starting = 0;
   #pumping = false;
+  /** What every node's address watch handler calls back (one object, not closures per node). */
+  readonly #hooks: AddressWatchHooks = {
+    failed: (w, part, error) => this.#failed(w, part, error),
+    recovered: (w, part) => this.#recovered(w, part),
+    openMetadataWatch: (w) => this.#openMetadataWatch(w),
+    changed: (name) => this.#onChange(name),
+    ended: (w, err) => this.#ended(w, err),
+  };
   readonly #timer: ReturnType<typeof setInterval>;
   #closed = false;
 
@@ -615,55 +697,9 @@ export class TalosWatchCache {
     });
   }
 
-  /**
-   * AddressStatuses from `ip`. While it (re)delivers its contents after a (re)connect, the watch
-   * re-queues the node once, at BOOTSTRAPPED; afterwards on each change.
-   */
+  /** AddressStatuses from `ip` ({@link AddressWatchHandler}). */
   #watchAddresses(w: NodeWatch, ip: string): TalosWatch {
-    let syncing = true;
-    let changed = false;
-    return this.#talos.subscribe(ip, "addresses", {
-      onEvent: (ev) => {
-        switch (ev.type) {
-          case "errored":
-            syncing = true;
-            w.addressesBroke = true;
-            this.#failed(w, "addresses", ev.error);
-            return;
-          case "created":
-          case "updated": {
-            const old = w.addresses.get(ev.id);
-            const a = ev.resource;
-            if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
-              changed = true;
-            }
-            w.addresses.set(ev.id, a);
-            break;
-          }
-          case "destroyed":
-            changed = w.addresses.delete(ev.id) || changed;
-            break;
-          case "bootstrapped":
-            syncing = false;
-            changed = true;
-            w.addressesKnown = true;
-            this.#recovered(w, "addresses");
-            if (w.addressesBroke) {
-              // The machine may have rebooted: watch its metadata until it settles again.
-              w.addressesBroke = false;
-              this.#openMetadataWatch(w);
-            }
-            break;
-        }
-        if (changed && !syncing) {
-          changed = false;
-          this.#onChange(w.name);
-        }
-      },
-      onEnd: (err) => this.#ended(w, err),
-      // The watch reports what vanished while it resubscribed from the node's own record.
-      record: w.addresses,
-    });
+    return this.#talos.subscribe(ip, "addresses", new AddressWatchHandler(w, this.#hooks));
   }
 
   /** A watch ended on a non-retryable error; the node is polled until its watches start again. */
