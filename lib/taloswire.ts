@@ -68,7 +68,10 @@ export type ResourceKind = keyof typeof RESOURCES;
 
 /** An AddressStatus as decoded, with the peer address of point-to-point links when Talos has one. */
 export interface TalosAddressStatus extends AddressStatus {
-  /** IFA_LOCAL; differs from `address` only on point-to-point links. */
+  /**
+   * IFA_LOCAL, only where it differs from `address` (point-to-point links): Talos reports it equal
+   * to the address on every other IPv4 address, and a copy per node is not worth keeping.
+   */
   local?: string;
 }
 
@@ -244,7 +247,8 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
     if (ip.length !== 4 && ip.length < 16) throw new TalosDecodeError("no address");
     if (bits < 0 || bits > (ip.length === 4 ? 32 : 128)) throw new TalosDecodeError(`prefix length ${bits}`);
     // Joined, not a template literal: kept flat (lib/cidr.ts formatV4).
-    const address = [formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip), bits].join("/");
+    const ipText = formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip);
+    const address = [ipText, bits].join("/");
     const host = a.scope === SCOPE_HOST;
     const out: TalosAddressStatus = {
       id: host ? sharedString(id) : id,
@@ -256,7 +260,7 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
       flags: a.flags,
     };
     const local = decodeNetIP(a.local);
-    if (local) out.local = host ? sharedString(local) : local;
+    if (local && local !== ipText) out.local = local;
     return out;
   });
 }
