@@ -252,9 +252,13 @@ export function tryParsePrefix(s: string): Prefix | undefined {
 // ---------------------------------------------------------------------------------------------
 // Formatting.
 
+/**
+ * Dotted IPv4, built flat: JSC keeps a template literal's result as a rope of its parts until its
+ * characters are read, and the Talos watch cache keeps thousands of addresses it never reads (issue 29).
+ */
 function formatV4(value: bigint): string {
   const n = Number(value);
-  return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+  return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".");
 }
 
 const MAPPED_PREFIX = 0xffffn << 32n;

@@ -20,6 +20,12 @@ export interface TalosWatchHandler<T> {
   onEvent(ev: TalosWatchEvent<T>): void;
   /** The watch ended on a non-retryable error (e.g. PermissionDenied) and will not resubscribe. */
   onEnd(err: TalosError): void;
+  /**
+   * A list watch's resources as the handler keeps them (by id: set on `created`/`updated`, deleted on
+   * `destroyed`): at each bootstrap the watch reports what vanished while it resubscribed from this
+   * record, instead of keeping a copy of its own. The watch only reads it.
+   */
+  readonly record?: ReadonlyMap<string, T>;
 }
 
 /** A running watch. */
@@ -51,7 +57,8 @@ export interface WatchHost {
 
 /**
  * One watch (see TalosClient.subscribe). A list watch (no id) remembers what it delivered, to report
- * what vanished while it resubscribed; a singleton watch keeps no copy of its resource. An `errored`
+ * what vanished while it resubscribed, unless its handler keeps that record
+ * ({@link TalosWatchHandler.record}); a singleton watch keeps no copy of its resource. An `errored`
  * event from Talos ends the stream as a retryable failure; a response that does not decode is
  * reported as `errored` and skipped.
  */
@@ -68,6 +75,7 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
   /** A failure found in the stream's data, reported when the cancelled call ends. */
   #error: TalosError | undefined;
   #retryTimer: ReturnType<typeof setTimeout> | undefined;
+  /** A list watch's own record, when its handler keeps none. */
   readonly #known: Map<string, ResourceData[K]> | undefined;
   /** Ids listed since the last (re)subscribe, until its bootstrap: list watches only. */
   #seen: Set<string> | undefined;
@@ -79,7 +87,7 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     readonly id: string | undefined,
     readonly handler: TalosWatchHandler<ResourceData[K]>,
   ) {
-    this.#known = id === undefined ? new Map() : undefined;
+    this.#known = id === undefined && handler.record === undefined ? new Map() : undefined;
   }
 
   /** `watch <type> on node <node>`, for messages. */
@@ -123,7 +131,7 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     }
     const call = this.call as GrpcStream;
     this.#failures = 0;
-    this.#seen = this.#known && new Set();
+    this.#seen = this.id === undefined ? new Set() : undefined;
     if (first !== undefined) this.onMessage(first);
     call.listen(this);
   }
@@ -150,21 +158,27 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     }
   }
 
-  /** Keeps a list watch's record; at bootstrap, first reports what vanished while it resubscribed. */
+  /**
+   * Keeps a list watch's record (its own, or notes what was listed when the handler keeps it); at
+   * bootstrap, first reports what vanished while it resubscribed.
+   */
   #track(ev: TalosWatchEvent<ResourceData[K]>): void {
+    if (this.id !== undefined) return;
     const known = this.#known;
-    if (!known) return;
     if (ev.type === "created" || ev.type === "updated") {
-      known.set(ev.id, ev.resource);
+      known?.set(ev.id, ev.resource);
       this.#seen?.add(ev.id);
     } else if (ev.type === "destroyed") {
-      known.delete(ev.id);
+      known?.delete(ev.id);
     } else if (ev.type === "bootstrapped" && this.#seen) {
       const seen = this.#seen;
       this.#seen = undefined;
-      for (const [gone, resource] of known) {
+      const record = known ?? this.handler.record;
+      if (!record) return;
+      // A copy: the handler deletes from its record on each destroyed event.
+      for (const [gone, resource] of [...record]) {
         if (seen.has(gone)) continue;
-        known.delete(gone);
+        known?.delete(gone);
         if (!this.closed) this.handler.onEvent({ type: "destroyed", id: gone, resource });
       }
     }

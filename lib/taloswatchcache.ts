@@ -30,6 +30,8 @@ import {
   TalosNotFoundError,
   TalosPermissionError,
   type TalosWatch,
+  type TalosWatchEvent,
+  type TalosWatchHandler,
 } from "./talos.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation } from "./types.ts";
 
@@ -85,6 +87,13 @@ export interface TalosWatchCacheOptions {
   tickMs?: number;
   /** A watch without any answer for this long counts as down (default 30 s). */
   stallMs?: number;
+  /**
+   * How many nodes start their Talos work at once (default 128): a node counts from its start until
+   * its PlatformMetadata and AddressStatuses are known, its watch is down, or it is forgotten; the
+   * others wait in tracking order. The client's call slots bound the calls on the wire, not the nodes
+   * waiting for one, each holding its suspended calls (README Performance, "Memory at scale").
+   */
+  maxStarting?: number;
   /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
   retryBackoff?: Backoff;
   /**
@@ -105,6 +114,11 @@ function scheduleTimer(fn: () => void, ms: number): () => void {
 }
 
 type ReadKind = "systeminformation" | "version" | "nodename";
+/** Parts of a node's watching that can be down; "ended": a watch ended on a non-retryable error. */
+type DownPart = "metadata" | "addresses" | "stalled" | "ended";
+// Bits of NodeWatch.reading and .down: a Set keeps ~230 B of storage once it held an entry (issue 29).
+const READ_BITS: Record<ReadKind, number> = { systeminformation: 1, version: 2, nodename: 4 };
+const DOWN_BITS: Record<DownPart, number> = { metadata: 1, addresses: 2, stalled: 4, ended: 8 };
 
 /**
  * Whether PlatformMetadata is as Talos leaves it for the rest of the boot: present, and on a platform
@@ -114,6 +128,16 @@ type ReadKind = "systeminformation" | "version" | "nodename";
 export function metadataComplete(metadata: PlatformMetadata | undefined): boolean {
   if (metadata === undefined) return false;
   return !namesInstances(metadata.platform) || (metadata.instanceId !== "" && metadata.providerId !== "");
+}
+
+/** Whether two PlatformMetadata name the same machine: platform, hostname, instance and provider ID. */
+export function sameMachine(a: PlatformMetadata, b: PlatformMetadata): boolean {
+  return (
+    a.platform === b.platform &&
+    a.hostname === b.hostname &&
+    a.instanceId === b.instanceId &&
+    a.providerId === b.providerId
+  );
 }
 
 /** A one-off read of a node (SystemInformation, Version, Nodename) that failed and waits to be retried. */
@@ -143,15 +167,19 @@ class NodeWatch {
   mismatch: NodeMismatch | undefined;
   /** IPs on which Talos said it is another node, until one confirms: the watches never return there. */
   refusedIPs: Set<string> | undefined;
-  /** Platform, hostname, instance and provider ID last seen: when they change, so may the machine. */
-  identity: string | undefined;
+  /**
+   * The PlatformMetadata last seen (kept when it is destroyed): when its platform, hostname, instance
+   * or provider ID change, so may the machine ({@link sameMachine}).
+   */
+  identity: PlatformMetadata | undefined;
   /** Undefined until read; null when the node has none. */
   systemInformation: SystemInformation | null | undefined;
   talosVersion: string | undefined;
-  readonly reading = new Set<ReadKind>();
+  /** One-off reads under way ({@link READ_BITS}). */
+  reading = 0;
   readonly failedReads = new Map<ReadKind, FailedRead>();
-  /** Which parts are down: "metadata", "addresses", "stalled", "ended" (non-retryable). */
-  readonly down = new Set<string>();
+  /** Which parts are down ({@link DOWN_BITS}); 0: none. */
+  down = 0;
   lastError = "";
   startedMs: number;
   /** The refresh period of a down node counts from here (outage start, then each poll). */
@@ -166,6 +194,11 @@ class NodeWatch {
   addressesWatch: TalosWatch | undefined;
   /** The address watch failed since its last bootstrap (a reboot, or apid restarting). */
   addressesBroke = false;
+  /**
+   * Where the node is in the start gate ({@link TalosWatchCacheOptions.maxStarting}): waiting for its
+   * turn, started and not known yet, or past it.
+   */
+  gate: "queued" | "starting" | undefined;
 
   constructor(
     readonly name: string,
@@ -202,6 +235,78 @@ class NodeWatch {
   }
 }
 
+/** What an address watch's handler calls back in its {@link TalosWatchCache}. */
+interface AddressWatchHooks {
+  failed(w: NodeWatch, part: DownPart, error: string): void;
+  recovered(w: NodeWatch, part: DownPart): void;
+  openMetadataWatch(w: NodeWatch): void;
+  changed(name: string): void;
+  ended(w: NodeWatch, err: TalosError): void;
+}
+
+/**
+ * The handler of a node's AddressStatus watch. While the watch (re)delivers its contents after a
+ * (re)connect, it re-queues the node once, at BOOTSTRAPPED; afterwards on each change. One object
+ * per node, without closures: the cache's hooks are shared.
+ */
+class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus> {
+  #syncing = true;
+  #changed = false;
+
+  constructor(
+    readonly w: NodeWatch,
+    readonly hooks: AddressWatchHooks,
+  ) {}
+
+  /** The watch reports what vanished while it resubscribed from the node's own record. */
+  get record(): ReadonlyMap<string, TalosAddressStatus> {
+    return this.w.addresses;
+  }
+
+  onEvent(ev: TalosWatchEvent<TalosAddressStatus>): void {
+    const w = this.w;
+    switch (ev.type) {
+      case "errored":
+        this.#syncing = true;
+        w.addressesBroke = true;
+        this.hooks.failed(w, "addresses", ev.error);
+        return;
+      case "created":
+      case "updated": {
+        const old = w.addresses.get(ev.id);
+        const a = ev.resource;
+        if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
+          this.#changed = true;
+        }
+        w.addresses.set(ev.id, a);
+        break;
+      }
+      case "destroyed":
+        this.#changed = w.addresses.delete(ev.id) || this.#changed;
+        break;
+      case "bootstrapped":
+        this.#syncing = false;
+        this.#changed = true;
+        w.addressesKnown = true;
+        this.hooks.recovered(w, "addresses");
+        if (w.addressesBroke) {
+          // The machine may have rebooted: watch its metadata until it settles again.
+          w.addressesBroke = false;
+          this.hooks.openMetadataWatch(w);
+        }
+        break;
+    }
+    if (this.#changed && !this.#syncing) {
+      this.#changed = false;
+      this.hooks.changed(w.name);
+    }
+  }
+
+  onEnd(err: TalosError): void {
+    this.hooks.ended(this.w, err);
+  }
+}
+
 /**
  * Every tracked node's Talos facts, from one AddressStatus watch per node (bootstrap contents, then
  * BOOTSTRAPPED) on the Talos client's shared channel, and its PlatformMetadata: read once, watched
@@ -226,11 +331,29 @@ export class TalosWatchCache {
   readonly #now: () => number;
   readonly #schedule: (fn: () => void, ms: number) => () => void;
   readonly #nodes = new Map<string, NodeWatch>();
+  readonly #maxStarting: number;
+  /** Nodes waiting for their turn to start, in tracking order. */
+  readonly #queue = new Set<NodeWatch>();
+  /** Nodes started and not known yet (gate "starting"). */
+  #starting = 0;
+  #pumping = false;
+  /** What every node's address watch handler calls back (one object, not closures per node). */
+  readonly #hooks: AddressWatchHooks = {
+    failed: (w, part, error) => this.#failed(w, part, error),
+    recovered: (w, part) => this.#recovered(w, part),
+    openMetadataWatch: (w) => this.#openMetadataWatch(w),
+    changed: (name) => this.#onChange(name),
+    ended: (w, err) => this.#ended(w, err),
+  };
   readonly #timer: ReturnType<typeof setInterval>;
   #closed = false;
 
   constructor(opts: TalosWatchCacheOptions) {
     if (!(opts.refreshMs > 0)) throw new TypeError("TalosWatchCache: refreshMs must be positive");
+    const maxStarting = opts.maxStarting ?? 128;
+    if (!(Number.isInteger(maxStarting) && maxStarting >= 1))
+      throw new TypeError("TalosWatchCache: maxStarting must be a positive integer");
+    this.#maxStarting = maxStarting;
     this.#talos = opts.talos;
     this.#onChange = opts.onChange;
     this.#refreshMs = opts.refreshMs;
@@ -243,15 +366,39 @@ export class TalosWatchCache {
     (this.#timer as { unref?: () => void }).unref?.();
   }
 
-  /** Starts watching node `name` on `ips` (preferred first); restarts when its IPs changed. */
+  /**
+   * Starts watching node `name` on `ips` (preferred first), or queues it while `maxStarting` nodes
+   * are starting; restarts when its IPs changed (a started node keeps its turn, a queued one its place).
+   */
   track(name: string, ips: readonly string[]): void {
     if (this.#closed) return;
     const w = this.#nodes.get(name);
     if (w && w.ips.join() === ips.join()) return;
-    if (w) this.#stop(w);
+    if (w?.gate === "queued") {
+      // Nothing started yet: only where it will start changes.
+      w.ips = ips;
+      w.answeredIP = ips[0] ?? "";
+      return;
+    }
     const next = new NodeWatch(name, ips, this.#now());
     this.#nodes.set(name, next);
-    this.#start(next);
+    if (w?.gate === "starting") {
+      // The new watches take the old ones' turn.
+      w.gate = undefined;
+      this.#stop(w);
+      next.gate = "starting";
+      this.#start(next);
+      return;
+    }
+    if (w) this.#stop(w);
+    if (this.#starting < this.#maxStarting) {
+      this.#starting++;
+      next.gate = "starting";
+      this.#start(next);
+    } else {
+      next.gate = "queued";
+      this.#queue.add(next);
+    }
   }
 
   /** Stops watching node `name` and drops its facts. */
@@ -264,13 +411,13 @@ export class TalosWatchCache {
 
   /** Whether node `name` is tracked and its watch is down. */
   isDown(name: string): boolean {
-    return (this.#nodes.get(name)?.down.size ?? 0) > 0;
+    return (this.#nodes.get(name)?.down ?? 0) !== 0;
   }
 
   /** Nodes tracked, and how many of them have a watch down. */
   stats(): { nodes: number; down: number } {
     let down = 0;
-    for (const w of this.#nodes.values()) if (w.down.size > 0) down++;
+    for (const w of this.#nodes.values()) if (w.down !== 0) down++;
     return { nodes: this.#nodes.size, down };
   }
 
@@ -282,7 +429,8 @@ export class TalosWatchCache {
   facts(name: string, needs: FactsNeeds): FactsState {
     const w = this.#nodes.get(name);
     if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
-    const error = w.down.size > 0 ? w.lastError : undefined;
+    if (w.gate === "queued") return { ready: false, waitingFor: this.#queuedFor() };
+    const error = w.down !== 0 ? w.lastError : undefined;
     const waiting = (what: string, err = error): FactsState =>
       err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
     if (!w.metadataKnown || !w.addressesKnown) return waiting(`Talos on ${w.watchIP} to answer`);
@@ -318,7 +466,8 @@ export class TalosWatchCache {
     for (const w of this.#nodes.values()) {
       if (
         (!w.metadataKnown || !w.addressesKnown) &&
-        w.down.size === 0 &&
+        w.gate !== "queued" &&
+        w.down === 0 &&
         now - w.startedMs >= this.#stallMs
       ) {
         this.#failed(
@@ -327,12 +476,12 @@ export class TalosWatchCache {
           `no answer from Talos on ${w.watchIP} for ${Math.round(this.#stallMs / 1000)} s`,
         );
       }
-      if (w.down.size > 0 && now - w.polledMs >= this.#refreshMs) {
+      if (w.down !== 0 && now - w.polledMs >= this.#refreshMs) {
         w.polledMs = now;
         void this.#poll(w);
       }
       for (const [kind, failed] of w.failedReads) {
-        if (failed.announced || now < failed.retryAtMs || w.reading.has(kind)) continue;
+        if (failed.announced || now < failed.retryAtMs || (w.reading & READ_BITS[kind]) !== 0) continue;
         failed.announced = true;
         this.#onChange(w.name);
       }
@@ -345,6 +494,34 @@ export class TalosWatchCache {
     clearInterval(this.#timer);
     for (const w of this.#nodes.values()) this.#stop(w);
     this.#nodes.clear();
+    this.#queue.clear();
+  }
+
+  /** What a queued node waits for (counting the nodes ahead of it would cost a walk of the queue). */
+  #queuedFor(): string {
+    const n = this.#queue.size;
+    return `its turn to start its Talos watches (${n} node${n === 1 ? "" : "s"} waiting; ${this.#maxStarting} start at a time)`;
+  }
+
+  /** The node leaves the start gate (known, down, stopped); the next queued nodes start. */
+  #leaveGate(w: NodeWatch): void {
+    if (w.gate === "queued") this.#queue.delete(w);
+    else if (w.gate === "starting") this.#starting--;
+    else return;
+    w.gate = undefined;
+    if (this.#pumping) return; // the loop below is running further up the stack
+    this.#pumping = true;
+    try {
+      while (!this.#closed && this.#starting < this.#maxStarting && this.#queue.size > 0) {
+        const next = this.#queue.values().next().value as NodeWatch;
+        this.#queue.delete(next);
+        this.#starting++;
+        next.gate = "starting";
+        this.#start(next);
+      }
+    } finally {
+      this.#pumping = false;
+    }
   }
 
   #tracked(w: NodeWatch): boolean {
@@ -352,6 +529,7 @@ export class TalosWatchCache {
   }
 
   #stop(w: NodeWatch): void {
+    this.#leaveGate(w);
     this.#closeWatches(w);
     w.cancelFailover?.();
     w.cancelFailover = undefined;
@@ -373,8 +551,8 @@ export class TalosWatchCache {
 
   #start(w: NodeWatch): void {
     this.#closeWatches(w);
-    w.down.delete("ended");
-    w.down.delete("stalled");
+    w.down &= ~DOWN_BITS.ended;
+    w.down &= ~DOWN_BITS.stalled;
     w.startedMs = this.#now();
     w.addressesWatch = this.#watchAddresses(w, w.watchIP);
     void this.#readMetadata(w, w.watchIP);
@@ -428,20 +606,14 @@ export class TalosWatchCache {
     w.metadataKnown = true;
     w.answeredIP = ip;
     if (!metadata) return;
-    const identity = JSON.stringify([
-      metadata.platform,
-      metadata.hostname,
-      metadata.instanceId,
-      metadata.providerId,
-    ]);
-    if (w.identity !== undefined && w.identity !== identity) {
+    if (w.identity !== undefined && !sameMachine(w.identity, metadata)) {
       log.v(2).info("Talos machine identity changed; confirming the node again", { node: w.name, ip });
       w.confirmedIP = undefined;
       w.systemInformation = undefined;
       w.talosVersion = undefined;
       void this.#verify(w, ip);
     }
-    w.identity = identity;
+    w.identity = metadata;
   }
 
   /**
@@ -452,8 +624,8 @@ export class TalosWatchCache {
    */
   async #verify(w: NodeWatch, ip: string): Promise<void> {
     const failed = w.failedReads.get("nodename");
-    if (w.reading.has("nodename") || (failed && this.#now() < failed.retryAtMs)) return;
-    w.reading.add("nodename");
+    if ((w.reading & READ_BITS.nodename) !== 0 || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading |= READ_BITS.nodename;
     let moveTo: number | undefined;
     const fail = (error: string, retryNow: boolean) => {
       const failures = (failed?.failures ?? 0) + 1;
@@ -486,7 +658,7 @@ export class TalosWatchCache {
       if (!this.#tracked(w)) return;
       fail((err as Error).message, false);
     } finally {
-      w.reading.delete("nodename");
+      w.reading &= ~READ_BITS.nodename;
     }
     if (moveTo !== undefined) {
       // What the other machine reported must not linger until the next IP answers.
@@ -525,53 +697,9 @@ export class TalosWatchCache {
     });
   }
 
-  /**
-   * AddressStatuses from `ip`. While it (re)delivers its contents after a (re)connect, the watch
-   * re-queues the node once, at BOOTSTRAPPED; afterwards on each change.
-   */
+  /** AddressStatuses from `ip` ({@link AddressWatchHandler}). */
   #watchAddresses(w: NodeWatch, ip: string): TalosWatch {
-    let syncing = true;
-    let changed = false;
-    return this.#talos.subscribe(ip, "addresses", {
-      onEvent: (ev) => {
-        switch (ev.type) {
-          case "errored":
-            syncing = true;
-            w.addressesBroke = true;
-            this.#failed(w, "addresses", ev.error);
-            return;
-          case "created":
-          case "updated": {
-            const old = w.addresses.get(ev.id);
-            const a = ev.resource;
-            if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
-              changed = true;
-            }
-            w.addresses.set(ev.id, a);
-            break;
-          }
-          case "destroyed":
-            changed = w.addresses.delete(ev.id) || changed;
-            break;
-          case "bootstrapped":
-            syncing = false;
-            changed = true;
-            w.addressesKnown = true;
-            this.#recovered(w, "addresses");
-            if (w.addressesBroke) {
-              // The machine may have rebooted: watch its metadata until it settles again.
-              w.addressesBroke = false;
-              this.#openMetadataWatch(w);
-            }
-            break;
-        }
-        if (changed && !syncing) {
-          changed = false;
-          this.#onChange(w.name);
-        }
-      },
-      onEnd: (err) => this.#ended(w, err),
-    });
+    return this.#talos.subscribe(ip, "addresses", new AddressWatchHandler(w, this.#hooks));
   }
 
   /** A watch ended on a non-retryable error; the node is polled until its watches start again. */
@@ -579,10 +707,10 @@ export class TalosWatchCache {
     if (err.code !== "closed") this.#failed(w, "ended", err.message);
   }
 
-  #failed(w: NodeWatch, part: string, error: string): void {
+  #failed(w: NodeWatch, part: DownPart, error: string): void {
     if (!this.#tracked(w)) return;
-    if (w.down.size === 0) w.polledMs = this.#now();
-    w.down.add(part);
+    if (w.down === 0) w.polledMs = this.#now();
+    w.down |= DOWN_BITS[part];
     w.lastError = error;
     log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
     this.#onChange(w.name);
@@ -592,23 +720,25 @@ export class TalosWatchCache {
         () => {
           w.cancelFailover = undefined;
           const next = w.nextIPIndex();
-          if (!this.#tracked(w) || w.down.size === 0 || next === undefined) return;
+          if (!this.#tracked(w) || w.down === 0 || next === undefined) return;
           w.ipIndex = next;
           this.#start(w);
         },
         backoffDelay(w.failovers++, this.#retryBackoff, Math.random),
       );
     }
+    this.#leaveGate(w);
   }
 
-  #recovered(w: NodeWatch, part: string): void {
-    w.down.delete(part);
-    w.down.delete("stalled");
-    if (w.down.size === 0) {
+  #recovered(w: NodeWatch, part: DownPart): void {
+    w.down &= ~DOWN_BITS[part];
+    w.down &= ~DOWN_BITS.stalled;
+    if (w.down === 0) {
       w.failovers = 0;
       w.cancelFailover?.();
       w.cancelFailover = undefined;
     }
+    if (w.metadataKnown && w.addressesKnown) this.#leaveGate(w);
   }
 
   /** Reads PlatformMetadata (first askable IP that answers) and AddressStatuses of a node whose watch is down. */
@@ -625,7 +755,7 @@ export class TalosWatchCache {
       w.addresses.clear();
       for (const a of list) w.addresses.set(a.id, a);
       w.addressesKnown = true;
-      if (w.down.has("ended")) {
+      if ((w.down & DOWN_BITS.ended) !== 0) {
         // The watches ended on an error that may be gone now (e.g. a fixed role): try them again.
         w.ipIndex = Math.max(0, w.ips.indexOf(nodeIP));
         this.#start(w);
@@ -643,8 +773,8 @@ export class TalosWatchCache {
 
   #read(w: NodeWatch, kind: ReadKind): void {
     const failed = w.failedReads.get(kind);
-    if (w.reading.has(kind) || (failed && this.#now() < failed.retryAtMs)) return;
-    w.reading.add(kind);
+    if ((w.reading & READ_BITS[kind]) !== 0 || (failed && this.#now() < failed.retryAtMs)) return;
+    w.reading |= READ_BITS[kind];
     const ip = w.answeredIP;
     const read =
       kind === "systeminformation"
@@ -674,7 +804,7 @@ export class TalosWatchCache {
         },
       )
       .finally(() => {
-        w.reading.delete(kind);
+        w.reading &= ~READ_BITS[kind];
         if (this.#tracked(w)) this.#onChange(w.name);
       });
   }

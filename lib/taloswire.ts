@@ -68,7 +68,10 @@ export type ResourceKind = keyof typeof RESOURCES;
 
 /** An AddressStatus as decoded, with the peer address of point-to-point links when Talos has one. */
 export interface TalosAddressStatus extends AddressStatus {
-  /** IFA_LOCAL; differs from `address` only on point-to-point links. */
+  /**
+   * IFA_LOCAL, only where it differs from `address` (point-to-point links): Talos reports it equal
+   * to the address on every other IPv4 address, and a copy per node is not worth keeping.
+   */
   local?: string;
 }
 
@@ -175,21 +178,41 @@ export function decodeNetIP(bytes: Uint8Array): string {
   });
 }
 
+/**
+ * Values Talos reports alike for many machines (platform, region, zone, instance type, DNS names,
+ * link names, loopback addresses), kept once: the watch cache holds them for every node, and the
+ * protobuf decoder builds a fresh string each time. Never the per-machine ones (hostname, instance
+ * and provider IDs, other addresses). Bounded: values that never repeat stop filling it at 1,024.
+ */
+const shared = new Map<string, string>();
+const MAX_SHARED = 1024;
+
+/** The kept string equal to `s`, or `s` (kept while there is room). */
+function sharedString(s: string): string {
+  const have = shared.get(s);
+  if (have !== undefined) return have;
+  if (shared.size < MAX_SHARED) shared.set(s, s);
+  return s;
+}
+
+/** RT_SCOPE_HOST: the loopback addresses every machine has. */
+const SCOPE_HOST = 254;
+
 /** Decodes a `PlatformMetadatas.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodePlatformMetadata(bytes: Uint8Array): PlatformMetadata {
   return decodeWith("PlatformMetadataSpec", () => {
     const m = PlatformMetadataSpec.decode(bytes);
     return {
-      platform: m.platform,
+      platform: sharedString(m.platform),
       hostname: m.hostname,
-      region: m.region,
-      zone: m.zone,
-      instanceType: m.instanceType,
+      region: sharedString(m.region),
+      zone: sharedString(m.zone),
+      instanceType: sharedString(m.instanceType),
       instanceId: m.instanceId,
       providerId: m.providerId,
       spot: m.spot,
-      internalDNS: m.internalDns,
-      externalDNS: m.externalDns,
+      internalDNS: sharedString(m.internalDns),
+      externalDNS: sharedString(m.externalDns),
       tags: m.tags,
     };
   });
@@ -223,17 +246,21 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
     const bits = a.address?.prefixLength ?? 0;
     if (ip.length !== 4 && ip.length < 16) throw new TalosDecodeError("no address");
     if (bits < 0 || bits > (ip.length === 4 ? 32 : 128)) throw new TalosDecodeError(`prefix length ${bits}`);
+    // Joined, not a template literal: kept flat (lib/cidr.ts formatV4).
+    const ipText = formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip);
+    const address = [ipText, bits].join("/");
+    const host = a.scope === SCOPE_HOST;
     const out: TalosAddressStatus = {
-      id,
-      address: `${formatIPBytes(ip.length > 16 ? ip.subarray(0, 16) : ip)}/${bits}`,
-      linkName: a.linkName,
+      id: host ? sharedString(id) : id,
+      address: host ? sharedString(address) : address,
+      linkName: sharedString(a.linkName),
       linkIndex: a.linkIndex,
       family: ip.length === 4 ? "inet4" : "inet6",
       scope: a.scope,
       flags: a.flags,
     };
     const local = decodeNetIP(a.local);
-    if (local) out.local = local;
+    if (local && local !== ipText) out.local = local;
     return out;
   });
 }

@@ -107,6 +107,17 @@ describe("parseIP()", () => {
     expect(parseIP("2001:db8::1")).toEqual({ family: 6, value: 0x20010db8000000000000000000000001n });
   });
 
+  test("formatIP() writes every IPv4 address as its four decimal octets", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 255 }), { minLength: 4, maxLength: 4 }), (octets) => {
+        const text = octets.join(".");
+        expect(formatIP(parseIP(text))).toBe(text);
+        expect(formatIP(ipFromBytes(Uint8Array.from(octets)))).toBe(text);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
   test("formatIP() round-trips random addresses canonically", () => {
     fc.assert(
       fc.property(fc.bigInt({ min: 0n, max: (1n << 128n) - 1n }), (value) => {

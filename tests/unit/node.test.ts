@@ -22,7 +22,12 @@ import {
   type TalosWatchEvent,
   type TalosWatchHandler,
 } from "../../lib/talos.ts";
-import { type FactsState, TalosWatchCache, type TalosWatchClient } from "../../lib/taloswatchcache.ts";
+import {
+  type FactsState,
+  sameMachine,
+  TalosWatchCache,
+  type TalosWatchClient,
+} from "../../lib/taloswatchcache.ts";
 import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 import {
   FIELD_MANAGER,
@@ -788,7 +793,7 @@ const settle = () => new Promise((resolve) => setImmediate(resolve));
 describe("TalosWatchCache", () => {
   const needs = { systemInformation: true, talosVersion: false };
 
-  function setup(opts: { refreshMs?: number } = {}) {
+  function setup(opts: { refreshMs?: number; maxStarting?: number } = {}) {
     let now = 1_000_000;
     const talos = new FakeTalos();
     const changes: string[] = [];
@@ -801,6 +806,7 @@ describe("TalosWatchCache", () => {
       tickMs: 3_600_000,
       stallMs: 30_000,
       retryBackoff: { initialMs: 1, maxMs: 1 },
+      ...(opts.maxStarting === undefined ? {} : { maxStarting: opts.maxStarting }),
       now: () => now,
       schedule: (fn) => {
         scheduled.add(fn);
@@ -863,6 +869,37 @@ describe("TalosWatchCache", () => {
     s.push({ type: "created", id: pub.id, version: "1", resource: pub });
     await settle();
     expect(changes).toEqual(["node-1"]);
+    facts.close();
+  });
+
+  test("TalosWatchCache hands its address watch the node's addresses as the record to report vanished ones from", async () => {
+    const { talos, facts } = setup();
+    const handlers: Array<TalosWatchHandler<unknown>> = [];
+    const subscribe = talos.subscribe;
+    talos.subscribe = ((ip: string, kind: string, h: TalosWatchHandler<unknown>) => {
+      if (kind === "addresses") handlers.push(h);
+      return (subscribe as (...a: unknown[]) => TalosWatch)(ip, kind, h);
+    }) as TalosWatchClient["subscribe"];
+    facts.track("node-1", ["10.0.0.5"]);
+    const s = talos.stream("10.0.0.5", "addresses");
+    const eth0 = address("10.0.0.5/24", "eth0");
+    const pub = address("203.0.113.5/24", "eth1");
+    for (const a of [eth0, pub]) s.push({ type: "created", id: a.id, version: "1", resource: a });
+    s.push({ type: "bootstrapped" });
+    await settle();
+    const record = handlers[0]?.record as ReadonlyMap<string, AddressStatus>;
+    expect([...record.values()]).toEqual([eth0, pub]);
+    // What the watch reports from it after a resubscribe that no longer lists eth1.
+    s.push({ type: "errored", error: "EOF" });
+    s.push({ type: "created", id: eth0.id, version: "1", resource: eth0 });
+    s.push({ type: "destroyed", id: pub.id, resource: pub });
+    s.push({ type: "bootstrapped" });
+    await settle();
+    expect([...record.values()]).toEqual([eth0]);
+    expect(facts.facts("node-1", { systemInformation: false, talosVersion: false })).toMatchObject({
+      ready: true,
+      facts: { addresses: [eth0] },
+    });
     facts.close();
   });
 
@@ -942,6 +979,113 @@ describe("TalosWatchCache", () => {
       waitingFor: "Talos on 10.0.0.5 to answer",
       error: "no answer from Talos on 10.0.0.5 for 30 s",
     });
+    facts.close();
+  });
+
+  /** Nodes node-<i> on 10.0.0.<i>, each confirmed by its Talos. */
+  function trackNodes(talos: FakeTalos, facts: TalosWatchCache, ...ids: number[]) {
+    for (const i of ids) {
+      talos.nodenames.set(`10.0.0.${i}`, `node-${i}`);
+      facts.track(`node-${i}`, [`10.0.0.${i}`]);
+    }
+  }
+  const started = (talos: FakeTalos) =>
+    talos.calls.filter((c) => c.startsWith("watch addresses")).map((c) => c.slice("watch addresses ".length));
+  const queued = (waiting: string): FactsState => ({
+    ready: false,
+    waitingFor: `its turn to start its Talos watches (${waiting} waiting; 2 start at a time)`,
+  });
+
+  test("TalosWatchCache starts at most maxStarting nodes at once; the next, in tracking order, once one is known or down", async () => {
+    const { talos, facts } = setup({ maxStarting: 2 });
+    trackNodes(talos, facts, 1, 2, 3, 4, 5);
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2"]);
+    expect(talos.calls.filter((c) => c.endsWith("10.0.0.3") || c.endsWith("10.0.0.4"))).toEqual([]);
+    expect(facts.facts("node-3", needs)).toEqual(queued("3 nodes"));
+    expect(facts.facts("node-5", needs)).toEqual(queued("3 nodes"));
+    // Its PlatformMetadata alone (read by now) does not make node-1 known: its addresses do.
+    expect(talos.calls).toContain("get platformmetadata 10.0.0.1");
+    talos.stream("10.0.0.1", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    expect(facts.facts("node-1", { systemInformation: false, talosVersion: false }).ready).toBe(true);
+    expect(facts.facts("node-5", needs)).toEqual(queued("2 nodes"));
+    // A node whose watch goes down stops counting too.
+    talos.stream("10.0.0.2", "addresses").push({ type: "errored", error: "node is down" });
+    await settle();
+    expect(facts.isDown("node-2")).toBe(true);
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]);
+    for (const i of [3, 4]) talos.stream(`10.0.0.${i}`, "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]);
+    talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    for (const i of [1, 3, 4, 5]) {
+      expect(facts.facts(`node-${i}`, { systemInformation: false, talosVersion: false }).ready).toBe(true);
+    }
+    facts.close();
+  });
+
+  test("TalosWatchCache forgets a queued node without starting it, and re-tracks one in its place", async () => {
+    const { talos, facts } = setup({ maxStarting: 2 });
+    trackNodes(talos, facts, 1, 2, 3, 4, 5);
+    facts.forget("node-3");
+    expect(facts.facts("node-3", needs)).toEqual({ ready: false, waitingFor: "its Talos watches to start" });
+    expect(facts.facts("node-4", needs)).toEqual(queued("2 nodes"));
+    // New IPs of a queued node: still queued, in its place (it starts before node-5), on them.
+    talos.nodenames.set("10.0.0.9", "node-4");
+    facts.track("node-4", ["10.0.0.9"]);
+    expect(facts.facts("node-4", needs)).toEqual(queued("2 nodes"));
+    // New IPs of a started node keep its turn: nothing queued starts.
+    talos.nodenames.set("10.0.0.8", "node-1");
+    facts.track("node-1", ["10.0.0.8"]);
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.8"]);
+    expect(facts.stats()).toEqual({ nodes: 4, down: 0 });
+    // node-1's old watch no longer counts: its bootstrap frees nothing; the new one's does.
+    talos.stream("10.0.0.1", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.8"]);
+    talos.stream("10.0.0.8", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.8", "10.0.0.9"]);
+    expect(talos.calls.filter((c) => c.endsWith("10.0.0.3") || c.endsWith("10.0.0.4"))).toEqual([]);
+    // Forgetting a starting node gives its turn to the next one.
+    facts.forget("node-2");
+    await settle();
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.8", "10.0.0.9", "10.0.0.5"]);
+    expect(talos.stream("10.0.0.2", "addresses").active).toBe(0);
+    facts.close();
+  });
+
+  test("TalosWatchCache counts a queued node's stall time from its start, not from when it was queued", async () => {
+    const { talos, facts, advance } = setup({ maxStarting: 1 });
+    trackNodes(talos, facts, 1, 2, 3);
+    advance(29_000);
+    facts.tick();
+    expect(started(talos)).toEqual(["10.0.0.1"]);
+    advance(1_000);
+    facts.tick();
+    // node-1 stalled: it is down (and polled), and node-2 starts now; node-3, queued as long, waits.
+    expect(facts.isDown("node-1")).toBe(true);
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2"]);
+    expect(facts.isDown("node-2")).toBe(false);
+    expect(facts.isDown("node-3")).toBe(false);
+    expect(facts.facts("node-3", needs).ready).toBe(false);
+    advance(29_000);
+    facts.tick();
+    expect(facts.isDown("node-2")).toBe(false);
+    advance(1_000);
+    facts.tick();
+    expect(facts.isDown("node-2")).toBe(true);
+    expect(facts.facts("node-2", needs)).toEqual({
+      ready: false,
+      waitingFor: "Talos on 10.0.0.2 to answer",
+      error: "no answer from Talos on 10.0.0.2 for 30 s",
+    });
+    expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    expect(facts.isDown("node-3")).toBe(false);
     facts.close();
   });
 
@@ -1244,6 +1388,15 @@ describe("TalosWatchCache", () => {
     ]);
     expect(facts.facts("node-1", bare)).toMatchObject({ mismatch: { ip: "fd00::9" } });
     facts.close();
+  });
+
+  test("sameMachine() compares platform, hostname, instance and provider ID, nothing else", () => {
+    const m = metadata({ instanceId: "i-1", providerId: "aws:///z/i-1" });
+    expect(sameMachine(m, { ...m })).toBe(true);
+    expect(sameMachine(m, { ...m, zone: "other", region: "other", spot: true, tags: { a: "b" } })).toBe(true);
+    for (const field of ["platform", "hostname", "instanceId", "providerId"] as const) {
+      expect(sameMachine(m, { ...m, [field]: `${m[field]}x` })).toBe(false);
+    }
   });
 
   test("TalosWatchCache confirms the node again when the machine's identity changes, not on other metadata changes", async () => {

@@ -51,10 +51,10 @@ describe("decoding hand-verified bytes", () => {
   );
 
   test("decodeAddressStatus() decodes the AddressStatus example of talos-api.md", () => {
+    // IFA_LOCAL equal to the address (every IPv4 address but point-to-point ones) is not kept.
     expect(decodeAddressStatus("eth0/10.0.0.5/24", DOC_EXAMPLE)).toEqual({
       id: "eth0/10.0.0.5/24",
       address: "10.0.0.5/24",
-      local: "10.0.0.5",
       linkName: "eth0",
       linkIndex: 2,
       family: "inet4",
