@@ -19,6 +19,7 @@
 // list may be the kubelet's; its write-backs then only remove, and record no owner).
 
 import { sameList } from "./lists.ts";
+import { StringPool } from "./stringpool.ts";
 
 /**
  * The owners of the fields the cloud-node controller writes, from a Node's managedFields. Where
@@ -56,14 +57,8 @@ function child(fields: unknown, key: string): Fields | undefined {
 }
 
 /** Manager names are few; one string per name instead of one per Node. */
-const interned = new Map<string, string>();
-const MAX_INTERNED = 256;
-function intern(s: string): string {
-  const have = interned.get(s);
-  if (have !== undefined) return have;
-  if (interned.size < MAX_INTERNED) interned.set(s, s);
-  return s;
-}
+const managerNames = new StringPool(256);
+const intern = (s: string): string => managerNames.share(s);
 
 /** The owner to keep when `next` also owns a field `have` owns: the one that is not `self`. */
 function pick(have: string | undefined, next: string, self: string): string {

@@ -6,6 +6,7 @@
 // else, whatever the bytes: the generated code throws RangeError and friends on malformed input.
 
 import { formatIP, ipFromBytes } from "./cidr.ts";
+import { StringPool } from "./stringpool.ts";
 import {
   AddressStatusSpec,
   ControllerManagerConfigSpec,
@@ -184,16 +185,8 @@ export function decodeNetIP(bytes: Uint8Array): string {
  * protobuf decoder builds a fresh string each time. Never the per-machine ones (hostname, instance
  * and provider IDs, other addresses). Bounded: values that never repeat stop filling it at 1,024.
  */
-const shared = new Map<string, string>();
-const MAX_SHARED = 1024;
-
-/** The kept string equal to `s`, or `s` (kept while there is room). */
-function sharedString(s: string): string {
-  const have = shared.get(s);
-  if (have !== undefined) return have;
-  if (shared.size < MAX_SHARED) shared.set(s, s);
-  return s;
-}
+const sharedStrings = new StringPool(1024);
+const sharedString = (s: string): string => sharedStrings.share(s);
 
 /** RT_SCOPE_HOST: the loopback addresses every machine has. */
 const SCOPE_HOST = 254;

@@ -35,6 +35,7 @@ const CORES = [
   "configissue.ts",
   "der.ts",
   "fieldowners.ts",
+  "stringpool.ts",
   "flagvalues.ts",
   "gofmt.ts",
   "gostrconv.ts",
