@@ -19,7 +19,7 @@
 // list may be the kubelet's; its write-backs then only remove, and record no owner).
 
 import { sameList } from "./lists.ts";
-import { StringPool } from "./stringpool.ts";
+import { StringPool, ValuePool } from "./stringpool.ts";
 
 /**
  * The owners of the fields the cloud-node controller writes, from a Node's managedFields. Where
@@ -60,6 +60,12 @@ function child(fields: unknown, key: string): Fields | undefined {
 const managerNames = new StringPool(256);
 const intern = (s: string): string => managerNames.share(s);
 
+/**
+ * Most Nodes of a cluster have the same owners summary (the same managers wrote the same keys), so
+ * one frozen copy per distinct summary is kept, not one per Node (~0.4 KB each).
+ */
+const summaries = new ValuePool<FieldOwners>(256);
+
 /** The owner to keep when `next` also owns a field `have` owns: the one that is not `self`. */
 function pick(have: string | undefined, next: string, self: string): string {
   return have === undefined || have === self ? next : have;
@@ -87,7 +93,8 @@ function addressType(k: string): string | undefined {
 
 /**
  * The owners of the fields cloud-node writes, from a Node's managedFields (undefined when none of
- * them has an owner). Never throws: an entry it cannot read is skipped.
+ * them has an owner), frozen and shared by the Nodes with the same summary. Never throws: an entry
+ * it cannot read is skipped.
  * @param self the field manager this CCM's writes are recorded under.
  * @example
  * fieldOwners([{ manager: "kubelet", fieldsV1: { "f:spec": { "f:providerID": {} } } }], "ccm") // { providerID: "kubelet" }
@@ -123,7 +130,7 @@ export function fieldOwners(
       out.addresses[type] = pick(out.addresses[type], manager, self);
     }
   }
-  return Object.keys(out).length > 0 ? out : undefined;
+  return Object.keys(out).length > 0 ? summaries.share(JSON.stringify(out), out) : undefined;
 }
 
 /** The fields {@link conflictingWrites} reports, as the `field` label and Events name them. */

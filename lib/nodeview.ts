@@ -37,6 +37,9 @@ export interface LeanNode {
   };
 }
 
+/** The taints of every Node without any: one frozen list, not one per Node. */
+const NO_TAINTS: V1Taint[] = Object.freeze([]) as unknown as V1Taint[];
+
 /** Annotations too large to be worth keeping in memory. */
 const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configuration"]);
 
@@ -64,7 +67,7 @@ export function leanNode(raw: unknown): LeanNode {
       labels: md.labels ?? {},
       annotations,
     },
-    spec: { taints: n.spec?.taints ?? [] },
+    spec: { taints: n.spec?.taints ?? NO_TAINTS },
     status: { addresses: n.status?.addresses ?? [], ready: ready?.status ?? "Unknown" },
   };
   if (md.deletionTimestamp) lean.metadata.deletionTimestamp = String(md.deletionTimestamp);

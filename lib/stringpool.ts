@@ -1,5 +1,6 @@
-// Bounded string interning: values that repeat across many objects (a field manager's name, a
-// platform, a zone, a link name) kept once instead of once per object. Pure data, no I/O.
+// Bounded interning: values that repeat across many objects (a field manager's name, a platform, a
+// zone, a link name; the owners summary most Nodes share) kept once instead of once per object.
+// Pure data, no I/O.
 
 /**
  * A pool of at most `max` strings. Values that never repeat stop filling it at `max` and cost
@@ -22,4 +23,38 @@ export class StringPool {
   get size(): number {
     return this.#kept.size;
   }
+}
+
+/**
+ * A pool of at most `max` values, each kept under a key that says what it holds (e.g. its JSON).
+ * A kept value is shared by every holder, so it must never change: `share` freezes what it keeps.
+ * @example const pool = new ValuePool<Owners>(256); const owners = pool.share(JSON.stringify(o), o)
+ */
+export class ValuePool<T extends object> {
+  readonly #kept = new Map<string, T>();
+  constructor(readonly max: number) {}
+
+  /**
+   * The kept value under `key`, or `value` itself: frozen (deeply) and kept while there is room,
+   * returned as is otherwise.
+   */
+  share(key: string, value: T): T {
+    const have = this.#kept.get(key);
+    if (have !== undefined) return have;
+    if (this.#kept.size >= this.max) return value;
+    this.#kept.set(key, deepFreeze(value));
+    return value;
+  }
+
+  /** Distinct values kept. */
+  get size(): number {
+    return this.#kept.size;
+  }
+}
+
+/** Freezes `value` and every object it holds. */
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== "object" || value === null || Object.isFrozen(value)) return value;
+  for (const v of Object.values(value)) deepFreeze(v);
+  return Object.freeze(value);
 }

@@ -142,6 +142,20 @@ describe("fieldOwners()", () => {
     expect(b?.taints).toBe("kubelet");
   });
 
+  test("fieldOwners() gives Nodes with the same owners one frozen summary, and others their own", () => {
+    const entries = (manager: string) => [
+      { manager, fieldsV1: { "f:metadata": { "f:labels": { "f:a": {}, "f:b": {} } } } },
+    ];
+    const a = fieldOwners(structuredClone(entries("kubelet")), SELF);
+    const b = fieldOwners(structuredClone(entries("kubelet")), SELF);
+    expect(b).toBe(a as FieldOwners);
+    expect(Object.isFrozen(a)).toBe(true);
+    expect(Object.isFrozen(a?.labels)).toBe(true);
+    const c = fieldOwners(entries("other"), SELF);
+    expect(c).not.toBe(a as FieldOwners);
+    expect(c).toEqual({ labels: { a: "other", b: "other" } });
+  });
+
   test("FIELD_MANAGER is what the API server records for this CCM's User-Agent (the program's name up to /)", () => {
     expect(FIELD_MANAGER).toBe(PROGRAM_NAME);
   });

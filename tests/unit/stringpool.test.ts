@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { StringPool } from "../../lib/stringpool.ts";
+import { StringPool, ValuePool } from "../../lib/stringpool.ts";
 
 /** A fresh string equal to `s`, built at run time. */
 const fresh = (s: string) => [...s].join("");
@@ -17,5 +17,29 @@ describe("StringPool", () => {
     for (let i = 0; i < 100; i++) expect(pool.share(fresh(`10.0.0.${i}`))).toBe(`10.0.0.${i}`);
     expect(pool.size).toBe(3);
     expect(pool.max).toBe(3);
+  });
+});
+
+describe("ValuePool", () => {
+  test("gives every holder of an equal value the one kept copy, frozen to the bottom", () => {
+    const pool = new ValuePool<{ labels: Record<string, string> }>(4);
+    const first = pool.share("k", { labels: { a: "kubelet" } });
+    const again = pool.share("k", { labels: { a: "kubelet" } });
+    expect(again).toBe(first);
+    expect(Object.isFrozen(first)).toBe(true);
+    expect(Object.isFrozen(first.labels)).toBe(true);
+    expect(() => {
+      (first.labels as Record<string, string>).b = "x";
+    }).toThrow();
+    expect(pool.size).toBe(1);
+  });
+
+  test("stops keeping at its bound: later values are returned as given, not frozen", () => {
+    const pool = new ValuePool<{ n: number }>(2);
+    for (let n = 0; n < 10; n++) expect(pool.share(String(n), { n })).toEqual({ n });
+    expect(pool.size).toBe(2);
+    const late = pool.share("late", { n: 99 });
+    expect(Object.isFrozen(late)).toBe(false);
+    expect(pool.share("late", { n: 99 })).not.toBe(late);
   });
 });
