@@ -77,7 +77,10 @@ export function eventNamespace(target: EventTarget): string {
 
 /**
  * What makes two events the same, so that the second joins the first one's series: the target
- * (kind, namespace, name, uid) and the type, reason, action and note, all of them.
+ * (kind, namespace, name, uid) and the type, reason, action and note, all of them, as a 64-bit
+ * hash in base 36 (13 characters) rather than their ~130 characters of text: the recorder keeps
+ * one key per remembered series, up to 4,096. Two different events share a key with probability
+ * 2^-64 per pair, and would then count as one series.
  */
 export function eventKey(
   target: EventTarget,
@@ -87,7 +90,7 @@ export function eventKey(
   note: string,
 ): string {
   const id = [target.kind, eventNamespace(target), target.name, target.uid ?? ""];
-  return [...id, type, reason, action, note].join("\u0000");
+  return Bun.hash([...id, type, reason, action, note].join("\u0000")).toString(36);
 }
 
 /**

@@ -112,6 +112,13 @@ describe("eventKey()", () => {
     );
   });
 
+  test("eventKey() is short whatever the note's length: a remembered series costs the same", () => {
+    const long = eventKey(node, "Warning", "Reason", "Action", "x".repeat(1024));
+    expect(base.length).toBeLessThanOrEqual(13);
+    expect(long.length).toBeLessThanOrEqual(13);
+    expect(long).not.toBe(base);
+  });
+
   test("eventKey(): a namespace spelled out equal to the default is the same event", () => {
     expect(eventKey({ ...node, namespace: EVENTS_NAMESPACE }, "Warning", "Reason", "Action", "note")).toBe(
       base,
