@@ -317,14 +317,28 @@ describe("leanCsr()", () => {
     expect(isPending(lean)).toBe(true);
   });
 
-  test("leanCsr() drops the request of a decided CSR", () => {
-    const lean = leanCsr({
-      ...rawCsr("csr-1", "PEM"),
-      status: { conditions: [{ type: "Denied", status: "True" }] },
-    });
+  test("leanCsr() keeps of a decided CSR only its name, resourceVersion and condition types", () => {
+    const decided = (name: string, type: string) =>
+      leanCsr({ ...rawCsr(name, "PEM"), status: { conditions: [{ type, status: "True" }] } });
+    const lean = decided("csr-1", "Denied");
+    expect(lean.metadata).toEqual({ name: "csr-1", uid: "", resourceVersion: "10", creationTimestamp: "" });
     expect(lean.csr.request).toBe("");
+    expect(lean.csr.username).toBe("");
     expect(lean.csr.conditions).toEqual([{ type: "Denied" }]);
     expect(isPending(lean)).toBe(false);
+    // One shared input per list of condition types, not one per CSR.
+    expect(decided("csr-2", "Denied").csr).toBe(lean.csr);
+    expect(decided("csr-3", "Approved").csr).not.toBe(lean.csr);
+    expect(Object.isFrozen(lean.csr)).toBe(true);
+  });
+
+  test("leanCsr() counts conditions it cannot read as a decision: the CSR is left alone", () => {
+    for (const conditions of ["Approved", [null], [{}], 7, {}]) {
+      const lean = leanCsr({ ...rawCsr("csr-1", "PEM"), status: { conditions } });
+      expect(lean.metadata.name).toBe("csr-1");
+      expect(isPending(lean)).toBe(false);
+    }
+    expect(isPending(leanCsr({ ...rawCsr("csr-1", "PEM"), status: { conditions: null } }))).toBe(true);
   });
 
   test("leanCsr() is total on malformed objects", () => {
@@ -527,18 +541,62 @@ describe("NodeClaimIndex", () => {
 
   test("NodeClaimIndex follows replaced and deleted Nodes, and clear() forgets them all", () => {
     const index = new NodeClaimIndex();
-    index.set(input("worker-b", ["10.0.0.2", "b.lan"]));
-    index.set(input("worker-b", ["10.0.0.2", "b.lan"]));
+    const b1 = input("worker-b", ["10.0.0.2", "b.lan"]);
+    index.set(b1);
+    index.set(input("worker-b", ["10.0.0.2", "b.lan"]), b1);
     expect(index.claimants(wanted(["b.lan"], ["10.0.0.2"]), "worker-a")).toEqual(["worker-b"]);
-    index.set(input("worker-b", ["10.0.0.3"]));
+    const b2 = input("worker-b", ["10.0.0.3"]);
+    index.set(b2, b1);
     expect(index.claimants(wanted(["b.lan"], ["10.0.0.2"]), "worker-a")).toEqual([]);
     expect(index.claimants(wanted([], ["10.0.0.3"]), "worker-a")).toEqual(["worker-b"]);
     index.set(input("worker-c", ["10.0.0.3"]));
-    index.delete("worker-b");
-    index.delete("worker-x");
+    index.delete(b2);
+    index.delete(input("worker-x", ["10.0.0.3"]));
     expect(index.claimants(wanted(["worker-b"], ["10.0.0.3"]), "worker-a")).toEqual(["worker-c"]);
     index.clear();
     expect(index.claimants(wanted(["worker-c"], ["10.0.0.3"]), "worker-a")).toEqual([]);
+  });
+
+  test("NodeClaimIndex kept from events answers as one built afresh from the Nodes (random updates)", () => {
+    let seed = 7;
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    const names = ["worker-a", "worker-b", "worker-c", "worker-d"];
+    const pool = ["10.0.0.1", "10.0.0.2", "::ffff:10.0.0.2", "a.lan", "B.lan", "worker-c", "10.0.0.02"];
+    const provided = [undefined, "10.0.0.9", "10.0.0.1,fd00::1"];
+    const index = new NodeClaimIndex();
+    const nodes = new Map<string, NodeInput>();
+    const every = wanted(
+      [...pool, ...names].map((x) => x.toLowerCase()),
+      [...pool, "10.0.0.9", "fd00::1"],
+    );
+    let seen = 0;
+    for (let step = 0; step < 500; step++) {
+      const name = names[rand(names.length)] as string;
+      const prev = nodes.get(name);
+      if (prev && rand(5) === 0) {
+        index.delete(prev);
+        nodes.delete(name);
+      } else {
+        const addresses = pool.filter(() => rand(3) === 0);
+        const next = input(name, addresses, provided[rand(provided.length)]);
+        index.set(next, prev);
+        nodes.set(name, next);
+      }
+      const fresh = new NodeClaimIndex();
+      for (const n of nodes.values()) fresh.set(n);
+      seen += fresh.claimants(every, "nobody").length;
+      for (const self of [...names, "nobody"])
+        expect({ step, self, got: index.claimants(every, self) }).toEqual({
+          step,
+          self,
+          got: fresh.claimants(every, self),
+        });
+    }
+    // The comparison saw Nodes claim things, not two empty indexes.
+    expect(seen).toBeGreaterThan(500);
   });
 });
 
@@ -560,6 +618,21 @@ describe("CsrApprover", () => {
     expect(w.body.status?.conditions?.[0]?.message).toContain("confirmed by Talos on 10.0.0.1");
     expect(f.events).toEqual([]);
     expect(f.registry.expose()).toContain('talosccm_csr_approval_count{status="approve"} 1');
+  });
+
+  test("CsrApprover forgets a CSR that turned decided: its Node's changes no longer queue it", async () => {
+    const f = setup();
+    // The CSR waits for its Node: pending, filed under worker-a.
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    await f.drain();
+    expect(f.writes).toHaveLength(0);
+    // Decided elsewhere (an admin): the cached copy keeps no username to unlink by.
+    f.csrs.put(leanCsr({ ...rawCsr("csr-1", "PEM"), status: { conditions: [{ type: "Approved" }] } }));
+    await f.drain();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    expect(f.approver.queue.length).toBe(0);
+    await f.drain();
+    expect(f.writes).toHaveLength(0);
   });
 
   test("CsrApprover denies with the failed check as reason, a Warning Event and the denial counter", async () => {
@@ -592,6 +665,21 @@ describe("CsrApprover", () => {
       "links 10.0.0.2",
       "nodeIPConfig 10.0.0.2",
     ]);
+  });
+
+  test("CsrApprover forgets a node's Talos facts once its decision is written: the next CSR asks anew", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    const pem = await pemA();
+    f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
+    await f.drain();
+    expect(f.decision()?.type).toBe("Approved");
+    expect(f.talos.calls).toHaveLength(4);
+    // Within the facts' 10 s, a second CSR of the machine (it rotated its key) still asks Talos.
+    f.csrs.put(leanCsr(rawCsr("csr-2", pem)));
+    await f.drain();
+    expect(f.writes).toHaveLength(2);
+    expect(f.talos.calls).toHaveLength(8);
   });
 
   test("CsrApprover asks Talos for DNS names only when the request has names besides the node name", async () => {
