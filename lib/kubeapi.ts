@@ -70,6 +70,13 @@ export interface RequestOptions {
    * drained and not parsed, and the request resolves to undefined. Errors are decoded as ever.
    */
   discardAnswer?: boolean;
+  /**
+   * The caller reads only `metadata.resourceVersion` of a successful answer: the request resolves to
+   * `{ metadata: { resourceVersion } }` taken from the answer's text (the API server writes an
+   * object's metadata first, and its resourceVersion before any user-set field), without parsing
+   * the object; `{ metadata: {} }` when the text has none. Errors are decoded as ever.
+   */
+  resourceVersionOnly?: boolean;
 }
 
 /** Options of {@link KubeApi.watch}. */

@@ -67,6 +67,8 @@ const log = logger("cloud-node");
 const AS_FIELD_MANAGER = { query: { fieldManager: FIELD_MANAGER } };
 /** The same, for a write whose answer nothing reads. */
 const AS_FIELD_MANAGER_UNREAD = { ...AS_FIELD_MANAGER, discardAnswer: true };
+/** Of the status patch's answer only the resourceVersion is read: the Node is not parsed. */
+const AS_FIELD_MANAGER_RV = { ...AS_FIELD_MANAGER, resourceVersionOnly: true };
 
 /** The optional facts the rules read (each costs a Talos call per node). */
 function factsNeeds(config: CompiledConfig): FactsNeeds {
@@ -466,7 +468,7 @@ export class CloudNodeController {
         `${path}/status`,
         { status: { addresses: patch.addresses } },
         PATCH.merge,
-        AS_FIELD_MANAGER,
+        AS_FIELD_MANAGER_RV,
       );
       const rv = res?.metadata?.resourceVersion;
       if (rv !== node.metadata.resourceVersion) this.#stale.set(name, stale);

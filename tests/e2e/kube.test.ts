@@ -110,6 +110,21 @@ describe("KubeClient", () => {
     expect((err as KubeError).message).toContain("does-not-exist");
   });
 
+  test("a write with resourceVersionOnly resolves to the written object's resourceVersion, as the API server sets it", async () => {
+    const path = "/api/v1/nodes/kube-test-node";
+    for (const value of ["one", "two"]) {
+      const answer = await cluster.adminClient.patch<{ metadata: { resourceVersion?: string } }>(
+        path,
+        { metadata: { annotations: { "example.com/rv-only": value } } },
+        PATCH.merge,
+        { resourceVersionOnly: true },
+      );
+      const node = await cluster.adminClient.get<V1Node>(path);
+      expect(node.metadata?.annotations?.["example.com/rv-only"]).toBe(value);
+      expect(answer).toEqual({ metadata: { resourceVersion: node.metadata?.resourceVersion as string } });
+    }
+  });
+
   test("watch() streams ADDED and MODIFIED events from a resourceVersion", async () => {
     const list = await cluster.adminClient.get<V1NodeList>("/api/v1/nodes");
     const ac = new AbortController();

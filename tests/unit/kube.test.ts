@@ -4,10 +4,11 @@
 // informer forever). Requests, watches and TLS against the real API server: tests/e2e/kube.test.ts.
 
 import { afterAll, describe, expect, test } from "bun:test";
+import { getEventListeners } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KubeClient } from "../../lib/kube.ts";
+import { KubeClient, resourceVersionAnswer } from "../../lib/kube.ts";
 import { microTime } from "../../lib/kubeapi.ts";
 import { KubeConfigError } from "../../lib/kubeconfig.ts";
 import { kubeconfigFromFile } from "../../lib/kubeconnection.ts";
@@ -21,6 +22,21 @@ function writeKubeconfig(text: string): string {
   writeFileSync(path, text);
   return path;
 }
+
+describe("resourceVersionAnswer()", () => {
+  test.each([
+    [
+      '{"kind":"Node","apiVersion":"v1","metadata":{"name":"a","uid":"u","resourceVersion":"123","managedFields":[]}}',
+      { resourceVersion: "123" },
+    ],
+    ['{"metadata":{"resourceVersion":"7"},"status":{"x":{"resourceVersion":"8"}}}', { resourceVersion: "7" }],
+    ['{"metadata":{"name":"a"}}', {}],
+    ["", {}],
+    ['{"metadata":{"resourceVersion":"1\\"2"}}', {}],
+  ])("resourceVersionAnswer(%p)", (text, metadata) => {
+    expect(resourceVersionAnswer(text)).toEqual({ metadata });
+  });
+});
 
 describe("microTime()", () => {
   test.each([
@@ -106,6 +122,8 @@ const silent = Bun.serve({
   port: 0,
   fetch(req) {
     const url = new URL(req.url);
+    // The one path that answers at once.
+    if (url.pathname === "/version") return Response.json({ major: "1" });
     if (url.pathname === "/api/v1/pods" && url.searchParams.has("watch")) {
       // A bookmark every 200 ms for 2 s, then the end: a live watch, quiet but never silent.
       let n = 0;
@@ -155,6 +173,32 @@ describe("KubeClient on a silent connection", () => {
       "Cannot GET /api/v1/nodes: no answer within 300 ms",
     );
     expect(performance.now() - started).toBeLessThan(5000);
+  });
+
+  test("request(): a caller's abort ends it with the caller's reason, not as a timeout", async () => {
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(new Error("shutting down")), 50);
+    const err = await client()
+      .get("/api/v1/nodes", { signal: ac.signal })
+      .catch((e: unknown) => e as Error);
+    expect(String(err)).not.toContain("no answer within");
+    expect(ac.signal.aborted).toBe(true);
+  });
+
+  test("request(): an answered request lets go of the caller's signal (a long-lived one gathers nothing)", async () => {
+    const ac = new AbortController();
+    const c = client();
+    for (let i = 0; i < 20; i++)
+      expect(await c.get("/version", { signal: ac.signal })).toEqual({ major: "1" });
+    expect(getEventListeners(ac.signal, "abort")).toHaveLength(0);
+  });
+
+  test("request(): a caller's signal already aborted sends nothing and fails at once", async () => {
+    const ac = new AbortController();
+    ac.abort(new Error("gone"));
+    const started = performance.now();
+    await expect(client().get("/api/v1/nodes", { signal: ac.signal })).rejects.toBeDefined();
+    expect(performance.now() - started).toBeLessThan(250);
   });
 
   test("watch() gives up when silent past its timeout plus the grace", async () => {
