@@ -265,6 +265,7 @@ export class EventRecorder {
           `/apis/events.k8s.io/v1/namespaces/${entry.namespace}/events/${entry.name}`,
           seriesPatch(entry),
           PATCH.merge,
+          { discardAnswer: true },
         )
         .catch((err) =>
           log.v(2).info("Cannot update event series", { event: entry.name, err: (err as Error).message }),

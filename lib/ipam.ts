@@ -273,7 +273,7 @@ class NodeIpamController {
     const name = node.metadata.name;
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
     try {
-      await this.#client.patch(path, podCIDRsPatch(podCIDRs), PATCH.json, { signal });
+      await this.#client.patch(path, podCIDRsPatch(podCIDRs), PATCH.json, { signal, discardAnswer: true });
       log.info("Set node PodCIDR", { node: name, podCIDRs: podCIDRs.join(",") });
     } catch (err) {
       if (signal.aborted) throw err;

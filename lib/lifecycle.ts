@@ -532,6 +532,7 @@ export class LifecycleController {
           path,
           { metadata: { resourceVersion: fresh.metadata?.resourceVersion }, spec: { taints: next } },
           PATCH.merge,
+          { discardAnswer: true },
         );
       } catch (err) {
         if (isNotFound(err)) return;
@@ -588,6 +589,7 @@ export class LifecycleController {
           kind: "DeleteOptions",
           preconditions: { uid: fresh.metadata.uid, resourceVersion: fresh.metadata.resourceVersion },
         },
+        discardAnswer: true,
       });
     } catch (err) {
       if (isNotFound(err)) return;
