@@ -27,6 +27,12 @@ export interface InformerOptions<T> {
   path: string;
   /** Reduces a raw API object to what is kept in the cache. */
   transform: (raw: unknown) => T;
+  /**
+   * Whether to cache an object (all when absent). One it refuses is still handed to the handlers,
+   * with the cached copy it replaces as `old`, and that copy is dropped: e.g. decided CSRs, which
+   * nothing reads again, cost no memory in a cluster that keeps thousands of them.
+   */
+  keep?: (obj: T) => boolean;
   fieldSelector?: string;
   labelSelector?: string;
   /** Page size of the initial list. */
@@ -118,6 +124,12 @@ export class Informer<T extends CachedMeta> {
     }
   }
 
+  /** Caches `obj` under `name`, or drops the cached copy when `keep` refuses it. */
+  #put(name: string, obj: T): void {
+    if (this.#opts.keep === undefined || this.#opts.keep(obj)) this.#store.set(name, obj);
+    else this.#store.delete(name);
+  }
+
   async #list(): Promise<void> {
     const seen = new Set<string>();
     let cont: string | undefined;
@@ -137,7 +149,7 @@ export class Informer<T extends CachedMeta> {
         const name = obj.metadata.name;
         seen.add(name);
         const old = this.#store.get(name);
-        this.#store.set(name, obj);
+        this.#put(name, obj);
         if (this.#synced || this.#handlers.length) this.#emit(old ? "update" : "add", obj, old);
       }
       cont = page.metadata.continue || undefined;
@@ -186,7 +198,7 @@ export class Informer<T extends CachedMeta> {
             this.#store.delete(name);
             this.#emit("delete", old ?? obj);
           } else {
-            this.#store.set(name, obj);
+            this.#put(name, obj);
             this.#emit(old ? "update" : "add", obj, old);
           }
         }

@@ -715,6 +715,8 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
     path: CSR_PATH,
     fieldSelector: `spec.signerName=${KUBELET_SERVING_SIGNER}`,
     transform: leanCsr,
+    // Only pending CSRs are read again; the decided ones' events still reach the handlers.
+    keep: isPending,
     log: logger("csr-informer"),
   });
   const nets = new CsrNetworks({

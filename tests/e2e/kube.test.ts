@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node, V1NodeList } from "@kubernetes/client-node";
+import { Informer } from "../../lib/cache.ts";
 import { KubeClient } from "../../lib/kube.ts";
 import { isNotFound, KubeError, PATCH } from "../../lib/kubeapi.ts";
 import { inClusterConfig, kubeconfigFromFile, loadConnection } from "../../lib/kubeconnection.ts";
@@ -148,6 +149,69 @@ describe("KubeClient", () => {
     );
     await reader;
     expect(seen).toEqual(["MODIFIED:kube-test-node:x"]);
+  });
+});
+
+describe("Informer", () => {
+  test("with keep: caches only what keep accepts, hands every event to the handlers, and drops a cached copy keep now refuses", async () => {
+    type Cm = { metadata: { name: string; resourceVersion?: string }; state: string };
+    const path = "/api/v1/namespaces/default/configmaps";
+    const cm = (name: string, state: string) => ({
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: { name, labels: { "example.com/informer": "keep" } },
+      data: { state },
+    });
+    await cluster.adminClient.create(path, cm("keep-a", "pending"));
+    await cluster.adminClient.create(path, cm("keep-b", "done"));
+    const informer = new Informer<Cm>(cluster.adminClient, {
+      path,
+      labelSelector: "example.com/informer=keep",
+      transform: (raw) => {
+        const o = raw as { metadata: { name: string; resourceVersion: string }; data?: { state?: string } };
+        return { metadata: o.metadata, state: o.data?.state ?? "" };
+      },
+      keep: (o) => o.state === "pending",
+    });
+    const seen: string[] = [];
+    informer.addHandlers({
+      onAdd: (o) => seen.push(`add ${o.metadata.name} ${o.state}`),
+      onUpdate: (old, o) => seen.push(`update ${o.metadata.name} ${old.state}->${o.state}`),
+      onDelete: (o) => seen.push(`delete ${o.metadata.name} ${o.state}`),
+    });
+    informer.start();
+    try {
+      await informer.waitForSync();
+      expect(seen.sort()).toEqual(["add keep-a pending", "add keep-b done"]);
+      expect(informer.get("keep-a")?.state).toBe("pending");
+      expect(informer.get("keep-b")).toBeUndefined();
+      expect(informer.size).toBe(1);
+      await cluster.adminClient.patch(`${path}/keep-a`, { data: { state: "done" } });
+      await waitFor(
+        () => seen.includes("update keep-a pending->done"),
+        10_000,
+        () => seen.join("; "),
+      );
+      expect(informer.get("keep-a")).toBeUndefined();
+      expect(informer.size).toBe(0);
+      // A refused object that changes again comes as an add: nothing of it was cached.
+      await cluster.adminClient.patch(`${path}/keep-b`, { data: { state: "done", note: "x" } });
+      await waitFor(
+        () => seen.filter((e) => e === "add keep-b done").length === 2,
+        10_000,
+        () => seen.join("; "),
+      );
+      await cluster.adminClient.delete(`${path}/keep-a`);
+      await waitFor(
+        () => seen.includes("delete keep-a done"),
+        10_000,
+        () => seen.join("; "),
+      );
+    } finally {
+      await informer.stop();
+      await cluster.adminClient.delete(`${path}/keep-b`).catch(() => undefined);
+      await cluster.adminClient.delete(`${path}/keep-a`).catch(() => undefined);
+    }
   });
 });
 
