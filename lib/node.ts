@@ -33,7 +33,7 @@ import {
   type ProviderIDDecision,
 } from "./desirednode.ts";
 import type { EventRecorder } from "./events.ts";
-import { type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
+import { type Address, type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
 import { isNotFound, type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
@@ -275,10 +275,11 @@ export class CloudNodeController {
   /** Per node and field another writer changed, what is remembered about it (pruned with the node). */
   readonly #conflicts = new Map<string, Map<string, FieldConflict>>();
   /**
-   * Per node, the address list its latest pass decided ({@link decideNode}): what a second writer's
-   * address entries are compared with ({@link conflictingWrites}).
+   * Per node, the address list its latest pass decided ({@link decideNode}; the Node's own list when
+   * they are equal, so that a settled node costs no copy): what a second writer's address entries
+   * are compared with ({@link conflictingWrites}).
    */
-  readonly #wantAddresses = new Map<string, DesiredNode["addresses"]>();
+  readonly #wantAddresses = new Map<string, readonly Address[]>();
   readonly #managers = new LabelCap(CONFLICT_MANAGERS);
   readonly #conflictWindowMs: number;
   readonly #now: () => number;
@@ -358,7 +359,8 @@ export class CloudNodeController {
     if (!found) return;
     const { want, patch, hold } = this.#decide(pass, found.ips, found.state);
     if (hold) return;
-    this.#wantAddresses.set(name, want.addresses);
+    // Equal to the Node's own list unless the patch changes it: then that list is kept, not a copy.
+    this.#wantAddresses.set(name, patch.addresses ?? pass.node.status.addresses);
     if (!(await this.#write(pass, patch))) return;
     this.#reportWritten(pass, patch, want, found.state.nodeIP);
   }
