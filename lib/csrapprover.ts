@@ -371,12 +371,19 @@ function sameClaimInput(a: NodeInput, b: NodeInput): boolean {
  * events, so that a CSR is checked against the few Nodes that share one of its SANs instead of
  * every Node: with a scan, approving N CSRs cost O(N²). Nothing is kept per Node beside the two
  * reverse maps: what a Node claimed is read again from the version of it the caller hands back
- * (the informer's previous copy), `claims()` being a pure function of it.
+ * (the informer's previous copy), `claims()` being a pure function of it. A Node's claim of its own
+ * name is not indexed either: whether a Node has that name is the Node cache's to say.
  */
 export class NodeClaimIndex {
   /** Claimants by name or IP: one Node name, or several when Nodes share it (rare). */
   readonly #dns = new Map<string, Names>();
   readonly #ips = new Map<string, Names>();
+  readonly #isNode: (name: string) => boolean;
+
+  /** @param isNode whether a Node of that name exists (the Node cache, which this index follows) */
+  constructor(isNode: (name: string) => boolean) {
+    this.#isNode = isNode;
+  }
 
   /**
    * Records what `node` claims in place of what `old` (the version of it recorded last, if any)
@@ -386,14 +393,14 @@ export class NodeClaimIndex {
     if (old && sameClaimInput(old, node)) return;
     if (old) this.delete(old);
     const c = claims(node, "other");
-    for (const d of c.dns) addName(this.#dns, d, node.name);
+    for (const d of c.dns) if (d !== node.name) addName(this.#dns, d, node.name);
     for (const ip of c.ips) addName(this.#ips, ip, node.name);
   }
 
   /** Forgets what `node` (the version of it recorded last) claims. */
   delete(node: NodeInput): void {
     const c = claims(node, "other");
-    for (const d of c.dns) removeName(this.#dns, d, node.name);
+    for (const d of c.dns) if (d !== node.name) removeName(this.#dns, d, node.name);
     for (const ip of c.ips) removeName(this.#ips, ip, node.name);
   }
 
@@ -410,7 +417,10 @@ export class NodeClaimIndex {
    */
   claimants(wanted: Claims, self: string): string[] {
     const out = new Set<string>();
-    for (const d of wanted.dns) for (const n of namesOf(this.#dns.get(d))) out.add(n);
+    for (const d of wanted.dns) {
+      if (this.#isNode(d)) out.add(d);
+      for (const n of namesOf(this.#dns.get(d))) out.add(n);
+    }
     for (const ip of wanted.ips) for (const n of namesOf(this.#ips.get(ip))) out.add(n);
     out.delete(self);
     return [...out].sort();
@@ -452,7 +462,7 @@ export class CsrApprover {
   /** Pending CSR names by the node they speak for. */
   readonly #pendingByNode = new Map<string, Set<string>>();
   /** Who claims which name and IP, from the Node events. */
-  readonly #claims = new NodeClaimIndex();
+  readonly #claims: NodeClaimIndex;
   /** Looks for a missing Node per CSR name. */
   readonly #looks = new Map<string, number>();
   /** resourceVersion each CSR was decided at by this process (until the watch shows it). */
@@ -467,6 +477,7 @@ export class CsrApprover {
     this.#nodeWaitMs = opts.nodeWaitMs ?? NODE_WAIT_MS;
     this.#metrics = csrMetrics(opts.registry);
     this.#facts = opts.talos && new TalosFactsReader(opts.talos, { now: this.#now });
+    this.#claims = new NodeClaimIndex((name) => opts.nodes.get(name) !== undefined);
     this.queue = new WorkQueue("csr-approver", {
       baseDelayMs: 500,
       maxDelayMs: 60_000,

@@ -160,7 +160,7 @@ describe("an address is claimed and denied alike, however it is spelled", () => 
         for (const { s, other } of spellings) {
           const why = `${JSON.stringify(s.text)} (${s.form}) of ${xText} written by ${JSON.stringify(other)}`;
           // The controller's index finds that Node from the request alone.
-          const index = new NodeClaimIndex();
+          const index = new NodeClaimIndex((n) => n === other.name);
           index.set(other);
           expect(index.claimants(requestedClaims(checked), "worker-a"), why).toEqual([other.name]);
           for (const d of bothModes(checked, node, talos, [other])) {
