@@ -460,7 +460,7 @@ export class CsrApprover {
   readonly #facts: TalosFactsReader | undefined;
   readonly queue: WorkQueue;
   /** Pending CSR names by the node they speak for. */
-  readonly #pendingByNode = new Map<string, Set<string>>();
+  readonly #pendingByNode = new Map<string, Names>();
   /** Who claims which name and IP, from the Node events. */
   readonly #claims: NodeClaimIndex;
   /** Looks for a missing Node per CSR name. */
@@ -505,7 +505,7 @@ export class CsrApprover {
     const changed = (n: LeanNode, old?: LeanNode) => {
       if (this.queue.isShutDown) return;
       this.#claims.set(nodeInputFrom(n), old && nodeInputFrom(old));
-      for (const name of this.#pendingByNode.get(n.metadata.name) ?? []) this.queue.add(name);
+      for (const name of namesOf(this.#pendingByNode.get(n.metadata.name))) this.queue.add(name);
     };
     return {
       onAdd: (n) => changed(n),
@@ -542,19 +542,14 @@ export class CsrApprover {
       return;
     }
     const node = nodeNameFromUsername(c.csr.username);
-    if (node !== undefined) {
-      const set = this.#pendingByNode.get(node) ?? new Set();
-      this.#pendingByNode.set(node, set.add(name));
-    }
+    if (node !== undefined) addName(this.#pendingByNode, node, name);
     this.queue.add(name);
   }
 
   #forget(c: LeanCsr): void {
     const name = c.metadata.name;
     const node = nodeNameFromUsername(c.csr.username);
-    const set = node === undefined ? undefined : this.#pendingByNode.get(node);
-    set?.delete(name);
-    if (node !== undefined && set?.size === 0) this.#pendingByNode.delete(node);
+    if (node !== undefined) removeName(this.#pendingByNode, node, name);
     this.#looks.delete(name);
     this.#decidedAt.delete(name);
     this.#warned.delete(c.metadata.uid);
