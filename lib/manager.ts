@@ -19,6 +19,7 @@ import { plannedControllers, talosUse } from "./controllerplan.ts";
 import { ControllerRunner } from "./controllerrunner.ts";
 import { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
+import { startGcPacer } from "./gcpacer.ts";
 import { PROGRAM_NAME } from "./help.ts";
 import type { KubeApi } from "./kubeapi.ts";
 import { KubeApis } from "./kubeapis.ts";
@@ -57,6 +58,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   registerBuildInfo(registry, versionInfo());
   const signals = trapSignals();
   const stopPageTrim = startPageTrim();
+  const stopGcPacer = startGcPacer({ registry });
   // The file's digest is taken before it is read for use: a change in between is then seen by the
   // reload poller instead of being lost.
   const configDigest = opts.cloudConfig ? fileDigest(opts.cloudConfig) : "";
@@ -92,6 +94,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     await nodes.stop().catch(() => {});
     await server?.stop().catch(() => {});
     stopPageTrim();
+    stopGcPacer();
   });
   signals.handle((why) => void manager.shutdown(0, why));
   if (!elector) return manager.launch();
