@@ -104,6 +104,7 @@ const SHELLS: Record<string, string> = {
   "manifests.ts": "the manifests subcommand: files, stdout",
   "node.ts": "the cloud-node controller: Kubernetes I/O, clock",
   "pagetrim.ts": "gives pages back to the kernel (bun:ffi, /proc, timers)",
+  "gcpacer.ts": "asks the runtime for full collections (Bun.gc, process.memoryUsage, timers)",
   "processmetrics.ts":
     "the process registry and its collectors (/proc, process.cpuUsage), the clock that times observations",
   "queue.ts": "work queues: timers, clock",
