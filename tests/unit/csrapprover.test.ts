@@ -651,6 +651,33 @@ describe("CsrApprover", () => {
     expect(f.writes).toHaveLength(0);
   });
 
+  test("CsrApprover holds nothing about a CSR once the watch showed its decision, even when it came before the write returned", async () => {
+    const decidedCopy = (w: Write) =>
+      leanCsr({
+        ...rawCsr(w.body.metadata?.name as string, "PEM"),
+        metadata: { name: w.body.metadata?.name, uid: "uid-x", resourceVersion: "11" },
+        status: { conditions: [{ type: "Approved", status: "True" }] },
+      });
+    // The watch's event races the write's answer: the decided version is cached first.
+    let f: ReturnType<typeof setup> | undefined;
+    f = setup({ update: (w) => f?.csrs.put(decidedCopy(w)) });
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    expect(f.approver.heldEntries).toBe(1);
+    await f.drain();
+    expect(f.decision()?.type).toBe("Approved");
+    expect(f.approver.heldEntries).toBe(0);
+    // And in the usual order: the write returns, then the watch shows the decision.
+    const g = setup();
+    g.nodes.put(node("worker-a", ["10.0.0.1"]));
+    g.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    await g.drain();
+    // Still pending in the cache, and its decision guarded until the watch shows it.
+    expect(g.approver.heldEntries).toBe(2);
+    g.csrs.put(decidedCopy(g.writes[0] as Write));
+    expect(g.approver.heldEntries).toBe(0);
+  });
+
   test("CsrApprover denies with the failed check as reason, a Warning Event and the denial counter", async () => {
     const f = setup();
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
