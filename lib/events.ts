@@ -183,13 +183,29 @@ export function remember(
 ): SeriesEntry[] {
   const replaced = entries.get(key);
   entries.delete(key);
-  entries.set(key, entry);
   const dropped: SeriesEntry[] = replaced && replaced !== entry ? [replaced] : [];
-  while (entries.size > maxEntries) {
+  // Room is made before the insert: the map never holds more than the bound, not even for a
+  // moment (JSC grows a map's table 4× past 4,096 entries, and never shrinks it back).
+  while (entries.size >= maxEntries && entries.size > 0) {
     const oldest = entries.keys().next().value as string;
     const e = entries.get(oldest);
     if (e) dropped.push(e);
     entries.delete(oldest);
+  }
+  entries.set(key, entry);
+  return dropped;
+}
+
+/**
+ * Drops the entries last seen `windowMs` or more before `now`, from the least recently used on
+ * (the map's order): no repeat can join their series any more. Returns them.
+ */
+export function dropExpired(entries: Map<string, SeriesEntry>, now: number, windowMs: number): SeriesEntry[] {
+  const dropped: SeriesEntry[] = [];
+  for (const [key, e] of entries) {
+    if (now - e.lastMs < windowMs) break;
+    dropped.push(e);
+    entries.delete(key);
   }
   return dropped;
 }
@@ -210,11 +226,34 @@ export class EventRecorder {
   readonly #opts: Required<Omit<EventRecorderOptions, "now">>;
   readonly #now: () => number;
   readonly #entries = new Map<string, SeriesEntry>();
+  /** Drops the series no repeat can join any more, once per window while any is remembered. */
+  #expiry: ReturnType<typeof setTimeout> | undefined;
 
   constructor(client: KubeApi, opts: EventRecorderOptions) {
     this.#client = client;
     this.#opts = { seriesWindowMs: 600_000, seriesUpdateMs: 30_000, maxEntries: 4096, ...opts };
     this.#now = opts.now ?? Date.now;
+  }
+
+  /** Series remembered (each until its window passed, at most `maxEntries`). */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /** Drops the expired series now (the timer does it once per window). */
+  dropExpired(): void {
+    for (const e of dropExpired(this.#entries, this.#now(), this.#opts.seriesWindowMs))
+      if (e.pending) clearTimeout(e.pending);
+  }
+
+  #armExpiry(): void {
+    if (this.#expiry !== undefined) return;
+    this.#expiry = setTimeout(() => {
+      this.#expiry = undefined;
+      this.dropExpired();
+      if (this.#entries.size > 0) this.#armExpiry();
+    }, this.#opts.seriesWindowMs);
+    (this.#expiry as { unref?: () => void }).unref?.();
   }
 
   /**
@@ -247,6 +286,7 @@ export class EventRecorder {
     const entry: SeriesEntry = { name, namespace, count: 1, firstMs: now, lastMs: now, lastWriteMs: now };
     for (const e of remember(this.#entries, key, entry, this.#opts.maxEntries))
       if (e.pending) clearTimeout(e.pending);
+    this.#armExpiry();
     await this.#client.create<void>(
       `/apis/events.k8s.io/v1/namespaces/${namespace}/events`,
       eventBody(name, now, this.#opts, { target, type, reason, action, note }),
@@ -276,6 +316,7 @@ export class EventRecorder {
 
   /** Cancels pending series updates. */
   close(): void {
+    if (this.#expiry !== undefined) clearTimeout(this.#expiry);
     for (const e of this.#entries.values()) if (e.pending) clearTimeout(e.pending);
   }
 }

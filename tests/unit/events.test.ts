@@ -4,6 +4,8 @@
 
 import { describe, expect, test } from "bun:test";
 import {
+  dropExpired,
+  EventRecorder,
   type EventTarget,
   eventBody,
   eventKey,
@@ -17,6 +19,7 @@ import {
   seriesPatch,
   truncate,
 } from "../../lib/events.ts";
+import type { KubeApi } from "../../lib/kubeapi.ts";
 import { EVENTS_NAMESPACE } from "../../lib/wellknown.ts";
 
 const T0 = Date.parse("2026-01-01T00:00:00Z");
@@ -241,6 +244,68 @@ describe("remember()", () => {
     ]);
     expect(remember(entries, "d", entry("ed"), 1).map((e) => e.name)).toEqual(["ea", "eb", "ec"]);
     expect([...entries.keys()]).toEqual(["d"]);
+  });
+});
+
+describe("the bound and the window of remembered series", () => {
+  test("remember() never holds more than the bound, not even while it inserts", () => {
+    let most = 0;
+    class Watched extends Map<string, SeriesEntry> {
+      override set(k: string, v: SeriesEntry) {
+        super.set(k, v);
+        most = Math.max(most, this.size);
+        return this;
+      }
+    }
+    const entries = new Watched();
+    for (let i = 0; i < 50; i++) remember(entries, `k${i}`, entry(`e${i}`), 8);
+    expect(entries.size).toBe(8);
+    expect(most).toBe(8);
+  });
+
+  test("dropExpired() drops the series last seen a window or more ago, from the least recently used", () => {
+    const W = 600_000;
+    const entries = new Map([
+      ["a", entry("ea", T0)],
+      ["b", entry("eb", T0 + 1)],
+      ["c", entry("ec", T0 + 2)],
+    ]);
+    expect(dropExpired(entries, T0 + W + 1, W).map((e) => e.name)).toEqual(["ea", "eb"]);
+    expect([...entries.keys()]).toEqual(["c"]);
+    expect(dropExpired(entries, T0 + W + 1, W)).toEqual([]);
+  });
+
+  test("EventRecorder forgets a series once its window passed: a burst's Events are not kept for good", async () => {
+    let now = T0;
+    const created: string[] = [];
+    const client = {
+      async create(_path: string, body: { metadata: { name: string } }) {
+        created.push(body.metadata.name);
+      },
+    } as unknown as KubeApi;
+    const rec = new EventRecorder(client, { controller: "c", instance: "i", now: () => now });
+    try {
+      for (const name of ["worker-a", "worker-b", "worker-c"]) {
+        await rec.record({ kind: "Node", name }, "Normal", "Synced", "InitializeNode", "Node synced");
+        now += 1;
+      }
+      expect(created).toHaveLength(3);
+      expect(rec.size).toBe(3);
+      now = T0 + 600_000 + 1;
+      rec.dropExpired();
+      expect(rec.size).toBe(1);
+      // The one left still folds a repeat into its series.
+      await rec.record(
+        { kind: "Node", name: "worker-c" },
+        "Normal",
+        "Synced",
+        "InitializeNode",
+        "Node synced",
+      );
+      expect(created).toHaveLength(3);
+    } finally {
+      rec.close();
+    }
   });
 });
 
