@@ -278,7 +278,8 @@ class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus> {
         if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
           this.#changed = true;
         }
-        w.addresses.set(ev.id, a);
+        // Keyed by the resource's own id (the same text; shared across machines for loopback).
+        w.addresses.set(a.id, a);
         break;
       }
       case "destroyed":
