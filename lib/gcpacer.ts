@@ -7,9 +7,8 @@
 // that full collection, which at 5,000 nodes came once per burst, with 25 MB of old garbage beside
 // 26 MB of live objects, and the allocator kept the pages the peak needed. The pacer reads the heap
 // once a second and asks for a full collection when it has grown by half over the least it has seen
-// since the last one (the live heap, near enough), and only above a floor, so that an idle or small
-// CCM never pays for one. At 5,000 nodes a full collection takes tens of milliseconds, a few times
-// per burst.
+// since the last one (the live heap, near enough), only above a floor, so that an idle or small CCM
+// never pays for one, and at most once every 5 s, which bounds what it costs during a burst.
 
 import type { Counter, Registry } from "./metrics.ts";
 
@@ -21,6 +20,11 @@ export const TICK_MS = 1_000;
 export const GROWTH = 1.5;
 /** ... and above this many bytes. */
 export const FLOOR_BYTES = 16 * MiB;
+/**
+ * ... and at least this long after the last one: a full collection of a 5,000-node heap takes
+ * 0.1-0.2 s of CPU, so this bounds the pacer's cost to a few percent of one core during a burst.
+ */
+export const MIN_INTERVAL_MS = 5_000;
 
 /**
  * Whether a full collection is due for a heap of `heapBytes` when `liveBytes` is the least heap
@@ -46,6 +50,9 @@ export interface GcPacerOptions {
   heapBytes?: () => number;
   /** Runs a full, synchronous collection. */
   collect?: () => void;
+  minIntervalMs?: number;
+  /** Clock in ms (default `performance.now`). */
+  now?: () => number;
 }
 
 /**
@@ -60,14 +67,20 @@ export class GcPacer {
   readonly #floorBytes: number | undefined;
   readonly #count: Counter | undefined;
   readonly #seconds: Counter | undefined;
+  readonly #minIntervalMs: number;
+  readonly #now: () => number;
   /** The least heap seen since the last collection. */
   #live: number;
+  /** When the last paced collection ran (ms, `now`'s clock). */
+  #lastMs = Number.NEGATIVE_INFINITY;
 
   constructor(opts: GcPacerOptions = {}) {
     this.#heapBytes = opts.heapBytes ?? (() => process.memoryUsage().heapUsed);
     this.#collect = opts.collect ?? (() => Bun.gc(true));
     this.#growth = opts.growth;
     this.#floorBytes = opts.floorBytes;
+    this.#minIntervalMs = opts.minIntervalMs ?? MIN_INTERVAL_MS;
+    this.#now = opts.now ?? (() => performance.now());
     this.#count = opts.registry?.counter(
       "bun_gc_paced_collections_total",
       "Full garbage collections asked for because the heap grew by half over its live size.",
@@ -86,9 +99,11 @@ export class GcPacer {
     const heap = this.#heapBytes();
     this.#live = Math.min(this.#live, heap);
     if (!collectionDue(heap, this.#live, this.#growth, this.#floorBytes)) return false;
-    const started = performance.now();
+    const started = this.#now();
+    if (started - this.#lastMs < this.#minIntervalMs) return false;
     this.#collect();
-    this.#seconds?.inc(undefined, (performance.now() - started) / 1000);
+    this.#lastMs = this.#now();
+    this.#seconds?.inc(undefined, (this.#lastMs - started) / 1000);
     this.#count?.inc();
     this.#live = this.#heapBytes();
     return true;

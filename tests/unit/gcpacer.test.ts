@@ -29,6 +29,7 @@ describe("GcPacer", () => {
     const pacer = new GcPacer({
       registry,
       floorBytes,
+      minIntervalMs: 0,
       heapBytes: () => (mib[Math.min(i++, mib.length - 1)] as number) * MiB,
       collect: () => collections.push(i),
     });
@@ -47,6 +48,34 @@ describe("GcPacer", () => {
     expect(text).toContain("bun_gc_paced_seconds_total");
   });
 
+  test("collects at most once per interval, however fast the heap grows", () => {
+    let clock = 0;
+    // Right after a collection the heap is 10 MiB; at every other read, 100: always due by size.
+    let fresh = true;
+    const collections: number[] = [];
+    const pacer = new GcPacer({
+      floorBytes: 0,
+      minIntervalMs: 5_000,
+      now: () => clock,
+      heapBytes: () => {
+        const mib = fresh ? 10 : 100;
+        fresh = false;
+        return mib * MiB;
+      },
+      collect: () => {
+        collections.push(clock);
+        fresh = true;
+      },
+    });
+    const ticks: boolean[] = [];
+    for (let t = 0; t < 12; t++) {
+      clock = t * 1_000;
+      ticks.push(pacer.tick());
+    }
+    expect(collections).toEqual([0, 5_000, 10_000]);
+    expect(ticks.filter(Boolean)).toHaveLength(3);
+  });
+
   test("never collects a heap below the floor, however much it grew", () => {
     const { pacer, registry, collections } = scripted([2, 12, 3, 15, 2], 16 * MiB);
     for (let t = 0; t < 4; t++) expect(pacer.tick()).toBe(false);
@@ -57,7 +86,7 @@ describe("GcPacer", () => {
   test("on the real heap: a tick after a burst's garbage collects it", () => {
     Bun.gc(true);
     const before = process.memoryUsage().heapUsed;
-    const pacer = new GcPacer({ floorBytes: 0, growth: 1.01 });
+    const pacer = new GcPacer({ floorBytes: 0, growth: 1.01, minIntervalMs: 0 });
     const during = burst();
     expect(during - before).toBeGreaterThan(16 * MiB);
     expect(pacer.tick()).toBe(true);
