@@ -156,6 +156,17 @@ describe("fieldOwners()", () => {
     expect(c).toEqual({ labels: { a: "other", b: "other" } });
   });
 
+  test("fieldOwners() does not keep a summary too large to share (a Node with thousands of label keys)", () => {
+    const labels = Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`f:example.com/key-${i}`, {}]));
+    const entries = [{ manager: "kubelet", fieldsV1: { "f:metadata": { "f:labels": labels } } }];
+    const a = fieldOwners(structuredClone(entries), SELF);
+    const b = fieldOwners(structuredClone(entries), SELF);
+    expect(Object.keys(a?.labels ?? {})).toHaveLength(500);
+    expect(b).toEqual(a as FieldOwners);
+    expect(b).not.toBe(a as FieldOwners);
+    expect(Object.isFrozen(a)).toBe(false);
+  });
+
   test("FIELD_MANAGER is what the API server records for this CCM's User-Agent (the program's name up to /)", () => {
     expect(FIELD_MANAGER).toBe(PROGRAM_NAME);
   });

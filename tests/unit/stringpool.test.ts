@@ -20,6 +20,27 @@ describe("StringPool", () => {
   });
 });
 
+describe("the pools' bound on size", () => {
+  test("StringPool never keeps a string longer than its maxLength: a peer's large values are not pinned", () => {
+    const pool = new StringPool(8, 16);
+    const long = "z".repeat(17);
+    expect(pool.share(long)).toBe(long);
+    expect(pool.size).toBe(0);
+    expect(pool.share(fresh("z".repeat(16)))).toBe("z".repeat(16));
+    expect(pool.size).toBe(1);
+    expect(new StringPool(1).maxLength).toBe(256);
+  });
+
+  test("ValuePool never keeps a value whose key is longer than its maxKeyLength, nor freezes it", () => {
+    const pool = new ValuePool<{ k: string }>(8, 32);
+    const big = { k: "x".repeat(64) };
+    expect(pool.share(JSON.stringify(big), big)).toBe(big);
+    expect(Object.isFrozen(big)).toBe(false);
+    expect(pool.size).toBe(0);
+    expect(new ValuePool(1).maxKeyLength).toBe(4096);
+  });
+});
+
 describe("ValuePool", () => {
   test("gives every holder of an equal value the one kept copy, frozen to the bottom", () => {
     const pool = new ValuePool<{ labels: Record<string, string> }>(4);
