@@ -39,7 +39,6 @@ import { addName, type Names, namesOf, removeName } from "./names.ts";
 import { type LeanNode, nodeIPs } from "./nodeview.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
-import { ValuePool } from "./stringpool.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";
 import type { PlatformMetadata } from "./types.ts";
 import { KUBELET_SERVING_SIGNER } from "./wellknown.ts";
@@ -81,28 +80,11 @@ const EVENT_ACTION = "DecideCSR";
 export interface LeanCsr {
   metadata: { name: string; uid: string; resourceVersion: string; creationTimestamp: string };
   /**
-   * `decide()`'s input. A decided CSR is never read again, so it keeps only its name and
-   * resourceVersion (which the informer resumes its watch from) and shares one input per list of
-   * condition types: 0.25 KB instead of 0.7 KB per Node's CSR in the cache.
+   * `decide()`'s input. A decided CSR is not cached (the informer keeps pending ones only) nor read
+   * again: the form its event hands to the handlers keeps only its name, its resourceVersion (which
+   * the informer resumes its watch from) and its condition types, not its request.
    */
   csr: CsrInput;
-}
-
-/** Decided inputs shared by every decided CSR with the same condition types ("Approved" etc.). */
-const decidedInputs = new ValuePool<CsrInput>(16);
-
-/** The input every decided CSR whose conditions have these types shares; empty but for them. */
-function decidedInput(types: string[]): CsrInput {
-  const input: CsrInput = {
-    name: "",
-    signerName: "",
-    username: "",
-    groups: [],
-    usages: [],
-    request: "",
-    conditions: types.map((type) => ({ type })),
-  };
-  return decidedInputs.share(types.join(","), input);
 }
 
 /**
@@ -126,7 +108,15 @@ export function leanCsr(raw: unknown): LeanCsr {
         resourceVersion: md.resourceVersion ?? "",
         creationTimestamp: "",
       },
-      csr: decidedInput(types),
+      csr: {
+        name: "",
+        signerName: "",
+        username: "",
+        groups: [],
+        usages: [],
+        request: "",
+        conditions: types.map((type) => ({ type })),
+      },
     };
   }
   return {

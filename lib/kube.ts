@@ -74,11 +74,6 @@ export interface KubeClientOptions {
 
 const TOKEN_FILE_TTL_MS = 60_000;
 
-/**
- * A Kubernetes API client over Bun's fetch. One connection pool per client; TLS is verified against
- * the kubeconfig's CA (or the system roots) with the client certificate when one is configured.
- */
-
 /** The first `"resourceVersion":"…"` of an answer's text: its metadata's (see `resourceVersionOnly`). */
 export function resourceVersionAnswer(text: string): { metadata: { resourceVersion?: string } } {
   const rv = /"resourceVersion":"([^"\\]*)"/.exec(text)?.[1];
@@ -121,6 +116,10 @@ class Deadline {
   }
 }
 
+/**
+ * A Kubernetes API client over Bun's fetch. One connection pool per client; TLS is verified against
+ * the kubeconfig's CA (or the system roots) with the client certificate when one is configured.
+ */
 export class KubeClient implements KubeApi {
   readonly server: string;
   readonly #session: Bun.FetchSession;
