@@ -224,5 +224,9 @@ export class Informer<T extends CachedMeta> {
 
 /** The shared Node informer. */
 export function nodeInformer(client: KubeApi): Informer<LeanNode> {
-  return new Informer(client, { path: "/api/v1/nodes", transform: leanNode, log: logger("node-informer") });
+  return new Informer(client, {
+    path: "/api/v1/nodes",
+    transform: (raw) => leanNode(raw),
+    log: logger("node-informer"),
+  });
 }

@@ -6,6 +6,7 @@
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
 import { canonicalIP, isIPv6Text, preferredDualStack } from "./cidr.ts";
 import { type FieldOwners, fieldOwners, type ManagedFieldsEntry } from "./fieldowners.ts";
+import { StringPool } from "./stringpool.ts";
 import { FIELD_MANAGER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /** The part of a Node the controllers read. */
@@ -43,6 +44,39 @@ const NO_TAINTS: V1Taint[] = Object.freeze([]) as unknown as V1Taint[];
 /** Annotations too large to be worth keeping in memory. */
 const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configuration"]);
 
+/**
+ * Label and annotation values and address types repeat across Nodes (an architecture, a zone, an
+ * instance type, `InternalIP`): each is kept once rather than once per cached Node. A value that is
+ * the Node's own name is not pooled (it is the Node's alone and would only fill the pool).
+ */
+const nodeStrings = new StringPool(1024);
+
+/** A copy of `src` with its string values shared through `pool`, without `skip`'s keys. */
+function sharedValues(
+  src: Record<string, string> | undefined,
+  name: string,
+  pool: StringPool,
+  skip?: Set<string>,
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (src === null || typeof src !== "object") return out;
+  for (const [k, v] of Object.entries(src)) {
+    if (skip?.has(k)) continue;
+    out[k] = typeof v === "string" && v !== name ? pool.share(v) : v;
+  }
+  return out;
+}
+
+/** `status.addresses` with each type shared and a Hostname equal to the name as that string. */
+function sharedAddresses(list: V1NodeAddress[] | undefined, name: string, pool: StringPool): V1NodeAddress[] {
+  if (!Array.isArray(list)) return [];
+  return list.map((a) =>
+    typeof a?.type === "string" && typeof a.address === "string"
+      ? { type: pool.share(a.type), address: a.address === name ? name : a.address }
+      : a,
+  );
+}
+
 /** A positive integer pod quantity ("110"); other quantity forms do not occur for pods. */
 function podCount(q: string | undefined): number | undefined {
   if (q === undefined || !/^\d+$/.test(q)) return undefined;
@@ -50,25 +84,29 @@ function podCount(q: string | undefined): number | undefined {
   return n > 0 ? n : undefined;
 }
 
-/** Reduces a Node to a {@link LeanNode}. */
-export function leanNode(raw: unknown): LeanNode {
+/**
+ * Reduces a Node to a {@link LeanNode}.
+ * @param strings where repeated values are shared (tests pass their own)
+ */
+export function leanNode(raw: unknown, strings: StringPool = nodeStrings): LeanNode {
   const n = raw as V1Node;
   const md = n.metadata ?? {};
-  const annotations: Record<string, string> = {};
-  for (const [k, v] of Object.entries(md.annotations ?? {}))
-    if (!DROPPED_ANNOTATIONS.has(k)) annotations[k] = v;
+  const name = md.name ?? "";
   const ready = n.status?.conditions?.find((c) => c.type === "Ready");
   const lean: LeanNode = {
     metadata: {
-      name: md.name ?? "",
+      name,
       uid: md.uid ?? "",
       resourceVersion: md.resourceVersion ?? "",
       creationTimestamp: String(md.creationTimestamp ?? ""),
-      labels: md.labels ?? {},
-      annotations,
+      labels: sharedValues(md.labels, name, strings),
+      annotations: sharedValues(md.annotations, name, strings, DROPPED_ANNOTATIONS),
     },
     spec: { taints: n.spec?.taints ?? NO_TAINTS },
-    status: { addresses: n.status?.addresses ?? [], ready: ready?.status ?? "Unknown" },
+    status: {
+      addresses: sharedAddresses(n.status?.addresses, name, strings),
+      ready: ready?.status ?? "Unknown",
+    },
   };
   if (md.deletionTimestamp) lean.metadata.deletionTimestamp = String(md.deletionTimestamp);
   const owners = fieldOwners(md.managedFields as ManagedFieldsEntry[] | undefined, FIELD_MANAGER);

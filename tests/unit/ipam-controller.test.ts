@@ -320,7 +320,7 @@ class FakeWorld {
   }
 
   readonly nodes = {
-    list: () => [...this.raw.values()].map(leanNode),
+    list: () => [...this.raw.values()].map((n) => leanNode(n)),
     get: (name: string) => {
       const n = this.raw.get(name);
       return n ? leanNode(n) : undefined;
