@@ -12,11 +12,46 @@ describe("StringPool", () => {
     expect(pool.size).toBe(2);
   });
 
-  test("stops keeping at its bound: later values are returned as given", () => {
+  test("never holds more than its bound: values are returned as given", () => {
     const pool = new StringPool(3);
     for (let i = 0; i < 100; i++) expect(pool.share(fresh(`10.0.0.${i}`))).toBe(`10.0.0.${i}`);
     expect(pool.size).toBe(3);
     expect(pool.max).toBe(3);
+  });
+});
+
+describe("the pools cannot be filled for good by one peer", () => {
+  test("StringPool: after one peer filled it with unique values, values other peers repeat are pooled again", () => {
+    const pool = new StringPool(64);
+    for (let i = 0; i < 10_000; i++) pool.share(fresh(`hostile-${i}`));
+    expect(pool.size).toBe(64);
+    expect(pool.has("amd64")).toBe(false);
+    expect(pool.share(fresh("amd64"))).toBe("amd64");
+    expect(pool.has("amd64")).toBe(true);
+    expect(pool.size).toBe(64);
+  });
+
+  test("StringPool: values that keep repeating survive a flood of unique ones", () => {
+    const pool = new StringPool(32);
+    const honest = ["amd64", "linux", "eu-west-1a", "InternalIP", "Hostname"];
+    for (const v of honest) pool.share(fresh(v));
+    for (let i = 0; i < 5_000; i++) {
+      pool.share(fresh(`hostile-${i}`));
+      // Every honest Node's update asks for them again, far more often than once per sweep.
+      if (i % 8 === 0) for (const v of honest) pool.share(fresh(v));
+    }
+    for (const v of honest) expect(pool.has(v)).toBe(true);
+    expect(pool.has("hostile-0")).toBe(false);
+  });
+
+  test("ValuePool: after one peer filled it with unique values, a repeated value is kept and shared again", () => {
+    const pool = new ValuePool<{ n: string }>(16);
+    for (let i = 0; i < 1_000; i++) pool.share(`h${i}`, { n: `h${i}` });
+    expect(pool.size).toBe(16);
+    const first = pool.share("kubelet", { n: "kubelet" });
+    expect(Object.isFrozen(first)).toBe(true);
+    expect(pool.share("kubelet", { n: "kubelet" })).toBe(first);
+    expect(pool.size).toBe(16);
   });
 });
 
@@ -55,12 +90,13 @@ describe("ValuePool", () => {
     expect(pool.size).toBe(1);
   });
 
-  test("stops keeping at its bound: later values are returned as given, not frozen", () => {
+  test("never holds more than its bound; a value kept once stays frozen for its holders after it is replaced", () => {
     const pool = new ValuePool<{ n: number }>(2);
+    const held = pool.share("0", { n: 0 });
     for (let n = 0; n < 10; n++) expect(pool.share(String(n), { n })).toEqual({ n });
     expect(pool.size).toBe(2);
-    const late = pool.share("late", { n: 99 });
-    expect(Object.isFrozen(late)).toBe(false);
-    expect(pool.share("late", { n: 99 })).not.toBe(late);
+    expect(Object.isFrozen(held)).toBe(true);
+    expect(pool.share("0", { n: 0 })).not.toBe(held);
+    expect(new ValuePool(0).share("k", { n: 1 })).toEqual({ n: 1 });
   });
 });
