@@ -18,6 +18,7 @@
 // manager (not the node's kubelet) added or changed, even when this CCM never owned an entry (its
 // list may be the kubelet's; its write-backs then only remove, and record no owner).
 
+import { dict, own } from "./dict.ts";
 import { sameList } from "./lists.ts";
 import { StringPool, ValuePool } from "./stringpool.ts";
 
@@ -25,7 +26,9 @@ import { StringPool, ValuePool } from "./stringpool.ts";
  * The owners of the fields the cloud-node controller writes, from a Node's managedFields. Where
  * several managers own parts of one field (an address entry whose `address` another writer changed
  * while this CCM still owns its `type`; a field several appliers share), the one that is not this
- * CCM is named: a change it made must not hide behind this CCM's older ownership.
+ * CCM is named: a change it made must not hide behind this CCM's older ownership. The maps keyed by
+ * address type, label or annotation key (peer-chosen keys) have no prototype (lib/dict.ts): a key
+ * such as `constructor` or `__proto__` is an entry, never an inherited member.
  */
 export interface FieldOwners {
   /** Owner of each status.addresses entry, by address type. */
@@ -76,7 +79,7 @@ function ownKeys(set: Fields, owner: string, self: string, into: Record<string, 
   for (const k of Object.keys(set)) {
     if (!k.startsWith("f:")) continue;
     const key = k.slice(2);
-    into[key] = pick(into[key], owner, self);
+    into[key] = pick(own(into, key), owner, self);
   }
 }
 
@@ -111,12 +114,12 @@ export function fieldOwners(
     const meta = child(e.fieldsV1, "f:metadata");
     const labels = child(meta, "f:labels");
     if (labels) {
-      out.labels ??= {};
+      out.labels ??= dict();
       ownKeys(labels, manager, self, out.labels);
     }
     const annotations = child(meta, "f:annotations");
     if (annotations) {
-      out.annotations ??= {};
+      out.annotations ??= dict();
       ownKeys(annotations, manager, self, out.annotations);
     }
     const spec = child(e.fieldsV1, "f:spec");
@@ -126,8 +129,8 @@ export function fieldOwners(
     for (const k of Object.keys(addresses ?? {})) {
       const type = addressType(k);
       if (type === undefined) continue;
-      out.addresses ??= {};
-      out.addresses[type] = pick(out.addresses[type], manager, self);
+      out.addresses ??= dict();
+      out.addresses[type] = pick(own(out.addresses, type), manager, self);
     }
   }
   return Object.keys(out).length > 0 ? summaries.share(JSON.stringify(out), out) : undefined;
@@ -198,7 +201,7 @@ function addressConflicts(
   for (const type of types) {
     const entries = addressesOf(now, type);
     if (same(addressesOf(old, type), entries) || same(entries, wanted(type))) continue;
-    const owner = now.metadata.owners?.addresses?.[type];
+    const owner = own(now.metadata.owners?.addresses, type);
     if (owner === undefined || owner === self || owner === KUBELET_MANAGER) continue;
     byManager.set(owner, [...(byManager.get(owner) ?? []), type]);
   }
@@ -217,9 +220,9 @@ function mapConflicts(
   const byManager = new Map<string, string[]>();
   for (const [key, owner] of Object.entries(before)) {
     if (owner !== self) continue;
-    const value = now.metadata[which][key];
-    if (value === undefined || value === old.metadata[which][key]) continue;
-    const by = now.metadata.owners?.[which]?.[key];
+    const value = own(now.metadata[which], key);
+    if (value === undefined || value === own(old.metadata[which], key)) continue;
+    const by = own(now.metadata.owners?.[which], key);
     if (by === undefined || by === self) continue;
     byManager.set(by, [...(byManager.get(by) ?? []), key]);
   }

@@ -427,3 +427,67 @@ describe("conflictingWrites()", () => {
       expect(conflictingWrites(c.old, c.now, SELF, c.managedTaints, decided)).toEqual(c.want);
     });
 });
+
+/** Keys that name members every plain object inherits: each is a valid label or annotation key. */
+const BUILTIN_NAMES = ["constructor", "toString", "valueOf", "hasOwnProperty", "__proto__"];
+
+describe("keys that are JavaScript built-in names", () => {
+  for (const key of BUILTIN_NAMES) {
+    test(`fieldOwners() keeps ${key} as a label, annotation and address type like any other key`, () => {
+      const entries: ManagedFieldsEntry[] = [
+        {
+          manager: "kubelet",
+          fieldsV1: {
+            "f:metadata": { "f:labels": { [`f:${key}`]: {} }, "f:annotations": { [`f:${key}`]: {} } },
+            "f:status": { "f:addresses": { [`k:{"type":${JSON.stringify(key)}}`]: {} } },
+          },
+        },
+      ];
+      // JSON.parse, as the informer decodes a Node, makes `__proto__` an own member.
+      const owners = fieldOwners(JSON.parse(JSON.stringify(entries)), SELF) as FieldOwners;
+      for (const map of [owners.labels, owners.annotations, owners.addresses]) {
+        expect(Object.keys(map ?? {})).toEqual([key]);
+        expect(Object.getOwnPropertyDescriptor(map, key)?.value).toBe("kubelet");
+      }
+      // A key nobody owns reads as no owner, not as an inherited member.
+      const other = fieldOwners(
+        [{ manager: "kubelet", fieldsV1: { "f:metadata": { "f:labels": { "f:a": {} } } } }],
+        SELF,
+      );
+      expect(
+        ((other as FieldOwners).labels as Record<string, unknown>)[key],
+      ).toBeUndefined();
+    });
+
+    test(`conflictingWrites() does not mistake an inherited member for the owner of a ${key} entry`, () => {
+      // The issue's attack: the kubelet moves its InternalIP and adds an entry of a built-in type.
+      const managed = [
+        {
+          manager: "kubelet",
+          fieldsV1: { "f:status": { "f:addresses": { 'k:{"type":"InternalIP"}': {} } } },
+        },
+      ];
+      const owners = fieldOwners(managed, SELF) as FieldOwners;
+      const old = node({ owners });
+      const now = node({ addresses: [ip("10.9.9.9"), { type: key, address: "x" }, host("n1")], owners });
+      expect(conflictingWrites(old, now, SELF, [], KUBELETS)).toEqual([]);
+      // Plain-object owners from elsewhere are read by own entries only.
+      const plain = node({
+        addresses: now.status.addresses,
+        owners: { addresses: { InternalIP: "kubelet" } },
+      });
+      expect(conflictingWrites(old, plain, SELF, [], KUBELETS)).toEqual([]);
+    });
+
+    test(`conflictingWrites() reports a ${key} label this CCM wrote that another writer changed`, () => {
+      const labels = (v: string) => JSON.parse(`{${JSON.stringify(key)}:${JSON.stringify(v)}}`);
+      const old = node({ labels: labels("a"), owners: { labels: labels(SELF) } });
+      const now = node({ labels: labels("b"), owners: { labels: labels("other") } });
+      expect(conflictingWrites(old, now, SELF)).toEqual([
+        { field: "metadata.labels", keys: [key], manager: "other" },
+      ]);
+      // A label nobody wrote: no owner, nothing reported, nothing thrown.
+      expect(conflictingWrites(node({ owners: { labels: {} } }), node({}), SELF)).toEqual([]);
+    });
+  }
+});
