@@ -454,9 +454,7 @@ describe("keys that are JavaScript built-in names", () => {
         [{ manager: "kubelet", fieldsV1: { "f:metadata": { "f:labels": { "f:a": {} } } } }],
         SELF,
       );
-      expect(
-        ((other as FieldOwners).labels as Record<string, unknown>)[key],
-      ).toBeUndefined();
+      expect(((other as FieldOwners).labels as Record<string, unknown>)[key]).toBeUndefined();
     });
 
     test(`conflictingWrites() does not mistake an inherited member for the owner of a ${key} entry`, () => {
