@@ -6,6 +6,7 @@
 // headers and the time.
 
 import { X509Certificate } from "node:crypto";
+import { dict } from "./dict.ts";
 import type { RequestHeaderFlags } from "./flags.ts";
 
 /** Who a request is, as a TokenReview or a certificate says. */
@@ -132,7 +133,8 @@ export function headerUser(headers: HeaderValues, cfg: RequestHeaderConfig): Use
   if (uid) user.uid = uid;
   const groups = cfg.groupHeaders.flatMap(values).filter((v) => v.trim() !== "");
   if (groups.length > 0) user.groups = groups;
-  const extra: Record<string, string[]> = {};
+  // Keys are the proxy's header names: kept without a prototype (lib/dict.ts).
+  const extra: Record<string, string[]> = dict<string[]>();
   for (const [name, vs] of headers) {
     const prefix = cfg.extraHeaderPrefixes.find((p) => name.startsWith(p.toLowerCase()));
     if (prefix === undefined) continue;

@@ -391,7 +391,7 @@ function reportUnknownKeys(schema: SchemaShape, value: Plain, path: Path, c: Com
   if (s.entries && value !== null && typeof value === "object" && !Array.isArray(value)) {
     const known = Object.keys(s.entries);
     for (const [key, child] of Object.entries(value)) {
-      const entry = s.entries[key];
+      const entry = Object.hasOwn(s.entries, key) ? s.entries[key] : undefined;
       if (entry) reportUnknownKeys(entry, child, [...path, key], c);
       else {
         const widening = unknownKeyWidens(path, value);
@@ -425,7 +425,7 @@ function unknownKeyText(path: Path, key: string, known: string[], widening: stri
   const inRule = path[0] === "transformations";
   const inTerm = inRule && path.at(-2) === "nodeSelector";
   // The reference's own unit test indents a rule's labels and annotations into its term.
-  if (inTerm && key in RULE_ENTRIES)
+  if (inTerm && Object.hasOwn(RULE_ENTRIES, key))
     return `unknown key ${JSON.stringify(key)}: ignored: a rule's key inside a nodeSelector term (check its indentation)`;
   if (inTerm)
     return unknownKeyMessage("key", key, known, "ignored: a term matches by its matchExpressions alone");

@@ -282,7 +282,7 @@ function servingOptions(p: Parsed): ServingOptions {
     cannotParse("--tls-cert-file and --tls-private-key-file must be given together");
   }
   const minVersion = str(p, "tls-min-version") ?? "";
-  const tlsMinVersion = TLS_VERSIONS[minVersion];
+  const tlsMinVersion = Object.hasOwn(TLS_VERSIONS, minVersion) ? TLS_VERSIONS[minVersion] : undefined;
   if (minVersion !== "" && tlsMinVersion === undefined) {
     cannotParse(
       `invalid value ${JSON.stringify(minVersion)} for --tls-min-version: expected ${Object.keys(TLS_VERSIONS).join(", ")}`,

@@ -57,7 +57,7 @@ const SHORTHANDS: Readonly<Record<string, string>> = { help: "h", v: "v", output
 
 function group(name: Group, list: readonly Row[]): FlagSpec[] {
   return list.map(([flagName, kind, shownDefault, help]) => {
-    const shorthand = SHORTHANDS[flagName];
+    const shorthand = Object.hasOwn(SHORTHANDS, flagName) ? SHORTHANDS[flagName] : undefined;
     return {
       name: flagName,
       kind,

@@ -67,7 +67,7 @@ export function parseGoDuration(s: string): number | undefined {
     rest = rest.slice(m?.[0].length ?? 0);
     const unitEnd = rest.search(/[\d.]/);
     const unit = unitEnd === -1 ? rest : rest.slice(0, unitEnd);
-    const perUnit = DURATION_UNITS[unit];
+    const perUnit = Object.hasOwn(DURATION_UNITS, unit) ? DURATION_UNITS[unit] : undefined;
     if (perUnit === undefined) return undefined;
     rest = rest.slice(unit.length);
     totalMs += Number(`${whole === "" ? "0" : whole}.${frac ?? ""}0`) * perUnit;

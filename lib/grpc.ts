@@ -16,6 +16,7 @@
 import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
+import { own } from "./dict.ts";
 import { H2Code, type H2Headers, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
 import { MessageQueue } from "./messagequeue.ts";
@@ -144,7 +145,7 @@ export function decodeGrpcMessage(value: string): string {
 export type Headers = H2Headers;
 
 function headerValue(headers: Headers, name: string): string | undefined {
-  const v = headers[name];
+  const v = own(headers, name);
   return v === undefined ? undefined : String(v);
 }
 

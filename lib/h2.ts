@@ -17,6 +17,7 @@
 // handler is the gRPC call itself, so an idle watch costs what its call state costs.
 
 import * as tls from "node:tls";
+import { dict } from "./dict.ts";
 import {
   DEFAULT_SETTINGS_TIMEOUT_MS,
   DEFAULT_STREAM_START_TIMEOUT_MS,
@@ -904,7 +905,8 @@ export class H2Session {
       }
       return;
     }
-    const headers: H2Headers = {};
+    // Header names are the server's choice: kept without a prototype (lib/dict.ts).
+    const headers: H2Headers = dict<string>();
     for (const [name, value] of fields)
       headers[name] = name in headers ? `${headers[name]}, ${value}` : value;
     if (!stream.gotHeaders) {

@@ -2,6 +2,7 @@
 // the JSON of `--logging-format=json`. Owns verbosity (`--v`) and the redaction of secrets: values
 // that look like PEM blocks or bearer tokens never reach the output.
 
+import { dict } from "./dict.ts";
 import type { LogFormat } from "./flags.ts";
 
 /** Key/value pairs attached to a log line. */
@@ -67,7 +68,9 @@ function plain(value: unknown, ancestors: object[] = []): unknown {
   if (ancestors.length >= 8) return "[nested too deep]";
   const inner = [...ancestors, value];
   if (Array.isArray(value)) return value.map((v) => plain(v, inner));
-  const out: Record<string, unknown> = {};
+  // Keys are whatever the logged object has (a Node's labels, a peer's answer): no prototype, so that
+  // `__proto__` is a field like any other (lib/dict.ts).
+  const out: Record<string, unknown> = dict<unknown>();
   for (const [k, v] of Object.entries(value)) out[k] = plain(v, inner);
   return out;
 }
@@ -98,7 +101,11 @@ function klogHeader(severity: string, name: string, now: Date): string {
 function emit(severity: "I" | "W" | "E", level: number, name: string, msg: string, fields: Fields): void {
   const now = new Date();
   if (settings.format === "json") {
-    const out: Record<string, unknown> = { ts: now.getTime(), caller: name, msg: redact(msg) };
+    const out: Record<string, unknown> = Object.assign(dict<unknown>(), {
+      ts: now.getTime(),
+      caller: name,
+      msg: redact(msg),
+    });
     if (severity === "I") out.v = level;
     for (const [k, v] of Object.entries(fields)) out[k] = plain(v);
     let line: string;

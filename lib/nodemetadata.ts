@@ -9,6 +9,7 @@ import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, type Y
 import { byLine, formatIssue, formatPath } from "./config.ts";
 import type { ConfigIssue } from "./configissue.ts";
 import { ConfigLimitError, checkMetadataBounds } from "./configlimits.ts";
+import { dict } from "./dict.ts";
 import { SELECTOR_KEYS } from "./selector.ts";
 import { unknownKeyMessage } from "./suggest.ts";
 import { RESOURCES } from "./taloswire.ts";
@@ -96,7 +97,7 @@ function emptyPlatformMetadata(): PlatformMetadata {
     spot: false,
     internalDNS: "",
     externalDNS: "",
-    tags: {},
+    tags: dict<string>(),
   };
 }
 
@@ -354,7 +355,7 @@ function resourceKind(
       );
     return kind;
   }
-  const kind = TYPES[type.type];
+  const kind = Object.hasOwn(TYPES, type.type) ? TYPES[type.type] : undefined;
   if (kind === undefined) {
     const known = Object.keys(TYPES).join(" or ");
     r.warn(

@@ -5,6 +5,7 @@
 // lib/flagtable.ts. Pure: no I/O.
 
 import { tryParseIP } from "./cidr.ts";
+import { dict } from "./dict.ts";
 import { parseCsvRecord, parseGoBool, parseGoDuration, parseGoInt, parseQuantity } from "./flagvalues.ts";
 import { editDistance } from "./suggest.ts";
 
@@ -143,7 +144,7 @@ function convert(spec: PflagSpec, raw: string, previous: Value | undefined): Val
 function addBoolPairs(raw: string, previous: Value | undefined): Record<string, boolean> | undefined {
   const map =
     previous !== undefined && typeof previous === "object" && !Array.isArray(previous) ? previous : {};
-  const out: Record<string, boolean> = { ...map };
+  const out: Record<string, boolean> = Object.assign(dict<boolean>(), map);
   for (const pair of raw.split(",")) {
     if (pair === "") continue;
     const eq = pair.indexOf("=");

@@ -313,9 +313,10 @@ class Parser {
     }
     const simple: Record<string, number> = { a: 7, f: 12, n: 10, r: 13, t: 9, v: 11 };
     const ch = String.fromCodePoint(c);
-    if (simple[ch] !== undefined) {
+    const escaped = Object.hasOwn(simple, ch) ? simple[ch] : undefined;
+    if (escaped !== undefined) {
       this.#pos = t;
-      return simple[ch];
+      return escaped;
     }
     if (ch !== "x") fail();
     if (t >= src.length) fail();

@@ -6,6 +6,7 @@
 // in `errors`; the rest still applies, so one bad rule never blocks a node.
 
 import type { CompiledConfig, RuleEntry, RuleValue } from "./config.ts";
+import { dict } from "./dict.ts";
 import { matchedTermName, selectorFields } from "./selector.ts";
 import type { Features, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
 import { ANNOTATIONS_MAX_BYTES, annotationsSize, isLabelValue, parseTaint } from "./validation.ts";
@@ -126,9 +127,12 @@ export function transform(
     ...facts.platformMetadata,
     hostname: facts.platformMetadata.hostname || nodeName,
   };
+  // Keys come from the rules, values from the templates over a peer's facts: kept without a
+  // prototype, so that a key such as `constructor` is an entry (lib/dict.ts).
+  const labels = dict<string>();
   const result: TransformResult = {
-    labels: {},
-    annotations: {},
+    labels,
+    annotations: dict<string>(),
     taints: [],
     platformMetadata: { ...original, tags: { ...original.tags } },
     features: { publicIPDiscovery: false },
@@ -157,10 +161,10 @@ export function transform(
     each("labels", rule.labels, ({ key }, text) => {
       const problems = isLabelValue(text);
       if (problems.length > 0) return `invalid value ${JSON.stringify(text)}: ${problems.join("; ")}`;
-      result.labels[key] = text;
+      labels[key] = text;
     });
     each("annotations", rule.annotations, ({ key }, text) => {
-      const next = { ...result.annotations, [key]: text };
+      const next = Object.assign(dict<string>(), result.annotations, { [key]: text });
       if (annotationsSize(next) > ANNOTATIONS_MAX_BYTES) {
         return `annotations would exceed ${ANNOTATIONS_MAX_BYTES} bytes in total`;
       }

@@ -14,6 +14,7 @@ import { tryParseIP } from "./cidr.ts";
 import { type CompiledConfig, ConfigError, formatIssue, parseConfig } from "./config.ts";
 import type { ConfigIssue } from "./configissue.ts";
 import { decideNode, describeTransformErrors } from "./desirednode.ts";
+import { own } from "./dict.ts";
 import { readManagedRecord } from "./managedrecord.ts";
 import { MetadataError, PLATFORM_KEYS, parseMetadata, type SampleNode } from "./nodemetadata.ts";
 import { type LeanNode, nodeIPs } from "./nodeview.ts";
@@ -114,7 +115,7 @@ export function previewNode(config: CompiledConfig, sample: SampleNode): Preview
     PLATFORM_KEYS.map((k) => [k, k === "tags" ? sortedRecord(meta.tags) : meta[k]]),
   ) as unknown as PlatformMetadata;
   const annotations = Object.fromEntries(
-    Object.entries(want.annotations).filter(([k, v]) => node.metadata.annotations[k] !== v),
+    Object.entries(want.annotations).filter(([k, v]) => own(node.metadata.annotations, k) !== v),
   );
   return {
     preview: {

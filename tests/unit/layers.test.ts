@@ -50,6 +50,8 @@ const CORES = [
   "names.ts",
   "nodemetadata.ts",
   "nodeview.ts",
+  "peerlimits.ts",
+  "dict.ts",
   "pkcs10.ts",
   "re2classes.ts",
   "re2js.ts",
