@@ -7,7 +7,9 @@ import { wait } from "./backoff.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { isGone, type KubeApi } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
+import type { Registry } from "./metrics.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
+import { registry as defaultRegistry } from "./processmetrics.ts";
 
 /** The fields every cached object has. */
 export interface CachedMeta {
@@ -16,6 +18,8 @@ export interface CachedMeta {
 
 /** Callbacks of an informer; updates carry the previous cached object. */
 export interface Handlers<T> {
+  /** The controller the handlers belong to: the `controller` label of their errors' count. */
+  name?: string;
   onAdd?(obj: T): void;
   onUpdate?(old: T, obj: T): void;
   onDelete?(obj: T): void;
@@ -25,8 +29,11 @@ export interface Handlers<T> {
 export interface InformerOptions<T> {
   /** Collection path, e.g. `/api/v1/nodes`. */
   path: string;
-  /** Reduces a raw API object to what is kept in the cache. */
-  transform: (raw: unknown) => T;
+  /**
+   * Reduces a raw API object to what is kept in the cache; `old` is the cached version it replaces,
+   * if any (e.g. to keep its unchanged parts rather than copies).
+   */
+  transform: (raw: unknown, old?: T) => T;
   /**
    * Whether to cache an object (all when absent). One it refuses is still handed to the handlers,
    * with the cached copy it replaces as `old`, and that copy is dropped: e.g. decided CSRs, which
@@ -40,6 +47,24 @@ export interface InformerOptions<T> {
   /** Server-side watch timeout; the watch is re-opened after it. */
   watchTimeoutSeconds?: number;
   log?: Logger;
+  /** Where handler errors are counted (default: the process registry). */
+  registry?: Registry;
+}
+
+/** The counter of informer handler errors, by controller. */
+export function handlerErrors(reg: Registry) {
+  return reg.counter(
+    "talosccm_informer_handler_errors_total",
+    "Informer event handlers that threw, by controller (the error is logged; the event still reaches the other " +
+      "handlers, and a controller's own handler queues the object before anything that can throw).",
+    ["controller"],
+  );
+}
+
+/** The name of a raw API object, read before it is transformed (to find the cached version). */
+function rawName(raw: unknown): string | undefined {
+  const name = (raw as { metadata?: { name?: unknown } } | null)?.metadata?.name;
+  return typeof name === "string" ? name : undefined;
 }
 
 /** Reconnect backoff after a failed list or watch. */
@@ -58,6 +83,7 @@ export class Informer<T extends CachedMeta> {
   readonly #handlers: Handlers<T>[] = [];
   readonly #log: Logger;
   readonly #abort = new AbortController();
+  readonly #handlerErrors;
   #resourceVersion = "";
   #synced = false;
   #syncWaiters: Array<() => void> = [];
@@ -67,6 +93,7 @@ export class Informer<T extends CachedMeta> {
     this.#client = client;
     this.#opts = opts;
     this.#log = opts.log ?? logger("informer").with({ path: opts.path });
+    this.#handlerErrors = handlerErrors(opts.registry ?? defaultRegistry);
   }
 
   /** Adds handlers; objects already cached are delivered as adds. */
@@ -119,9 +146,16 @@ export class Informer<T extends CachedMeta> {
         else if (kind === "update") h.onUpdate?.(old as T, obj);
         else h.onDelete?.(obj);
       } catch (err) {
-        this.#log.error("Event handler failed", err, { name: obj.metadata.name });
+        this.#handlerErrors.inc({ controller: h.name ?? "unnamed" });
+        this.#log.error("Event handler failed", err, { name: obj.metadata.name, controller: h.name ?? "" });
       }
     }
+  }
+
+  /** `raw` reduced for the cache, given the cached version of the same name. */
+  #transform(raw: unknown): T {
+    const name = rawName(raw);
+    return this.#opts.transform(raw, name === undefined ? undefined : this.#store.get(name));
   }
 
   /** Caches `obj` under `name`, or drops the cached copy when `keep` refuses it. */
@@ -145,7 +179,7 @@ export class Informer<T extends CachedMeta> {
         signal: this.#abort.signal,
       });
       for (const raw of page.items) {
-        const obj = this.#opts.transform(raw);
+        const obj = this.#transform(raw);
         const name = obj.metadata.name;
         seen.add(name);
         const old = this.#store.get(name);
@@ -190,7 +224,7 @@ export class Informer<T extends CachedMeta> {
             if (rv) this.#resourceVersion = rv;
             continue;
           }
-          const obj = this.#opts.transform(ev.object);
+          const obj = this.#transform(ev.object);
           const name = obj.metadata.name;
           if (obj.metadata.resourceVersion) this.#resourceVersion = obj.metadata.resourceVersion;
           const old = this.#store.get(name);
@@ -226,7 +260,7 @@ export class Informer<T extends CachedMeta> {
 export function nodeInformer(client: KubeApi): Informer<LeanNode> {
   return new Informer(client, {
     path: "/api/v1/nodes",
-    transform: (raw) => leanNode(raw),
+    transform: (raw, old) => leanNode(raw, undefined, old),
     log: logger("node-informer"),
   });
 }

@@ -18,7 +18,7 @@
 // from, that the machine answering there is the node (the watch cache's job), and a node IP that
 // machine does not have is not written as an InternalIP.
 
-import type { Informer } from "./cache.ts";
+import { handlerErrors, type Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
@@ -38,8 +38,9 @@ import { isNotFound, type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
-import { type LeanNode, type NodeIPs, nodeIPs } from "./nodeview.ts";
-import { runWorkers, WorkQueue } from "./queue.ts";
+import { type LeanNode, type NodeIPs, nodeIPs, sameAddresses, sameTaints } from "./nodeview.ts";
+import { OVER_LIMIT_REASON, overLimitMessage, PEER_LIMITS, peerRejections } from "./peerlimits.ts";
+import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import {
   type FactsNeeds,
   type FactsState,
@@ -60,6 +61,7 @@ import {
   PROVIDED_NODE_IP_ANNOTATION,
   UNINITIALIZED_TAINT,
 } from "./wellknown.ts";
+import { WriteBudget } from "./writebudget.ts";
 
 const log = logger("cloud-node");
 
@@ -99,18 +101,36 @@ const RECORD_PROBLEMS: Record<RecordProblem, readonly [string, string]> = {
   ],
 };
 
-/** Whether a Node update touches what this controller reads or writes (heartbeats do not). */
-function relevantChange(a: LeanNode, b: LeanNode): boolean {
-  const view = (n: LeanNode) =>
-    JSON.stringify([
-      n.metadata.labels,
-      n.metadata.annotations,
-      n.metadata.deletionTimestamp ?? "",
-      n.spec.providerID ?? "",
-      n.spec.taints,
-      n.status.addresses,
-    ]);
-  return view(a) !== view(b);
+/**
+ * Whether two label or annotation maps hold the same entries: by reference first (the Node view
+ * keeps the previous version's object when nothing changed, lib/nodeview.ts leanNode), else key by
+ * key without allocating.
+ */
+function sameEntries(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
+  if (a === b) return true;
+  let n = 0;
+  for (const k in a) {
+    if (!Object.hasOwn(b, k) || a[k] !== b[k]) return false;
+    n++;
+  }
+  for (const k in b) if (Object.hasOwn(b, k)) n--;
+  return n === 0;
+}
+
+/**
+ * Whether a Node update touches what this controller reads or writes (heartbeats do not). Its cost
+ * does not grow with the Node's size on a heartbeat: unchanged maps and lists are the previous
+ * version's own objects, compared by reference.
+ */
+export function relevantChange(a: LeanNode, b: LeanNode): boolean {
+  return !(
+    (a.metadata.deletionTimestamp ?? "") === (b.metadata.deletionTimestamp ?? "") &&
+    (a.spec.providerID ?? "") === (b.spec.providerID ?? "") &&
+    sameTaints(a.spec.taints, b.spec.taints) &&
+    sameAddresses(a.status.addresses, b.status.addresses) &&
+    sameEntries(a.metadata.labels, b.metadata.labels) &&
+    sameEntries(a.metadata.annotations, b.metadata.annotations)
+  );
 }
 
 /** One reconcile pass over one Node: what its steps share. */
@@ -146,8 +166,13 @@ export interface CloudNodeOptions {
   workers: number;
   /** `--node-status-update-frequency`. */
   statusUpdateFrequencyMs: number;
-  /** At most one ConflictingWriter Event per node and field in this window (default 10 minutes). */
+  /**
+   * At most one ConflictingWriter Event per node and field in this window (default 10 minutes); also
+   * the window of the WriteBudgetExceeded and PeerInputOverLimit Events (one per node in it).
+   */
   conflictWindowMs?: number;
+  /** The per-node write budget's pace: one write per this many ms after the burst (default 5 s). */
+  writePaceMs?: number;
   now?: () => number;
   log?: Logger;
 }
@@ -157,6 +182,19 @@ const CONFLICT_MANAGERS = 16;
 
 /** A change of a field this soon after the write-back of the previous one continues a write loop. */
 const LOOP_GAP_MS = 10_000;
+
+/**
+ * The longest write-back delay for a field the node's own credentials can write (all but
+ * spec.taints): see {@link writeBackDelayMs}.
+ */
+export const NODE_WRITABLE_MAX_DELAY_MS = 1000;
+
+/**
+ * The per-node write budget's default pace: after a burst of PEER_LIMITS.node_write_burst writes,
+ * one write per 5 s. Half the kubelet's own node status update period (10 s), and at the client's
+ * default 20 QPS one node can then spend at most 1 % of it.
+ */
+export const NODE_WRITE_PACE_MS = 5000;
 
 /** What is remembered about another writer of one field of one node. */
 interface FieldConflict {
@@ -178,6 +216,24 @@ interface FieldConflict {
  */
 export function correctionDelayMs(streak: number): number {
   return streak <= 0 ? 0 : Math.min(300_000, 1000 * 2 ** (streak - 1));
+}
+
+/**
+ * The write-back delay of a change to `field` another writer made, `streak` changes in a row: the
+ * full backoff ({@link correctionDelayMs}) only for spec.taints, which the node's own credentials
+ * cannot write (NodeRestriction admission refuses it: "node %q is not allowed to modify taints",
+ * plugin/pkg/admission/noderestriction/admission.go, Update branch). managedFields record a
+ * manager name, not a user: a kubelet may write its status, labels, annotations and providerID
+ * under any name (e.g. another cloud's CCM), so a backoff on those fields could be earned by the
+ * node itself, keeping its false address for up to 5 minutes per round. There the delay is capped
+ * at {@link NODE_WRITABLE_MAX_DELAY_MS}; a real second controller fighting over such a field is
+ * bounded by the per-node write budget instead (lib/writebudget.ts), never by the backoff.
+ * @example writeBackDelayMs("status.addresses", 9) // 1000
+ * @example writeBackDelayMs("spec.taints", 9) // 256000
+ */
+export function writeBackDelayMs(field: ConflictingWrite["field"], streak: number): number {
+  const delay = correctionDelayMs(streak);
+  return field === "spec.taints" ? delay : Math.min(delay, NODE_WRITABLE_MAX_DELAY_MS);
 }
 
 /** What a ConflictingWriter Event says about one change. */
@@ -221,9 +277,17 @@ function controllerMetrics(reg: Registry) {
     ),
     failed: reg.counter(
       "talosccm_node_initialization_errors_total",
-      "Initialization passes that left a node tainted, by reason (talos, identity, nodeip, instance_id, kubernetes).",
+      "Initialization passes that left a node tainted, by reason (talos, identity, nodeip, instance_id, kubernetes, " +
+        "peer_limit).",
       ["reason"],
     ),
+    deferred: reg.counter(
+      "talosccm_node_writes_deferred_total",
+      "cloud-node passes that would have written a Node whose per-node write budget was spent (burst " +
+        `${PEER_LIMITS.node_write_burst.value}, then paced): re-queued for when it is due, changes in between coalesced.`,
+    ),
+    handlerErrors: handlerErrors(reg),
+    rejected: peerRejections(reg),
     waitingForInstanceID: reg.gauge(
       "talosccm_nodes_waiting_for_instance_id",
       "Nodes without a providerID whose platform names its instances while Talos has not published the instance ID " +
@@ -285,6 +349,12 @@ export class CloudNodeController {
   readonly #now: () => number;
   /** Nodes waiting for their instance ID (lib/desirednode.ts decideProviderID), since when (ms). */
   readonly #waitingForID = new Map<string, number>();
+  /** Per-node write budget (lib/writebudget.ts): one node cannot spend the shared client rate limit. */
+  readonly #budget: WriteBudget;
+  /** Nodes whose writes wait for their budget, until when (ms): changes meanwhile join that pass. */
+  readonly #deferredUntil = new Map<string, number>();
+  /** Per node and Event reason, when that once-per-window Warning was last recorded (ms). */
+  readonly #windowEvents = new Map<string, Map<string, number>>();
   /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
   #needs: { config: CompiledConfig; needs: FactsNeeds } | undefined;
   #stopped = false;
@@ -295,10 +365,15 @@ export class CloudNodeController {
     this.#log = opts.log ?? log;
     this.#conflictWindowMs = opts.conflictWindowMs ?? 600_000;
     this.#now = opts.now ?? Date.now;
+    this.#budget = new WriteBudget({
+      burst: PEER_LIMITS.node_write_burst.value,
+      paceMs: opts.writePaceMs ?? NODE_WRITE_PACE_MS,
+      now: this.#now,
+    });
     this.#queue = new WorkQueue("cloud-node", { registry: opts.registry });
     this.#facts = new TalosWatchCache({
       talos: opts.talos,
-      onChange: (name) => this.#queue.add(name),
+      onChange: (name) => this.#enqueue(name),
       refreshMs: opts.statusUpdateFrequencyMs,
     });
     this.#m = controllerMetrics(opts.registry);
@@ -316,20 +391,16 @@ export class CloudNodeController {
   /** Runs until `signal` aborts, then stops the workers and every Talos watch. */
   async run(signal: AbortSignal): Promise<void> {
     if (signal.aborted) return;
-    const enqueue = (n: LeanNode) => this.#queue.add(n.metadata.name);
+    const enqueue = (n: LeanNode) => this.#enqueue(n.metadata.name);
     // Reconcile mode applies changed rules to every node; drop-in mode adds what they produce now,
     // as the reference would after a restart with the new file (taints only at initialization).
     const stopConfig = this.#opts.config.onChange(() => {
       for (const n of this.#opts.nodes.list()) enqueue(n);
     });
     this.#opts.nodes.addHandlers({
+      name: "cloud-node",
       onAdd: enqueue,
-      onUpdate: (old, n) => {
-        if (!relevantChange(old, n)) return;
-        const delayMs = this.#noticeConflicts(old, n);
-        if (delayMs > 0) this.#queue.addAfter(n.metadata.name, delayMs);
-        else enqueue(n);
-      },
+      onUpdate: (old, n) => this.#onUpdate(old, n),
       onDelete: (n) => {
         if (this.#stopped) return;
         this.#forget(n.metadata.name);
@@ -346,23 +417,99 @@ export class CloudNodeController {
   }
 
   /**
+   * Queues node `name`, or, while its writes wait for its budget, joins the pass already due then
+   * (the queue keeps one entry per node: changes meanwhile are coalesced into that pass).
+   */
+  #enqueue(name: string): void {
+    const until = this.#deferredUntil.get(name);
+    const waitMs = until === undefined ? 0 : until - this.#now();
+    if (waitMs > 0) this.#queue.addAfter(name, waitMs);
+    else this.#queue.add(name);
+  }
+
+  /**
+   * The Node informer's update handler: a relevant change queues the node, after the write-back
+   * delay when it undoes another writer's change. An error noticing conflicts is contained: logged,
+   * counted in talosccm_informer_handler_errors_total, and the node is queued all the same.
+   */
+  #onUpdate(old: LeanNode, n: LeanNode): void {
+    if (!relevantChange(old, n)) return;
+    let delayMs = 0;
+    try {
+      if (n.metadata.overLimit === undefined) delayMs = this.#noticeConflicts(old, n);
+    } catch (err) {
+      this.#m.handlerErrors.inc({ controller: "cloud-node" });
+      this.#log.error("Cannot compare the Node's field owners; queuing it", err, { node: n.metadata.name });
+    }
+    if (delayMs > 0) this.#queue.addAfter(n.metadata.name, delayMs);
+    else this.#enqueue(n.metadata.name);
+  }
+
+  /**
    * Brings one Node in line with its Talos facts and the rules, in five steps: read the Node (1), its
    * facts (2), decide (3, one call to lib/desirednode.ts decideNode, which ends with the patch), write
-   * (4), report (5); the methods below follow in that order. Safe to run twice; returns without writing when the Node is gone, when facts are missing
-   * (their arrival re-queues the node) or when nothing differs.
+   * (4), report (5); the methods below follow in that order. Safe to run twice; returns without
+   * writing when the Node is gone or over a per-peer bound, when facts are missing (their arrival
+   * re-queues the node) or when nothing differs, and asks to run again later when the node's write
+   * budget is spent.
+   * @returns when to run again, if the writes wait for the node's write budget.
    * @throws when a write fails (the queue retries with backoff).
    */
-  async reconcile(name: string): Promise<void> {
+  async reconcile(name: string): Promise<ReconcileResult | undefined> {
     const pass = this.#readNode(name);
-    if (!pass) return;
+    if (!pass) return undefined;
     const found = this.#factsOf(pass);
-    if (!found) return;
+    if (!found) return undefined;
     const { want, patch, hold } = this.#decide(pass, found.ips, found.state);
-    if (hold) return;
+    if (hold) return undefined;
     // Equal to the Node's own list unless the patch changes it: then that list is kept, not a copy.
     this.#wantAddresses.set(name, patch.addresses ?? pass.node.status.addresses);
-    if (!(await this.#write(pass, patch))) return;
+    const waitMs = this.#spend(pass, patch);
+    if (waitMs > 0) return { requeueAfterMs: waitMs };
+    if (!(await this.#write(pass, patch))) return undefined;
     this.#reportWritten(pass, patch, want, found.state.nodeIP);
+    return undefined;
+  }
+
+  /**
+   * Takes the writes of `patch` from the node's write budget: 0 when taken (or nothing to write);
+   * otherwise the ms until they are due, after counting the deferral and (once per window) a
+   * Warning WriteBudgetExceeded Event.
+   */
+  #spend(pass: Pass, patch: NodePatch): number {
+    const cost = (patch.addresses ? 1 : 0) + (patch.ops.length > 0 ? 1 : 0);
+    if (cost === 0) return 0;
+    const waitMs = this.#budget.take(pass.name, cost);
+    if (waitMs === 0) {
+      this.#deferredUntil.delete(pass.name);
+      return 0;
+    }
+    this.#deferredUntil.set(pass.name, this.#now() + waitMs);
+    this.#m.deferred.inc();
+    this.#log.v(2).info("Write budget spent; writing later", { node: pass.name, waitMs });
+    const burst = PEER_LIMITS.node_write_burst.value;
+    const pace = (this.#opts.writePaceMs ?? NODE_WRITE_PACE_MS) / 1000;
+    this.#warnOncePerWindow(
+      pass,
+      "WriteBudgetExceeded",
+      `What this CCM writes to the node changed faster than its per-node write budget (${burst} writes at once, ` +
+        `then one every ${pace} s; e.g. an address that keeps appearing and disappearing): the latest state is ` +
+        `written in ${Math.ceil(waitMs / 1000)} s, and changes until then are folded into that write. Other ` +
+        "nodes' writes are not affected; later deferrals within the window are counted in " +
+        "talosccm_node_writes_deferred_total, not reported again",
+    );
+    return waitMs;
+  }
+
+  /** A Warning Event of `reason` about the pass's node, at most once per node and reason in the window. */
+  #warnOncePerWindow({ name, node, action }: Pass, reason: string, note: string): void {
+    const now = this.#now();
+    const sent = this.#windowEvents.get(name) ?? new Map<string, number>();
+    const last = sent.get(reason);
+    if (last !== undefined && now - last < this.#conflictWindowMs) return;
+    sent.set(reason, now);
+    this.#windowEvents.set(name, sent);
+    this.#warn(node, reason, action, note);
   }
 
   /**
@@ -380,7 +527,7 @@ export class CloudNodeController {
     if (this.#stale.get(name)?.has(node.metadata.resourceVersion)) return undefined;
     this.#stale.delete(name);
     const initializing = isUninitialized(node);
-    return {
+    const pass = {
       name,
       node,
       config: this.#opts.config.current,
@@ -388,6 +535,31 @@ export class CloudNodeController {
       action: initializing ? "InitializeNode" : "UpdateNode",
       managed: readManagedRecord(node.metadata),
     };
+    if (node.metadata.overLimit === undefined) return pass;
+    this.#reportOverLimit(pass);
+    return undefined;
+  }
+
+  /**
+   * Reports a Node over a per-peer bound (lib/nodeview.ts nodeOverLimit), which is not reconciled
+   * (fail closed: an initializing one keeps its taint): counted in talosccm_peer_input_rejected_total
+   * at each refused pass, a Warning PeerInputOverLimit Event once per window. Its Talos watches stop
+   * until it is back within its bounds (its write budget is kept).
+   */
+  #reportOverLimit(pass: Pass): void {
+    const over = pass.node.metadata.overLimit;
+    if (over === undefined) return;
+    this.#facts.forget(pass.name);
+    this.#m.rejected.inc({ peer: "node", limit: over.limit });
+    if (pass.initializing) this.#m.failed.inc({ reason: "peer_limit" });
+    this.#log.v(2).info("Node over a per-peer bound; not reconciled", { node: pass.name, ...over });
+    const then = pass.initializing ? "it stays tainted" : "it keeps its current state";
+    this.#warnOncePerWindow(
+      pass,
+      OVER_LIMIT_REASON,
+      `${overLimitMessage(over.limit, over.got)}; this CCM does not reconcile the node (${then}) until it is ` +
+        "back within the bound",
+    );
   }
 
   /**
@@ -489,7 +661,7 @@ export class CloudNodeController {
       this.#m.initialized.inc();
       const created = Date.parse(node.metadata.creationTimestamp);
       if (Number.isFinite(created))
-        this.#m.duration.observe(undefined, Math.max(0, Date.now() - created) / 1000);
+        this.#m.duration.observe(undefined, Math.max(0, this.#now() - created) / 1000);
       const target = { kind: "Node", name, uid: node.metadata.uid };
       void this.#opts.events.record(target, "Normal", "Synced", action, "Node synced successfully");
       this.#log.info("Initialized node", {
@@ -522,6 +694,9 @@ export class CloudNodeController {
     this.#waitingForID.delete(name);
     this.#conflicts.delete(name);
     this.#wantAddresses.delete(name);
+    this.#deferredUntil.delete(name);
+    this.#windowEvents.delete(name);
+    this.#budget.forget(name);
   }
 
   /**
@@ -551,7 +726,7 @@ export class CloudNodeController {
       const seen = fields.get(c.field);
       const loop = seen !== undefined && now - seen.lastMs < seen.delayMs + LOOP_GAP_MS;
       const streak = loop ? seen.streak + 1 : 0;
-      const delay = correctionDelayMs(streak);
+      const delay = writeBackDelayMs(c.field, streak);
       delayMs = Math.max(delayMs, delay);
       const facts = { node: name, field: c.field, keys: c.keys, manager: c.manager, writeBackDelayMs: delay };
       if (seen && now - seen.eventMs < this.#conflictWindowMs) {
@@ -632,7 +807,8 @@ export class CloudNodeController {
    * Reports why a Node's facts are not usable yet: Talos on one of its IPs is another node, or
    * (while initializing) Talos fails; otherwise only logs what they wait for.
    */
-  #reportWaiting({ name, node, initializing, action }: Pass, ips: NodeIPs, state: WaitingFacts): void {
+  #reportWaiting(pass: Pass, ips: NodeIPs, state: WaitingFacts): void {
+    const { name, node, initializing, action } = pass;
     if (state.mismatch) {
       const { ip, nodename } = state.mismatch;
       if (initializing) this.#m.failed.inc({ reason: "identity" });
@@ -644,6 +820,17 @@ export class CloudNodeController {
           `${JSON.stringify(nodename)}: its facts are not used, and the node ` +
           `${initializing ? "stays tainted" : "keeps its current state"} until Talos on one of its IPs confirms its ` +
           "name (retried with backoff)",
+      );
+      return;
+    }
+    if (state.limit !== undefined && state.error !== undefined) {
+      // Talos answered over a per-machine bound (already counted where it was refused): the node fails alone.
+      if (initializing) this.#m.failed.inc({ reason: "peer_limit" });
+      this.#warnOncePerWindow(
+        pass,
+        OVER_LIMIT_REASON,
+        `Cannot use the node's facts from Talos (${ips.ips.join(", ")}): ${state.error}; the node ` +
+          `${initializing ? "stays tainted" : "keeps its current state"} until Talos answers within the bound`,
       );
       return;
     }

@@ -5,7 +5,9 @@
 
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
 import { canonicalIP, isIPv6Text, preferredDualStack } from "./cidr.ts";
+import { dict, own } from "./dict.ts";
 import { type FieldOwners, fieldOwners, type ManagedFieldsEntry } from "./fieldowners.ts";
+import { type PeerLimitName, peerLimit } from "./peerlimits.ts";
 import { StringPool } from "./stringpool.ts";
 import { FIELD_MANAGER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
@@ -21,6 +23,11 @@ export interface LeanNode {
     deletionTimestamp?: string;
     /** Who wrote the fields cloud-node owns (from managedFields, which are not kept). */
     owners?: FieldOwners;
+    /**
+     * The first per-peer bound (lib/peerlimits.ts: node_addresses, node_labels,
+     * node_annotation_bytes) the Node is over, and its count: cloud-node does not reconcile it.
+     */
+    overLimit?: NodeOverLimit;
   };
   spec: {
     providerID?: string;
@@ -38,6 +45,12 @@ export interface LeanNode {
   };
 }
 
+/** A per-peer bound a Node is over, and what it has. */
+export interface NodeOverLimit {
+  limit: Extract<PeerLimitName, "node_addresses" | "node_labels" | "node_annotation_bytes">;
+  got: number;
+}
+
 /** The taints of every Node without any: one frozen list, not one per Node. */
 const NO_TAINTS: V1Taint[] = Object.freeze([]) as unknown as V1Taint[];
 
@@ -51,30 +64,123 @@ const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configu
  */
 const nodeStrings = new StringPool(1024);
 
-/** A copy of `src` with its string values shared through `pool`, without `skip`'s keys. */
+/**
+ * Whether `kept` (a copy {@link sharedValues} made) holds exactly `src`'s entries but `skip`'s keys:
+ * key by key, without allocating (a Node's heartbeat then costs no copy of its labels).
+ */
+function sameValues(
+  src: Record<string, string> | undefined,
+  kept: Readonly<Record<string, string>>,
+  skip?: Set<string>,
+): boolean {
+  if (src === null || typeof src !== "object") return false;
+  let n = 0;
+  for (const k in src) {
+    if (!Object.hasOwn(src, k) || skip?.has(k)) continue;
+    if (own(kept, k) !== src[k]) return false;
+    n++;
+  }
+  for (const _ in kept) n--;
+  return n === 0;
+}
+
+/**
+ * A copy of `src` with its string values shared through `pool` (when `pool` is given), without
+ * `skip`'s keys, in a null-prototype object (lib/dict.ts): a peer's key is never an inherited
+ * member. `prev`, the previous version's copy, is returned as it is when the entries are the same.
+ */
 function sharedValues(
   src: Record<string, string> | undefined,
   name: string,
-  pool: StringPool,
+  pool: StringPool | undefined,
   skip?: Set<string>,
+  prev?: Readonly<Record<string, string>>,
 ): Record<string, string> {
-  const out: Record<string, string> = {};
+  if (prev !== undefined && sameValues(src, prev, skip)) return prev as Record<string, string>;
+  const out = dict<string>();
   if (src === null || typeof src !== "object") return out;
-  for (const [k, v] of Object.entries(src)) {
-    if (skip?.has(k)) continue;
-    out[k] = typeof v === "string" && v !== name ? pool.share(v) : v;
+  for (const k in src) {
+    if (!Object.hasOwn(src, k) || skip?.has(k)) continue;
+    const v = src[k] as string;
+    out[k] = pool !== undefined && typeof v === "string" && v !== name ? pool.share(v) : v;
   }
   return out;
 }
 
-/** `status.addresses` with each type shared and a Hostname equal to the name as that string. */
-function sharedAddresses(list: V1NodeAddress[] | undefined, name: string, pool: StringPool): V1NodeAddress[] {
+/** Whether two address lists hold the same entries in the same order (malformed entries by identity). */
+export function sameAddresses(
+  a: ReadonlyArray<V1NodeAddress | null>,
+  b: ReadonlyArray<V1NodeAddress | null>,
+): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i];
+    const y = b[i];
+    if (x === y) continue;
+    if (x == null || y == null || x.type !== y.type || x.address !== y.address) return false;
+  }
+  return true;
+}
+
+/**
+ * `status.addresses` with each type shared and a Hostname equal to the name as that string; `prev`
+ * as it is when the entries are the same.
+ */
+function sharedAddresses(
+  list: V1NodeAddress[] | undefined,
+  name: string,
+  pool: StringPool | undefined,
+  prev?: V1NodeAddress[],
+): V1NodeAddress[] {
   if (!Array.isArray(list)) return [];
+  if (prev !== undefined && sameAddresses(list, prev)) return prev;
   return list.map((a) =>
     typeof a?.type === "string" && typeof a.address === "string"
-      ? { type: pool.share(a.type), address: a.address === name ? name : a.address }
+      ? { type: pool ? pool.share(a.type) : a.type, address: a.address === name ? name : a.address }
       : a,
   );
+}
+
+/** Whether two taint lists are the same (key, value, effect and timeAdded of each, in order). */
+export function sameTaints(a: readonly V1Taint[], b: readonly V1Taint[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i];
+    const y = b[i];
+    if (x === y) continue;
+    if (x == null || y == null) return false;
+    if (x.key !== y.key || x.value !== y.value || x.effect !== y.effect) return false;
+    if (String(x.timeAdded ?? "") !== String(y.timeAdded ?? "")) return false;
+  }
+  return true;
+}
+
+/**
+ * The first per-peer bound a Node is over ({@link NodeOverLimit}), counted on the decoded object
+ * before anything is copied: addresses, label count, and annotation bytes as Kubernetes'
+ * ValidateAnnotationsSize counts them (UTF-8 bytes of each key and value), measured exactly only
+ * when three bytes per character could reach the bound.
+ */
+export function nodeOverLimit(n: V1Node): NodeOverLimit | undefined {
+  const addresses = n.status?.addresses;
+  if (Array.isArray(addresses) && addresses.length > peerLimit("node_addresses"))
+    return { limit: "node_addresses", got: addresses.length };
+  const labels = n.metadata?.labels;
+  if (labels !== null && typeof labels === "object") {
+    let count = 0;
+    for (const k in labels) if (Object.hasOwn(labels, k)) count++;
+    if (count > peerLimit("node_labels")) return { limit: "node_labels", got: count };
+  }
+  const annotations = n.metadata?.annotations;
+  if (annotations === null || typeof annotations !== "object") return undefined;
+  const max = peerLimit("node_annotation_bytes");
+  let chars = 0;
+  for (const k in annotations) chars += k.length + String(annotations[k]).length;
+  if (chars * 3 <= max) return undefined;
+  let bytes = 0;
+  for (const k in annotations) bytes += Buffer.byteLength(k) + Buffer.byteLength(String(annotations[k]));
+  return bytes > max ? { limit: "node_annotation_bytes", got: bytes } : undefined;
 }
 
 /** A positive integer pod quantity ("110"); other quantity forms do not occur for pods. */
@@ -85,29 +191,43 @@ function podCount(q: string | undefined): number | undefined {
 }
 
 /**
- * Reduces a Node to a {@link LeanNode}.
+ * Reduces a Node to a {@link LeanNode}. Labels and annotations are kept in null-prototype objects;
+ * what is unchanged from `prev` (the cached previous version) is `prev`'s own object, so that a
+ * status heartbeat of a Node with thousands of labels copies none of them and the update filters
+ * compare them by reference. A Node over a per-peer bound ({@link nodeOverLimit}) is kept whole
+ * (the other controllers read the Node Kubernetes has: lifecycle's exclusion label, the provided
+ * node IP), marked `overLimit`, and its values are not pooled.
  * @param strings where repeated values are shared (tests pass their own)
+ * @param prev the cached previous version of the same Node, if any
+ * @example leanNode({ metadata: { name: "n1", labels: { a: "b" } } }).metadata.labels // { a: "b" }
  */
-export function leanNode(raw: unknown, strings: StringPool = nodeStrings): LeanNode {
+export function leanNode(raw: unknown, strings: StringPool = nodeStrings, prev?: LeanNode): LeanNode {
   const n = raw as V1Node;
   const md = n.metadata ?? {};
   const name = md.name ?? "";
   const ready = n.status?.conditions?.find((c) => c.type === "Ready");
+  const overLimit = nodeOverLimit(n);
+  const pool = overLimit ? undefined : strings;
+  const was = prev?.metadata.name === name ? prev : undefined;
+  const taints = n.spec?.taints ?? NO_TAINTS;
   const lean: LeanNode = {
     metadata: {
       name,
       uid: md.uid ?? "",
       resourceVersion: md.resourceVersion ?? "",
       creationTimestamp: String(md.creationTimestamp ?? ""),
-      labels: sharedValues(md.labels, name, strings),
-      annotations: sharedValues(md.annotations, name, strings, DROPPED_ANNOTATIONS),
+      labels: sharedValues(md.labels, name, pool, undefined, was?.metadata.labels),
+      annotations: sharedValues(md.annotations, name, pool, DROPPED_ANNOTATIONS, was?.metadata.annotations),
     },
-    spec: { taints: n.spec?.taints ?? NO_TAINTS },
+    spec: {
+      taints: was && Array.isArray(taints) && sameTaints(taints, was.spec.taints) ? was.spec.taints : taints,
+    },
     status: {
-      addresses: sharedAddresses(n.status?.addresses, name, strings),
+      addresses: sharedAddresses(n.status?.addresses, name, pool, was?.status.addresses),
       ready: ready?.status ?? "Unknown",
     },
   };
+  if (overLimit) lean.metadata.overLimit = overLimit;
   if (md.deletionTimestamp) lean.metadata.deletionTimestamp = String(md.deletionTimestamp);
   const owners = fieldOwners(md.managedFields as ManagedFieldsEntry[] | undefined, FIELD_MANAGER);
   if (owners) lean.metadata.owners = owners;
@@ -147,7 +267,7 @@ export interface NodeIPSource {
  *   // { ips: ["10.0.0.5"], provided: ["10.0.0.5"], source: "annotation" }
  */
 export function nodeIPs(node: NodeIPSource, preferIPv6: boolean): NodeIPs {
-  const annotation = node.annotations[PROVIDED_NODE_IP_ANNOTATION];
+  const annotation = own(node.annotations, PROVIDED_NODE_IP_ANNOTATION);
   if (annotation !== undefined) {
     const ips = preferredDualStack(annotation.split(","), preferIPv6);
     if (ips.length > 0) {

@@ -67,6 +67,15 @@ export const PEER_LIMITS = {
     what: "entries of a list in one Talos resource (NodeIPConfig subnets, ControllerManagerConfig CIDRs)",
     source: "a machine config lists a handful of subnets; Talos' own defaults list at most 4",
   },
+  /** Characters of an address-like string from Talos: an AddressStatus id, link name or address, a CIDR of a list. */
+  talos_address_length: {
+    value: 128,
+    peer: "talos",
+    what: "characters of an address, link name, resource id or CIDR from Talos",
+    source:
+      "Linux link names are at most 15 bytes (IFNAMSIZ 16); an AddressStatus id <link>/<address>/<prefix> is at " +
+      "most 15+1+45+4 = 65 characters (an IPv4-mapped IPv6 address is 45); about twice that",
+  },
   /** status.addresses entries of one Node. */
   node_addresses: {
     value: 1024,

@@ -471,7 +471,7 @@ describe("keys that are JavaScript built-in names", () => {
       expect(conflictingWrites(old, now, SELF, [], KUBELETS)).toEqual([]);
       // Plain-object owners from elsewhere are read by own entries only.
       const plain = node({
-        addresses: now.status.addresses,
+        addresses: [...now.status.addresses],
         owners: { addresses: { InternalIP: "kubelet" } },
       });
       expect(conflictingWrites(old, plain, SELF, [], KUBELETS)).toEqual([]);

@@ -13,7 +13,12 @@ import {
 import type { Logger } from "../../lib/log.ts";
 import { managedRecordDigest, readManagedRecord } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";
-import { CloudNodeController, correctionDelayMs } from "../../lib/node.ts";
+import {
+  CloudNodeController,
+  correctionDelayMs,
+  NODE_WRITABLE_MAX_DELAY_MS,
+  writeBackDelayMs,
+} from "../../lib/node.ts";
 import { type LeanNode, nodeIPs } from "../../lib/nodeview.ts";
 import {
   TalosError,
@@ -2117,6 +2122,25 @@ describe("CloudNodeController: a second writer of its fields", () => {
   }
 
   /**
+   * node-1 with a taint this CCM's rules put there (its signed record names it), then the same Node
+   * without it, the taints now owned by `manager`.
+   */
+  function retainted(manager: string): [LeanNode, LeanNode] {
+    const taint = { key: "example.com/storage", value: "ceph", effect: "NoSchedule" };
+    const r = record('{"v":1,"taints":["example.com/storage:NoSchedule"]}');
+    const ours = lean({
+      taints: [NOT_READY, taint],
+      labels: { "kubernetes.io/hostname": "node-1", ...r.label },
+      annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5", ...r.annotation },
+    });
+    ours.metadata.owners = { taints: FIELD_MANAGER };
+    const theirs = structuredClone(ours);
+    theirs.spec.taints = [NOT_READY];
+    theirs.metadata.owners = { taints: manager };
+    return [ours, theirs];
+  }
+
+  /**
    * Initializes node-1 with bare-metal facts (cloud-node then has an address list for it, which a
    * second writer's entries are compared with) and forgets the Events that brought.
    */
@@ -2227,8 +2251,9 @@ describe("CloudNodeController: a second writer of its fields", () => {
   test("CloudNodeController writes back at once after a writer of every few minutes, and backs off a writer that answers each write-back", async () => {
     let now = 1_000_000;
     const delays: number[] = [];
-    const record = (_msg: string, kv?: Record<string, unknown>) =>
-      delays.push(kv?.writeBackDelayMs as number);
+    const record = (_msg: string, kv?: Record<string, unknown>) => {
+      if (kv?.writeBackDelayMs !== undefined) delays.push(kv.writeBackDelayMs as number);
+    };
     const log = {
       info: () => {},
       warn: record,
@@ -2249,13 +2274,37 @@ describe("CloudNodeController: a second writer of its fields", () => {
       h.onUpdate?.(ours, theirs);
       now += 300_000;
     }
-    // Right after each write-back (its delay and a moment): 1 s, 2 s, 4 s …
-    for (let i = 0; i < 4; i++) {
+    // Right after each write-back (its delay and a moment): status.addresses is a field the node's own
+    // credentials can write under any manager name, so the delay stays at 1 s however long the loop.
+    for (let i = 0; i < 12; i++) {
       h.onUpdate?.(ours, theirs);
       now += (delays.at(-1) as number) + 50;
     }
-    expect(delays).toEqual([0, 0, 0, 0, 1000, 2000, 4000]);
+    expect(delays).toEqual([0, 0, 0, 0, ...Array(11).fill(1000)]);
+    // spec.taints the node cannot write (NodeRestriction): a loop there backs off 1 s, 2 s, 4 s …
+    delays.length = 0;
+    now += 3_600_000;
+    const [taintsOurs, taintsTheirs] = retainted("other");
+    for (let i = 0; i < 5; i++) {
+      h.onUpdate?.(taintsOurs, taintsTheirs);
+      now += (delays.at(-1) as number) + 50;
+    }
+    expect(delays).toEqual([0, 1000, 2000, 4000, 8000]);
     ac.abort();
     await running;
+  });
+
+  test("writeBackDelayMs() backs off only spec.taints; fields the node can write itself wait at most 1 s", () => {
+    for (const streak of [0, 1, 2, 5, 50]) {
+      expect(writeBackDelayMs("spec.taints", streak)).toBe(correctionDelayMs(streak));
+      for (const field of [
+        "status.addresses",
+        "metadata.labels",
+        "metadata.annotations",
+        "spec.providerID",
+      ] as const)
+        expect(writeBackDelayMs(field, streak)).toBe(Math.min(correctionDelayMs(streak), 1000));
+    }
+    expect(NODE_WRITABLE_MAX_DELAY_MS).toBe(1000);
   });
 });

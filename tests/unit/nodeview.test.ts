@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { leanNode } from "../../lib/nodeview.ts";
+import { leanNode, nodeOverLimit } from "../../lib/nodeview.ts";
 import { StringPool } from "../../lib/stringpool.ts";
 
 /** A Node as the API returns it, with the labels, annotations and addresses a kubelet and this CCM write. */
@@ -66,5 +66,94 @@ describe("leanNode() shares the strings Nodes repeat", () => {
     expect(
       leanNode({ metadata: { name: "nv-none" }, status: { addresses: "10.0.0.1" } }).status.addresses,
     ).toEqual([]);
+  });
+});
+
+describe("leanNode() and peer-chosen keys", () => {
+  test("keeps labels, annotations and address types named like built-in members as entries", () => {
+    const names = ["constructor", "toString", "valueOf", "hasOwnProperty", "__proto__"];
+    const obj = Object.fromEntries(names.map((k) => [k, `v-${k}`]));
+    // As the informer decodes it: JSON.parse makes `__proto__` an own member.
+    const raw = JSON.parse(
+      JSON.stringify({
+        metadata: { name: "nv-builtin", labels: obj, annotations: obj },
+        status: { addresses: names.map((type) => ({ type, address: "x" })) },
+      }),
+    );
+    const lean = leanNode(raw, new StringPool(16));
+    for (const map of [lean.metadata.labels, lean.metadata.annotations]) {
+      expect(Object.keys(map).sort()).toEqual([...names].sort());
+      for (const k of names) expect(Object.getOwnPropertyDescriptor(map, k)?.value).toBe(`v-${k}`);
+    }
+    // A key the Node does not have reads as absent, not as an inherited member.
+    const bare = leanNode({ metadata: { name: "nv-bare", labels: { a: "b" } } });
+    for (const k of names) expect((bare.metadata.labels as Record<string, unknown>)[k]).toBeUndefined();
+    expect(lean.status.addresses.map((a) => a.type)).toEqual(names);
+  });
+});
+
+describe("leanNode() given the cached previous version", () => {
+  test("keeps the previous version's labels, annotations, addresses and taints when they did not change", () => {
+    const raw = rawNode("nv-prev", "10.9.2.1", "zone-prev");
+    const taints = [{ key: "k", effect: "NoSchedule" }];
+    const prev = leanNode({ ...raw, spec: { taints } });
+    const next = leanNode(structuredClone({ ...raw, spec: { taints } }), undefined, prev);
+    expect(next.metadata.labels).toBe(prev.metadata.labels);
+    expect(next.metadata.annotations).toBe(prev.metadata.annotations);
+    expect(next.status.addresses).toBe(prev.status.addresses);
+    expect(next.spec.taints).toBe(prev.spec.taints);
+  });
+
+  test("copies what changed, and never takes another Node's", () => {
+    const raw = rawNode("nv-chg", "10.9.2.2", "zone-a");
+    const prev = leanNode(raw);
+    const changed = structuredClone(raw);
+    changed.metadata.labels["topology.kubernetes.io/zone"] = "zone-b";
+    const next = leanNode(changed, undefined, prev);
+    expect(next.metadata.labels).not.toBe(prev.metadata.labels);
+    expect(next.metadata.labels["topology.kubernetes.io/zone"]).toBe("zone-b");
+    expect(next.metadata.annotations).toBe(prev.metadata.annotations);
+    const removed = structuredClone(raw);
+    delete (removed.metadata.labels as Record<string, string>)["kubernetes.io/os"];
+    expect(Object.keys(leanNode(removed, undefined, prev).metadata.labels)).toHaveLength(3);
+    const other = leanNode(
+      { ...structuredClone(raw), metadata: { ...raw.metadata, name: "nv-other" } },
+      undefined,
+      prev,
+    );
+    expect(other.metadata.labels).not.toBe(prev.metadata.labels);
+  });
+});
+
+describe("nodeOverLimit()", () => {
+  const many = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`example.com/k${i}`, "v"]));
+  test("names the first per-peer bound a Node is over, with its count, and nothing at the bound", () => {
+    expect(nodeOverLimit({ metadata: { labels: many(1024) } })).toBeUndefined();
+    expect(nodeOverLimit({ metadata: { labels: many(1025) } })).toEqual({ limit: "node_labels", got: 1025 });
+    const addresses = Array.from({ length: 1025 }, (_, i) => ({
+      type: "ExternalIP",
+      address: `10.0.${i >> 8}.${i & 255}`,
+    }));
+    expect(nodeOverLimit({ status: { addresses } })).toEqual({ limit: "node_addresses", got: 1025 });
+    expect(nodeOverLimit({ status: { addresses: addresses.slice(1) } })).toBeUndefined();
+    const at = { a: "x".repeat(256 * 1024 - 1) };
+    expect(nodeOverLimit({ metadata: { annotations: at } })).toBeUndefined();
+    expect(nodeOverLimit({ metadata: { annotations: { ...at, b: "" } } })).toEqual({
+      limit: "node_annotation_bytes",
+      got: 256 * 1024 + 1,
+    });
+    // UTF-8 bytes, as Kubernetes counts them: 90,000 three-byte characters are 270,000 bytes.
+    expect(nodeOverLimit({ metadata: { annotations: { a: "€".repeat(90_000) } } })?.got).toBe(270_001);
+  });
+
+  test("leanNode() marks a Node over a bound, keeps it whole for the other controllers, and pools none of its values", () => {
+    const pool = new StringPool(4096);
+    const labels = Object.fromEntries(Array.from({ length: 1100 }, (_, i) => [`example.com/k${i}`, `v${i}`]));
+    const lean = leanNode({ metadata: { name: "nv-big", labels } }, pool);
+    expect(lean.metadata.overLimit).toEqual({ limit: "node_labels", got: 1100 });
+    expect(Object.keys(lean.metadata.labels)).toHaveLength(1100);
+    expect(pool.size).toBe(0);
+    expect(leanNode(rawNode("nv-small", "10.9.3.1", "z"), pool).metadata.overLimit).toBeUndefined();
   });
 });

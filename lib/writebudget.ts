@@ -1,0 +1,68 @@
+// The per-node write budget of the cloud-node controller: a token bucket per Node, so that one node
+// whose fields change fast (an address that flaps, a kubelet that keeps rewriting a field) cannot
+// spend the client rate limit every controller shares. A pass that would write while its node's
+// bucket is empty waits (the queue re-adds the node when the tokens are due); the queue keeps one
+// entry per node, so every change in between is coalesced into that one pass, which reads the
+// latest Node. Pure data with an injected clock, no I/O.
+
+/** Options of {@link WriteBudget}. */
+export interface WriteBudgetOptions {
+  /** Writes a node may make at once (a full bucket). */
+  burst: number;
+  /** One write's worth of tokens comes back every `paceMs`. */
+  paceMs: number;
+  /** Milliseconds, monotonic enough for pacing (the controller's clock). */
+  now: () => number;
+}
+
+interface Bucket {
+  tokens: number;
+  atMs: number;
+}
+
+/**
+ * Token buckets by node name: each starts full (`burst`), refills one token per `paceMs` up to
+ * `burst`. A node that never writes costs nothing; one that wrote costs one small entry until
+ * {@link forget}.
+ * @example
+ * const budget = new WriteBudget({ burst: 8, paceMs: 5000, now: Date.now });
+ * budget.take("node-1", 2) // 0: written now; later, when empty, the ms until 2 tokens are due
+ */
+export class WriteBudget {
+  readonly #buckets = new Map<string, Bucket>();
+  readonly #opts: WriteBudgetOptions;
+
+  constructor(opts: WriteBudgetOptions) {
+    if (!(opts.burst >= 1) || !(opts.paceMs > 0))
+      throw new TypeError("Cannot create a write budget: burst must be at least 1 and paceMs positive");
+    this.#opts = opts;
+  }
+
+  /**
+   * Takes `cost` writes from `key`'s bucket when it holds them.
+   * @param cost writes the pass makes (at most `burst` are ever asked for).
+   * @returns 0 when taken; otherwise how many milliseconds until they are due (nothing is taken).
+   */
+  take(key: string, cost = 1): number {
+    const { burst, paceMs, now } = this.#opts;
+    const need = Math.min(Math.max(cost, 0), burst);
+    const at = now();
+    const b = this.#buckets.get(key);
+    const tokens = b === undefined ? burst : Math.min(burst, b.tokens + Math.max(0, at - b.atMs) / paceMs);
+    if (tokens >= need) {
+      this.#buckets.set(key, { tokens: tokens - need, atMs: at });
+      return 0;
+    }
+    return Math.ceil((need - tokens) * paceMs);
+  }
+
+  /** Drops `key`'s bucket (its node is gone): a new one starts full. */
+  forget(key: string): void {
+    this.#buckets.delete(key);
+  }
+
+  /** Buckets held. */
+  get size(): number {
+    return this.#buckets.size;
+  }
+}
