@@ -79,12 +79,13 @@ export function nodeIPsOnMachine(
   addresses: readonly AddressStatus[],
 ): NodeIPsOnMachine {
   const kept = ipsOnMachine(ips.ips, confirmedIP, addresses);
+  const has = new Set(kept);
   const onMachine: NodeIPs = {
     ips: kept,
-    provided: ips.provided.filter((ip) => kept.includes(ip)),
+    provided: ips.provided.filter((ip) => has.has(ip)),
     source: kept.length > 0 ? ips.source : "none",
   };
-  return { onMachine, notOnMachine: ips.ips.filter((ip) => !kept.includes(ip)) };
+  return { onMachine, notOnMachine: ips.ips.filter((ip) => !has.has(ip)) };
 }
 
 /** Public addresses found among the node's own, by family. */
@@ -104,12 +105,13 @@ export function discoverPublicIPs(
   addresses: readonly AddressStatus[],
 ): PublicIPs {
   const out: PublicIPs = { ipv4: [], ipv6: [] };
+  const nodeIPSet = new Set(nodeIPList);
   for (const a of byId(addresses)) {
     if (isForeignLink(a.linkName)) continue;
     const cidr = tryParseCidr(a.address);
     if (!cidr || !isPublicUnicast(cidr.ip)) continue;
     const ip = formatIP(cidr.ip);
-    if (nodeIPList.includes(ip)) continue;
+    if (nodeIPSet.has(ip)) continue;
     if (cidr.ip.family === 4) out.ipv4.push(ip);
     else if ((a.flags & ADDRESS_PERMANENT) !== 0) out.ipv6.unshift(ip);
     else out.ipv6.push(ip);
@@ -123,19 +125,28 @@ export function externalLinkIPs(
   addresses: readonly AddressStatus[],
 ): PublicIPs {
   const out: PublicIPs = { ipv4: [], ipv6: [] };
+  const nodeIPSet = new Set(nodeIPList);
   for (const a of byId(addresses)) {
     if (a.linkName !== EXTERNAL_LINK) continue;
     const cidr = tryParseCidr(a.address);
     if (!cidr) continue;
     const ip = formatIP(cidr.ip);
-    if (nodeIPList.includes(ip)) continue;
+    if (nodeIPSet.has(ip)) continue;
     (cidr.ip.family === 4 ? out.ipv4 : out.ipv6).push(ip);
   }
   return out;
 }
 
-/** Talos lists resources sorted by id; the watch cache keeps them in arrival order. */
-function byId(addresses: readonly AddressStatus[]): AddressStatus[] {
+/**
+ * Talos lists resources sorted by id; the watch cache keeps them in arrival order. A list already in
+ * order (a List's, a bootstrap's) is not copied or sorted: one pass tells.
+ */
+function byId(addresses: readonly AddressStatus[]): readonly AddressStatus[] {
+  let sorted = true;
+  for (let i = 1; i < addresses.length && sorted; i++) {
+    sorted = (addresses[i - 1] as AddressStatus).id <= (addresses[i] as AddressStatus).id;
+  }
+  if (sorted) return addresses;
   return [...addresses].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
@@ -191,10 +202,10 @@ export interface NodeAddressInput {
  */
 export function nodeAddresses(input: NodeAddressInput): NodeAddress[] {
   const own = input.nodeIPs.ips;
-  const found = DISCOVERY_PLATFORMS.has(input.platform)
-    ? discoverPublicIPs(own, input.addresses)
-    : externalLinkIPs(own, input.addresses);
-  if (input.publicIPDiscovery) {
+  const discovers = DISCOVERY_PLATFORMS.has(input.platform);
+  const found = discovers ? discoverPublicIPs(own, input.addresses) : externalLinkIPs(own, input.addresses);
+  // On a discovery platform a second discovery would only repeat the first (one pass over the addresses).
+  if (input.publicIPDiscovery && !discovers) {
     const more = discoverPublicIPs(own, input.addresses);
     found.ipv4.push(...more.ipv4);
     found.ipv6.push(...more.ipv6);

@@ -70,7 +70,9 @@ const AZURE_RESOURCE_GROUP = /.*\/subscriptions\/(?:.*)\/resourceGroups\/(.+)\/p
  * @param nodeIP the IP Talos answered on.
  */
 export function instanceFacts(facts: NodeFacts, nodeIP: string, nodeName: string): NodeFacts {
-  const meta: PlatformMetadata = { ...facts.platformMetadata, tags: { ...facts.platformMetadata.tags } };
+  // Tags are keyed by the machine's Talos: a null-prototype copy keeps `constructor` or `__proto__` data.
+  const tags: Record<string, string> = Object.assign(Object.create(null), facts.platformMetadata.tags);
+  const meta: PlatformMetadata = { ...facts.platformMetadata, tags };
   if (meta.providerId === "") meta.providerId = fallbackProviderID(meta.platform, nodeIP);
   if (meta.platform === "azure") {
     const group = AZURE_RESOURCE_GROUP.exec(meta.providerId)?.[1];

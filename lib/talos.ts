@@ -18,9 +18,11 @@ import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import type { GrpcChannel } from "./grpc.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { startTimer } from "./processmetrics.ts";
+import { type PeerLimitName, peerRejections } from "./peerlimits.ts";
+import { registry as processRegistry, startTimer } from "./processmetrics.ts";
 import { Semaphore } from "./semaphore.ts";
 import { GetRequest, ListRequest } from "./talos_pb.ts";
+import { checkAddressCount, TalosLimitError } from "./talosbounds.ts";
 import {
   afterFailedAttempt,
   attemptCallOptions,
@@ -78,6 +80,7 @@ import {
 } from "./taloswire.ts";
 import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "./types.ts";
 
+export { TalosLimitError } from "./talosbounds.ts";
 // What the client throws and returns, so that its users import one module.
 export {
   statusError,
@@ -182,6 +185,8 @@ export class TalosClient {
   readonly #configPollMs: number;
   readonly #random: () => number;
   readonly #metrics: TalosApiMetrics;
+  /** Counts answers refused for a per-machine bound (lib/talosbounds.ts). */
+  readonly #rejected: (limit: PeerLimitName) => void;
   readonly #watches = new Set<WatchSession>();
   readonly #watchHost: WatchHost;
   #config: TalosConfig;
@@ -211,6 +216,8 @@ export class TalosClient {
     this.#configPollMs = limits.configPollMs;
     this.#random = opts.random ?? Math.random;
     this.#metrics = talosApiMetrics(opts.registry);
+    const rejections = peerRejections(opts.registry ?? processRegistry);
+    this.#rejected = (limit) => rejections.inc({ peer: "talos", limit });
     const client = this;
     this.#watchHost = {
       get closed() {
@@ -230,6 +237,15 @@ export class TalosClient {
       },
       retryDelay: (failures) => backoffDelay(failures - 1, this.#watchBackoff, this.#random),
       drop: (session) => this.#watches.delete(session),
+      rejected: (session, e) => {
+        this.#rejected(e.limit);
+        log.v(2).info("Talos answer over a per-machine bound", {
+          node: session.node,
+          type: RESOURCES[session.kind].type,
+          limit: e.limit,
+          err: e.message,
+        });
+      },
     };
   }
 
@@ -532,6 +548,7 @@ export class TalosClient {
     req: Uint8Array,
     node: string,
     opts: AttemptOptions,
+    checkCount: (messages: number) => void,
   ): Promise<Uint8Array[]> {
     const leave = enterGeneration(gen);
     try {
@@ -543,6 +560,12 @@ export class TalosClient {
         if (bytes > MAX_LIST_BYTES) {
           call.cancel();
           throw listTooLarge(out.length);
+        }
+        try {
+          checkCount(out.length + 1);
+        } catch (err) {
+          call.cancel();
+          throw err;
         }
         out.push(b);
       }
@@ -560,12 +583,14 @@ export class TalosClient {
   ): Promise<Array<ResourceData[K]>> {
     const { namespace, type } = RESOURCES[kind];
     const req = ListRequest.encode({ namespace, type }).finish();
+    // A machine's AddressStatuses beyond the bound are refused as they arrive, not kept or decoded.
+    const checkCount = kind === "addresses" ? checkAddressCount : () => {};
     return this.#call(
       kind,
       `list ${type} on node ${nodeIP}`,
       nodeIP,
       opts,
-      (gen, ch, attemptOpts) => this.#listOnce(gen, ch, req, nodeIP, attemptOpts),
+      (gen, ch, attemptOpts) => this.#listOnce(gen, ch, req, nodeIP, attemptOpts, checkCount),
       (msgs) => msgs.map((b) => decodeListResponse(kind, b).spec),
     );
   }
@@ -628,6 +653,7 @@ export class TalosClient {
       }
     } catch (err) {
       if (countsAsFailure(request, err)) this.#metrics.errors.inc({ request });
+      if (err instanceof TalosLimitError) this.#rejected(err.limit);
       throw err;
     } finally {
       stop();

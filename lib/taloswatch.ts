@@ -3,8 +3,14 @@
 // events holds no promise, generator or frame, only this object and its stream: a thousand-node
 // cluster keeps two of them per node for as long as the CCM runs. Also the adapter that turns a
 // push watch into an async iterator (TalosClient.watch).
+// A machine's answers are bounded before anything keeps them (lib/talosbounds.ts): a response over a
+// bound is refused (an `errored` event naming it), and a list watch whose machine reports more
+// resources than its bound ({@link LIST_WATCH_BOUNDS}) is cut there, its handler told to drop what it
+// kept, and resubscribed with a backoff that a machine over the bound again does not reset.
 
 import type { GrpcChannel, GrpcError, GrpcStream, GrpcStreamListener } from "./grpc.ts";
+import type { PeerLimitName } from "./peerlimits.ts";
+import { checkAddressCount, TalosLimitError } from "./talosbounds.ts";
 import { statusError, TalosError } from "./taloserrors.ts";
 import {
   decodeWatchResponse,
@@ -53,7 +59,17 @@ export interface WatchHost {
   retryDelay(failures: number): number;
   /** Forgets a watch that ended or was closed. */
   drop(session: WatchSession): void;
+  /** Counts an answer refused for a per-machine bound (talosccm_peer_input_rejected_total). */
+  rejected(session: WatchSession, err: TalosLimitError): void;
 }
+
+/**
+ * The bound on how many resources a list watch of a kind may hold per machine: its machine is over
+ * it when the watch reports more distinct ids (since its bootstrap began, or held afterwards).
+ */
+export const LIST_WATCH_BOUNDS: Partial<Record<ResourceKind, PeerLimitName>> = {
+  addresses: "talos_addresses",
+};
 
 /**
  * One watch (see TalosClient.subscribe). A list watch (no id) remembers what it delivered, to report
@@ -72,6 +88,11 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
   call: GrpcStream | undefined;
   #closed = false;
   #failures = 0;
+  /**
+   * Streams cut for a per-machine bound: the resubscribe backoff counts them too, and a stream that
+   * opens does not reset them (a machine that floods after each bootstrap still waits up to the maximum).
+   */
+  #strikes = 0;
   /** A failure found in the stream's data, reported when the cancelled call ends. */
   #error: TalosError | undefined;
   #retryTimer: ReturnType<typeof setTimeout> | undefined;
@@ -143,7 +164,10 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     try {
       events = decodeWatchResponse(this.kind, bytes);
     } catch (err) {
-      this.handler.onEvent({ type: "errored", error: (err as Error).message });
+      if (err instanceof TalosLimitError) {
+        this.host.rejected(this, err);
+        this.handler.onEvent({ type: "errored", error: err.message, limit: err.limit });
+      } else this.handler.onEvent({ type: "errored", error: (err as Error).message });
       return;
     }
     for (const ev of events) {
@@ -153,8 +177,36 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
         this.call?.cancel();
         return;
       }
+      if (this.#overBound(ev)) return;
       this.#track(ev);
       this.handler.onEvent(ev);
+    }
+  }
+
+  /**
+   * Whether `ev` brings a list watch's machine over its bound ({@link LIST_WATCH_BOUNDS}): then the
+   * stream is cut (resubscribed after a backoff), the refusal counted, what the watch kept dropped,
+   * and the handler told by an `errored` event naming the bound, to drop what it kept.
+   */
+  #overBound(ev: TalosWatchEvent<ResourceData[K]>): boolean {
+    const limit = LIST_WATCH_BOUNDS[this.kind];
+    if (limit === undefined || this.id !== undefined || (ev.type !== "created" && ev.type !== "updated"))
+      return false;
+    // While (re)bootstrapping, the machine holds what it listed since; afterwards, the record.
+    const held = this.#seen ?? this.#known ?? this.handler.record;
+    const count = held === undefined || held.has(ev.id) ? (held?.size ?? 0) : held.size + 1;
+    try {
+      checkAddressCount(count);
+      return false;
+    } catch (err) {
+      const e = err as TalosLimitError;
+      this.#known?.clear();
+      this.#seen = undefined;
+      this.#error = e;
+      this.call?.cancel();
+      this.host.rejected(this, e);
+      this.handler.onEvent({ type: "errored", error: `${e.message} (${this.what})`, limit: e.limit });
+      return true;
     }
   }
 
@@ -213,17 +265,21 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
       void this.#subscribe();
       return;
     }
-    if (!e.retryable) {
+    const limited = e instanceof TalosLimitError;
+    if (limited) this.#strikes++;
+    if (!e.retryable && !limited) {
       this.#closed = true;
       void this.host.failed(this, e);
       this.host.drop(this);
       this.handler.onEnd(e);
       return;
     }
-    if (this.#failures++ === 0) this.handler.onEvent({ type: "errored", error: e.message });
+    // A stream cut for a bound told its handler already (#overBound).
+    if (!limited && this.#failures++ === 0) this.handler.onEvent({ type: "errored", error: e.message });
     await this.host.failed(this, e);
     if (this.closed) return;
-    this.#retryTimer = setTimeout(() => void this.#subscribe(), this.host.retryDelay(this.#failures));
+    const delay = this.host.retryDelay(Math.max(this.#failures, this.#strikes));
+    this.#retryTimer = setTimeout(() => void this.#subscribe(), delay);
   }
 }
 

@@ -18,11 +18,16 @@
 // SystemInformation and the Talos version are read once per node, only when a rule's template reads
 // them. Nodes whose watch is down are polled every --node-status-update-frequency by one shared
 // timer; a healthy cluster makes no periodic Talos calls.
+// Each machine's answers are bounded before they are kept (lib/talosbounds.ts, enforced by the
+// client as it decodes and by the address watch): an answer over a bound is refused, what the node
+// kept of that fact is dropped, and its facts wait, with the error naming the bound, until Talos
+// answers within the bounds again (the watch resubscribes; the poll of a down node reads again).
 
 import { ipsOnMachine } from "./addresses.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { namesInstances } from "./instanceid.ts";
 import { logger } from "./log.ts";
+import { type PeerLimitName, peerLimit } from "./peerlimits.ts";
 import {
   type TalosAddressStatus,
   type TalosClient,
@@ -33,6 +38,7 @@ import {
   type TalosWatchEvent,
   type TalosWatchHandler,
 } from "./talos.ts";
+import { TalosLimitError } from "./talosbounds.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation } from "./types.ts";
 
 // The cloud-node controller's component name: these are its watches.
@@ -74,6 +80,8 @@ export type FactsState =
       error?: string;
       /** The facts came from another machine than the node (they are not used). */
       mismatch?: NodeMismatch;
+      /** The error is Talos answering over this per-machine bound (lib/peerlimits.ts): the machine fails alone. */
+      limit?: PeerLimitName;
     };
 
 /** Options of {@link TalosWatchCache}. */
@@ -140,11 +148,18 @@ export function sameMachine(a: PlatformMetadata, b: PlatformMetadata): boolean {
   );
 }
 
+/** The bound a Talos error names, when it refused an answer for one. */
+function limitOf(err: unknown): PeerLimitName | undefined {
+  return err instanceof TalosLimitError ? err.limit : undefined;
+}
+
 /** A one-off read of a node (SystemInformation, Version, Nodename) that failed and waits to be retried. */
 interface FailedRead {
   failures: number;
   retryAtMs: number;
   error: string;
+  /** The read was refused for this per-machine bound. */
+  limit: PeerLimitName | undefined;
   /** The controller was told that the retry time has come. */
   announced: boolean;
 }
@@ -181,6 +196,8 @@ class NodeWatch {
   /** Which parts are down ({@link DOWN_BITS}); 0: none. */
   down = 0;
   lastError = "";
+  /** The bound `lastError` names, when an answer was refused for one. */
+  lastLimit: PeerLimitName | undefined;
   startedMs: number;
   /** The refresh period of a down node counts from here (outage start, then each poll). */
   polledMs = 0;
@@ -237,7 +254,7 @@ class NodeWatch {
 
 /** What an address watch's handler calls back in its {@link TalosWatchCache}. */
 interface AddressWatchHooks {
-  failed(w: NodeWatch, part: DownPart, error: string): void;
+  failed(w: NodeWatch, part: DownPart, error: string, limit?: PeerLimitName): void;
   recovered(w: NodeWatch, part: DownPart): void;
   openMetadataWatch(w: NodeWatch): void;
   changed(name: string): void;
@@ -269,12 +286,21 @@ class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus> {
       case "errored":
         this.#syncing = true;
         w.addressesBroke = true;
-        this.hooks.failed(w, "addresses", ev.error);
+        if (ev.limit !== undefined) this.#refuse(ev.error, ev.limit);
+        else this.hooks.failed(w, "addresses", ev.error);
         return;
       case "created":
       case "updated": {
         const old = w.addresses.get(ev.id);
         const a = ev.resource;
+        if (!old && w.addresses.size >= peerLimit("talos_addresses")) {
+          // The client cuts such a watch before this (lib/taloswatch.ts); a record never grows past the bound.
+          this.#syncing = true;
+          this.#refuse(
+            new TalosLimitError("talos_addresses", w.addresses.size + 1, "AddressStatuses").message,
+          );
+          return;
+        }
         if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
           this.#changed = true;
         }
@@ -305,6 +331,14 @@ class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus> {
 
   onEnd(err: TalosError): void {
     this.hooks.ended(this.w, err);
+  }
+
+  /** The machine's addresses were over their bound: none of them is kept, and its facts wait. */
+  #refuse(error: string, limit: PeerLimitName = "talos_addresses"): void {
+    const w = this.w;
+    w.addresses.clear();
+    w.addressesKnown = false;
+    this.hooks.failed(w, "addresses", error, limit);
   }
 }
 
@@ -340,7 +374,7 @@ export class TalosWatchCache {
   #pumping = false;
   /** What every node's address watch handler calls back (one object, not closures per node). */
   readonly #hooks: AddressWatchHooks = {
-    failed: (w, part, error) => this.#failed(w, part, error),
+    failed: (w, part, error, limit) => this.#failed(w, part, error, limit),
     recovered: (w, part) => this.#recovered(w, part),
     openMetadataWatch: (w) => this.#openMetadataWatch(w),
     changed: (name) => this.#onChange(name),
@@ -432,8 +466,17 @@ export class TalosWatchCache {
     if (!w) return { ready: false, waitingFor: "its Talos watches to start" };
     if (w.gate === "queued") return { ready: false, waitingFor: this.#queuedFor() };
     const error = w.down !== 0 ? w.lastError : undefined;
-    const waiting = (what: string, err = error): FactsState =>
-      err === undefined ? { ready: false, waitingFor: what } : { ready: false, waitingFor: what, error: err };
+    const limit = w.down !== 0 ? w.lastLimit : undefined;
+    const waiting = (what: string, err = error, lim = limit): FactsState => {
+      if (err === undefined) return { ready: false, waitingFor: what };
+      return lim === undefined
+        ? { ready: false, waitingFor: what, error: err }
+        : { ready: false, waitingFor: what, error: err, limit: lim };
+    };
+    const failedRead = (kind: ReadKind, what: string): FactsState => {
+      const f = w.failedReads.get(kind);
+      return f ? waiting(what, f.error, f.limit) : waiting(what);
+    };
     if (!w.metadataKnown || !w.addressesKnown) return waiting(`Talos on ${w.watchIP} to answer`);
     if (!w.metadata) return waiting("Talos to publish its PlatformMetadata");
     if (w.confirmedIP !== w.answeredIP) {
@@ -441,15 +484,15 @@ export class TalosWatchCache {
       const what = `Talos to confirm that the machine on ${w.answeredIP} is node ${name}`;
       if (w.mismatch?.ip === w.answeredIP)
         return { ready: false, waitingFor: what, mismatch: { ...w.mismatch } };
-      return waiting(what, w.failedReads.get("nodename")?.error ?? error);
+      return failedRead("nodename", what);
     }
     if (needs.systemInformation && w.systemInformation === undefined) {
       this.#read(w, "systeminformation");
-      return waiting("its SystemInformation", w.failedReads.get("systeminformation")?.error ?? error);
+      return failedRead("systeminformation", "its SystemInformation");
     }
     if (needs.talosVersion && w.talosVersion === undefined) {
       this.#read(w, "version");
-      return waiting("its Talos version", w.failedReads.get("version")?.error ?? error);
+      return failedRead("version", "its Talos version");
     }
     const facts: NodeFacts = { platformMetadata: w.metadata, addresses: [...w.addresses.values()] };
     if (needs.systemInformation && w.systemInformation) facts.systemInformation = w.systemInformation;
@@ -628,12 +671,13 @@ export class TalosWatchCache {
     if ((w.reading & READ_BITS.nodename) !== 0 || (failed && this.#now() < failed.retryAtMs)) return;
     w.reading |= READ_BITS.nodename;
     let moveTo: number | undefined;
-    const fail = (error: string, retryNow: boolean) => {
+    const fail = (error: string, retryNow: boolean, limit?: PeerLimitName) => {
       const failures = (failed?.failures ?? 0) + 1;
       w.failedReads.set("nodename", {
         failures,
         retryAtMs: this.#now() + (retryNow ? 0 : backoffDelay(failures - 1, this.#retryBackoff, Math.random)),
         error,
+        limit,
         announced: retryNow,
       });
     };
@@ -657,7 +701,7 @@ export class TalosWatchCache {
       }
     } catch (err) {
       if (!this.#tracked(w)) return;
-      fail((err as Error).message, false);
+      fail((err as Error).message, false, limitOf(err));
     } finally {
       w.reading &= ~READ_BITS.nodename;
     }
@@ -684,7 +728,12 @@ export class TalosWatchCache {
         if (ev.type === "errored") {
           w.cancelSettle?.();
           w.cancelSettle = undefined;
-          this.#failed(w, "metadata", ev.error);
+          if (ev.limit !== undefined) {
+            // Refused: no metadata of this machine is used until it answers within the bounds.
+            w.metadata = undefined;
+            w.metadataKnown = false;
+          }
+          this.#failed(w, "metadata", ev.error, ev.limit);
           return;
         }
         if (ev.type === "created" || ev.type === "updated") this.#setMetadata(w, ip, ev.resource);
@@ -708,11 +757,12 @@ export class TalosWatchCache {
     if (err.code !== "closed") this.#failed(w, "ended", err.message);
   }
 
-  #failed(w: NodeWatch, part: DownPart, error: string): void {
+  #failed(w: NodeWatch, part: DownPart, error: string, limit?: PeerLimitName): void {
     if (!this.#tracked(w)) return;
     if (w.down === 0) w.polledMs = this.#now();
     w.down |= DOWN_BITS[part];
     w.lastError = error;
+    w.lastLimit = limit;
     log.v(2).info("Talos watch down", { node: w.name, ip: w.watchIP, part, err: error });
     this.#onChange(w.name);
     if (part !== "ended" && w.cancelFailover === undefined && w.nextIPIndex() !== undefined) {
@@ -764,12 +814,29 @@ export class TalosWatchCache {
     } catch (err) {
       if (!this.#tracked(w)) return;
       w.lastError = (err as Error).message;
+      w.lastLimit = limitOf(err);
       if (err instanceof TalosNotFoundError) {
         w.metadata = undefined;
         w.metadataKnown = true;
       }
+      if (err instanceof TalosLimitError) this.#refused(w, err);
     }
     this.#onChange(w.name);
+  }
+
+  /**
+   * A poll's answer was over a per-machine bound: the fact it refused is dropped (the addresses, or
+   * the metadata, whose watch then opens so that an answer within the bounds brings it back).
+   */
+  #refused(w: NodeWatch, err: TalosLimitError): void {
+    if (err.limit === "talos_addresses" || err.limit === "talos_address_length") {
+      w.addresses.clear();
+      w.addressesKnown = false;
+      return;
+    }
+    w.metadata = undefined;
+    w.metadataKnown = false;
+    this.#openMetadataWatch(w);
   }
 
   #read(w: NodeWatch, kind: ReadKind): void {
@@ -800,6 +867,7 @@ export class TalosWatchCache {
             failures,
             retryAtMs: this.#now() + backoffDelay(failures - 1, this.#retryBackoff, Math.random),
             error: (err as Error).message,
+            limit: limitOf(err),
             announced: false,
           });
         },

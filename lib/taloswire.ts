@@ -4,8 +4,11 @@
 // lib/types.ts: decoding with the checks Talos' Go client makes, netip.Addr in both its forms,
 // watch events, and the WatchRequest encoding. Every decoder throws TalosDecodeError and nothing
 // else, whatever the bytes: the generated code throws RangeError and friends on malformed input.
+// Each decoder also checks its resource against the per-machine bounds (lib/talosbounds.ts): an
+// answer over one throws TalosLimitError (a TalosDecodeError naming the bound) and is not kept.
 
 import { formatIP, ipFromBytes } from "./cidr.ts";
+import type { PeerLimitName } from "./peerlimits.ts";
 import { StringPool } from "./stringpool.ts";
 import {
   AddressStatusSpec,
@@ -27,6 +30,14 @@ import {
   VersionResponse,
   WatchRequest,
 } from "./talos_pb.ts";
+import {
+  boundControllerManagerConfig,
+  boundPlatformMetadata,
+  boundSystemInformation,
+  checkCIDRList,
+  checkLength,
+  TalosLimitError,
+} from "./talosbounds.ts";
 import { TalosDecodeError } from "./taloserrors.ts";
 import type { AddressStatus, ControllerManagerConfig, PlatformMetadata, SystemInformation } from "./types.ts";
 
@@ -138,6 +149,7 @@ function decodeWith<T>(what: string, fn: () => T): T {
   try {
     return fn();
   } catch (err) {
+    if (err instanceof TalosLimitError) throw err;
     if (err instanceof TalosDecodeError && err.message.startsWith("Cannot decode")) throw err;
     throw new TalosDecodeError(`Cannot decode ${what}: ${(err as Error)?.message ?? String(err)}`, {
       cause: err,
@@ -195,7 +207,7 @@ const SCOPE_HOST = 254;
 export function decodePlatformMetadata(bytes: Uint8Array): PlatformMetadata {
   return decodeWith("PlatformMetadataSpec", () => {
     const m = PlatformMetadataSpec.decode(bytes);
-    return {
+    return boundPlatformMetadata({
       platform: sharedString(m.platform),
       hostname: m.hostname,
       region: sharedString(m.region),
@@ -207,7 +219,7 @@ export function decodePlatformMetadata(bytes: Uint8Array): PlatformMetadata {
       internalDNS: sharedString(m.internalDns),
       externalDNS: sharedString(m.externalDns),
       tags: m.tags,
-    };
+    });
   });
 }
 
@@ -215,7 +227,7 @@ export function decodePlatformMetadata(bytes: Uint8Array): PlatformMetadata {
 export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
   return decodeWith("SystemInformationSpec", () => {
     const s = SystemInformationSpec.decode(bytes);
-    return {
+    return boundSystemInformation({
       manufacturer: s.manufacturer,
       productName: s.productName,
       version: s.version,
@@ -223,7 +235,7 @@ export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
       uuid: s.uuid,
       wakeUpType: s.wakeUpType,
       skuNumber: s.skuNumber,
-    };
+    });
   });
 }
 
@@ -233,8 +245,10 @@ export function decodeSystemInformation(bytes: Uint8Array): SystemInformation {
  * @throws {TalosDecodeError} also when the address is missing or its prefix length impossible.
  */
 export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddressStatus {
+  checkLength("talos_address_length", id, "an AddressStatus id");
   return decodeWith(`AddressStatusSpec ${id}`, () => {
     const a = AddressStatusSpec.decode(bytes);
+    checkLength("talos_address_length", a.linkName, `the link name of AddressStatus ${id}`);
     const ip = a.address?.ip ?? new Uint8Array();
     const bits = a.address?.prefixLength ?? 0;
     if (ip.length !== 4 && ip.length < 16) throw new TalosDecodeError("no address");
@@ -253,6 +267,7 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
       flags: a.flags,
     };
     const local = decodeNetIP(a.local);
+    checkLength("talos_address_length", local, `the local address of AddressStatus ${id}`);
     if (local && local !== ipText) out.local = local;
     return out;
   });
@@ -262,23 +277,38 @@ export function decodeAddressStatus(id: string, bytes: Uint8Array): TalosAddress
 export function decodeControllerManagerConfig(bytes: Uint8Array): ControllerManagerConfig {
   return decodeWith("ControllerManagerConfigSpec", () => {
     const c = ControllerManagerConfigSpec.decode(bytes);
-    return { podCIDRs: c.podCidrs, serviceCIDRs: c.serviceCidrs };
+    return boundControllerManagerConfig({ podCIDRs: c.podCidrs, serviceCIDRs: c.serviceCidrs });
   });
 }
 
 /** Decodes a `Nodenames.kubernetes.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodeNodename(bytes: Uint8Array): TalosNodename {
-  return decodeWith("NodenameSpec", () => NodenameSpec.decode(bytes));
+  return decodeWith("NodenameSpec", () => {
+    const n = NodenameSpec.decode(bytes);
+    checkLength("talos_name_length", n.nodename, "Nodename nodename");
+    checkLength("talos_string_length", n.hostnameVersion, "Nodename hostnameVersion");
+    return n;
+  });
 }
 
 /** Decodes a `HostnameStatuses.net.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodeHostnameStatus(bytes: Uint8Array): TalosHostname {
-  return decodeWith("HostnameStatusSpec", () => HostnameStatusSpec.decode(bytes));
+  return decodeWith("HostnameStatusSpec", () => {
+    const h = HostnameStatusSpec.decode(bytes);
+    checkLength("talos_name_length", h.hostname, "HostnameStatus hostname");
+    checkLength("talos_name_length", h.domainname, "HostnameStatus domainname");
+    return h;
+  });
 }
 
 /** Decodes a `NodeIPConfigs.kubernetes.talos.dev` spec. @throws {TalosDecodeError} */
 export function decodeNodeIPConfig(bytes: Uint8Array): TalosNodeIPConfig {
-  return decodeWith("NodeIPConfigSpec", () => NodeIPConfigSpec.decode(bytes));
+  return decodeWith("NodeIPConfigSpec", () => {
+    const c = NodeIPConfigSpec.decode(bytes);
+    checkCIDRList(c.validSubnets, "NodeIPConfig validSubnets");
+    checkCIDRList(c.excludeSubnets, "NodeIPConfig excludeSubnets");
+    return c;
+  });
 }
 
 /**
@@ -288,7 +318,9 @@ export function decodeNodeIPConfig(bytes: Uint8Array): TalosNodeIPConfig {
  */
 export function decodeLinkStatus(id: string, bytes: Uint8Array): TalosLinkStatus {
   return decodeWith(`LinkStatusSpec ${id}`, () => {
+    checkLength("talos_address_length", id, "a LinkStatus id");
     const l = LinkStatusSpec.decode(bytes);
+    checkLength("talos_address_length", l.kind, `the kind of LinkStatus ${id}`);
     return { name: id, index: l.index, type: l.type, kind: l.kind, flags: l.flags, linkState: l.linkState };
   });
 }
@@ -369,7 +401,15 @@ export type TalosWatchEvent<T> =
   | { type: "updated"; id: string; version: string; resource: T; old?: T }
   | { type: "destroyed"; id: string; resource?: T }
   | { type: "bootstrapped" }
-  | { type: "errored"; error: string };
+  | {
+      type: "errored";
+      error: string;
+      /**
+       * The watch's answer was over this per-machine bound (lib/talosbounds.ts): what it sent is
+       * refused, and a handler drops what it kept of this watch (a list watch is cut and resubscribes).
+       */
+      limit?: PeerLimitName;
+    };
 
 /** One Event; undefined for NOOP and event types newer than this client. */
 function eventOf<K extends ResourceKind>(
@@ -430,7 +470,10 @@ export function decodeVersionResponse(bytes: Uint8Array): TalosVersion {
     const first = VersionResponse.decode(bytes).messages[0];
     if (!first?.version) throw new TalosDecodeError("no version");
     const { tag, sha, arch } = first.version;
-    return { tag, sha, arch, platform: first.platform?.name ?? "" };
+    const out = { tag, sha, arch, platform: first.platform?.name ?? "" };
+    for (const [field, value] of Object.entries(out))
+      checkLength("talos_string_length", value, `Version ${field}`);
+    return out;
   });
 }
 

@@ -13,6 +13,10 @@ export interface PlatformMetadata {
   spot: boolean;
   internalDNS: string;
   externalDNS: string;
+  /**
+   * Keyed by the machine's Talos: a null-prototype object as decoded (lib/talosbounds.ts boundTags),
+   * so that a tag named `constructor` or `__proto__` is data; read with Object.hasOwn or entries.
+   */
   tags: Record<string, string>;
 }
 

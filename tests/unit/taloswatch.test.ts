@@ -57,6 +57,7 @@ class FakeHost implements WatchHost {
     return 0;
   }
   drop(): void {}
+  rejected(): void {}
 }
 
 async function until(cond: () => boolean, what: string): Promise<void> {
