@@ -19,6 +19,19 @@
 // "slopes": [{from, to, peak_slope_mb_per_1000, settled_slope_mb_per_1000, peak_anon_kib_per_node,
 // settled_anon_kib_per_node}], and with two sizes those four keys at the top too}.
 //
+// `npm run bench -- --nodes N --hostile <kind>[,<kind>...] [--repeat K] [--json]`: the blast radius of
+// one hostile peer among N nodes (issue 40). Each kind runs as its own run on a fresh test bed, kinds
+// in the order given, round by round (`none, k1, k2, ..., none, k1, ...`) so drift hits all alike:
+// none (the clean run), address-flood, flap, csr-max, big-node (tests/support/bench-hostile-peer.ts).
+// Node N-1 is the hostile peer: it registers when the CCM leads and keeps up its activity to the end;
+// then the N - 1 honest kubelets register (init_s), submit their serving CSRs (csr_s), and
+// --latency-changes Talos address changes of honest machines spread over --latency-seconds are
+// timed to their Nodes' status.addresses (latency_p50_ms, latency_p99_ms; tests/support/
+// bench-latency.ts), with the CCM's peak RSS over the whole run. No start-up, idle or steady-state
+// phase. Each kind's table gives the medians against none's, the ratio (RSS: the difference) and the
+// issue's criteria (p99 latency and init_s within 1.2x, peak RSS within +20 MiB); --json prints
+// {nodes, repeat, kinds, criteria, runs, medians, vs_none} (tests/support/bench-hostile.ts).
+//
 // Budgets are reported, never asserted: the exit code is 0 whenever the run completes. Every process
 // and temp dir is cleaned up on exit, error or Ctrl-C (after each run of several). `--help` lists
 // the flags.
@@ -59,6 +72,18 @@ import { parseCommandLine } from "../lib/flags.ts";
 import { isNotFound } from "../lib/kubeapi.ts";
 import type { KubeConnection } from "../lib/kubeconfig.ts";
 import { DEFAULT_CLOUD_CONFIG, daemonSetArgs, defaultSettings } from "../lib/manifests.ts";
+import {
+  formatHostileTable,
+  formatSummary,
+  type HostileFigures,
+  type HostileKind,
+  hostileJson,
+  hostileMultiJson,
+  latencyFigures,
+  parseHostileKinds,
+} from "./support/bench-hostile.ts";
+import { createPeer, type HostilePeer, hostileSpec } from "./support/bench-hostile-peer.ts";
+import { PatchLatency } from "./support/bench-latency.ts";
 import { type ProcSample, procSample, RssSampler, SumRssSampler } from "./support/bench-proc.ts";
 import { LeaseReadiness, type LeaseSpecView } from "./support/bench-ready.ts";
 import {
@@ -93,6 +118,7 @@ const N_PHASE_CONTROLLERS =
 const USAGE = `Usage: npm run bench -- --nodes N [flags]
        npm run bench -- --nodes A,B,... [--repeat K] [flags]
        npm run bench -- --slope [--slope-nodes A,B] [flags]
+       npm run bench -- --nodes N --hostile KIND[,KIND...] [--repeat K] [flags]
 
 The CCM runs with the cluster-size tuning an operator adding N nodes at once would use:
 --kube-api-qps=N/5 --kube-api-burst=2×that above N = 100 (initialization writes twice per node, so
@@ -115,6 +141,14 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          "slopes": [{"from", "to", "peak_slope_mb_per_1000",
                          "settled_slope_mb_per_1000", "peak_anon_kib_per_node",
                          "settled_anon_kib_per_node"}]}, with two sizes those keys at the top too
+  --hostile KIND,...     the blast radius of one hostile peer among N (node N-1), each kind its own run
+                         on a fresh test bed, round by round in the order given: none (clean),
+                         address-flood, flap, csr-max, big-node, or all. Reports the N-1 honest nodes'
+                         init_s, csr_s and event-to-patch latency (p50, p99) and the CCM's peak RSS,
+                         each kind against none (criteria: p99 latency and init within 1.2x, RSS
+                         within +20 MiB, on the medians); no start-up, idle or steady phases
+  --latency-changes C    with --hostile: Talos address changes of honest machines timed (default 100)
+  --latency-seconds S    with --hostile: the window they are spread over (default 20)
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
   --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
@@ -170,6 +204,11 @@ interface BenchArgs {
   concurrency: number;
   timeoutSeconds: number;
   verbose: boolean;
+  /** --hostile: the blast-radius runs' kinds, in order; undefined for the plain bench. */
+  hostile: HostileKind[] | undefined;
+  /** --latency-changes and --latency-seconds: the honest address changes timed with --hostile. */
+  latencyChanges: number;
+  latencySeconds: number;
 }
 
 /**
@@ -196,6 +235,9 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     concurrency: 64,
     timeoutSeconds: 900,
     verbose: false,
+    hostile: undefined,
+    latencyChanges: 100,
+    latencySeconds: 20,
   };
   const numeric = {
     "--repeat": "repeat",
@@ -204,6 +246,8 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     "--startup-runs": "startupRuns",
     "--concurrency": "concurrency",
     "--timeout-seconds": "timeoutSeconds",
+    "--latency-changes": "latencyChanges",
+    "--latency-seconds": "latencySeconds",
   } as const;
   let nodesGiven: number[] | undefined;
   let slopeNodes: number[] | undefined;
@@ -228,6 +272,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
     else if (name === "--ccm-log") out.ccmLog = value();
+    else if (name === "--hostile") out.hostile = parseHostileKinds(value());
     else if (name === "--talos") {
       const v = value();
       if (v !== "fake" && v !== "apid") throw new Error(`Cannot parse --talos=${v}: expected fake or apid`);
@@ -254,7 +299,20 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
   out.sizes = slopeNodes ?? nodesGiven ?? out.sizes;
   out.nodes = out.sizes[0] as number;
   if (out.ccmBinary !== undefined) out.build = false;
+  if (out.hostile) checkHostileArgs(out, slopeNodes !== undefined);
   return out;
+}
+
+/**
+ * --hostile measures one size with the in-process fake apid (it plays the hostile machine's Talos).
+ * @throws {Error} with --slope, several sizes, --talos apid, or fewer than 2 nodes.
+ */
+function checkHostileArgs(a: BenchArgs, slope: boolean): void {
+  if (slope || a.sizes.length > 1)
+    throw new Error("Cannot combine --hostile with --slope or several sizes: give one --nodes N");
+  if (a.talos !== "fake")
+    throw new Error("Cannot combine --hostile with --talos apid: the fake apid plays the hostile machine");
+  if (a.nodes < 2) throw new Error("Cannot run --hostile with fewer than 2 nodes: one is the hostile peer");
 }
 
 /** `N` or `A,B,...`: positive integers, ascending. */
@@ -969,40 +1027,8 @@ async function startTalos(args: BenchArgs, specs: FakeNodeSpec[]): Promise<Bench
  * @param source the binary to bench; every phase runs a fresh copy of it.
  */
 async function measure(args: BenchArgs, source: string, version: string): Promise<Measured> {
-  progress("starting kube-apiserver + etcd");
-  const cluster = await TestCluster.start({ auditPolicy: AUDIT_POLICY });
-  cleanups.push(() => cluster.stop());
-  const specs = generateNodes(args.nodes);
-  const talos = await startTalos(args, specs);
-  cleanups.push(() => talos.stop());
-  const talosconfig = await talos.writeTalosconfig(join(cluster.dir, "talosconfig"));
-  const kubeconfig = writeKubeconfig(
-    join(cluster.dir, "ccm.kubeconfig"),
-    await cluster.userConnection(CCM_USER, ["system:masters"]),
-  );
-  const defaultConfig = join(cluster.dir, "ccm-config.yaml");
-  await Bun.write(defaultConfig, DEFAULT_CLOUD_CONFIG);
-  const nodesConfig = args.rules === "none" ? defaultConfig : join(cluster.dir, "ccm-config-rules.yaml");
-  if (args.rules !== "none") await Bun.write(nodesConfig, rulesConfig(args.rules === "sysinfo"));
-  const replaced = /^--(cloud-config|controllers|secure-port)=/;
-  const baseArgs = [
-    ...DAEMONSET_ARGS.filter((a) => !replaced.test(a)),
-    `--kubeconfig=${kubeconfig}`,
-    "--bind-address=127.0.0.1",
-    ...qpsTuning(args),
-  ];
-  const parsed = parseCommandLine([...baseArgs, `--controllers=${N_PHASE_CONTROLLERS}`, ...args.ccmArgs]);
-  const env = { ...args.ccmEnv, TALOSCONFIG: talosconfig };
-  const opts = parsed.options as RunOptions;
-  const le = opts.leaderElection;
-  const lease = le.enabled
-    ? {
-        namespace: le.resourceNamespace,
-        name: le.resourceName,
-        timeoutMs: 2 * (le.leaseDurationMs + le.retryPeriodMs) + 30_000,
-      }
-    : undefined;
-  const e: Env = { args, cluster, talos, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
+  const { e, opts } = await startBed(args, generateNodes(args.nodes));
+  const { cluster, talos } = e;
   freshBinary(source, cluster.dir);
 
   const notes: string[] = [];
@@ -1036,6 +1062,48 @@ async function measure(args: BenchArgs, source: string, version: string): Promis
     notes,
     ...(apid ? { apid: { figures: apid, table: formatApidTable(apid, gomemlimit) } } : {}),
   };
+}
+
+/**
+ * A fresh test bed for one run: API server and etcd (with the audit policy), the Talos side serving
+ * `specs`, the CCM's kubeconfig, talosconfig and cloud configs, and its parsed options; every part
+ * registers its stop in `cleanups`.
+ */
+async function startBed(args: BenchArgs, specs: FakeNodeSpec[]): Promise<{ e: Env; opts: RunOptions }> {
+  progress("starting kube-apiserver + etcd");
+  const cluster = await TestCluster.start({ auditPolicy: AUDIT_POLICY });
+  cleanups.push(() => cluster.stop());
+  const talos = await startTalos(args, specs);
+  cleanups.push(() => talos.stop());
+  const talosconfig = await talos.writeTalosconfig(join(cluster.dir, "talosconfig"));
+  const kubeconfig = writeKubeconfig(
+    join(cluster.dir, "ccm.kubeconfig"),
+    await cluster.userConnection(CCM_USER, ["system:masters"]),
+  );
+  const defaultConfig = join(cluster.dir, "ccm-config.yaml");
+  await Bun.write(defaultConfig, DEFAULT_CLOUD_CONFIG);
+  const nodesConfig = args.rules === "none" ? defaultConfig : join(cluster.dir, "ccm-config-rules.yaml");
+  if (args.rules !== "none") await Bun.write(nodesConfig, rulesConfig(args.rules === "sysinfo"));
+  const replaced = /^--(cloud-config|controllers|secure-port)=/;
+  const baseArgs = [
+    ...DAEMONSET_ARGS.filter((a) => !replaced.test(a)),
+    `--kubeconfig=${kubeconfig}`,
+    "--bind-address=127.0.0.1",
+    ...qpsTuning(args),
+  ];
+  const parsed = parseCommandLine([...baseArgs, `--controllers=${N_PHASE_CONTROLLERS}`, ...args.ccmArgs]);
+  const env = { ...args.ccmEnv, TALOSCONFIG: talosconfig };
+  const opts = parsed.options as RunOptions;
+  const le = opts.leaderElection;
+  const lease = le.enabled
+    ? {
+        namespace: le.resourceNamespace,
+        name: le.resourceName,
+        timeoutMs: 2 * (le.leaseDurationMs + le.retryPeriodMs) + 30_000,
+      }
+    : undefined;
+  const e: Env = { args, cluster, talos, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
+  return { e, opts };
 }
 
 /** The table of one run, and apid's below it with --talos apid. */
@@ -1079,6 +1147,234 @@ async function measureMany(args: BenchArgs, source: string, version: string): Pr
   return [...tables, ...formatSlopes(figures)].join("\n");
 }
 
+// ---------------------------------------------------------------------------------------------
+// The blast radius of one hostile peer (--hostile, issue 40)
+
+/** One blast-radius run's figures and notes. */
+interface HostileMeasured {
+  figures: HostileFigures;
+  notes: string[];
+}
+
+/** `transform`, except that the hostile peer's own object never counts as done (nor failed). */
+function honestOnly(
+  transform: (raw: unknown) => Progressed,
+  isHostile: (raw: unknown) => boolean,
+): (raw: unknown) => Progressed {
+  return (raw) => {
+    const p = transform(raw);
+    return isHostile(raw) ? { metadata: p.metadata, done: false } : p;
+  };
+}
+
+/** The hostile run's setup before the clock: identities, the honest CSRs, the peer prepared. */
+async function hostileSetup(e: Env, kind: HostileKind) {
+  const { cluster, talos, specs } = e;
+  const n = specs.length;
+  const apid = talos.fake;
+  if (!apid) throw new Error("Cannot run a hostile peer: it needs the in-process fake apid");
+  progress(`issuing ${n} kubelet identities and ${n - 1} honest CSRs`);
+  const conns: KubeConnection[] = new Array(n);
+  const csrs: string[] = new Array(n - 1);
+  await pool(specs, 8, async (s, i) => {
+    conns[i] = await cluster.userConnection(`system:node:${s.name}`, ["system:nodes"]);
+    if (i === n - 1) return;
+    csrs[i] = (
+      await createCSR({ cn: `system:node:${s.name}`, o: ["system:nodes"], dns: [s.name], ips: s.nodeIPs })
+    ).csr;
+  });
+  const hostile = specs[n - 1] as FakeNodeSpec;
+  const peer = createPeer(kind, { cluster, apid, spec: hostile, connection: conns[n - 1] as KubeConnection });
+  await peer.prepare();
+  cleanups.push(() => peer.stop());
+  return { apid, conns, csrs, hostile, peer };
+}
+
+/** The watches a hostile run times with, started before the CCM so that no event is missed. */
+async function hostileWatches(cluster: TestCluster, hostileName: string) {
+  const nodes = new Completion(
+    cluster,
+    "/api/v1/nodes",
+    honestOnly(nodeProgress, (raw) => (raw as { metadata: { name: string } }).metadata.name === hostileName),
+  );
+  const approvals = new Completion(
+    cluster,
+    "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+    honestOnly(
+      csrProgress,
+      (raw) => (raw as { spec?: { username?: string } }).spec?.username === `system:node:${hostileName}`,
+    ),
+  );
+  const latency = new PatchLatency(cluster);
+  cleanups.push(() => nodes.informer.stop());
+  cleanups.push(() => approvals.informer.stop());
+  cleanups.push(() => latency.stop());
+  await nodes.start();
+  await approvals.start();
+  await latency.start();
+  return { nodes, approvals, latency };
+}
+
+/**
+ * One blast-radius run on the test bed `e` (node N-1 is the hostile peer of `kind`): the CCM leads,
+ * the peer registers and starts, the N - 1 honest kubelets register (init_s) and submit their CSRs
+ * (csr_s), then the honest address changes are timed while the peer keeps on.
+ */
+async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Promise<HostileFigures> {
+  const { args, cluster, specs } = e;
+  const n = specs.length;
+  const { apid, conns, csrs, hostile, peer } = await hostileSetup(e, kind);
+  const { nodes, approvals, latency } = await hostileWatches(cluster, hostile.name);
+
+  progress(`starting the CCM with --controllers=${N_PHASE_CONTROLLERS}`);
+  const ccm = await startNodePhaseCcm(e, notes);
+  const sampler = new RssSampler(ccm.pid);
+  cleanups.push(() => sampler.stop());
+  const before = procSample(ccm.pid);
+  const audit0 = cluster.auditEvents().length;
+  progress(
+    `CCM leading and idle: RSS ${(before.rssBytes / MiB).toFixed(1)} MiB; hostile peer ${kind} starts`,
+  );
+  await peer.start();
+
+  const honest = specs.slice(0, n - 1);
+  const kubelets: SimulatedKubelet[] = new Array(n - 1);
+  cleanups.push(() => {
+    for (const k of kubelets) k?.close();
+  });
+  progress(`registering ${n - 1} honest kubelets (${args.concurrency} in flight)`);
+  const t0 = performance.now();
+  await pool(honest, args.concurrency, async (s, i) => {
+    kubelets[i] = await SimulatedKubelet.register(cluster, {
+      name: s.name,
+      ips: s.nodeIPs,
+      heartbeatMs: 0,
+      statusOnCreate: true,
+      connection: conns[i] as KubeConnection,
+    });
+  });
+  const initAt = await nodes.waitFor(n - 1, args.timeoutSeconds * 1000, "initialized");
+  const init_s = initAt === undefined ? null : (initAt - t0) / 1000;
+  if (initAt === undefined)
+    notes.push(`init_s: timed out with ${nodes.done.size}/${n - 1} honest initialized`);
+  progress(`initialized ${nodes.done.size}/${n - 1} honest in ${init_s?.toFixed(2) ?? "(timed out)"} s`);
+
+  progress(`submitting ${n - 1} honest kubelet-serving CSRs`);
+  const t1 = performance.now();
+  await pool(kubelets, args.concurrency, async (k, i) => {
+    await k.submitServingCSR({ request: csrs[i] as string });
+  });
+  const approvedAt = await approvals.waitFor(n - 1, args.timeoutSeconds * 1000, "approved");
+  const csr_s = approvedAt === undefined ? null : (approvedAt - t1) / 1000;
+  if (approvedAt === undefined) notes.push(`csr_s: timed out with ${approvals.done.size}/${n - 1} approved`);
+  if (approvals.failed.size > 0) {
+    const [name, why] = [...approvals.failed.entries()][0] as [string, string];
+    notes.push(`csr: ${approvals.failed.size} honest CSRs denied or failed, e.g. ${name}: ${why}`);
+  }
+  progress(`approved ${approvals.done.size}/${n - 1} honest in ${csr_s?.toFixed(2) ?? "(timed out)"} s`);
+
+  progress(
+    `timing ${args.latencyChanges} Talos address changes of honest machines over ${args.latencySeconds} s`,
+  );
+  const samples = await latency.run(apid, honest, args.latencyChanges, args.latencySeconds * 1000, 30_000);
+  peer.stop();
+  sampler.sample();
+  const end = procSample(ccm.pid);
+  if (ccm.exitCode !== null) notes.push(`the CCM exited (${ccm.exitCode}) during the run`);
+  await stopCcm(ccm);
+  if (args.ccmLog) await Bun.write(args.ccmLog, ccm.output);
+
+  const lat = latencyFigures(samples);
+  progress(
+    `event-to-patch: p50 ${lat.latency_p50_ms?.toFixed(0)} ms, p99 ${lat.latency_p99_ms?.toFixed(0)} ms, ` +
+      `${lat.latency_missing}/${lat.latency_samples} never seen; ${peer.describe()}`,
+  );
+  await hostileNotes(e, peer, hostile.name, notes);
+  const writes = cluster
+    .auditEvents()
+    .slice(audit0)
+    .filter(
+      (ev) =>
+        (ev.verb === "patch" || ev.verb === "update") &&
+        ev.objectRef?.resource === "nodes" &&
+        ev.objectRef.name === hostile.name,
+    ).length;
+  return {
+    kind,
+    nodes: n,
+    init_s,
+    csr_s,
+    ...lat,
+    rss_mb: Math.max(end.hwmBytes, sampler.maxBytes) / MiB,
+    cpu_s: end.cpuSeconds - before.cpuSeconds,
+    hostile_actions: peer.actions,
+    hostile_node_writes: writes,
+  };
+}
+
+/** What the peer did, the errors it met, and the Events the CCM recorded, by type and reason. */
+async function hostileNotes(e: Env, peer: HostilePeer, hostileName: string, notes: string[]): Promise<void> {
+  notes.push(`hostile peer: ${peer.describe()}`);
+  if (peer.errors.count > 0)
+    notes.push(`hostile peer: ${peer.errors.count} of its requests failed, e.g. ${peer.errors.first}`);
+  const recorded = await e.cluster.adminClient.get<{
+    items: { reason?: string; type?: string; regarding?: { name?: string } }[];
+  }>("/apis/events.k8s.io/v1/events");
+  const about = (mine: boolean) =>
+    recorded.items.filter((ev) => (ev.regarding?.name === hostileName) === mine);
+  const by = (ev: { reason?: string; type?: string }) => `${ev.type} ${ev.reason}`;
+  notes.push(`events about the hostile peer's node: ${countBy(about(true), by) || "none"}`);
+  notes.push(`events about the honest nodes: ${countBy(about(false), by) || "none"}`);
+}
+
+/** One blast-radius run of `kind` on a fresh test bed, which is stopped again before it returns. */
+async function measureHostile(args: BenchArgs, kind: HostileKind, source: string): Promise<HostileMeasured> {
+  const specs = generateNodes(args.nodes);
+  specs[specs.length - 1] = hostileSpec(kind, specs[specs.length - 1] as FakeNodeSpec);
+  const { e } = await startBed(args, specs);
+  freshBinary(source, e.cluster.dir);
+  const notes: string[] = [];
+  const figures = await runHostilePhases(e, kind, notes);
+  await cleanup();
+  return { figures, notes };
+}
+
+function hostileHeader(args: BenchArgs, binary: string, version: string): string {
+  const cpu = cpus();
+  const qps = qpsTuning(args);
+  return (
+    `talos-ccm blast-radius bench: N=${args.nodes} (node N-1 hostile), ${cpu.length} CPUs ` +
+    `(${cpu[0]?.model.trim() ?? "?"}), bun ${Bun.version}; binary ${binary} (${version}); CCM with the ` +
+    `DaemonSet's args${qps.length ? ` ${qps.join(" ")}` : ""}, one PlatformMetadata rule; ` +
+    `${args.latencyChanges} honest address changes over ${args.latencySeconds} s; medians of ${args.repeat} round(s)`
+  );
+}
+
+/**
+ * The blast-radius runs (--hostile): round by round, each kind in the order given on a fresh test
+ * bed; each run's notes (and with K > 1 its one-run table) go to stderr; stdout gets each kind's
+ * table of medians against none's, then a summary line per kind, or with --json one object.
+ */
+async function measureHostileRounds(args: BenchArgs, source: string, version: string): Promise<string> {
+  const kinds = args.hostile ?? [];
+  const runs: HostileFigures[][] = kinds.map(() => []);
+  const header = hostileHeader(args, source, version);
+  for (let round = 1; round <= args.repeat; round++) {
+    for (const [i, kind] of kinds.entries()) {
+      progress(`the run with hostile peer ${kind} at N = ${args.nodes}, round ${round}/${args.repeat}`);
+      const ccmLog = args.ccmLog === undefined ? undefined : `${args.ccmLog}.${kind}.${round}`;
+      const r = await measureHostile({ ...args, ccmLog }, kind, source);
+      runs[i]?.push(r.figures);
+      for (const note of r.notes) progress(`${kind}, round ${round}: ${note}`);
+      progress(`${kind}, round ${round}: ${JSON.stringify(hostileJson(r.figures))}`);
+    }
+  }
+  if (args.json) return JSON.stringify(hostileMultiJson(runs));
+  const clean = runs[kinds.indexOf("none")];
+  const tables = runs.map((rs) => `${formatHostileTable(rs, clean, header)}\n`);
+  return [...tables, ...formatSummary(runs)].join("\n");
+}
+
 async function main(): Promise<void> {
   let args: BenchArgs;
   try {
@@ -1098,6 +1394,10 @@ async function main(): Promise<void> {
   const version = binaryVersion(source);
   progress(`binary ${source} (${version})`);
 
+  if (args.hostile) {
+    process.stdout.write(`${await measureHostileRounds(args, source, version)}\n`);
+    return;
+  }
   if (args.sizes.length > 1 || args.repeat > 1) {
     process.stdout.write(`${await measureMany(args, source, version)}\n`);
     return;

@@ -828,6 +828,19 @@ export class FakeApid {
   }
 
   /**
+   * Adds addresses to a node's list without diffing it against the old one (one CREATED event each
+   * on its open watches; links left as they are): a hostile machine's address flood, tens of
+   * thousands of addresses, which {@link updateNode} would diff in quadratic time.
+   */
+  addAddresses(ip: string, addresses: readonly FakeAddress[]): void {
+    const node = this.#node(ip);
+    for (const a of addresses) {
+      node.spec.addresses.push(a);
+      this.#put(node, a.id, { kind: "address", value: a });
+    }
+  }
+
+  /**
    * Marks the node down (Unavailable on every call routed to it; its open streams are cut with
    * Unavailable) or up again.
    */

@@ -28,6 +28,8 @@ export interface BenchTalos {
   writeTalosconfig(path: string): Promise<string>;
   /** Talos' apid's pid (kind "apid"). */
   readonly apidPid: number | undefined;
+  /** The in-process fake apid (kind "fake"), for runs that change what a machine reports. */
+  readonly fake?: FakeApid;
   stop(): Promise<void>;
 }
 
@@ -67,6 +69,7 @@ export async function fakeTalos(specs: FakeNodeSpec[]): Promise<BenchTalos> {
   return {
     kind: "fake",
     apidPid: undefined,
+    fake: apid,
     resetCalls: async () => apid.resetCalls(),
     calls: async () => apid.calls(),
     breakdown: async () => {
