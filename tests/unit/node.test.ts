@@ -19,7 +19,7 @@ import {
   NODE_WRITABLE_MAX_DELAY_MS,
   writeBackDelayMs,
 } from "../../lib/node.ts";
-import { type LeanNode, nodeIPs } from "../../lib/nodeview.ts";
+import { type LeanNode, leanNode, nodeIPs } from "../../lib/nodeview.ts";
 import {
   TalosError,
   TalosNotFoundError,
@@ -1598,7 +1598,7 @@ function controllerSetup(
     client: {
       patch: async <T>(path: string, body: unknown, type?: string): Promise<T> => {
         writes.push(`${type} ${path}`);
-        const n = store.get(node.metadata.name) as LeanNode;
+        const n = store.get(decodeURIComponent(path.split("/")[4] as string)) as LeanNode;
         const raw = { metadata: n.metadata, spec: n.spec, status: n.status } as unknown as Record<
           string,
           unknown
@@ -2306,5 +2306,187 @@ describe("CloudNodeController: a second writer of its fields", () => {
         expect(writeBackDelayMs(field, streak)).toBe(Math.min(correctionDelayMs(streak), 1000));
     }
     expect(NODE_WRITABLE_MAX_DELAY_MS).toBe(1000);
+  });
+});
+
+describe("CloudNodeController: one peer, one budget", () => {
+  /** Pushes node `name`'s platform metadata and a bootstrapped address watch on `ip`, reconciling between. */
+  async function initialize(s: ReturnType<typeof controllerSetup>, name: string, ip: string) {
+    s.talos.nodenames.set(ip, name);
+    s.talos.stream(ip, "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: metadata({ platform: "metal", hostname: name }),
+    });
+    await s.controller.reconcile(name);
+    s.talos.stream(ip, "addresses").push({ type: "bootstrapped" });
+    await settle();
+    return s.controller.reconcile(name);
+  }
+
+  /** Runs `check` until it holds, letting the running workers work (yields, never sleeps). */
+  async function until(check: () => boolean) {
+    for (let i = 0; i < 1000 && !check(); i++) await settle();
+    expect(check()).toBe(true);
+  }
+
+  test("CloudNodeController writes a flapping node at most its burst plus one write per pace, and its last state once due; other nodes are not slowed", async () => {
+    let now = 1_000_000;
+    const s = controllerSetup(lean({}), {}, { now: () => now });
+    s.store.set(
+      "node-2",
+      lean({ name: "node-2", annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.6" } }),
+    );
+    s.store.get("node-2")?.status.addresses.splice(0, 1, { type: "InternalIP", address: "10.0.0.6" });
+    expect(await initialize(s, "node-1", "10.0.0.5")).toBeUndefined();
+    expect(s.events).toEqual(["Normal Synced node-1"]);
+    // 100 appear/disappear flaps of an address in 2.3 s, each re-queuing the node (as the issue measured).
+    const flap = address("2001:db8::9/64", "eth0");
+    const start = now;
+    const deferred: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      s.talos.stream("10.0.0.5", "addresses").push({
+        type: i % 2 === 0 ? "created" : "destroyed",
+        id: flap.id,
+        version: String(i + 2),
+        resource: flap,
+      });
+      await settle();
+      now += 23;
+      const r = await s.controller.reconcile("node-1");
+      if (r?.requeueAfterMs !== undefined) deferred.push(r.requeueAfterMs);
+    }
+    const node1Writes = () => s.writes.filter((w) => w.includes("/nodes/node-1")).length;
+    const elapsed = now - start;
+    expect(node1Writes()).toBeLessThanOrEqual(8 + Math.floor(elapsed / 5000));
+    // The passes that would have written (about half: every other flap restores what the Node has) waited.
+    expect(deferred.length).toBeGreaterThan(40);
+    expect(Math.max(...deferred)).toBeLessThanOrEqual(5000);
+    expect(s.registry.expose()).toContain("talosccm_node_writes_deferred_total ");
+    // One Warning about it in the window, not one per flap.
+    expect(s.events.filter((e) => e === "Warning WriteBudgetExceeded node-1")).toHaveLength(1);
+    // Another node initializes at once: its own budget is untouched.
+    const before = s.writes.length;
+    expect(await initialize(s, "node-2", "10.0.0.6")).toBeUndefined();
+    expect(s.writes.slice(before)).toEqual(["application/json-patch+json /api/v1/nodes/node-2"]);
+    expect(s.events.at(-1)).toBe("Normal Synced node-2");
+    // Once its token is due, the flapping node gets one write of its latest state (the address is there: 100 flaps, even).
+    now += 5000;
+    const writesBefore = node1Writes();
+    expect(await s.controller.reconcile("node-1")).toBeUndefined();
+    expect(node1Writes() - writesBefore).toBe(1);
+    expect(s.store.get("node-1")?.status.addresses.map((a) => a.address)).not.toContain("2001:db8::9");
+  });
+
+  test("CloudNodeController corrects a false InternalIP next to an address type named like a built-in member (the issue's attack)", async () => {
+    for (const type of ["constructor", "toString", "valueOf", "hasOwnProperty", "__proto__"]) {
+      const s = controllerSetup(lean({}));
+      await initialize(s, "node-1", "10.0.0.5");
+      const ac = new AbortController();
+      const running = s.controller.run(ac.signal);
+      const ours = s.store.get("node-1") as LeanNode;
+      // As the informer would cache the kubelet's write: decoded JSON, then the Node view.
+      const raw = JSON.parse(
+        JSON.stringify({
+          metadata: {
+            ...ours.metadata,
+            resourceVersion: "300",
+            managedFields: [
+              {
+                manager: "kubelet",
+                operation: "Update",
+                subresource: "status",
+                fieldsType: "FieldsV1",
+                fieldsV1: {
+                  "f:status": { "f:addresses": { 'k:{"type":"InternalIP"}': { "f:address": {} } } },
+                },
+              },
+            ],
+          },
+          spec: ours.spec,
+          status: {
+            addresses: [
+              { type: "InternalIP", address: "10.0.0.99" },
+              { type, address: "x" },
+              { type: "Hostname", address: "node-1" },
+            ],
+          },
+        }),
+      );
+      const theirs = leanNode(raw);
+      s.store.set("node-1", theirs);
+      expect(() => s.handlers[0]?.onUpdate?.(ours, theirs)).not.toThrow();
+      await until(() => s.store.get("node-1")?.status.addresses[0]?.address === "10.0.0.5");
+      expect(s.store.get("node-1")?.status.addresses).toEqual([
+        { type: "InternalIP", address: "10.0.0.5" },
+        { type: "Hostname", address: "node-1" },
+      ]);
+      ac.abort();
+      await running;
+    }
+  });
+
+  test("CloudNodeController queues a node whose update handler fails, and counts the error", async () => {
+    const s = controllerSetup(lean({}));
+    await initialize(s, "node-1", "10.0.0.5");
+    const ac = new AbortController();
+    const running = s.controller.run(ac.signal);
+    const ours = s.store.get("node-1") as LeanNode;
+    const theirs = structuredClone(ours);
+    theirs.metadata.resourceVersion = "300";
+    theirs.status.addresses = [
+      { type: "InternalIP", address: "10.0.0.5" },
+      { type: "ExternalIP", address: "203.0.113.7" },
+    ];
+    // An owners summary whose reading throws: a getter, as a hostile or broken summary could.
+    theirs.metadata.owners = {
+      get addresses(): Record<string, string> {
+        throw new Error("broken owners");
+      },
+    };
+    s.store.set("node-1", theirs);
+    expect(() => s.handlers[0]?.onUpdate?.(ours, theirs)).not.toThrow();
+    expect(s.registry.expose()).toContain(
+      'talosccm_informer_handler_errors_total{controller="cloud-node"} 1',
+    );
+    await until(
+      () =>
+        s.store.get("node-1")?.status.addresses.length === 2 &&
+        s.store.get("node-1")?.status.addresses[1]?.type === "Hostname",
+    );
+    ac.abort();
+    await running;
+  });
+
+  test("CloudNodeController does not reconcile a Node over a per-peer bound: it stays tainted, with one PeerInputOverLimit Event per window and a count", async () => {
+    let now = 1_000_000;
+    const labels = Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [`example.com/k${i}`, "v"]));
+    const raw = {
+      metadata: {
+        name: "node-1",
+        uid: "uid-node-1",
+        resourceVersion: "100",
+        labels,
+        annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.5" },
+      },
+      spec: { taints: [UNINIT] },
+      status: { addresses: [{ type: "InternalIP", address: "10.0.0.5" }] },
+    };
+    const s = controllerSetup(leanNode(raw), {}, { now: () => now });
+    expect(s.store.get("node-1")?.metadata.overLimit).toEqual({ limit: "node_labels", got: 1025 });
+    for (let i = 0; i < 3; i++) {
+      await initialize(s, "node-1", "10.0.0.5");
+      now += 1000;
+    }
+    expect(s.writes).toEqual([]);
+    expect(s.events).toEqual(["Warning PeerInputOverLimit node-1"]);
+    expect(s.notes[0]).toStartWith("The Node has 1025 labels of one Node, over the bound of 1024");
+    expect(s.registry.expose()).toContain(
+      'talosccm_peer_input_rejected_total{peer="node",limit="node_labels"} 6',
+    );
+    expect(s.store.get("node-1")?.spec.taints).toEqual([UNINIT]);
+    // Its Talos is not asked while it is over the bound.
+    expect(s.talos.calls.filter((c) => c.startsWith("watch"))).toEqual([]);
   });
 });
