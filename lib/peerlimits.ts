@@ -24,8 +24,11 @@ export interface PeerLimit {
 }
 
 /**
- * Every per-peer bound, by name (the `limit` label of talosccm_peer_input_rejected_total). The
- * unit test tests/unit/peerlimits.test.ts feeds each entry point an input one over each bound.
+ * Every per-peer bound, by name (the `limit` label of talosccm_peer_input_rejected_total).
+ * tests/unit/peerlimits.test.ts checks each entry (a positive integer, its peer, a source that cites
+ * where the figure comes from), that code in lib/ enforces it, and that the README's table (section
+ * "Security model: one peer, one budget") lists it as here; the tests of each enforcing file feed it
+ * an input one over the bound.
  */
 export const PEER_LIMITS = {
   /** AddressStatus resources one machine may hold in the watch cache (its Talos watch included). */
@@ -113,7 +116,8 @@ export const PEER_LIMITS = {
     value: 8,
     peer: "node",
     what: "writes to one Node in a burst before the per-node budget paces them",
-    source: "initialization takes 2 writes (status, then metadata and spec); 4 initializations' worth",
+    source:
+      "cloud-node's initialization takes 2 writes (status, then metadata and spec); 4 initializations' worth",
   },
 } as const satisfies Record<string, PeerLimit>;
 
