@@ -16,8 +16,10 @@ import type { Project } from "typescript/unstable/async";
 import { ConfigError, formatIssue, parseConfig } from "../../lib/config.ts";
 import { parseCommandLine } from "../../lib/flags.ts";
 import { configureLogging, logger } from "../../lib/log.ts";
+import { leanNode, nodeIPs, nodeOverLimit } from "../../lib/nodeview.ts";
 import { parseFlags } from "../../lib/pflag.ts";
 import { matchRequirement, selectorFields } from "../../lib/selector.ts";
+import { StringPool } from "../../lib/stringpool.ts";
 import { parseTemplate } from "../../lib/template.ts";
 import { templateData, transform } from "../../lib/transform.ts";
 import type { NodeFacts, PlatformMetadata } from "../../lib/types.ts";
@@ -312,6 +314,37 @@ describe("built-in names as a peer's keys", () => {
     for (const k of BUILT_INS) {
       expect(bare.labels[k]).toBeUndefined();
       expect(bare.annotations[k]).toBeUndefined();
+    }
+  });
+
+  test("the Node view keeps built-in-named labels, annotations and address types as entries", () => {
+    const raw = JSON.parse(
+      JSON.stringify({
+        metadata: { name: "n1", labels: "@L", annotations: "@A" },
+        status: { addresses: BUILT_INS.map((type) => ({ type, address: "10.0.0.9" })) },
+      })
+        .replace('"@L"', JSON.stringify(peerTags()))
+        .replace('"@A"', JSON.stringify(peerTags())),
+    );
+    const lean = leanNode(raw, new StringPool(16));
+    for (const k of BUILT_INS) {
+      expect(Object.hasOwn(lean.metadata.labels, k)).toBe(true);
+      expect(lean.metadata.labels[k]).toBe(`v-${k}`);
+      expect(lean.metadata.annotations[k]).toBe(`v-${k}`);
+    }
+    expect(lean.status.addresses.map((a) => a.type)).toEqual([...BUILT_INS]);
+    expect(nodeOverLimit(raw)).toBeUndefined();
+    expect(
+      nodeIPs({ annotations: lean.metadata.annotations, addresses: lean.status.addresses }, false),
+    ).toEqual({
+      ips: [],
+      provided: [],
+      source: "none",
+    });
+    const bare = leanNode({ metadata: { name: "n2" } }, new StringPool(16));
+    for (const k of BUILT_INS) {
+      expect(bare.metadata.labels[k]).toBeUndefined();
+      expect(bare.metadata.annotations[k]).toBeUndefined();
     }
   });
 
