@@ -6,6 +6,8 @@
 //   o[k]  o[k] = v  o[k] ??= v  delete o[k]   where k's type is `string` (or a template literal, or
 //                                             any): not a union of literals, not a number
 //   k in o                                    the same k, whatever o is
+//   Object.assign({…}, m)                     m's type is `any` or has a string index signature: a
+//                                             plain target, whose `__proto__` setter a key of m calls
 //
 // With `noImplicitAny` such an access only compiles on an object with a string index signature
 // (Record<string, …>, `{ [k: string]: … }`, Object.fromEntries' result) or on `any`, so this finds
@@ -30,8 +32,8 @@ export interface KeyFinding {
   readonly file: string;
   /** 1-based line of the access. */
   readonly line: number;
-  /** `index` (o[k], read, write or delete) or `in` (k in o). */
-  readonly kind: "index" | "in";
+  /** `index` (o[k], read, write or delete), `in` (k in o) or `assign` (Object.assign({…}, map)). */
+  readonly kind: "index" | "in" | "assign";
   /** The access itself, as written (whitespace collapsed). */
   readonly code: string;
   /** The whole source line, trimmed: what an allowlist fragment is matched against. */
@@ -46,7 +48,7 @@ export interface KeyAllowance {
 }
 
 interface Candidate {
-  readonly kind: "index" | "in";
+  readonly kind: "index" | "in" | "assign";
   readonly access: Node;
   readonly object: Node;
   readonly key: Node;
@@ -84,10 +86,29 @@ function candidates(sf: SourceFile): Candidate[] {
       if (n.operatorToken.kind === SyntaxKind.InKeyword && n.left.kind !== SyntaxKind.PrivateIdentifier)
         out.push({ kind: "in", access: node, object: n.right, key: n.left });
     }
+    if (node.kind === SyntaxKind.CallExpression) {
+      const n = node as unknown as { expression: Node; arguments: readonly Node[] };
+      const [target, ...sources] = n.arguments;
+      if (target?.kind === SyntaxKind.ObjectLiteralExpression && n.expression.getText(sf) === "Object.assign")
+        for (const source of sources) out.push({ kind: "assign", access: node, object: target, key: source });
+    }
     node.forEachChild(visit);
   };
   sf.forEachChild(visit);
   return out;
+}
+
+/** Whether a source of Object.assign is a map of keys the code does not fix: `any`, or a string index. */
+async function isMapLike(project: Project, t: Type | undefined): Promise<boolean> {
+  if (t === undefined) return false;
+  if (t.flags & TypeFlags.Any) return true;
+  if (t.isUnionType() || t.isIntersectionType()) {
+    for (const m of (await t.getTypes()) ?? []) if (await isMapLike(project, m)) return true;
+    return false;
+  }
+  const infos = await project.checker.getIndexInfosOfType(t);
+  for (const info of infos) if (await isWide(info.keyType)) return true;
+  return false;
 }
 
 async function isWide(t: Type | undefined): Promise<boolean> {
@@ -172,7 +193,8 @@ export async function scanPlainKeys(project: Project, dir: string, files: readon
     const keyTypes = await project.checker.getTypeAtLocation(cands.map((c) => c.key));
     const lines = sf.text.split("\n");
     for (const [i, c] of cands.entries()) {
-      if (!(await isWide(keyTypes[i]))) continue;
+      const wide = c.kind === "assign" ? await isMapLike(project, keyTypes[i]) : await isWide(keyTypes[i]);
+      if (!wide) continue;
       if (c.kind === "index" && guarded(sf, c)) continue;
       if (await nullProto(project, c.object)) continue;
       const line = sf.text.slice(0, c.access.getStart(sf)).split("\n").length;
