@@ -64,30 +64,35 @@ const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configu
  */
 const nodeStrings = new StringPool(1024);
 
+/** How many entries each copy {@link sharedValues} made holds (so that comparing needs no count of it). */
+const entryCounts = new WeakMap<object, number>();
+
 /**
  * Whether `kept` (a copy {@link sharedValues} made) holds exactly `src`'s entries but `skip`'s keys:
- * key by key, without allocating (a Node's heartbeat then costs no copy of its labels).
+ * one pass over `src`, without allocating (a Node's heartbeat then costs no copy of its labels).
+ * `kept` has no prototype, so indexing it reads its own entries only.
  */
 function sameValues(
   src: Record<string, string> | undefined,
   kept: Readonly<Record<string, string>>,
   skip?: Set<string>,
 ): boolean {
-  if (src === null || typeof src !== "object") return false;
+  const count = entryCounts.get(kept);
+  if (src === null || typeof src !== "object" || count === undefined) return false;
   let n = 0;
   for (const k in src) {
-    if (!Object.hasOwn(src, k) || skip?.has(k)) continue;
-    if (own(kept, k) !== src[k]) return false;
+    if (skip?.has(k)) continue;
+    if (kept[k] !== src[k]) return false;
     n++;
   }
-  for (const _ in kept) n--;
-  return n === 0;
+  return n === count;
 }
 
 /**
  * A copy of `src` with its string values shared through `pool` (when `pool` is given), without
  * `skip`'s keys, in a null-prototype object (lib/dict.ts): a peer's key is never an inherited
  * member. `prev`, the previous version's copy, is returned as it is when the entries are the same.
+ * (`src` is decoded JSON: its enumerable members are its own.)
  */
 function sharedValues(
   src: Record<string, string> | undefined,
@@ -98,12 +103,16 @@ function sharedValues(
 ): Record<string, string> {
   if (prev !== undefined && sameValues(src, prev, skip)) return prev as Record<string, string>;
   const out = dict<string>();
-  if (src === null || typeof src !== "object") return out;
-  for (const k in src) {
-    if (!Object.hasOwn(src, k) || skip?.has(k)) continue;
-    const v = src[k] as string;
-    out[k] = pool !== undefined && typeof v === "string" && v !== name ? pool.share(v) : v;
+  let n = 0;
+  if (src !== null && typeof src === "object") {
+    for (const k in src) {
+      if (!Object.hasOwn(src, k) || skip?.has(k)) continue;
+      const v = src[k] as string;
+      out[k] = pool !== undefined && typeof v === "string" && v !== name ? pool.share(v) : v;
+      n++;
+    }
   }
+  entryCounts.set(out, n);
   return out;
 }
 
@@ -169,7 +178,7 @@ export function nodeOverLimit(n: V1Node): NodeOverLimit | undefined {
   const labels = n.metadata?.labels;
   if (labels !== null && typeof labels === "object") {
     let count = 0;
-    for (const k in labels) if (Object.hasOwn(labels, k)) count++;
+    for (const _ in labels) count++;
     if (count > peerLimit("node_labels")) return { limit: "node_labels", got: count };
   }
   const annotations = n.metadata?.annotations;
