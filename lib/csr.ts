@@ -11,18 +11,25 @@
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { canonicalIP, formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
+import { EntryIndex, SubnetEdges } from "./csrindex.ts";
 import { claimedIPs, literalClaimedIPs } from "./ipspelling.ts";
 import type { Counter, Registry } from "./metrics.ts";
+import {
+  OVER_LIMIT_REASON,
+  overLimitMessage,
+  PEER_LIMITS,
+  type PeerLimitName,
+  peerLimit,
+  peerRejections,
+} from "./peerlimits.ts";
 import { MAX_REQUEST_BYTES, type ParsedCsr, type PublicKeyInfo, parseCertificateRequest } from "./pkcs10.ts";
 import {
   canonicalDNS,
   canonicalHost,
-  entryHolding,
   type NetworkView,
   NO_NETWORKS,
   reservedName,
   specialIP,
-  subnetEdgeOf,
 } from "./sharedaddresses.ts";
 import { isDNS1123Subdomain } from "./validation.ts";
 import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
@@ -107,6 +114,7 @@ export const DENY_REASONS = [
   "GroupMismatch",
   "BadUsages",
   "InvalidRequest",
+  OVER_LIMIT_REASON,
   "WeakKey",
   "BadSignature",
   "SubjectMismatch",
@@ -120,6 +128,7 @@ export const DENY_REASONS = [
   "DNSNameOfOtherNode",
   "IPNotOwned",
   "IPOfOtherNode",
+  "ServiceName",
   "TalosNodeMismatch",
   "IPNotReportedByTalos",
   "DNSNameNotReportedByTalos",
@@ -133,7 +142,25 @@ export type Decision =
   | { action: "ignore"; reason: IgnoreReason }
   | { action: "wait"; reason: "NodeNotFound"; message: string }
   | { action: "approve"; reason: typeof APPROVE_REASON; message: string }
-  | { action: "deny"; reason: DenyReason; message: string };
+  | {
+      action: "deny";
+      reason: DenyReason;
+      message: string;
+      /** The per-peer bound the CSR is over (reason `PeerInputOverLimit`), for the peer-rejection metric. */
+      limit?: PeerLimitName;
+    };
+
+/**
+ * What CSR-only mode knows of the names that reach a Service through a Pod's DNS search path
+ * (lib/csrservices.ts looks them up for the CSR's DNS SANs before `decide()`).
+ */
+export interface ServiceNameView {
+  /** Why canonical DNS name `name` reaches a Service, e.g. "resolves to Service vault/vault ...", or undefined. */
+  reach(name: string): string | undefined;
+}
+
+/** A view of no Services: what a caller with no cluster facts passes (tests). */
+export const NO_SERVICE_NAMES: ServiceNameView = { reach: () => undefined };
 
 // ---------------------------------------------------------------------------------------------
 // Policy
@@ -167,6 +194,14 @@ function list(values: string[]): string {
 
 function deny(reason: DenyReason, message: string): Decision {
   return { action: "deny", reason, message };
+}
+
+/**
+ * The denial of a CSR over per-peer bound `limit`: reason `PeerInputOverLimit`, the bound's message.
+ * @example overLimit("csr_sans", 300).reason // "PeerInputOverLimit"
+ */
+export function overLimit(limit: PeerLimitName, got: number): Decision {
+  return { action: "deny", reason: OVER_LIMIT_REASON, message: overLimitMessage(limit, got), limit };
 }
 
 function defined<T>(values: Array<T | undefined>): T[] {
@@ -282,6 +317,9 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (badUsages) return badUsages;
   const parsed = parseRequest(csr.request ?? "");
   if ("action" in parsed) return parsed;
+  // Before anything costs per SAN (and before the signature): a kubelet asks for a handful.
+  const sans = parsed.dnsNames.length + parsed.ipAddresses.length;
+  if (sans > peerLimit("csr_sans")) return overLimit("csr_sans", sans);
   const badKey = checkKey(parsed.publicKey);
   if (badKey) return badKey;
   if (!parsed.signature.valid) {
@@ -382,7 +420,10 @@ function claimedBy(values: string[], owners: Map<string, string>, key: (v: strin
 }
 
 /** How ownership is judged: against the Node only, up to what Talos must confirm, or with Talos. */
-type Mode = { kind: "csr-only" } | { kind: "screen" } | { kind: "talos"; facts: TalosFacts };
+type Mode =
+  | { kind: "csr-only"; services: ServiceNameView }
+  | { kind: "screen" }
+  | { kind: "talos"; facts: TalosFacts };
 
 /**
  * The checks against what the cluster shares, which need neither the Node nor Talos: no IP SAN in
@@ -471,6 +512,11 @@ function checkTalos(
         "the Node's IPs lead to another machine",
     );
   }
+  // The Talos client refuses longer answers as it reads them; a caller's facts are held to it too.
+  if (talos.addresses.length > peerLimit("talos_addresses"))
+    return overLimit("talos_addresses", talos.addresses.length);
+  if (talos.excludedSubnets.length > peerLimit("talos_list_entries"))
+    return overLimit("talos_list_entries", talos.excludedSubnets.length);
   const reported = new Set(defined(talos.addresses.map(canonicalHost)));
   const unconfirmed = parsed.ipAddresses.filter((ip) => !reported.has(ip));
   if (unconfirmed.length) {
@@ -479,11 +525,22 @@ function checkTalos(
       `IP SANs ${list(unconfirmed)} are in node ${q(node.name)}'s status but Talos does not report them`,
     );
   }
+  return checkTalosAddresses(parsed, talos) ?? checkTalosNames(node, talos, extraDNS);
+}
+
+/**
+ * The IP SANs against the machine's links, its NodeIPConfig exclusions and its subnets' edges, each
+ * indexed once (lib/csrindex.ts): time linear in SANs plus addresses and entries.
+ */
+function checkTalosAddresses(parsed: ParsedCsr, talos: TalosFacts): Decision | undefined {
+  if (parsed.ipAddresses.length === 0) return undefined;
+  const excludedIndex = new EntryIndex(talos.excludedSubnets);
+  const edges = new SubnetEdges(talos.addresses);
   for (const ip of parsed.ipAddresses) {
     const address = tryParseIP(ip) as IPAddress;
     const onLink = talos.sharedAddresses.get(ip);
     if (onLink) return deny("SharedIP", `IP SAN ${ip}: ${onLink}`);
-    const excluded = entryHolding(address, talos.excludedSubnets);
+    const excluded = excludedIndex.holding(address);
     if (excluded) {
       return deny(
         "SharedIP",
@@ -491,9 +548,14 @@ function checkTalos(
           "(pod and Service CIDRs, virtual IPs)",
       );
     }
-    const edge = subnetEdgeOf(address, talos.addresses);
+    const edge = edges.of(address);
     if (edge) return deny("NonUniqueIP", `IP SAN ${ip} is the network or broadcast address of ${edge}`);
   }
+  return undefined;
+}
+
+/** The DNS SANs other than the node name against the names Talos knows for the machine. */
+function checkTalosNames(node: NodeInput, talos: TalosFacts, extraDNS: string[]): Decision | undefined {
   const known = new Set(talos.dnsNames.map(canonicalDNS));
   const unknown = extraDNS.filter((d) => !known.has(canonicalDNS(d)));
   if (unknown.length) {
@@ -502,6 +564,23 @@ function checkTalos(
       `DNS SANs ${list(unknown)} are in node ${q(node.name)}'s status but Talos does not know them` +
         (talos.dnsNames.length ? ` (its names: ${list(talos.dnsNames)})` : ""),
     );
+  }
+  return undefined;
+}
+
+/**
+ * CSR-only mode: no DNS SAN, the node's own name included, reaches a Service through a Pod's DNS
+ * search path (Talos mode instead requires Talos to know every name but the node's).
+ */
+function checkServiceNames(parsed: ParsedCsr, services: ServiceNameView): Decision | undefined {
+  for (const dns of parsed.dnsNames) {
+    const why = services.reach(canonicalDNS(dns));
+    if (why) {
+      return deny(
+        "ServiceName",
+        `DNS SAN ${q(dns)} ${why}: a certificate for it would let this node answer as that Service to Pods`,
+      );
+    }
   }
   return undefined;
 }
@@ -527,6 +606,8 @@ function checkOwnership(
   const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
   const approved = `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}`;
   if (mode.kind === "csr-only") {
+    const reached = checkServiceNames(parsed, mode.services);
+    if (reached) return reached;
     return {
       action: "approve",
       reason: APPROVE_REASON,
@@ -626,7 +707,8 @@ function failClosed<T>(fn: () => T): T | Decision {
  * Decides what to do with a CertificateSigningRequest. Pure and total: it never throws, and any
  * input it cannot fully check is denied. Checks, in order: not already decided and signer is
  * kubelet-serving (else ignore); username `system:node:<name>` and group `system:nodes`; usages;
- * one well-formed PEM request within `MAX_REQUEST_BYTES`; key (RSA 2048–8192, P-256, P-384,
+ * one well-formed PEM request within `MAX_REQUEST_BYTES`, with at most `csr_sans` DNS and IP SANs
+ * (lib/peerlimits.ts: denied `PeerInputOverLimit`); key (RSA 2048–8192, P-256, P-384,
  * Ed25519); proof of possession; subject CN = username and O = [system:nodes]; SANs (DNS/IP only,
  * at least one; no wildcard, no name of `reservedName()` — which refuses a DNS name any client reads
  * as an IP address, the node's own name included — no IP of `specialIP()`, which refuses the IPv6
@@ -637,7 +719,9 @@ function failClosed<T>(fn: () => T): T | Decision {
  * provided node IP, and no other Node's name, address or provided node IP in any spelling
  * (`claims()`). Then with Talos: the Talos node
  * that answered is this node, reports every IP SAN on a link of its own and outside what it
- * excludes from node IPs, and knows every DNS SAN other than the node name.
+ * excludes from node IPs, and knows every DNS SAN other than the node name; without Talos, no DNS
+ * SAN reaches a Service through a Pod's search path (`services`). Time linear in SANs plus the
+ * Node's, the other Nodes' and Talos' entries: each list is indexed once.
  * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
  *   not exist (yet); a Node of any other name is treated as absent
@@ -646,6 +730,8 @@ function failClosed<T>(fn: () => T): T | Decision {
  * @param others the other Nodes (the requester's own is skipped if present): every one, or at
  *   least every one that claims a name or IP of `requestedClaims()` — the rest cannot matter
  * @param networks the cluster's Service and pod ranges and shared names (lib/sharedaddresses.ts)
+ * @param services CSR-only mode: which DNS SANs reach a Service through a Pod's search path
+ *   (lib/csrservices.ts answers for the CSR's DNS SANs); unused with Talos
  * @returns ignore, wait (the Node is missing: retry later), approve or deny with a stable reason
  * @example
  * const d = decide(csr, node, facts, otherNodes);
@@ -657,11 +743,12 @@ export function decide(
   talos?: TalosFacts,
   others: Iterable<NodeInput> = [],
   networks: NetworkView = NO_NETWORKS,
+  services: ServiceNameView = NO_SERVICE_NAMES,
 ): Decision {
   return failClosed(() => {
     const pre = precheck(csr, node, networks);
     if ("action" in pre) return pre;
-    const mode: Mode = talos ? { kind: "talos", facts: talos } : { kind: "csr-only" };
+    const mode: Mode = talos ? { kind: "talos", facts: talos } : { kind: "csr-only", services };
     return checkOwnership(pre.parsed, pre.node, mode, others) as Decision;
   });
 }
@@ -739,7 +826,10 @@ const CSR_DENIED_METRIC = "talosccm_csr_denied_total";
 export interface CsrMetrics {
   approvals: Counter;
   denials: Counter;
-  /** Counts an approve or deny decision (call once it is written); ignore and wait count nothing. */
+  /**
+   * Counts an approve or deny decision (call once it is written); ignore and wait count nothing. A
+   * denial for a per-peer bound also counts in `talosccm_peer_input_rejected_total{peer="csr"}`.
+   */
   record(decision: Decision): void;
 }
 
@@ -756,6 +846,7 @@ export function csrMetrics(reg: Registry): CsrMetrics {
   // (a series that appears at 6 shows no increase: a first burst of denials would go unseen).
   for (const status of ["approve", "deny"]) approvals.inc({ status }, 0);
   for (const reason of DENY_REASONS) denials.inc({ reason }, 0);
+  const rejections = peerRejections(reg);
   return {
     approvals,
     denials,
@@ -764,6 +855,7 @@ export function csrMetrics(reg: Registry): CsrMetrics {
       if (decision.action === "deny") {
         approvals.inc({ status: "deny" });
         denials.inc({ reason: decision.reason });
+        if (decision.limit) rejections.inc({ peer: PEER_LIMITS[decision.limit].peer, limit: decision.limit });
       }
     },
   };

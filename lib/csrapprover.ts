@@ -25,11 +25,14 @@ import {
   type NodeInput,
   nodeInputFrom,
   nodeNameFromUsername,
+  overLimit,
   requestedClaims,
+  type ServiceNameView,
   screen,
   type TalosFacts,
 } from "./csr.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
+import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
 import type { EventRecorder, EventTarget } from "./events.ts";
 import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
 import { sameList } from "./lists.ts";
@@ -37,6 +40,7 @@ import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./names.ts";
 import { type LeanNode, nodeIPs } from "./nodeview.ts";
+import { peerLimit } from "./peerlimits.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";
@@ -67,7 +71,7 @@ const TALOS_FACTS_TTL_MS = 10_000;
 const NODE_POLL_MAX_MS = 30_000;
 /** Deadline of one Talos call; failures are retried by the queue with backoff. */
 const TALOS_CALL_TIMEOUT_MS = 5_000;
-/** Consecutive Talos failures after which the CSR gets a Warning Event. */
+/** Consecutive Talos (or Service lookup) failures after which the CSR gets a Warning Event. */
 const TALOS_EVENT_AFTER_FAILURES = 3;
 /** After a 409 the watch brings the newer version; look again after this if it has not yet. */
 const CONFLICT_RETRY_MS = 1_000;
@@ -430,6 +434,12 @@ export interface CsrApproverOptions {
   events: Pick<EventRecorder, "record">;
   /** Undefined in CSR-only mode (no Talos API): IPs are checked against the Nodes only. */
   talos: TalosFactsClient | undefined;
+  /**
+   * CSR-only mode: asks the API server which of the names reach a Service through a Pod's search
+   * path (lib/csrservices.ts `lookUpServiceNames`); throws when it cannot tell. Without it, CSR-only
+   * mode approves nothing that has a DNS SAN (fail closed).
+   */
+  lookUpServices?: (q: ServiceQuestions, signal?: AbortSignal) => Promise<ServiceNameView>;
   config: { readonly current: { global: { preferIPv6: boolean } } };
   registry: Registry;
   /** The cluster's Service and pod ranges and shared names (lib/csrnetworks.ts fills them). */
@@ -590,11 +600,47 @@ export class CsrApprover {
     // Looked up again after Talos answered: Nodes may have changed meanwhile.
     const others = () => this.#others(wanted, checked.nodeName);
     const { networks } = this.#opts;
-    if (!this.#facts) return decide(checked, node, undefined, others(), networks);
     const s = screen(checked, node, others(), networks);
     if (s.action !== "confirm") return s;
+    if (!this.#facts) {
+      // CSR-only mode: what is left to check is whether a DNS SAN reaches a Service.
+      const q = serviceQuestions(checked.parsed.dnsNames);
+      const n = lookupCount(q);
+      if (n > peerLimit("csr_service_lookups")) return overLimit("csr_service_lookups", n);
+      const services = await this.#lookUpServices(c, q);
+      return services && decide(checked, node, undefined, others(), networks, services);
+    }
     const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
     return facts && decide(checked, node, facts, others(), networks);
+  }
+
+  /** The Service names the CSR's DNS SANs need; on failure retries (throws) until the CSR is given up. */
+  async #lookUpServices(c: LeanCsr, q: ServiceQuestions): Promise<ServiceNameView | undefined> {
+    try {
+      if (lookupCount(q) === 0) return { reach: () => undefined };
+      const lookUp = this.#opts.lookUpServices;
+      if (!lookUp) throw new Error("no Service lookup is configured");
+      return await lookUp(q, this.#signal);
+    } catch (err) {
+      const why = `Cannot check CSR ${c.metadata.name}'s DNS names against the cluster's Services: ${(err as Error).message}`;
+      return this.#retryOrGiveUp(c, "ServiceLookupFailed", why, err);
+    }
+  }
+
+  /**
+   * After a failed look-up for CSR `c`: throws (the queue retries with backoff, a Warning Event at
+   * the third failure) until the CSR is as old as the wait for its Node, then gives up (undefined):
+   * it stays Pending, never decided without the answer.
+   */
+  #retryOrGiveUp(c: LeanCsr, reason: string, why: string, err: unknown): undefined {
+    if (this.#ageMs(c) >= this.#nodeWaitMs) {
+      this.#warnOnce(c, reason, `${why}; left Pending, retried when the Node changes`);
+      return undefined;
+    }
+    if (this.queue.failures(c.metadata.name) + 1 === TALOS_EVENT_AFTER_FAILURES) {
+      this.#warnOnce(c, reason, `${why}; retrying`);
+    }
+    throw new Error(why, { cause: err });
   }
 
   /** The Nodes other than `self` that claim one of `wanted`, as policy input. */
@@ -613,16 +659,8 @@ export class CsrApprover {
     try {
       return await reader.read(node, this.#opts.config.current.global.preferIPv6, withDNS, this.#signal);
     } catch (err) {
-      const name = c.metadata.name;
-      const why = `Cannot confirm CSR ${name} of node ${node.metadata.name} with Talos: ${(err as Error).message}`;
-      if (this.#ageMs(c) >= this.#nodeWaitMs) {
-        this.#warnOnce(c, "TalosUnavailable", `${why}; left Pending, retried when the Node changes`);
-        return undefined;
-      }
-      if (this.queue.failures(name) + 1 === TALOS_EVENT_AFTER_FAILURES) {
-        this.#warnOnce(c, "TalosUnavailable", `${why}; retrying`);
-      }
-      throw new Error(why, { cause: err });
+      const why = `Cannot confirm CSR ${c.metadata.name} of node ${node.metadata.name} with Talos: ${(err as Error).message}`;
+      return this.#retryOrGiveUp(c, "TalosUnavailable", why, err);
     }
   }
 
@@ -742,6 +780,7 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
     nodes: ctx.nodes,
     events: ctx.events,
     talos: ctx.talos,
+    lookUpServices: (q, s) => lookUpServiceNames(ctx.client, q, s),
     config: ctx.config,
     registry: ctx.registry,
     networks: nets.networks,
@@ -751,7 +790,9 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
   // No CSR is decided before the cluster's ranges are known.
   await Promise.race([Promise.all([csrs.waitForSync(), nets.start(signal)]), aborted(signal)]);
   log.info("Approving kubelet serving CSRs", {
-    checks: ctx.talos ? "Node, other Nodes and Talos" : "Node and other Nodes (CSR-only mode: no Talos API)",
+    checks: ctx.talos
+      ? "Node, other Nodes and Talos"
+      : "Node, other Nodes and the cluster's Services (CSR-only mode: no Talos API)",
     pending: csrs.list().filter(isPending).length,
     nodeWait: `${NODE_WAIT_MS / 60_000}m`,
   });

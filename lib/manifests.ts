@@ -233,6 +233,20 @@ function allGrants(leaseName: string): Grant[] {
     ),
     ...row(
       "cluster",
+      ":namespaces",
+      "get",
+      nodeCsrApproval,
+      "CSR-only mode: whether a DNS SAN's namespace label names a namespace, where it reaches a Service",
+    ),
+    ...row(
+      "cluster",
+      ":services",
+      "list",
+      nodeCsrApproval,
+      "CSR-only mode: whether a DNS SAN is a Service's name (one name per list, limit 1)",
+    ),
+    ...row(
+      "cluster",
       "authentication.k8s.io:tokenreviews",
       "create",
       "runtime",

@@ -111,6 +111,16 @@ export const PEER_LIMITS = {
       "a kubelet's serving CSR names its hostname and its Node's addresses (kubelet certificate manager): a " +
       "handful; a quarter of node_addresses",
   },
+  /** API lookups one CSR's DNS SANs may cost in CSR-only mode (namespaces and Service names). */
+  csr_service_lookups: {
+    value: 32,
+    peer: "csr",
+    what: "namespace and Service lookups its DNS SANs need in CSR-only mode",
+    source:
+      "a kubelet's serving CSR names its hostname and its Node's Hostname, InternalDNS and ExternalDNS addresses " +
+      "(kubelet certificate manager), at most 2 lookups each: a handful; 32 bounds what one CSR spends of the " +
+      "client rate limit every controller shares",
+  },
   /** Status writes cloud-node may make to one Node in a burst before its per-node budget paces it. */
   node_write_burst: {
     value: 8,

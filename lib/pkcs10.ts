@@ -73,34 +73,42 @@ const OID = {
   sha512: "2.16.840.1.101.3.4.2.3",
 } as const;
 
-const HASHES: Record<string, { name: string; bytes: number }> = {
-  [OID.sha256]: { name: "sha256", bytes: 32 },
-  [OID.sha384]: { name: "sha384", bytes: 48 },
-  [OID.sha512]: { name: "sha512", bytes: 64 },
-};
+// Keyed by what the request says (OIDs, curve names): Maps, so that no key reads an inherited member.
+const HASHES: ReadonlyMap<string, { name: string; bytes: number }> = new Map([
+  [OID.sha256, { name: "sha256", bytes: 32 }],
+  [OID.sha384, { name: "sha384", bytes: 48 }],
+  [OID.sha512, { name: "sha512", bytes: 64 }],
+]);
 
 type KeyKind = "rsa" | "ec" | "ed25519";
 
 // SHA-1 and MD5 signatures are refused: a collision would let a request prove possession of
 // nothing.
-const SIGNATURES: Record<string, { name: string; key: KeyKind; hash: string | null }> = {
-  "1.2.840.113549.1.1.11": { name: "sha256WithRSAEncryption", key: "rsa", hash: "sha256" },
-  "1.2.840.113549.1.1.12": { name: "sha384WithRSAEncryption", key: "rsa", hash: "sha384" },
-  "1.2.840.113549.1.1.13": { name: "sha512WithRSAEncryption", key: "rsa", hash: "sha512" },
-  "1.2.840.10045.4.3.2": { name: "ecdsa-with-SHA256", key: "ec", hash: "sha256" },
-  "1.2.840.10045.4.3.3": { name: "ecdsa-with-SHA384", key: "ec", hash: "sha384" },
-  "1.2.840.10045.4.3.4": { name: "ecdsa-with-SHA512", key: "ec", hash: "sha512" },
-  [OID.ed25519]: { name: "Ed25519", key: "ed25519", hash: null },
-};
+const SIGNATURES: ReadonlyMap<string, { name: string; key: KeyKind; hash: string | null }> = new Map<
+  string,
+  { name: string; key: KeyKind; hash: string | null }
+>([
+  ["1.2.840.113549.1.1.11", { name: "sha256WithRSAEncryption", key: "rsa", hash: "sha256" }],
+  ["1.2.840.113549.1.1.12", { name: "sha384WithRSAEncryption", key: "rsa", hash: "sha384" }],
+  ["1.2.840.113549.1.1.13", { name: "sha512WithRSAEncryption", key: "rsa", hash: "sha512" }],
+  ["1.2.840.10045.4.3.2", { name: "ecdsa-with-SHA256", key: "ec", hash: "sha256" }],
+  ["1.2.840.10045.4.3.3", { name: "ecdsa-with-SHA384", key: "ec", hash: "sha384" }],
+  ["1.2.840.10045.4.3.4", { name: "ecdsa-with-SHA512", key: "ec", hash: "sha512" }],
+  [OID.ed25519, { name: "Ed25519", key: "ed25519", hash: null }],
+]);
 
 // Named only so that the denial says what was refused.
-const REFUSED_SIGNATURES: Record<string, string> = {
-  "1.2.840.113549.1.1.4": "md5WithRSAEncryption",
-  "1.2.840.113549.1.1.5": "sha1WithRSAEncryption",
-  "1.2.840.10045.4.1": "ecdsa-with-SHA1",
-};
+const REFUSED_SIGNATURES: ReadonlyMap<string, string> = new Map([
+  ["1.2.840.113549.1.1.4", "md5WithRSAEncryption"],
+  ["1.2.840.113549.1.1.5", "sha1WithRSAEncryption"],
+  ["1.2.840.10045.4.1", "ecdsa-with-SHA1"],
+]);
 
-const CURVES: Record<string, string> = { prime256v1: "P-256", secp384r1: "P-384", secp521r1: "P-521" };
+const CURVES: ReadonlyMap<string, string> = new Map([
+  ["prime256v1", "P-256"],
+  ["secp384r1", "P-384"],
+  ["secp521r1", "P-521"],
+]);
 
 /** An AlgorithmIdentifier: its OID and, when present, its parameters element. */
 interface Algorithm {
@@ -211,7 +219,7 @@ function pssHash(der: Uint8Array, params: Tlv | undefined): { name: string; salt
         throw new Error("unknown RSASSA-PSS parameter");
     }
   }
-  const h = hash === undefined ? undefined : HASHES[hash];
+  const h = hash === undefined ? undefined : HASHES.get(hash);
   if (!h) throw new Error("RSASSA-PSS hash is not SHA-256, SHA-384 or SHA-512");
   if (mgfHash !== hash) throw new Error("RSASSA-PSS MGF1 hash differs from the signature hash");
   if (salt !== h.bytes) throw new Error("RSASSA-PSS salt length differs from the hash length");
@@ -225,7 +233,7 @@ function publicKeyInfo(algorithm: string, key: KeyObject): PublicKeyInfo {
   }
   if (algorithm === OID.ecPublicKey && key.asymmetricKeyType === "ec") {
     const curve = details.namedCurve ?? "";
-    return { type: "ec", curve: CURVES[curve] ?? curve };
+    return { type: "ec", curve: CURVES.get(curve) ?? curve };
   }
   if (algorithm === OID.ed25519 && key.asymmetricKeyType === "ed25519") return { type: "ed25519" };
   return { type: "unsupported", algorithm };
@@ -239,11 +247,11 @@ function checkSignature(
   tbs: Uint8Array,
   sig: Uint8Array,
 ): ParsedCsr["signature"] {
-  const known = SIGNATURES[alg.algorithm];
+  const known = SIGNATURES.get(alg.algorithm);
   const name =
     alg.algorithm === OID.rsaPss
       ? "RSASSA-PSS"
-      : (known?.name ?? REFUSED_SIGNATURES[alg.algorithm] ?? alg.algorithm);
+      : (known?.name ?? REFUSED_SIGNATURES.get(alg.algorithm) ?? alg.algorithm);
   const fail = (problem: string) => ({ algorithm: name, valid: false, problem });
   if (!known && alg.algorithm !== OID.rsaPss) return fail(`signature algorithm ${name} is not accepted`);
   const keyKind = known?.key ?? "rsa";

@@ -20,7 +20,8 @@ import {
   TalosFactsReader,
   talosDnsNames,
 } from "../../lib/csrapprover.ts";
-import { KubeError } from "../../lib/kubeapi.ts";
+import { lookUpServiceNames } from "../../lib/csrservices.ts";
+import { KubeError, type RequestOptions } from "../../lib/kubeapi.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import { ClusterNetworks } from "../../lib/sharedaddresses.ts";
@@ -183,6 +184,35 @@ interface Write {
   body: V1CertificateSigningRequest;
 }
 
+/**
+ * The API server as CSR-only mode's Service lookups read it: namespaces by name, Services as
+ * `namespace/name`; `fail` makes every lookup answer that status.
+ */
+class FakeServiceApi {
+  namespaces = new Set(["default", "kube-system", "vault"]);
+  services = ["default/kubernetes", "kube-system/kube-dns", "vault/vault"];
+  fail: number | undefined;
+  readonly gets: string[] = [];
+
+  async get<T>(path: string, opts: RequestOptions = {}): Promise<T> {
+    const selector = String(opts.query?.fieldSelector ?? "");
+    this.gets.push(selector ? `${path}?${selector}` : path);
+    if (this.fail) throw new KubeError(this.fail, "Forbidden", "services is forbidden");
+    const ns = /^\/api\/v1\/namespaces\/([^/]+)$/.exec(path)?.[1];
+    if (ns !== undefined) {
+      if (!this.namespaces.has(ns)) throw new KubeError(404, "NotFound", `namespaces "${ns}" not found`);
+      return { metadata: { resourceVersion: "1" } } as T;
+    }
+    const name = selector.replace(/^metadata\.name=/, "");
+    const items = this.services
+      .map((s) => s.split("/") as [string, string])
+      .filter(([, n]) => n === name)
+      .slice(0, Number(opts.query?.limit ?? 0) || undefined)
+      .map(([namespace, n]) => ({ metadata: { namespace, name: n } }));
+    return { items } as T;
+  }
+}
+
 /** The controller wired to fakes, with node A (10.0.0.1) and node B (10.0.0.2) on Talos. */
 function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandlers?: boolean } = {}) {
   const csrs = new FakeCache<LeanCsr>();
@@ -191,6 +221,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
   const writeWaiters: Array<(w: Write) => void> = [];
   const events: Array<{ name: string; type: string; reason: string; note: string }> = [];
   const talos = new FakeTalos();
+  const api = new FakeServiceApi();
   talos.machines.set("10.0.0.1", {
     nodename: "worker-a",
     addresses: ["10.0.0.1/24", "127.0.0.1/8"],
@@ -221,6 +252,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
       },
     },
     talos: opts.talos === false ? undefined : talos,
+    lookUpServices: (q, signal) => lookUpServiceNames(api, q, signal),
     config: { current: { global: { preferIPv6: false } } },
     registry,
     networks,
@@ -234,6 +266,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
     writes,
     events,
     talos,
+    api,
     registry,
     approver,
     setNow: (t: number) => {
@@ -1022,4 +1055,111 @@ describe("CsrApprover", () => {
       });
     });
   }
+});
+
+describe("CsrApprover in CSR-only mode: DNS SANs that reach a Service", () => {
+  /** worker-a's Node listing `names` as InternalDNS addresses, and its CSR for its name and them. */
+  async function fileFor(f: ReturnType<typeof setup>, names: string[], csr = "csr-1"): Promise<void> {
+    f.nodes.put(
+      node(
+        "worker-a",
+        ["10.0.0.1"],
+        names.map((address) => ({ type: "InternalDNS", address })),
+      ),
+    );
+    f.csrs.put(leanCsr(rawCsr(csr, await pemA({ dns: ["worker-a", ...names] }))));
+  }
+
+  test("a Service's name, name.namespace and kube-dns.kube-system are denied as ServiceName with an Event", async () => {
+    for (const [name, says] of [
+      ["vault", "resolves to Service vault/vault through a Pod's search path"],
+      ["vault.vault", "resolves to Service vault/vault through a Pod's search path"],
+      ["kube-dns.kube-system", "resolves to Service kube-system/kube-dns through a Pod's search path"],
+      [
+        "vault-0.vault",
+        "resolves to Service vault/vault-0 through a Pod's search path (namespace vault exists",
+      ],
+    ] as const) {
+      const f = setup({ talos: false });
+      await fileFor(f, [name]);
+      await f.drain();
+      expect({ name, d: f.decision() }).toMatchObject({
+        name,
+        d: { type: "Denied", reason: "ServiceName", message: expect.stringContaining(says) },
+      });
+      expect(f.events).toEqual([
+        { name: "csr-1", type: "Warning", reason: "ServiceName", note: expect.stringContaining(says) },
+      ]);
+    }
+  });
+
+  test("the node's own hostname that is no Service is approved, after one lookup per name", async () => {
+    const f = setup({ talos: false });
+    await fileFor(f, ["worker-a.lan"]);
+    await f.drain();
+    expect(f.decision()).toMatchObject({ type: "Approved" });
+    expect(f.api.gets.sort()).toEqual([
+      "/api/v1/namespaces/lan",
+      "/api/v1/services?metadata.name=lan",
+      "/api/v1/services?metadata.name=worker-a",
+    ]);
+  });
+
+  test("a lookup the API server refuses is retried, warned about on the third failure, never decided blind", async () => {
+    const f = setup({ talos: false });
+    f.api.fail = 403;
+    await fileFor(f, []);
+    for (let i = 0; i < 3; i++) {
+      await expect(f.approver.reconcile("csr-1")).rejects.toThrow(
+        /Cannot check CSR csr-1's DNS names against the cluster's Services: Cannot look up Services named worker-a/,
+      );
+      f.approver.queue.addRateLimited("csr-1");
+    }
+    expect(f.writes).toEqual([]);
+    expect(f.events.map((e) => e.reason)).toEqual(["ServiceLookupFailed"]);
+    f.api.fail = undefined;
+    await f.approver.reconcile("csr-1");
+    expect(f.decision()?.type).toBe("Approved");
+  });
+
+  test("more lookups than csr_service_lookups are denied before any is made, and counted for the peer", async () => {
+    const f = setup({ talos: false });
+    const names = Array.from({ length: 16 }, (_, i) => `host-${i}.ns-${i}`);
+    await fileFor(f, names);
+    await f.drain();
+    expect(f.decision()).toMatchObject({
+      type: "Denied",
+      reason: "PeerInputOverLimit",
+      message: expect.stringContaining("33 namespace and Service lookups"),
+    });
+    expect(f.api.gets).toEqual([]);
+    expect(f.registry.expose()).toContain(
+      'talosccm_peer_input_rejected_total{peer="csr",limit="csr_service_lookups"} 1',
+    );
+  });
+
+  test("with Talos no lookup is made: Talos must know every name", async () => {
+    const f = setup();
+    await fileFor(f, ["vault"]);
+    await f.drain();
+    expect(f.decision()).toMatchObject({ type: "Denied", reason: "DNSNameNotReportedByTalos" });
+    expect(f.api.gets).toEqual([]);
+  });
+
+  test("a CSR over csr_sans is denied before its Node or Talos is read, and counted for the peer", async () => {
+    const f = setup();
+    const ips = Array.from({ length: 256 }, (_, i) => `10.1.${i}.5`);
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips }))));
+    await f.drain();
+    expect(f.decision()).toMatchObject({
+      type: "Denied",
+      reason: "PeerInputOverLimit",
+      message: expect.stringContaining("The CSR has 257 subject alternative names"),
+    });
+    expect(f.talos.calls).toEqual([]);
+    expect(f.events.map((e) => e.reason)).toEqual(["PeerInputOverLimit"]);
+    expect(f.registry.expose()).toContain(
+      'talosccm_peer_input_rejected_total{peer="csr",limit="csr_sans"} 1',
+    );
+  });
 });

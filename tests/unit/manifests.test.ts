@@ -469,6 +469,8 @@ describe("rbacGrants()", () => {
         "servicecidrs:list",
         "servicecidrs:watch",
         "services:get",
+        "namespaces:get",
+        "services:list",
       ],
     ],
     ["node-ipam", ["node-ipam"], [...runtime, "nodes:patch", "nodes:get"]],
