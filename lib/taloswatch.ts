@@ -164,10 +164,8 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     try {
       events = decodeWatchResponse(this.kind, bytes);
     } catch (err) {
-      if (err instanceof TalosLimitError) {
-        this.host.rejected(this, err);
-        this.handler.onEvent({ type: "errored", error: err.message, limit: err.limit });
-      } else this.handler.onEvent({ type: "errored", error: (err as Error).message });
+      if (err instanceof TalosLimitError) this.#refuse(err);
+      else this.handler.onEvent({ type: "errored", error: (err as Error).message });
       return;
     }
     for (const ev of events) {
@@ -183,11 +181,7 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
     }
   }
 
-  /**
-   * Whether `ev` brings a list watch's machine over its bound ({@link LIST_WATCH_BOUNDS}): then the
-   * stream is cut (resubscribed after a backoff), the refusal counted, what the watch kept dropped,
-   * and the handler told by an `errored` event naming the bound, to drop what it kept.
-   */
+  /** Whether `ev` brings a list watch's machine over its bound ({@link LIST_WATCH_BOUNDS}): then {@link #refuse}. */
   #overBound(ev: TalosWatchEvent<ResourceData[K]>): boolean {
     const limit = LIST_WATCH_BOUNDS[this.kind];
     if (limit === undefined || this.id !== undefined || (ev.type !== "created" && ev.type !== "updated"))
@@ -199,15 +193,26 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
       checkAddressCount(count);
       return false;
     } catch (err) {
-      const e = err as TalosLimitError;
+      this.#refuse(err as TalosLimitError);
+      return true;
+    }
+  }
+
+  /**
+   * A response over a per-machine bound: the refusal is counted and the handler told by an `errored`
+   * event naming the bound, to drop what it kept. A list watch is cut (what it holds is no longer
+   * the machine's whole state; it resubscribes after a backoff and bootstraps again) and drops its
+   * own record; a singleton watch goes on (its next event replaces the resource).
+   */
+  #refuse(e: TalosLimitError): void {
+    this.host.rejected(this, e);
+    if (this.id === undefined) {
       this.#known?.clear();
       this.#seen = undefined;
       this.#error = e;
       this.call?.cancel();
-      this.host.rejected(this, e);
-      this.handler.onEvent({ type: "errored", error: `${e.message} (${this.what})`, limit: e.limit });
-      return true;
     }
+    this.handler.onEvent({ type: "errored", error: `${e.message} (${this.what})`, limit: e.limit });
   }
 
   /**

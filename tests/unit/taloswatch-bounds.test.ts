@@ -17,7 +17,7 @@ import {
   type TalosWatchClient,
 } from "../../lib/taloswatchcache.ts";
 import type { TalosAddressStatus, TalosWatchEvent } from "../../lib/taloswire.ts";
-import { encodeAddress, resourceMessage } from "../support/apid.ts";
+import { encodeAddress, encodePlatformMetadata, resourceMessage } from "../support/apid.ts";
 import { type FakeAddress, platformMetadata } from "../support/fixtures.ts";
 
 const BOUND = PEER_LIMITS.talos_addresses.value;
@@ -183,6 +183,55 @@ describe("WatchSession and talos_addresses", () => {
     expect(record.size).toBe(BOUND);
     expect(host.refused).toBe(0);
     session.close();
+  });
+
+  test("a list watch refusing a response for a string bound is cut and bootstraps again; a singleton watch goes on", async () => {
+    const host = new FakeHost();
+    const { record, events, handler } = recordingHandler();
+    const session = new WatchSession(host, "10.0.0.5", "addresses", undefined, handler);
+    session.start();
+    await until(() => host.opened === 1, "the subscribe");
+    session.onMessage(created(range(0, 0, 3), true));
+    const long = { ...addr(0, 9), linkName: "x".repeat(PEER_LIMITS.talos_address_length.value + 1) };
+    session.onMessage(created([long]));
+    expect(events.at(-1)).toMatchObject({ type: "errored", limit: "talos_address_length" });
+    expect(record.size).toBe(0);
+    expect(host.rejections.get({ peer: "talos", limit: "talos_address_length" })).toBe(1);
+    await until(() => host.opened === 2, "the resubscribe");
+    session.onMessage(created(range(0, 0, 2), true));
+    expect(record.size).toBe(2);
+    session.close();
+
+    const metadata: string[] = [];
+    const single = new WatchSession(host, "10.0.0.5", "platformmetadata", "platformmetadata", {
+      onEvent: (ev) => metadata.push(ev.type === "errored" ? `errored ${ev.limit}` : ev.type),
+      onEnd: () => {},
+    });
+    single.start();
+    await until(() => host.opened === 3, "the metadata watch");
+    const spec = (hostname: string) =>
+      WatchResponse.encode({
+        event: [
+          {
+            eventType: EventType.CREATED,
+            resource: resourceMessage(
+              {
+                namespace: "runtime",
+                type: "PlatformMetadatas.talos.dev",
+                id: "platformmetadata",
+                version: "1",
+                phase: "running",
+              },
+              { protoSpec: encodePlatformMetadata(platformMetadata({ hostname })).proto },
+            ),
+          },
+        ],
+      }).finish();
+    single.onMessage(spec("h".repeat(1 << 20)));
+    single.onMessage(spec("node-1"));
+    expect(metadata).toEqual(["errored talos_name_length", "created"]);
+    expect(host.opened).toBe(3);
+    single.close();
   });
 
   test("a watch without a record of its handler bounds its own", async () => {
