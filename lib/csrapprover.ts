@@ -5,8 +5,10 @@
 // decided as soon as its Node exists. A missing Node is waited for with backoff for a bounded time,
 // then the CSR is left Pending with a Warning Event. With a Talos API, the machine behind the Node's
 // IP must name itself as the requester before its addresses (and names) count; Talos being
-// unreachable is retried, never skipped. The cluster's Service and pod ranges (lib/csrnetworks.ts)
-// are read before the first decision. Only this file imports lib/csr.ts.
+// unreachable is retried, never skipped. Without Talos (CSR-only mode), the DNS SANs of a CSR that
+// passed every other check are looked up against the cluster's namespaces and Services
+// (lib/csrservices.ts), failures retried the same way. The cluster's Service and pod ranges
+// (lib/csrnetworks.ts) are read before the first decision. Only this file imports lib/csr.ts.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { type Handlers, Informer } from "./cache.ts";

@@ -10,7 +10,10 @@
 // `ipv4:port` or `[v6]:port`, the IP a Node is named by before its status has any address, and the
 // IPv4 another node's 6to4 address carries are denied in both modes too. What only Talos can tell (a
 // virtual IP, an address on kube-ipvs0, an IPv4-mapped prefix its NodeIPConfig excludes) is denied
-// with Talos. The process stays up through all of them.
+// with Talos. In CSR-only mode, DNS names a Pod resolves to a Service through its search path
+// (`vault`, `vault.vault`, `kube-dns.kube-system`) are denied as ServiceName by the namespaces and
+// Services that exist, while the node's plain hostname is approved; with Talos they are names Talos
+// does not report. The process stays up through all of them.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequestCondition } from "@kubernetes/client-node";
@@ -57,6 +60,12 @@ const EMBEDDING = [
 ];
 /** DNS names glibc's inet_aton, curl and browsers read as B's IPv4 10.31.0.2. */
 const DNS_SPELLINGS = ["169803778", "10.31.0.02", "10.31.2", "012.037.0.02", "0xa.0x1f.0.2", "0XA1F0002"];
+/** Names a Pod resolves to a Service through its DNS search path, each with the Service. */
+const SERVICE_NAMES = [
+  { dns: "vault", service: "vault/vault" },
+  { dns: "vault.vault", service: "vault/vault" },
+  { dns: "kube-dns.kube-system", service: "kube-system/kube-dns" },
+];
 
 /** Machine A as Talos reports it: every address the attacker's kubelet claims is really on it. */
 function machineA(): FakeNodeSpec {
@@ -150,10 +159,12 @@ beforeAll(async () => {
         type: "InternalIP",
         address,
       })),
-      ...["localhost", "thr-b.", "THR-B.lan", ...DNS_SPELLINGS].map((address) => ({
-        type: "InternalDNS",
-        address,
-      })),
+      ...["localhost", "thr-b.", "THR-B.lan", ...DNS_SPELLINGS, ...SERVICE_NAMES.map((n) => n.dns)].map(
+        (address) => ({
+          type: "InternalDNS",
+          address,
+        }),
+      ),
     ],
   });
   // Node B writes its IP with a leading zero and its DNS name in capitals; both are still its claims.
@@ -193,6 +204,23 @@ beforeAll(async () => {
       noAnnotation: true,
       heartbeatMs: 0,
       addresses: [],
+    });
+  }
+  // Namespace vault with Service vault, and the cluster DNS Service in kube-system.
+  await cluster.adminClient.create("/api/v1/namespaces", {
+    apiVersion: "v1",
+    kind: "Namespace",
+    metadata: { name: "vault" },
+  });
+  for (const [namespace, name, port] of [
+    ["vault", "vault", 8200],
+    ["kube-system", "kube-dns", 53],
+  ] as const) {
+    await cluster.adminClient.create(`/api/v1/namespaces/${namespace}/services`, {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { name, namespace },
+      spec: { ports: [{ port, protocol: "TCP" }] },
     });
   }
   // node-ipam's job in a cluster; here the admin gives A its pod range.
@@ -337,6 +365,19 @@ describe("with Talos, every SAN that does not identify the requesting machine al
       says: servesServiceCIDRv1(cluster.version) ? "ServiceCIDR kubernetes" : "Talos ControllerManagerConfig",
     }));
 
+  for (const n of SERVICE_NAMES) {
+    test(`the Service name ${n.dns} is denied as DNSNameNotReportedByTalos: Talos must know every name`, () =>
+      expectDenied(
+        dnsSan(
+          n.dns,
+          n.dns,
+          "DNSNameNotReportedByTalos",
+          `DNS SANs ${JSON.stringify(n.dns)}`,
+          "Talos does not know",
+        ),
+      ));
+  }
+
   test("the machine's own address is still approved", async () => {
     const csr = await a.submitServingCSR({ dns: ["thr-a"], ips: [IP.a] });
     expect(await decided(csr.metadata?.name as string)).toMatchObject({ type: "Approved" });
@@ -373,6 +414,24 @@ describe("in CSR-only mode the same rules apply, with the Nodes and the cluster 
       type: "Approved",
       message: expect.stringContaining("checked against the Nodes only"),
     });
+  });
+
+  for (const n of SERVICE_NAMES) {
+    test(`${n.dns}, which a Pod resolves to Service ${n.service}, is denied as ServiceName with an Event`, () =>
+      expectDenied(
+        dnsSan(
+          n.dns,
+          n.dns,
+          "ServiceName",
+          `DNS SAN ${JSON.stringify(n.dns)}`,
+          `resolves to Service ${n.service} through a Pod's search path`,
+        ),
+      ));
+  }
+
+  test("the node's plain hostname, which no Service has, is approved", async () => {
+    const csr = await a.submitServingCSR({ dns: ["thr-a"], ips: [IP.a] });
+    expect(await decided(csr.metadata?.name as string)).toMatchObject({ type: "Approved" });
   });
 
   test("the process stays up through every denial", () => {

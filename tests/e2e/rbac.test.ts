@@ -35,6 +35,13 @@ const NAMESPACE = "kube-system";
 const SA_USER = `system:serviceaccount:${NAMESPACE}:${APP_NAME}`;
 const ALL: ControllerName[] = Object.values(Controllers);
 const NO_IP_NODE = "no-node-ip";
+/** A node whose CSR names a DNS name of two labels: CSR-only mode looks up its namespace and Services. */
+const CSR_ONLY_NODE = "csr-only";
+const CSR_ONLY_DNS = [CSR_ONLY_NODE, `${CSR_ONLY_NODE}.example`];
+/** Grants only CSR-only mode (no talosconfig) uses: node-csr-approval's Service-name lookups. */
+const CSR_ONLY_GRANTS = ["namespaces get", "services list"];
+const csrOnlyGrant = (r: Pick<Refusal, "resource" | "verb">) =>
+  CSR_ONLY_GRANTS.includes(`${r.resource} ${r.verb}`);
 const SHUTDOWN_TAINT = { key: "node.cloudprovider.kubernetes.io/shutdown", effect: "NoSchedule" };
 const pkgVersion = (
   JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "package.json"), "utf8")) as { version: string }
@@ -147,6 +154,7 @@ let talosconfig: string;
 let cloudConfig: string;
 let promToken: string;
 let aws: SimulatedKubelet;
+let csrOnlyNode: SimulatedKubelet;
 const spots: SimulatedKubelet[] = [];
 const kubelets: SimulatedKubelet[] = [];
 const running = new Set<CcmProcess>();
@@ -185,6 +193,19 @@ beforeAll(async () => {
     heartbeatMs: 0,
   });
   kubelets.push(k);
+  // Registered without the uninitialized taint: only CSR-only mode's node-csr-approval works on it.
+  csrOnlyNode = await SimulatedKubelet.register(cluster, {
+    name: CSR_ONLY_NODE,
+    ips: ["10.77.0.1"],
+    external: false,
+    addresses: [
+      { type: "InternalIP", address: "10.77.0.1" },
+      { type: "Hostname", address: CSR_ONLY_NODE },
+      { type: "InternalDNS", address: `${CSR_ONLY_NODE}.example` },
+    ],
+    heartbeatMs: 0,
+  });
+  kubelets.push(csrOnlyNode);
 });
 
 afterAll(async () => {
@@ -267,8 +288,12 @@ function daemonSetArgs(objects: readonly KubeObject[], securePort: number): stri
   ];
 }
 
-async function startCcm(securePort: number): Promise<CcmProcess> {
-  const p = new CcmProcess(daemonSetArgs(printed, securePort), { env: { TALOSCONFIG: talosconfig } });
+/** The CCM with the DaemonSet's arguments; `csrOnly`: node-csr-approval alone, without a talosconfig. */
+async function startCcm(securePort: number, csrOnly = false): Promise<CcmProcess> {
+  const args = daemonSetArgs(printed, securePort).map((a) =>
+    csrOnly && a.startsWith("--controllers=") ? "--controllers=node-csr-approval" : a,
+  );
+  const p = new CcmProcess(args, { env: csrOnly ? {} : { TALOSCONFIG: talosconfig } });
   running.add(p);
   return p;
 }
@@ -455,6 +480,35 @@ describe("RBAC with the deploy ServiceAccount", () => {
     }
     expect(await stopCcm(ccm, "SIGTERM")).toBe(0);
   }, 240_000);
+
+  test("node-csr-approval in CSR-only mode looks up namespaces and Services with no 403", async () => {
+    await deleteLease();
+    const since = Date.now();
+    const ccm = await startCcm(await freePort(), true);
+    let csrName = "";
+    try {
+      await ccm.waitForLog(/Approving kubelet serving CSRs/, 30_000);
+      expect(ccm.output).toContain("CSR-only mode");
+      const csr = await csrOnlyNode.submitServingCSR({ dns: CSR_ONLY_DNS });
+      csrName = csr.metadata?.name as string;
+      await waitFor(
+        () => csrApproved(csrName),
+        30_000,
+        () => `CSR not approved:\n${ccm.output.slice(-3000)}`,
+      );
+      const seen = audited(since);
+      expect(seen.filter((e) => e.responseStatus?.code === 403).map(describeRequest)).toEqual([]);
+      // Namespace `example` does not exist: its GET answers 404, which RBAC allowed.
+      for (const grant of CSR_ONLY_GRANTS) {
+        const used = seen.some(
+          (e) => `${e.objectRef?.resource} ${e.verb}` === grant && (e.responseStatus?.code ?? 0) !== 403,
+        );
+        expect({ grant, used }).toEqual({ grant, used: true });
+      }
+    } finally {
+      expect(await stopCcm(ccm, "SIGTERM")).toBe(0);
+    }
+  }, 120_000);
 });
 
 /** The checks of the run with every permission: each controller's results, and no refusal anywhere. */
@@ -537,7 +591,8 @@ async function everyControllerWorks(ccm: CcmProcess, port: number, since: number
   // API this server version does not serve is never asked for at all (not even refused or 404).
   const used = audited(since).filter((e) => (e.responseStatus?.code ?? 0) < 400);
   for (const s of scenarios) {
-    const want = !unservedHere(s);
+    // CSR-only mode's grants are used in their own run (below).
+    const want = !unservedHere(s) && !csrOnlyGrant(s.refusal);
     expect({ grant: s.title, used: used.some((e) => matches(e, s.refusal)) }).toEqual({
       grant: s.title,
       used: want,
@@ -600,10 +655,13 @@ describe("RBAC is exactly enough: without any one verb, the CCM is refused what 
         PATCH.merge,
       );
       await spots[scenarios.indexOf(s) + 1]?.goNotReady();
+      // CSR-only mode's grants: the CCM without Talos, and a CSR whose DNS names need them.
+      const csrOnly = csrOnlyGrant(s.refusal);
+      const csrOnlyCsr = csrOnly ? await csrOnlyNode.submitServingCSR({ dns: CSR_ONLY_DNS }) : undefined;
 
       const since = Date.now();
       const port = await freePort();
-      const ccm = await startCcm(port);
+      const ccm = await startCcm(port, csrOnly);
       const work = background(port);
       try {
         if (unservedHere(s)) {
@@ -642,6 +700,11 @@ describe("RBAC is exactly enough: without any one verb, the CCM is refused what 
       } finally {
         work.abort();
         await stopCcm(ccm, "SIGKILL");
+        // Left Pending by the refusal: no later scenario's CCM should work on it.
+        if (csrOnlyCsr)
+          await cluster.adminClient.delete(
+            `/apis/certificates.k8s.io/v1/certificatesigningrequests/${csrOnlyCsr.metadata?.name}`,
+          );
       }
     },
     120_000,
