@@ -1235,6 +1235,7 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
   progress(
     `CCM leading and idle: RSS ${(before.rssBytes / MiB).toFixed(1)} MiB; hostile peer ${kind} starts`,
   );
+  const benchCpu0 = process.cpuUsage();
   await peer.start();
 
   const honest = specs.slice(0, n - 1);
@@ -1278,8 +1279,13 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
   );
   const samples = await latency.run(apid, honest, args.latencyChanges, args.latencySeconds * 1000, 30_000);
   peer.stop();
+  const benchCpu = process.cpuUsage(benchCpu0);
   sampler.sample();
   const end = procSample(ccm.pid);
+  notes.push(
+    `the bench process (kubelets, watches, fake apid, hostile peer) used ${((benchCpu.user + benchCpu.system) / 1e6).toFixed(2)} s ` +
+      `of CPU from the peer's start to the end of the latency window`,
+  );
   if (ccm.exitCode !== null) notes.push(`the CCM exited (${ccm.exitCode}) during the run`);
   await stopCcm(ccm);
   if (args.ccmLog) await Bun.write(args.ccmLog, ccm.output);
@@ -1289,7 +1295,7 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
     `event-to-patch: p50 ${lat.latency_p50_ms?.toFixed(0)} ms, p99 ${lat.latency_p99_ms?.toFixed(0)} ms, ` +
       `${lat.latency_missing}/${lat.latency_samples} never seen; ${peer.describe()}`,
   );
-  await hostileNotes(e, peer, hostile.name, notes);
+  await hostileNotes(e, peer, notes);
   const writes = cluster
     .auditEvents()
     .slice(audit0)
@@ -1313,7 +1319,7 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
 }
 
 /** What the peer did, the errors it met, and the Events the CCM recorded, by type and reason. */
-async function hostileNotes(e: Env, peer: HostilePeer, hostileName: string, notes: string[]): Promise<void> {
+async function hostileNotes(e: Env, peer: HostilePeer, notes: string[]): Promise<void> {
   notes.push(`hostile peer: ${peer.describe()}`);
   if (peer.errors.count > 0)
     notes.push(`hostile peer: ${peer.errors.count} of its requests failed, e.g. ${peer.errors.first}`);
@@ -1321,10 +1327,10 @@ async function hostileNotes(e: Env, peer: HostilePeer, hostileName: string, note
     items: { reason?: string; type?: string; regarding?: { name?: string } }[];
   }>("/apis/events.k8s.io/v1/events");
   const about = (mine: boolean) =>
-    recorded.items.filter((ev) => (ev.regarding?.name === hostileName) === mine);
+    recorded.items.filter((ev) => peer.names.has(ev.regarding?.name ?? "") === mine);
   const by = (ev: { reason?: string; type?: string }) => `${ev.type} ${ev.reason}`;
-  notes.push(`events about the hostile peer's node: ${countBy(about(true), by) || "none"}`);
-  notes.push(`events about the honest nodes: ${countBy(about(false), by) || "none"}`);
+  notes.push(`events about the hostile peer's Node and CSRs: ${countBy(about(true), by) || "none"}`);
+  notes.push(`events about the honest nodes and CSRs: ${countBy(about(false), by) || "none"}`);
 }
 
 /** One blast-radius run of `kind` on a fresh test bed, which is stopped again before it returns. */

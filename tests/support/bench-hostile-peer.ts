@@ -128,6 +128,8 @@ export interface HostilePeer {
   readonly errors: { count: number; first?: string };
   /** One line saying what it does, for the run's notes. */
   describe(): string;
+  /** The names of what it made: its Node and its CSRs (to tell the Events about it from the others'). */
+  readonly names: ReadonlySet<string>;
 }
 
 /** The peer of `kind`. */
@@ -143,6 +145,7 @@ class Peer implements HostilePeer {
   #csrs: string[] = [];
   #csrSans: number[] = [];
   #nodeBytes = 0;
+  readonly names = new Set<string>();
 
   constructor(
     readonly kind: HostileKind,
@@ -170,7 +173,7 @@ class Peer implements HostilePeer {
     const { cluster, spec, connection } = this.ctx;
     const big = this.kind === "big-node";
     const labels = big ? bigNodeLabels(BIG_NODE_LABELS) : {};
-    if (big) this.#nodeBytes = JSON.stringify(labels).length;
+    this.names.add(spec.name);
     this.#kubelet = await SimulatedKubelet.register(cluster, {
       name: spec.name,
       ips: spec.nodeIPs,
@@ -180,6 +183,7 @@ class Peer implements HostilePeer {
       labels,
       heartbeatWithoutAddresses: true,
     });
+    if (big) this.#nodeBytes = JSON.stringify(await this.#kubelet.node()).length;
     if (this.kind === "address-flood") this.#every(20, () => this.#flood());
     else if (this.kind === "flap") this.#every(1000 / FLAP_PER_SECOND, () => this.#flap());
     else if (this.kind === "csr-max") this.#every(1000 / CSR_PER_SECOND, () => this.#fileCsr());
@@ -207,7 +211,10 @@ class Peer implements HostilePeer {
           `${this.ctx.spec.addresses.length} addresses and ${PEER_LIMITS.talos_list_entries.value} subnets per NodeIPConfig list`
         );
       case "big-node":
-        return `${name}: ${BIG_NODE_LABELS} labels (${(this.#nodeBytes / 1024).toFixed(0)} KiB of JSON), ${this.actions} status heartbeats (every ${BIG_NODE_HEARTBEAT_MS} ms)`;
+        return (
+          `${name}: ${BIG_NODE_LABELS} labels, the Node ${(this.#nodeBytes / 1024).toFixed(0)} KiB of JSON as read ` +
+          `(managed fields included), ${this.actions} status heartbeats (every ${BIG_NODE_HEARTBEAT_MS} ms)`
+        );
     }
   }
 
@@ -252,7 +259,8 @@ class Peer implements HostilePeer {
   async #fileCsr(): Promise<void> {
     const request = this.#csrs[this.actions % this.#csrs.length] as string;
     this.actions++;
-    await this.#kubelet?.submitServingCSR({ request });
+    const made = await this.#kubelet?.submitServingCSR({ request });
+    if (made?.metadata?.name) this.names.add(made.metadata.name);
   }
 
   async #heartbeat(): Promise<void> {
