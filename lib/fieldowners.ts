@@ -74,13 +74,19 @@ function pick(have: string | undefined, next: string, self: string): string {
   return have === undefined || have === self ? next : have;
 }
 
-/** Sets `owner` on each key of `set` (FieldsV1 `f:<key>` members) in `into`, as {@link pick} says. */
-function ownKeys(set: Fields, owner: string, self: string, into: Record<string, string>): void {
-  for (const k of Object.keys(set)) {
+/**
+ * Sets `owner` on each key of `set` (FieldsV1 `f:<key>` members) in `into`, as {@link pick} says.
+ * @returns the characters those entries take at least in the summary's JSON (its key's length).
+ */
+function ownKeys(set: Fields, owner: string, self: string, into: Record<string, string>): number {
+  let chars = 0;
+  for (const k in set) {
     if (!k.startsWith("f:")) continue;
     const key = k.slice(2);
     into[key] = pick(own(into, key), owner, self);
+    chars += key.length + owner.length + 6;
   }
+  return chars;
 }
 
 /** The address type of a FieldsV1 map-list member `k:{"type":"InternalIP"}`, if it is one. */
@@ -108,6 +114,8 @@ export function fieldOwners(
 ): FieldOwners | undefined {
   if (!Array.isArray(entries) || entries.length === 0) return undefined;
   const out: FieldOwners = {};
+  // A lower bound of the summary's JSON length: past the pool's bound it is not serialised at all.
+  let chars = 0;
   for (const e of entries) {
     if (typeof e?.manager !== "string" || (e.fieldsType ?? "FieldsV1") !== "FieldsV1") continue;
     const manager = intern(e.manager);
@@ -115,12 +123,12 @@ export function fieldOwners(
     const labels = child(meta, "f:labels");
     if (labels) {
       out.labels ??= dict();
-      ownKeys(labels, manager, self, out.labels);
+      chars += ownKeys(labels, manager, self, out.labels);
     }
     const annotations = child(meta, "f:annotations");
     if (annotations) {
       out.annotations ??= dict();
-      ownKeys(annotations, manager, self, out.annotations);
+      chars += ownKeys(annotations, manager, self, out.annotations);
     }
     const spec = child(e.fieldsV1, "f:spec");
     if (child(spec, "f:providerID")) out.providerID = pick(out.providerID, manager, self);
@@ -133,7 +141,8 @@ export function fieldOwners(
       out.addresses[type] = pick(own(out.addresses, type), manager, self);
     }
   }
-  return Object.keys(out).length > 0 ? summaries.share(JSON.stringify(out), out) : undefined;
+  if (Object.keys(out).length === 0) return undefined;
+  return chars > summaries.maxKeyLength ? out : summaries.share(JSON.stringify(out), out);
 }
 
 /** The fields {@link conflictingWrites} reports, as the `field` label and Events name them. */

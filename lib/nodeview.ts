@@ -238,7 +238,11 @@ export function leanNode(raw: unknown, strings: StringPool = nodeStrings, prev?:
   };
   if (overLimit) lean.metadata.overLimit = overLimit;
   if (md.deletionTimestamp) lean.metadata.deletionTimestamp = String(md.deletionTimestamp);
-  const owners = fieldOwners(md.managedFields as ManagedFieldsEntry[] | undefined, FIELD_MANAGER);
+  // Only cloud-node reads the owners, to notice another writer: it does not reconcile a Node over a
+  // bound, whose managedFields are then not walked at every heartbeat.
+  const owners = overLimit
+    ? undefined
+    : fieldOwners(md.managedFields as ManagedFieldsEntry[] | undefined, FIELD_MANAGER);
   if (owners) lean.metadata.owners = owners;
   if (n.spec?.providerID) lean.spec.providerID = n.spec.providerID;
   if (n.spec?.podCIDR) lean.spec.podCIDR = n.spec.podCIDR;

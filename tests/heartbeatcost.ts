@@ -32,8 +32,31 @@ for (let i = 0; i < labelCount; i++)
   labels[`example.com/label-key-${String(i).padStart(6, "0")}`] = `value-${i}-${"x".repeat(130)}`;
 const annotations: Record<string, string> = {};
 for (let i = 0; i < 400; i++) annotations[`example.com/annotation-${i}`] = "y".repeat(500);
+/** managedFields as the API server records them: who wrote each label and annotation, and the status. */
+const managedFields = (rv: number) => [
+  {
+    manager: "labeller",
+    operation: "Update",
+    time: "2026-01-01T00:00:00Z",
+    fieldsType: "FieldsV1",
+    fieldsV1: {
+      "f:metadata": {
+        "f:labels": Object.fromEntries(Object.keys(labels).map((k) => [`f:${k}`, {}])),
+        "f:annotations": Object.fromEntries(Object.keys(annotations).map((k) => [`f:${k}`, {}])),
+      },
+    },
+  },
+  {
+    manager: "kubelet",
+    operation: "Update",
+    subresource: "status",
+    time: new Date(rv * 1000).toISOString(),
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:status": { "f:conditions": {}, "f:addresses": { 'k:{"type":"InternalIP"}': {} } } },
+  },
+];
 const raw = (rv: number) => ({
-  metadata: { name: "big", uid: "u", resourceVersion: String(rv), labels, annotations },
+  metadata: { name: "big", uid: "u", resourceVersion: String(rv), labels, annotations, managedFields: managedFields(rv) },
   spec: { providerID: "talos://metal/10.0.0.5", taints: [] },
   status: {
     addresses: [
