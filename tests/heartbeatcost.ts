@@ -56,7 +56,14 @@ const managedFields = (rv: number) => [
   },
 ];
 const raw = (rv: number) => ({
-  metadata: { name: "big", uid: "u", resourceVersion: String(rv), labels, annotations, managedFields: managedFields(rv) },
+  metadata: {
+    name: "big",
+    uid: "u",
+    resourceVersion: String(rv),
+    labels,
+    annotations,
+    managedFields: managedFields(rv),
+  },
   spec: { providerID: "talos://metal/10.0.0.5", taints: [] },
   status: {
     addresses: [
