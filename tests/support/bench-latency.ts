@@ -44,8 +44,13 @@ export class PatchLatency {
   /** One per change: ms until its Node showed it, or null while (or if never) seen. */
   readonly samples: (number | null)[] = [];
 
-  constructor(cluster: TestCluster) {
-    this.informer = new Informer(cluster.adminClient, { path: "/api/v1/nodes", transform: seenNode });
+  /** @param fieldSelector leaves Nodes out of the watch, e.g. `metadata.name!=<the hostile peer's>`. */
+  constructor(cluster: TestCluster, fieldSelector?: string) {
+    this.informer = new Informer(cluster.adminClient, {
+      path: "/api/v1/nodes",
+      transform: seenNode,
+      ...(fieldSelector === undefined ? {} : { fieldSelector }),
+    });
     const see = (n: SeenNode) => {
       const p = this.#pending.get(n.metadata.name);
       if (!p || !n.ips.includes(p.ip)) return;
@@ -60,8 +65,8 @@ export class PatchLatency {
     await this.informer.waitForSync();
   }
 
-  stop(): void {
-    this.informer.stop();
+  stop(): Promise<void> {
+    return this.informer.stop();
   }
 
   /** Changes not seen yet. */
