@@ -108,10 +108,13 @@ async function expectAlive(): Promise<void> {
   expect(res.status).toBe(200);
 }
 
-/** Gives a node a new public address in Talos and waits for it on the Node: its watch works. */
+/**
+ * Gives a node a new public address in Talos (in place of the one an earlier call gave it: the Node
+ * lists one public IPv4) and waits for it on the Node: its facts follow its Talos.
+ */
 async function expectFollowed(spec: FakeNodeSpec, address: string, timeoutMs = 15_000): Promise<void> {
   const ip = spec.nodeIPs[0] as string;
-  const current = apid.node(ip)?.addresses ?? spec.addresses;
+  const current = (apid.node(ip)?.addresses ?? spec.addresses).filter((a) => a.linkName !== "eth2");
   apid.updateNode(ip, {
     addresses: [
       ...current,
