@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Registry } from "../../lib/metrics.ts";
+import { PEER_LIMITS } from "../../lib/peerlimits.ts";
 import {
   type CallOptions,
   TalosClient,
@@ -267,7 +268,7 @@ describe("calls", () => {
     ).toBe(0);
   });
 
-  test("a 10,000-resource List comes back whole", async () => {
+  test("a List at the per-machine bound comes back whole; 10,000 addresses are refused (issue 40)", async () => {
     await withFakeApid({}, async (own) => {
       const addresses: FakeAddress[] = [];
       for (let i = 0; i < 10_000; i++) {
@@ -276,11 +277,16 @@ describe("calls", () => {
           normalizeAddress("big", { address: `${ip}/8`, linkName: `eth${i % 4}`, linkIndex: 2 + (i % 4) }),
         );
       }
-      own.addNode({ ...loadFixture("nocloud"), addresses });
+      const bound = PEER_LIMITS.talos_addresses.value;
+      own.addNode({ ...loadFixture("nocloud"), addresses: addresses.slice(0, bound) });
       const { client } = await clientFor(own);
       const got = await client.addresses("192.168.10.21");
-      expect(got.length).toBe(10_000);
-      expect(got.map((a) => a.id)).toEqual(cosiOrder(addresses, (a) => a.id).map((a) => a.id));
+      expect(got.length).toBe(bound);
+      expect(got.map((a) => a.id)).toEqual(
+        cosiOrder(addresses.slice(0, bound), (a) => a.id).map((a) => a.id),
+      );
+      own.updateNode("192.168.10.21", { addresses });
+      await expect(client.addresses("192.168.10.21")).rejects.toThrow(`over the bound of ${bound}`);
     });
   });
   test("a 5 MiB resource passes the raised receive limit (grpc-js stops at 4 MiB by default)", async () => {
