@@ -350,6 +350,9 @@ function notOwnLink(
  * @param addresses the machine's addresses as `ip/prefix`, read by `prefixReadings()` (an
  *   IPv4-mapped `::ffff:10.0.0.5/120` is the subnet 10.0.0.0/24)
  * @returns the subnet, e.g. `10.0.0.0/24`, or undefined
+ * One IP against every address, each read in every spelling: a decision over several IPs indexes the
+ * addresses once instead (`SubnetEdges` of lib/csrindex.ts), so that its cost is linear in IPs plus
+ * addresses; this is the reference its tests compare against.
  */
 export function subnetEdgeOf(ip: IPAddress, addresses: readonly string[]): string | undefined {
   const a = unmapIPv4(ip);
@@ -368,6 +371,8 @@ export function subnetEdgeOf(ip: IPAddress, addresses: readonly string[]): strin
  * single IP (`10.0.0.100`), as Talos' NodeIPConfig writes virtual IPs, read by `prefixReadings()`
  * (an IPv4-mapped `::ffff:10.0.0.0/104` holds 10.0.0.0/8); entries that are neither are skipped.
  * @example entryHolding(parseIP("10.0.0.100"), ["10.244.0.0/16", "10.0.0.100"]) // "10.0.0.100"
+ * One IP against every entry: a decision over several IPs indexes the entries once instead
+ * (`EntryIndex` of lib/csrindex.ts); this is the reference its tests compare against.
  */
 export function entryHolding(ip: IPAddress, entries: readonly string[]): string | undefined {
   const a = unmapIPv4(ip);
