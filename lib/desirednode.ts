@@ -16,6 +16,7 @@
 import type { V1Taint } from "@kubernetes/client-node";
 import { type AddressDecision, decideAddresses } from "./addresses.ts";
 import type { CompiledConfig } from "./config.ts";
+import { dict, own } from "./dict.ts";
 import { namesInstances, PLATFORMS_NAMING_INSTANCES, type PlatformSource } from "./instanceid.ts";
 import { sameList } from "./lists.ts";
 import {
@@ -224,7 +225,7 @@ export function decideProviderID(input: ProviderIDInput): ProviderIDDecision {
   if (nodeProviderID !== "") return { action: "keep" };
   if (after !== "" && after !== before) return { action: "write", providerID: after, from: "rule" };
   if (namesInstances(talos.platform) && (talos.instanceId === "" || talos.providerId === "")) {
-    const expected = (PLATFORMS_NAMING_INSTANCES[talos.platform] as PlatformSource).providerID;
+    const expected = (own(PLATFORMS_NAMING_INSTANCES, talos.platform) as PlatformSource).providerID;
     return {
       action: "wait",
       platform: talos.platform,
@@ -310,8 +311,8 @@ function desiredNode(
   const initializing = isUninitialized(node);
   const meta = result.platformMetadata;
   const want: DesiredNode = {
-    labels: { ...node.metadata.labels },
-    annotations: { ...node.metadata.annotations },
+    labels: Object.assign(dict<string>(), node.metadata.labels),
+    annotations: Object.assign(dict<string>(), node.metadata.annotations),
     taints: node.spec.taints.filter((t) => t.key !== UNINITIALIZED_TAINT),
     addresses,
   };
@@ -464,9 +465,9 @@ function planMap(
   failed: Set<string>,
   options: PlanOptions,
 ): { set: Record<string, string>; remove: string[]; recorded: string[] } {
-  const set: Record<string, string> = {};
+  const set = dict<string>();
   const remove: string[] = [];
-  for (const [k, val] of Object.entries(want)) if (have[k] !== val) set[k] = val;
+  for (const [k, val] of Object.entries(want)) if (own(have, k) !== val) set[k] = val;
   const recorded = new Set(Object.keys(want));
   for (const k of previous) {
     if (recorded.has(k)) continue;
@@ -552,7 +553,7 @@ function diffMap(
   want: Readonly<Record<string, string>>,
   ops: JsonPatchOp[],
 ): void {
-  const set = Object.entries(want).filter(([k, v]) => have[k] !== v);
+  const set = Object.entries(want).filter(([k, v]) => own(have, k) !== v);
   const remove = Object.keys(have).filter((k) => !Object.hasOwn(want, k));
   if (Object.keys(have).length === 0) {
     // The map is absent on the server: add it whole, unless someone added it meanwhile.

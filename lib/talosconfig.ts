@@ -10,6 +10,7 @@ import { isIP } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
+import { own } from "./dict.ts";
 import { TalosConfigError } from "./taloserrors.ts";
 
 /** apid's port; endpoints without one get it (`https://host` without a port gets 443). */
@@ -172,7 +173,7 @@ export function parseTalosConfig(text: string, path: string, endpointsOverride?:
   const names = Object.keys(contexts);
   let name = typeof current === "string" ? current : "";
   if (!name && names.length === 1) name = names[0] as string;
-  const ctx = (contexts as Record<string, unknown>)[name];
+  const ctx = own(contexts as Record<string, unknown>, name);
   if (!name || typeof ctx !== "object" || ctx === null) {
     throw broken(`context "${name}" not found (contexts: ${names.join(", ") || "none"})`);
   }

@@ -52,6 +52,8 @@ const CORES = [
   "nodeview.ts",
   "peerlimits.ts",
   "dict.ts",
+  "talosbounds.ts",
+  "writebudget.ts",
   "pkcs10.ts",
   "re2classes.ts",
   "re2js.ts",
