@@ -527,12 +527,18 @@ class Completion {
   }
 
   /** Waits until `target` objects are done; returns the moment it happened, or undefined on timeout. */
-  async waitFor(target: number, timeoutMs: number, what: string): Promise<number | undefined> {
+  /** @param gone stops the wait early when it returns true (e.g. the CCM exited). */
+  async waitFor(
+    target: number,
+    timeoutMs: number,
+    what: string,
+    gone: () => boolean = () => false,
+  ): Promise<number | undefined> {
     this.target = target;
     if (this.done.size >= target) this.reachedAt ??= performance.now();
     const deadline = performance.now() + timeoutMs;
     let lastReport = performance.now();
-    while (this.reachedAt === undefined && performance.now() < deadline) {
+    while (this.reachedAt === undefined && performance.now() < deadline && !gone()) {
       await Bun.sleep(50);
       if (performance.now() - lastReport > 10_000) {
         lastReport = performance.now();
@@ -1265,7 +1271,8 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
       connection: conns[i] as KubeConnection,
     });
   });
-  const initAt = await nodes.waitFor(n - 1, args.timeoutSeconds * 1000, "initialized");
+  const gone = () => ccm.exitCode !== null;
+  const initAt = await nodes.waitFor(n - 1, args.timeoutSeconds * 1000, "initialized", gone);
   await nodes.informer.stop(); // the watches the bench keeps are its own load: only the next phase's
   const init_s = initAt === undefined ? null : (initAt - t0) / 1000;
   if (initAt === undefined)
@@ -1277,7 +1284,7 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
   await pool(kubelets, args.concurrency, async (k, i) => {
     await k.submitServingCSR({ request: csrs[i] as string });
   });
-  const approvedAt = await approvals.waitFor(n - 1, args.timeoutSeconds * 1000, "approved");
+  const approvedAt = await approvals.waitFor(n - 1, args.timeoutSeconds * 1000, "approved", gone);
   await approvals.informer.stop();
   const csr_s = approvedAt === undefined ? null : (approvedAt - t1) / 1000;
   if (approvedAt === undefined) notes.push(`csr_s: timed out with ${approvals.done.size}/${n - 1} approved`);
@@ -1290,16 +1297,21 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
   progress(
     `timing ${args.latencyChanges} Talos address changes of honest machines over ${args.latencySeconds} s`,
   );
-  const samples = await latency.run(apid, honest, args.latencyChanges, args.latencySeconds * 1000, 30_000);
+  const samples = gone()
+    ? Array<null>(args.latencyChanges).fill(null)
+    : await latency.run(apid, honest, args.latencyChanges, args.latencySeconds * 1000, 30_000);
   peer.stop();
   const benchCpu = process.cpuUsage(benchCpu0);
   sampler.sample();
-  const end = procSample(ccm.pid);
+  const end = gone() ? undefined : procSample(ccm.pid);
   notes.push(
     `the bench process (kubelets, watches, fake apid, hostile peer) used ${((benchCpu.user + benchCpu.system) / 1e6).toFixed(2)} s ` +
       `of CPU from the peer's start to the end of the latency window`,
   );
-  if (ccm.exitCode !== null) notes.push(`the CCM exited (${ccm.exitCode}) during the run`);
+  if (gone())
+    notes.push(
+      `the CCM exited (${ccm.exitCode}) during the run; its last output:\n${ccm.output.trimEnd().split("\n").slice(-15).join("\n")}`,
+    );
   await stopCcm(ccm);
   if (args.ccmLog) await Bun.write(args.ccmLog, ccm.output);
 
@@ -1324,8 +1336,8 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
     init_s,
     csr_s,
     ...lat,
-    rss_mb: Math.max(end.hwmBytes, sampler.maxBytes) / MiB,
-    cpu_s: end.cpuSeconds - before.cpuSeconds,
+    rss_mb: Math.max(end?.hwmBytes ?? 0, sampler.maxBytes) / MiB,
+    cpu_s: end ? end.cpuSeconds - before.cpuSeconds : null,
     hostile_actions: peer.actions,
     hostile_node_writes: writes,
   };
