@@ -7,13 +7,16 @@
 //     IPv4, so that the Node's addresses stay as they were), far past any bound;
 //   - flap: a public address on its eth0 appears and disappears FLAP_PER_SECOND times a second;
 //   - csr-max: its machine reports the most addresses and NodeIPConfig subnets the CCM accepts
-//     (PEER_LIMITS), and it files a CSR a second, alternately as many IP SANs as fit in the largest
-//     request the CCM reads (16 KiB) and exactly the SAN bound;
+//     (PEER_LIMITS), and once a second its kubelet writes all of them into its Node's status (the
+//     most addresses a Node may list; the CCM's policy looks at Talos only for IPs the Node lists)
+//     and files a CSR, alternately as many IP SANs as fit in the largest request the CCM reads
+//     (16 KiB) and exactly the SAN bound, so that each decision takes the longest path;
 //   - big-node: its Node has BIG_NODE_LABELS labels (~1 MiB with its managed fields) and it
 //     heartbeats its status every second;
 //   - none: a plain kubelet at the same place and moment, for the clean run.
 // The pure parts (the specs, labels and addresses it sends) are exported for the unit tests.
 
+import { PATCH } from "../../lib/kubeapi.ts";
 import type { KubeConnection } from "../../lib/kubeconfig.ts";
 import { PEER_LIMITS } from "../../lib/peerlimits.ts";
 import { MAX_REQUEST_BYTES } from "../../lib/pkcs10.ts";
@@ -144,6 +147,8 @@ class Peer implements HostilePeer {
   #kubelet?: SimulatedKubelet;
   #csrs: string[] = [];
   #csrSans: number[] = [];
+  /** csr-max: the status addresses its kubelet writes before each CSR. */
+  #statusAddresses: { type: string; address: string }[] = [];
   #nodeBytes = 0;
   readonly names = new Set<string>();
 
@@ -166,6 +171,7 @@ class Peer implements HostilePeer {
       ips: own.slice(0, PEER_LIMITS.csr_sans.value - 1),
     });
     this.#csrs = [fit.csr, bound.csr];
+    this.#statusAddresses = csrMaxStatusAddresses(spec.name, own);
     this.#csrSans = [fit.sans, PEER_LIMITS.csr_sans.value];
   }
 
@@ -206,7 +212,8 @@ class Peer implements HostilePeer {
         return `${name}'s public address ${FLAP_IP} appeared or disappeared ${this.actions} times (${FLAP_PER_SECOND}/s)`;
       case "csr-max":
         return (
-          `${name} filed ${this.actions} CSRs (${CSR_PER_SECOND}/s), alternately ${this.#csrSans.join(" and ")} SANs ` +
+          `${name} wrote ${this.#statusAddresses.length} status addresses and filed a CSR ${this.actions} times ` +
+          `(${CSR_PER_SECOND}/s), alternately ${this.#csrSans.join(" and ")} SANs ` +
           `(${this.#csrs.map((c) => c.length).join(" and ")} bytes of PEM), its machine reporting ` +
           `${this.ctx.spec.addresses.length} addresses and ${PEER_LIMITS.talos_list_entries.value} subnets per NodeIPConfig list`
         );
@@ -259,7 +266,15 @@ class Peer implements HostilePeer {
   async #fileCsr(): Promise<void> {
     const request = this.#csrs[this.actions % this.#csrs.length] as string;
     this.actions++;
-    const made = await this.#kubelet?.submitServingCSR({ request });
+    const kubelet = this.#kubelet;
+    if (!kubelet) return;
+    // A merge patch replaces the list whole (a strategic one merges by type, which repeats here).
+    await kubelet.client.patch(
+      `/api/v1/nodes/${kubelet.name}/status`,
+      { status: { addresses: this.#statusAddresses } },
+      PATCH.merge,
+    );
+    const made = await kubelet.submitServingCSR({ request });
     if (made?.metadata?.name) this.names.add(made.metadata.name);
   }
 
@@ -267,6 +282,21 @@ class Peer implements HostilePeer {
     this.actions++;
     await this.#kubelet?.heartbeat();
   }
+}
+
+/**
+ * The status addresses the csr-max kubelet writes: each of its machine's IPs as an InternalIP, then
+ * its Hostname, at most PEER_LIMITS.node_addresses in all.
+ */
+export function csrMaxStatusAddresses(
+  name: string,
+  ips: readonly string[],
+): { type: string; address: string }[] {
+  const max = PEER_LIMITS.node_addresses.value - 1;
+  return [
+    ...ips.slice(0, max).map((address) => ({ type: "InternalIP", address })),
+    { type: "Hostname", address: name },
+  ];
 }
 
 /**

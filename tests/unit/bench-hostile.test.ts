@@ -26,6 +26,7 @@ import {
   BIG_NODE_LABELS,
   benchIPv4,
   bigNodeLabels,
+  csrMaxStatusAddresses,
   eth0Address,
   FLAP_IP,
   floodAddress,
@@ -344,6 +345,18 @@ describe("the hostile peers' input", () => {
     expect(parsed.ipAddresses.slice(0, 1000)).toEqual(own);
     expect(new Set(parsed.ipAddresses).size).toBe(parsed.ipAddresses.length);
     expect(sans).toBeGreaterThan(4 * PEER_LIMITS.csr_sans.value);
+  });
+
+  test("csr-max's status addresses: its machine's IPs as InternalIPs and its Hostname, at the Node bound", () => {
+    const ips = Array.from({ length: 2000 }, (_, i) => `10.200.${i >> 8}.${i & 255}`);
+    const list = csrMaxStatusAddresses("node-00009", ips);
+    expect(list.length).toBe(PEER_LIMITS.node_addresses.value);
+    expect(list[0]).toEqual({ type: "InternalIP", address: "10.200.0.0" });
+    expect(list.at(-1)).toEqual({ type: "Hostname", address: "node-00009" });
+    expect(csrMaxStatusAddresses("n", ["10.0.0.1"])).toEqual([
+      { type: "InternalIP", address: "10.0.0.1" },
+      { type: "Hostname", address: "n" },
+    ]);
   });
 
   test("sampleIndexes: changes spread evenly over the honest machines", () => {
