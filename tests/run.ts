@@ -5,6 +5,8 @@
 // (tests/support/h2peer-bins.sh), actionlint (tests/support/actionlint.sh), the local OCI registry
 // and crane (tests/support/ociregistry-bins.sh) and promtool (tests/support/promtool-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
+// It builds only what the given test paths need (tests/support/testneeds.ts): the unit tests need
+// nothing (`npm test -- tests/unit`, or `npm run test:unit`, builds nothing).
 // Alone, it runs the Kubernetes support matrix (tests/support/kubematrix.ts): the whole suite on the
 // default version, then the core end-to-end flows on the oldest and the newest, each on its own
 // kube-apiserver, and the Talos client's conformance suite and the Talos flows again through Talos'
@@ -16,6 +18,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { CORE_FLOWS, DEFAULT_KUBE_VERSION, KUBE_MATRIX } from "./support/kubematrix.ts";
+import { type TestNeed, testNeeds } from "./support/testneeds.ts";
 
 const root = join(import.meta.dir, "..");
 const env: Record<string, string | undefined> = { ...process.env };
@@ -83,7 +86,11 @@ const phases: Array<{
   /** What the phase's line in the summary adds to the version. */
   label?: string;
 }> = [{ version: first, paths: args.length ? args : ["tests/"], env: {} }];
-Object.assign(env, testbed(first, env));
+const testFiles = [...new Bun.Glob("tests/**/*.test.ts").scanSync({ cwd: root })].map((f) =>
+  f.replaceAll("\\", "/"),
+);
+const needs = new Set<TestNeed>(testNeeds(args, testFiles, root));
+if (needs.has("testbed")) Object.assign(env, testbed(first, env));
 if (matrix) {
   phases.push({ version: first, paths: THROUGH_APID, env: { TALOS_SIM_APID: "1" }, label: "Talos' apid" });
   for (const row of KUBE_MATRIX.slice(1)) {
@@ -94,14 +101,26 @@ if (matrix) {
   }
 }
 
-// The clouds' own CCMs, run beside this one by tests/e2e/beside-*.test.ts (built from the shared
-// fixtures' release archives once per machine).
-if (!env.EXOSCALE_CCM || !env.OXIDE_CCM) {
+// The clouds' own CCMs, run beside this one by tests/e2e/beside-*.test.ts (built from their pinned
+// release archives, tests/support/pins.ts, once per machine). When an archive cannot be had (no
+// network, no mirror) the rest of the suite still runs: the beside tests fail, naming the archive,
+// its URL and how to provide it (CLOUD_CCM_BUILD_ERROR carries the reason to them).
+if (needs.has("cloudccm") && (!env.EXOSCALE_CCM || !env.OXIDE_CCM)) {
   const r = spawnSync(join(root, "tests/support/cloudccm-bins.sh"), {
     encoding: "utf8",
-    stdio: ["ignore", "pipe", "inherit"],
+    stdio: ["ignore", "pipe", "pipe"],
+    maxBuffer: 256 * 1024 * 1024,
+    env: { ...env, BUN: process.execPath },
   });
-  if (r.status !== 0) fail("cannot build the Exoscale and Oxide CCMs for the test bed (see above)");
+  process.stderr.write(r.stderr);
+  if (r.status !== 0) {
+    const reason = r.stderr
+      .split("\n")
+      .filter((l) => l.startsWith("archives.ts: ") || l.startsWith("cloudccm-bins.sh: "))
+      .join("; ");
+    env.CLOUD_CCM_BUILD_ERROR = reason || "tests/support/cloudccm-bins.sh failed (see its output above)";
+    console.error(`npm test: cannot build the Exoscale and Oxide CCMs; tests/e2e/beside-*.test.ts will fail`);
+  }
   for (const line of r.stdout.split("\n")) {
     const m = line.match(/^(EXOSCALE_CCM|OXIDE_CCM)=(.+)$/);
     if (m) env[m[1] as string] = m[2];
@@ -110,7 +129,7 @@ if (!env.EXOSCALE_CCM || !env.OXIDE_CCM) {
 
 // The hostile HTTP/2 peer of tests/e2e/h2-hostile.test.ts (frames written by Go's x/net/http2),
 // built from tests/support/h2peer once per machine.
-if (!env.H2PEER) {
+if (needs.has("h2peer") && !env.H2PEER) {
   const r = spawnSync(join(root, "tests/support/h2peer-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
@@ -120,9 +139,9 @@ if (!env.H2PEER) {
   if (m) env.H2PEER = m[1];
 }
 
-// actionlint, which tests/unit/release-workflow.test.ts runs on the release workflow and on broken
-// copies of it (built from its Go module once per machine by tests/support/actionlint.sh).
-if (!env.ACTIONLINT) {
+// actionlint, which tests/e2e/workflows-actionlint.test.ts runs on the workflows and on broken
+// copies of them (built from its Go module once per machine by tests/support/actionlint.sh).
+if (needs.has("actionlint") && !env.ACTIONLINT) {
   const r = spawnSync(join(root, "tests/support/actionlint.sh"), ["--print"], {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
@@ -134,7 +153,7 @@ if (!env.ACTIONLINT) {
 
 // The local OCI registry and crane of tests/e2e/release.test.ts (go-containerregistry's pkg/registry and
 // cmd/crane), built from tests/support/ociregistry once per machine.
-if (!env.OCI_REGISTRY || !env.CRANE) {
+if (needs.has("ociregistry") && (!env.OCI_REGISTRY || !env.CRANE)) {
   const r = spawnSync(join(root, "tests/support/ociregistry-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
@@ -149,7 +168,7 @@ if (!env.OCI_REGISTRY || !env.CRANE) {
 
 // Prometheus' promtool (cmd/promtool of github.com/prometheus/prometheus), which
 // tests/e2e/observability.test.ts runs on the chart's alert rules, built once per machine.
-if (!env.PROMTOOL) {
+if (needs.has("promtool") && !env.PROMTOOL) {
   const r = spawnSync(join(root, "tests/support/promtool-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
@@ -160,7 +179,7 @@ if (!env.PROMTOOL) {
 }
 
 const hostArch = process.arch === "arm64" ? "arm64" : "amd64";
-if (!env.CCM_BINARY) {
+if (needs.has("ccm") && !env.CCM_BINARY) {
   const r = spawnSync(process.execPath, [join(root, "build.ts"), `--target=${hostArch}`], {
     stdio: "inherit",
     env,

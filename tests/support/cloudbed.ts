@@ -117,7 +117,7 @@ export class CloudBed<F extends CloudFake> {
       if (sim.status === "rejected") throw sim.reason;
       if (fake.status === "rejected") throw fake.reason;
       const c = cluster.value;
-      await c.apply(cloudCcmRbac(cloud));
+      await c.apply(await cloudCcmRbac(cloud));
       const cloudKubeconfig = writeKubeconfig(
         join(dir, `${cloud}-ccm.kubeconfig`),
         await c.serviceAccountConnection("kube-system", opts.serviceAccount),

@@ -1,11 +1,14 @@
 // The clouds' own CCMs the "beside" tests run next to this one (tests/e2e/beside-*.test.ts): their
-// binaries, built by tests/support/cloudccm-bins.sh, and the RBAC objects their release archives in
-// the shared fixtures ship, so each runs as its own identity with the permissions it documents.
+// binaries, built by tests/support/cloudccm-bins.sh, and the RBAC objects their release archives
+// (pinned in tests/support/pins.ts, found and verified by tests/support/archives.ts) ship, so each
+// runs as its own identity with the permissions it documents.
 
-import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
+import { archiveSources, extractArchive } from "./archives.ts";
+import { ARCHIVE_PINS } from "./pins.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -16,19 +19,19 @@ export interface ManifestObject {
   metadata: { name: string; namespace?: string };
 }
 
-/** The release archives of the clouds' CCMs, as the shared fixtures hold them. */
+/** The clouds' CCMs: their binary's variable, their pinned archive and its RBAC manifest's path in it. */
 export const CLOUD_CCMS = {
   exoscale: {
     env: "EXOSCALE_CCM",
     name: "Exoscale CCM",
-    archive: "exoscale-ccm/exoscale-cloud-controller-manager-0.34.0.tar.gz",
-    rbac: "exoscale-cloud-controller-manager-0.34.0/docs/examples/cloud-controller-manager-rbac.yml",
+    pin: ARCHIVE_PINS["exoscale-ccm"],
+    rbac: "docs/examples/cloud-controller-manager-rbac.yml",
   },
   oxide: {
     env: "OXIDE_CCM",
     name: "Oxide CCM",
-    archive: "oxide-ccm/oxide-cloud-controller-manager-0.7.1.tar.gz",
-    rbac: "oxide-cloud-controller-manager-0.7.1/manifests/oxide-cloud-controller-manager.yaml",
+    pin: ARCHIVE_PINS["oxide-ccm"],
+    rbac: "manifests/oxide-cloud-controller-manager.yaml",
   },
 } as const;
 
@@ -42,30 +45,32 @@ export function cloudCcmBinary(cloud: Cloud): string {
   if (!bin || !existsSync(bin))
     throw new Error(
       `${env} not found${bin ? ` (${bin})` : ""}: run the suite with \`npm test\` (tests/support/cloudccm-bins.sh ` +
-        `builds the ${name} from the shared fixtures), or set ${env} to its binary`,
+        `builds the ${name} from its pinned archive, ${CLOUD_CCMS[cloud].pin.url}), or set ${env} to its binary` +
+        (process.env.CLOUD_CCM_BUILD_ERROR
+          ? `; npm test could not build it: ${process.env.CLOUD_CCM_BUILD_ERROR}`
+          : ""),
     );
   return bin;
 }
 
 /**
  * The ServiceAccounts, ClusterRoles and bindings of the cloud's release manifest, read from its
- * archive in the shared fixtures (../shared/fixtures beside the repository, or SHARED_FIXTURES).
+ * pinned archive once its tree is verified (tests/support/archives.ts: the cache, SHARED_FIXTURES or
+ * ../shared/fixtures, or the upstream URL).
+ *
+ * @throws ArchiveError naming the archive, its URL and how to provide it
  */
-export function cloudCcmRbac(cloud: Cloud): ManifestObject[] {
-  const { archive, rbac, name } = CLOUD_CCMS[cloud];
-  const dir = [
-    process.env.SHARED_FIXTURES,
-    join(ROOT, "..", "shared", "fixtures"),
-    "/work/shared/fixtures",
-  ].find((d) => d && existsSync(d));
-  const path = join(dir ?? "", archive);
-  if (!dir || !existsSync(path))
-    throw new Error(
-      `Cannot read the ${name}'s RBAC: ${path} is missing (shared fixtures, or SHARED_FIXTURES)`,
-    );
-  const r = spawnSync("tar", ["-xzOf", path, rbac]);
-  if (r.status !== 0) throw new Error(`Cannot extract the ${name}'s manifest: ${r.stderr}`);
-  return parseAllDocuments(r.stdout.toString())
+export async function cloudCcmRbac(cloud: Cloud): Promise<ManifestObject[]> {
+  const { pin, rbac } = CLOUD_CCMS[cloud];
+  const dest = mkdtempSync(join(tmpdir(), "talos-ccm-cloudccm-"));
+  let text: string;
+  try {
+    const { root } = await extractArchive(pin, archiveSources(process.env, ROOT), dest);
+    text = readFileSync(join(root, rbac), "utf8");
+  } finally {
+    rmSync(dest, { recursive: true, force: true });
+  }
+  return parseAllDocuments(text)
     .map((d) => d.toJS() as ManifestObject | null)
     .filter((o): o is ManifestObject =>
       ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"].includes(o?.kind ?? ""),

@@ -1,6 +1,6 @@
 // Talos node fixtures for the fake apid: the node model (what one Talos node publishes through
 // COSI), the YAML loader for tests/fixtures/nodes/*.yaml and a generator of many distinct nodes for
-// benchmarks. Field names follow Talos' YAML (see /work/shared/docs/talos-api.md §3).
+// benchmarks. Field names follow Talos' YAML (the shared docs' talos-api.md §3, outside this repository).
 
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
