@@ -5,9 +5,10 @@
 // the forge-only tools (crane, helm, cosign, gh) replaced by recorders: the tag must be the
 // package's version, the base must be pulled by its pinned digest, the pushed index must be the
 // release's, cosign must sign exactly the digests pushed, and the release must attach every file a
-// release writes (releaseAssets()). Then actionlint (ACTIONLINT, which `npm test` builds with
-// tests/support/actionlint.sh) passes the workflow and fails broken copies of it, so `npm run lint`'s
-// actionlint cannot pass by checking nothing.
+// release writes (releaseAssets()). The pull requests' workflow (.github/workflows/ci.yml), which
+// the release calls as its `checks` job before it builds: lint, unit tests and the whole suite, the
+// test bed's cache keyed by the files that pin its versions and off in the release. actionlint's
+// checks of both need actionlint built: tests/e2e/workflows-actionlint.test.ts.
 
 import { afterAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -27,6 +28,7 @@ const names = publishedNames(pkg.version);
 interface Step {
   name: string;
   id?: string;
+  if?: string;
   uses?: string;
   run?: string;
   with?: Record<string, unknown>;
@@ -34,11 +36,15 @@ interface Step {
   "working-directory"?: string;
 }
 interface Job {
+  name?: string;
   needs?: string | string[];
   permissions: Record<string, string>;
   outputs?: Record<string, string>;
   env?: Record<string, string>;
+  /** A job that calls a reusable workflow has `uses` and `with` instead of steps. */
   steps: Step[];
+  uses?: string;
+  with?: Record<string, unknown>;
 }
 interface Workflow {
   on: Record<string, unknown>;
@@ -47,6 +53,11 @@ interface Workflow {
   jobs: Record<string, Job>;
 }
 const workflow = parse(workflowText) as Workflow;
+const ciPath = join(root, ".github", "workflows", "ci.yml");
+const ciText = readFileSync(ciPath, "utf8");
+const ci = parse(ciText) as Workflow;
+/** The release's jobs that run steps (not the call of ci.yml). */
+const stepJobs = () => Object.entries(workflow.jobs).filter(([, j]) => j.uses === undefined);
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -57,6 +68,8 @@ function tempDir(): string {
   dirs.push(d);
   return d;
 }
+/** A workflow expression as the YAML spells it, `${{ expr }}`. */
+const gh = (expr: string) => `\${{ ${expr} }}`;
 const sha256 = (s: string | Uint8Array) => createHash("sha256").update(s).digest("hex");
 const digest = (s: string) => `sha256:${sha256(s)}`;
 
@@ -211,6 +224,7 @@ describe("release workflow: trigger, permissions, pins", () => {
   test("permissions: none by default; each job only what it needs", () => {
     expect(workflow.permissions).toEqual({});
     expect(Object.fromEntries(Object.entries(workflow.jobs).map(([k, j]) => [k, j.permissions]))).toEqual({
+      checks: { contents: "read" },
       build: { contents: "read" },
       publish: { packages: "write", "id-token": "write" },
       release: { contents: "write" },
@@ -218,28 +232,45 @@ describe("release workflow: trigger, permissions, pins", () => {
   });
 
   test("the job that runs npm ci (third-party code) holds no write permission and no OIDC token", () => {
-    const runsNpm = Object.entries(workflow.jobs).filter(([, j]) =>
-      j.steps.some((s) => /\bnpm\b/.test(s.run ?? "")),
-    );
+    const runsNpm = stepJobs().filter(([, j]) => j.steps.some((s) => /\bnpm\b/.test(s.run ?? "")));
     expect(runsNpm.map(([k]) => k)).toEqual(["build"]);
+    // The checks (ci.yml) run npm ci too: every one of their jobs only reads.
+    for (const j of Object.values(ci.jobs)) expect(j.permissions).toEqual({ contents: "read" });
     for (const [, j] of runsNpm) expect(Object.values(j.permissions).every((p) => p === "read")).toBe(true);
     const checkout = step("build", "Checkout");
     expect(checkout.with?.["persist-credentials"]).toBe(false);
   });
 
   test("every action is pinned by a full commit SHA, with its version beside it", () => {
-    const uses = workflowText.split("\n").filter((l) => /^\s*(-\s+)?uses:/.test(l));
-    expect(uses.length).toBeGreaterThan(5);
-    for (const line of uses) expect(line).toMatch(/uses: [\w.-]+\/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$/);
+    for (const text of [workflowText, ciText]) {
+      const uses = text
+        .split("\n")
+        .filter((l) => /^\s*(-\s+)?uses:/.test(l) && !l.includes("uses: ./.github/workflows/"));
+      expect(uses.length).toBeGreaterThan(5);
+      for (const line of uses) expect(line).toMatch(/uses: [\w.-]+\/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$/);
+    }
   });
 
-  test("no cache is restored into a release job", () => {
-    for (const j of Object.values(workflow.jobs)) {
+  test("no cache is restored into a release job, the checks' included", () => {
+    for (const [, j] of stepJobs()) {
       for (const s of j.steps) {
         expect(s.uses ?? "").not.toMatch(/^actions\/cache@/);
         expect(s.with?.cache ?? false).toBe(false);
       }
     }
+    expect(job("checks").with).toEqual({ fresh_testbed: true });
+    for (const j of Object.values(ci.jobs)) {
+      for (const s of j.steps) {
+        if ((s.uses ?? "").startsWith("actions/cache@")) expect(s.if).toBe(gh("!inputs.fresh_testbed"));
+        else expect(s.with?.cache ?? false).toBe(false);
+      }
+    }
+  });
+
+  test("the release builds only after the pull requests' checks pass", () => {
+    expect(job("checks").uses).toBe("./.github/workflows/ci.yml");
+    expect(job("build").needs).toBe("checks");
+    expect(job("publish").needs).toBe("build");
   });
 
   test("the base is distroless base-debian12:nonroot pinned by digest", () => {
@@ -461,53 +492,70 @@ describe("release workflow: push, sign, attach", () => {
   });
 });
 
-describe("actionlint", () => {
-  function actionlint(file: string): { status: number | null; out: string } {
-    const bin = process.env.ACTIONLINT;
-    if (!bin || !existsSync(bin)) {
-      throw new Error(
-        "Cannot run actionlint: ACTIONLINT is not set to a binary (npm test sets it; or ACTIONLINT=$(tests/support/actionlint.sh --print | cut -d= -f2))",
-      );
+describe("pull requests' workflow (ci.yml)", () => {
+  test("it runs on pull requests and as the release's checks, reading only", () => {
+    expect(ci.on).toEqual({
+      pull_request: null,
+      workflow_call: {
+        inputs: {
+          fresh_testbed: {
+            description: expect.any(String),
+            type: "boolean",
+            default: false,
+          },
+        },
+      },
+    });
+    expect(ci.permissions).toEqual({});
+    for (const j of Object.values(ci.jobs)) {
+      const checkout = j.steps.find((s) => s.name === "Checkout");
+      expect(checkout?.with?.["persist-credentials"]).toBe(false);
     }
-    const r = spawnSync(bin, ["-shellcheck=", "-pyflakes=", "-no-color", file], { encoding: "utf8" });
-    return { status: r.status, out: r.stdout + r.stderr };
-  }
-  const broken: Array<[string, (t: string) => string, RegExp]> = [
-    [
-      "a job that needs a job that does not exist",
-      (t) => t.replace("needs: build\n", "needs: bulid\n"),
-      /\[job-needs\]/,
-    ],
-    [
-      "an output of a step that does not exist",
-      (t) =>
-        t.replace(
-          "steps.image.outputs.digest }}\n      chart_digest",
-          "steps.imgae.outputs.digest }}\n      chart_digest",
-        ),
-      /\[expression\]/,
-    ],
-    [
-      "a permission that does not exist",
-      (t) => t.replace("id-token: write #", "id_token: write #"),
-      /\[permissions\]/,
-    ],
-    ["an unknown event", (t) => t.replace("  push:\n    tags:", "  pushed:\n    tags:"), /\[events\]/],
-  ];
-
-  test("the release workflow passes actionlint", () => {
-    const r = actionlint(workflowPath);
-    expect(r.out).toBe("");
-    expect(r.status).toBe(0);
   });
 
-  test.each(broken)("actionlint fails %s", (_, breakIt, rule) => {
-    const text = breakIt(workflowText);
-    expect(text).not.toBe(workflowText);
-    const file = join(tempDir(), "release.yml");
-    writeFileSync(file, text);
-    const r = actionlint(file);
-    expect(r.status).toBe(1);
-    expect(r.out).toMatch(rule);
+  test("lint, unit tests and the whole suite, each after npm ci", () => {
+    const runs = Object.fromEntries(
+      Object.entries(ci.jobs).map(([k, j]) => [k, j.steps.flatMap((s) => (s.run ? [s.run.trim()] : []))]),
+    );
+    expect(runs.lint).toEqual(["npm ci --no-audit --no-fund", "npm run lint"]);
+    expect(runs.unit).toEqual(["npm ci --no-audit --no-fund", "npm run test:unit"]);
+    expect(runs.e2e?.slice(0, 2)).toEqual([
+      "npm ci --no-audit --no-fund",
+      'sudo env "PATH=$PATH" "TESTBED_CACHE=$TESTBED_CACHE" npm test',
+    ]);
+  });
+
+  test("npm run test:unit runs the unit tests through tests/run.ts", () => {
+    const scripts = (
+      JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string> }
+    ).scripts;
+    expect(scripts["test:unit"]).toBe("bun tests/run.ts tests/unit");
+  });
+
+  test("the test bed's cache is keyed by every file that pins a version it builds", () => {
+    const e2e = ci.jobs.e2e as Job;
+    const cache = e2e.steps.find((s) => (s.uses ?? "").startsWith("actions/cache@"));
+    expect(cache?.with?.path).toBe(gh("env.TESTBED_CACHE"));
+    const key = String(cache?.with?.key);
+    const globs = [...key.matchAll(/hashFiles\(([^)]*)\)/g)].flatMap((m) =>
+      [...(m[1] as string).matchAll(/'([^']+)'/g)].map((g) => g[1] as string),
+    );
+    const hashed = new Set(globs.flatMap((g) => [...new Bun.Glob(g).scanSync({ cwd: root })]));
+    for (const f of [
+      "tests/support/pins.ts",
+      "tests/support/kubematrix.ts",
+      "tests/support/testbed-bins.sh",
+      "tests/support/cloudccm-bins.sh",
+      "tests/support/actionlint.sh",
+      "tests/support/h2peer-bins.sh",
+      "tests/support/ociregistry-bins.sh",
+      "tests/support/promtool-bins.sh",
+      "tests/support/gomodule.sh",
+      "tests/support/talossim/go.sum",
+      "tests/support/h2peer/go.sum",
+    ])
+      expect({ f, hashed: hashed.has(f) }).toEqual({ f, hashed: true });
+    // The cache lives outside the checkout, where the scripts look for it.
+    expect(e2e.env?.TESTBED_CACHE).toBe(`${gh("github.workspace")}/../testbed-cache`);
   });
 });
