@@ -1,10 +1,10 @@
 // Beside the Exoscale CCM, end to end: this CCM (cloud-node, cloud-node-lifecycle) and the Exoscale
-// CCM v0.34.0 (built from the shared fixtures' release archive by tests/support/cloudccm-bins.sh,
-// EXOSCALE_CCM) on one real API server, the Talos simulator for the machines, a fake of the Exoscale
-// API v2 (tests/support/fakeexoscale.ts) for the cloud. The Exoscale CCM runs as its own identity
-// (service account kube-system/cloud-controller-manager) with the RBAC its manifests give it
-// (docs/examples/cloud-controller-manager-rbac.yml, read from the same archive); this CCM as user
-// talos-ccm. The API server's audit log says who wrote what.
+// CCM v0.34.0 (built from its release archive pinned in tests/support/pins.ts by
+// tests/support/cloudccm-bins.sh, EXOSCALE_CCM) on one real API server, the Talos simulator for the
+// machines, a fake of the Exoscale API v2 (tests/support/fakeexoscale.ts) for the cloud. The
+// Exoscale CCM runs as its own identity (service account kube-system/cloud-controller-manager) with
+// the RBAC its manifests give it (docs/examples/cloud-controller-manager-rbac.yml, read from the
+// same archive); this CCM as user talos-ccm. The API server's audit log says who wrote what.
 //
 // a. The split operators run: this CCM initializes the Nodes of two simulated Talos machines on the
 //    exoscale platform (providerID exoscale://<instance id> as Talos' platform reports it, topology

@@ -1,8 +1,8 @@
 // Beside the Oxide CCM, end to end: this CCM (cloud-node, cloud-node-lifecycle, with the shipped
-// rules/oxide.yaml) and the Oxide CCM v0.7.1 (built from the shared fixtures' release archive by
-// tests/support/cloudccm-bins.sh, OXIDE_CCM) on one real API server, the Talos simulator for the
-// machines, a fake of the Oxide API (tests/support/fakeoxide.ts) for the cloud. The Oxide CCM runs
-// as its own service account with the RBAC of its release manifest
+// rules/oxide.yaml) and the Oxide CCM v0.7.1 (built from its release archive pinned in
+// tests/support/pins.ts by tests/support/cloudccm-bins.sh, OXIDE_CCM) on one real API server, the
+// Talos simulator for the machines, a fake of the Oxide API (tests/support/fakeoxide.ts) for the
+// cloud. The Oxide CCM runs as its own service account with the RBAC of its release manifest
 // (manifests/oxide-cloud-controller-manager.yaml, read from the same archive).
 //
 // a. The split operators run: this CCM initializes the Nodes of two simulated Oxide instances

@@ -4,7 +4,8 @@
 # keyed by version, as testbed-bins.sh does for kube-apiserver. tests/support/archives.ts finds each
 # archive (the cache's archives/ folder, then SHARED_FIXTURES or ../shared/fixtures beside the
 # repository, then its upstream URL) and verifies its tree before it is built. Prints EXOSCALE_CCM=
-# and OXIDE_CCM= lines. Honours EXOSCALE_CCM and OXIDE_CCM when they are already set. Their code
+# and OXIDE_CCM= lines, or EXOSCALE_CCM_ERROR= / OXIDE_CCM_ERROR= with the reason (and exits 1) for
+# one that cannot be built. Honours EXOSCALE_CCM and OXIDE_CCM when they are already set. Their code
 # never enters this repository: only the archives are read.
 set -euo pipefail
 
@@ -29,17 +30,37 @@ build_archive() {
   shift 2
   work="$(mktemp -d)"
   trap "rm -rf '$work'; trap - RETURN" RETURN
-  src="$("$BUN" "$REPO/tests/support/archives.ts" extract "$name" "$work/src")"
-  cd "$src"
-  mkdir -p "$(dirname "$out")"
-  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" go build -trimpath -ldflags "-s -w" -o "$out.tmp.$$" "$@"
+  # Each step checked by hand: provide() calls this in a condition, where `set -e` does not apply.
+  src="$("$BUN" "$REPO/tests/support/archives.ts" extract "$name" "$work/src")" || return 1
+  cd "$src" || return 1
+  mkdir -p "$(dirname "$out")" || return 1
+  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-buildvcs=false" \
+    go build -trimpath -ldflags "-s -w" -o "$out.tmp.$$" "$@" || return 1
   mv "$out.tmp.$$" "$out"
 }
 
 if [[ ! -x "$exoscale" || ! -x "$oxide" ]]; then
   command -v go >/dev/null || { echo "cloudccm-bins.sh: Go is required to build the Exoscale and Oxide CCMs" >&2; exit 1; }
 fi
-[[ -x "$exoscale" ]] || (build_archive "$exoscale" exoscale-ccm -mod=vendor ./cmd/exoscale-cloud-controller-manager) >&2
-[[ -x "$oxide" ]] || (build_archive "$oxide" oxide-ccm .) >&2
-echo "EXOSCALE_CCM=$exoscale"
-echo "OXIDE_CCM=$oxide"
+
+# provide VAR OUT NAME [FLAGS...] PACKAGE: prints VAR=OUT once OUT exists (built when missing), else
+# VAR_ERROR=<why> (archives.ts's message when the archive was the cause) and marks the run failed.
+# Each CCM is tried even when the other failed, so one archive that cannot be had costs only its
+# own tests.
+status=0
+provide() {
+  local var="$1" out="$2" err
+  shift 2
+  err="$(mktemp)"
+  if [[ -x "$out" ]] || (build_archive "$out" "$@") 2> >(tee "$err" >&2) >&2; then
+    echo "$var=$out"
+  else
+    wait # for tee
+    echo "${var}_ERROR=$(grep -m1 '^archives.ts: ' "$err" || echo "cloudccm-bins.sh: building it failed (see the output above)")"
+    status=1
+  fi
+  rm -f "$err"
+}
+provide EXOSCALE_CCM "$exoscale" exoscale-ccm -mod=vendor ./cmd/exoscale-cloud-controller-manager
+provide OXIDE_CCM "$oxide" oxide-ccm .
+exit "$status"

@@ -46,9 +46,7 @@ export function cloudCcmBinary(cloud: Cloud): string {
     throw new Error(
       `${env} not found${bin ? ` (${bin})` : ""}: run the suite with \`npm test\` (tests/support/cloudccm-bins.sh ` +
         `builds the ${name} from its pinned archive, ${CLOUD_CCMS[cloud].pin.url}), or set ${env} to its binary` +
-        (process.env.CLOUD_CCM_BUILD_ERROR
-          ? `; npm test could not build it: ${process.env.CLOUD_CCM_BUILD_ERROR}`
-          : ""),
+        (process.env[`${env}_ERROR`] ? `. npm test could not build it: ${process.env[`${env}_ERROR`]}` : ""),
     );
   return bin;
 }
