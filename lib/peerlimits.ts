@@ -35,7 +35,7 @@ export const PEER_LIMITS = {
   talos_addresses: {
     value: 1024,
     peer: "talos",
-    what: "addresses one machine's Talos reports (AddressStatus resources)",
+    what: "addresses for one machine (AddressStatus resources)",
     source:
       "Linux keeps at most 16 autoconfigured IPv6 addresses per interface (net.ipv6.conf.*.max_addresses) " +
       "and a node has a few links; 1,024 leaves room for 60 links at that limit",
@@ -60,7 +60,7 @@ export const PEER_LIMITS = {
   talos_tags: {
     value: 64,
     peer: "talos",
-    what: "platform metadata tags one machine reports",
+    what: "platform metadata tags for one machine",
     source: "AWS allows 50 tags per resource, Azure 50, GCP 64 labels",
   },
   /** Entries of a NodeIPConfig's subnet lists or any other list of a fact Talos reports once. */

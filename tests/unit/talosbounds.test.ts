@@ -238,7 +238,7 @@ describe("per-machine bounds on Talos answers", () => {
     expect(OVER_LIMIT_REASON).toBe("PeerInputOverLimit");
     const e = new TalosLimitError("talos_tags", 65, "PlatformMetadata tags");
     expect(e.message).toContain(
-      "Talos reported 65 platform metadata tags one machine reports, over the bound of 64",
+      "Talos reported 65 platform metadata tags for one machine, over the bound of 64",
     );
   });
 });
