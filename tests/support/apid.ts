@@ -828,17 +828,57 @@ export class FakeApid {
   }
 
   /**
-   * Adds addresses to a node's list without diffing it against the old one (one CREATED event each
-   * on its open watches; links left as they are): a hostile machine's address flood, tens of
-   * thousands of addresses, which {@link updateNode} would diff in quadratic time.
+   * Adds addresses of new ids to a node's list without diffing it against the old one (one CREATED
+   * event each on its open watches; links left as they are): a hostile machine's address flood,
+   * thousands a second, which {@link updateNode} would diff in quadratic time. Its watches are
+   * looked up once per call, not per address, so that the flood costs the test's own process little.
+   * @param keepLast keeps only the newest this many of the addresses this method added (the older
+   *   ones are dropped without an event, as a hostile machine need not be consistent; the node's
+   *   own stay): a watch opened later gets those, and the test's memory stays bounded however long
+   *   the flood runs.
    */
-  addAddresses(ip: string, addresses: readonly FakeAddress[]): void {
+  addAddresses(ip: string, addresses: readonly FakeAddress[], keepLast = Number.POSITIVE_INFINITY): void {
+    const added = this.#added.get(ip) ?? [];
+    this.#added.set(ip, added);
     const node = this.#node(ip);
+    const { namespace, type } = RESOURCES.addresses;
+    const k = key(namespace, type);
+    const byId = node.resources.get(k) ?? new Map<string, Stored>();
+    node.resources.set(k, byId);
+    const subs = [...this.#subs].filter(
+      (s) => s.node === node && s.namespace === namespace && s.type === type,
+    );
     for (const a of addresses) {
       node.spec.addresses.push(a);
-      this.#put(node, a.id, { kind: "address", value: a });
+      added.push(a.id);
+      this.#clock += 1000;
+      const t = this.#clock;
+      const data = { kind: "address", value: a } as const;
+      const s: Stored = {
+        namespace,
+        type,
+        id: a.id,
+        version: 1,
+        created: t,
+        updated: t,
+        owner: OWNERS.address,
+        data,
+      };
+      byId.set(a.id, s);
+      const to = subs.filter((sub) => sub.id === undefined || sub.id === a.id);
+      if (to.length === 0) continue;
+      const event = { eventType: EventType.CREATED, resource: this.#resource(s) };
+      const bytes = Buffer.from(WatchResponse.encode({ event: [event] }).finish());
+      for (const sub of to) sub.call.write(bytes);
     }
+    const over = added.length - keepLast;
+    if (over <= 0) return;
+    const dropped = new Set(added.splice(0, over));
+    for (const id of dropped) byId.delete(id);
+    node.spec.addresses = node.spec.addresses.filter((a) => !dropped.has(a.id));
   }
+  /** The ids {@link addAddresses} added to each node (by the IP it was called with), oldest first. */
+  readonly #added = new Map<string, string[]>();
 
   /**
    * Marks the node down (Unavailable on every call routed to it; its open streams are cut with

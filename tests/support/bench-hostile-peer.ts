@@ -29,6 +29,11 @@ import { createCSR } from "./pki.ts";
 
 /** New addresses a second on the flooding machine's watch (x the run's ~60 s: ~100x the bound). */
 export const FLOOD_PER_SECOND = 2000;
+/**
+ * Flood addresses the fake apid keeps stored (the newest; twice the bound): a watch the CCM opens
+ * again gets these, still over the bound, and the bench process' memory and CPU stay bounded.
+ */
+export const FLOOD_KEEP = 2 * PEER_LIMITS.talos_addresses.value;
 /** Appearances and disappearances a second of the flapping address. */
 export const FLAP_PER_SECOND = 40;
 /** CSRs the csr-max node files a second. */
@@ -207,7 +212,10 @@ class Peer implements HostilePeer {
       case "none":
         return `no hostile peer: ${name} is a plain kubelet registering when a hostile one would`;
       case "address-flood":
-        return `${name}'s Talos address watch got ${this.actions} new addresses (${FLOOD_PER_SECOND}/s)`;
+        return (
+          `${name}'s Talos address watch got ${this.actions} new addresses (${FLOOD_PER_SECOND}/s; ` +
+          `the newest ${FLOOD_KEEP} kept for a new watch's listing)`
+        );
       case "flap":
         return `${name}'s public address ${FLAP_IP} appeared or disappeared ${this.actions} times (${FLAP_PER_SECOND}/s)`;
       case "csr-max":
@@ -250,7 +258,7 @@ class Peer implements HostilePeer {
     const n = Math.min(due - this.actions, FLOOD_PER_SECOND);
     if (n <= 0) return;
     const batch = Array.from({ length: n }, (_, k) => floodAddress(this.actions + k));
-    this.ctx.apid.addAddresses(this.ctx.spec.nodeIPs[0] as string, batch);
+    this.ctx.apid.addAddresses(this.ctx.spec.nodeIPs[0] as string, batch, FLOOD_KEEP);
     this.actions += n;
   }
   #floodStart: number | undefined;

@@ -7,6 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { PEER_LIMITS } from "../../lib/peerlimits.ts";
 import { MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { parseBenchArgs } from "../bench.ts";
+import { FakeApid } from "../support/apid.ts";
 import {
   compare,
   formatHostileTable,
@@ -357,6 +358,28 @@ describe("the hostile peers' input", () => {
       { type: "InternalIP", address: "10.0.0.1" },
       { type: "Hostname", address: "n" },
     ]);
+  });
+
+  test("the fake apid's flood: addresses appended, the newest keepLast of them kept, the node's own never dropped", async () => {
+    const [spec] = generateNodes(1);
+    if (!spec) throw new Error("no spec");
+    const apid = await FakeApid.start({ nodes: [spec] });
+    try {
+      const ip = spec.nodeIPs[0] as string;
+      const own = spec.addresses.map((a) => a.id);
+      apid.addAddresses(ip, [floodAddress(0), floodAddress(1), floodAddress(2)], 4);
+      expect(apid.node(ip)?.addresses.map((a) => a.id)).toEqual([
+        ...own,
+        ...[0, 1, 2].map((i) => floodAddress(i).id),
+      ]);
+      apid.addAddresses(ip, [floodAddress(3), floodAddress(4), floodAddress(5)], 4);
+      expect(apid.node(ip)?.addresses.map((a) => a.id)).toEqual([
+        ...own,
+        ...[2, 3, 4, 5].map((i) => floodAddress(i).id),
+      ]);
+    } finally {
+      await apid.stop();
+    }
   });
 
   test("sampleIndexes: changes spread evenly over the honest machines", () => {
