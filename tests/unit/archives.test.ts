@@ -105,13 +105,16 @@ describe("the pins", () => {
   });
 
   test("archiveSources() reads TESTBED_CACHE and SHARED_FIXTURES, else ~/.cache and ../shared/fixtures", () => {
-    expect(archiveSources({ TESTBED_CACHE: "/c", SHARED_FIXTURES: "/m" }, "/r/repo")).toMatchObject({
-      cacheDir: "/c/archives",
-      mirrorDir: "/m",
+    // Paths under a temporary folder: the repository names no absolute path of any machine.
+    const base = tmpdir();
+    const [cache, mirror, home, repo] = ["c", "m", "h", join("r", "repo")].map((d) => join(base, d));
+    expect(archiveSources({ TESTBED_CACHE: cache, SHARED_FIXTURES: mirror }, repo)).toMatchObject({
+      cacheDir: join(cache, "archives"),
+      mirrorDir: mirror,
     });
-    expect(archiveSources({ HOME: "/h" }, "/r/repo")).toMatchObject({
-      cacheDir: "/h/.cache/talos-ccm-testbed/archives",
-      mirrorDir: "/r/shared/fixtures",
+    expect(archiveSources({ HOME: home }, repo)).toMatchObject({
+      cacheDir: join(home, ".cache", "talos-ccm-testbed", "archives"),
+      mirrorDir: join(base, "r", "shared", "fixtures"),
     });
   });
 });
