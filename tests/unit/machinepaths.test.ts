@@ -11,7 +11,8 @@ import { join } from "node:path";
 const root = join(import.meta.dir, "..", "..");
 
 /** A path under a machine's home or work folders, not preceded by a name character ("~/", "a/home/"). */
-const MACHINE_PATH = /(?<![\w.~$}-])\/(?:work|root|home|Users|mnt|media|srv)\/[^\s"'`),;]*/g;
+const MACHINE_PATH =
+  /(?<![\w.~$}-])\/(?:(?:work|root|home|Users|mnt|media|srv)\/[^\s"'`),;]*|(?:[\w.-]+\/)+shared\/fixtures\b[^\s"'`),;]*)/g;
 
 /** Paths that look like a machine's but are not, each with why. */
 const ALLOWED: Record<string, string> = {
@@ -56,6 +57,11 @@ describe("absolute machine paths", () => {
       `x.ts:1: ${work}`,
       `x.ts:2: ${home}/x`,
       `x.ts:2: ${root_}`,
+    ]);
+    // The shared fixtures' folder under any absolute root is one machine's layout, not a clone's.
+    const elsewhere = ["", "r", "shared", "fixtures"].join("/");
+    expect(machinePaths("y.ts", `mirrorDir: "${elsewhere}", "../shared/fixtures"`)).toEqual([
+      `y.ts:1: ${elsewhere}`,
     ]);
     expect(
       machinePaths("x.sh", 'CACHE="$HOME/.cache/x" ~/.cache/y ../shared/fixtures /tmp/x /etc/ssl a/home/b'),
