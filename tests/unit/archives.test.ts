@@ -107,7 +107,10 @@ describe("the pins", () => {
   test("archiveSources() reads TESTBED_CACHE and SHARED_FIXTURES, else ~/.cache and ../shared/fixtures", () => {
     // Paths under a temporary folder: the repository names no absolute path of any machine.
     const base = tmpdir();
-    const [cache, mirror, home, repo] = ["c", "m", "h", join("r", "repo")].map((d) => join(base, d));
+    const cache = join(base, "c");
+    const mirror = join(base, "m");
+    const home = join(base, "h");
+    const repo = join(base, "r", "repo");
     expect(archiveSources({ TESTBED_CACHE: cache, SHARED_FIXTURES: mirror }, repo)).toMatchObject({
       cacheDir: join(cache, "archives"),
       mirrorDir: mirror,
