@@ -6,7 +6,15 @@
 
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { canonicalIP, formatIP, formatPrefix, type IPAddress, parseIP, unmapIPv4 } from "../../lib/cidr.ts";
+import {
+  canonicalIP,
+  formatIP,
+  formatPrefix,
+  type IPAddress,
+  parseIP,
+  tryParseIP,
+  unmapIPv4,
+} from "../../lib/cidr.ts";
 import { claimedIPs, dnsNameAsIP, embeddedIPv4, ipReadings, prefixReadings } from "../../lib/ipspelling.ts";
 import { canonicalDNS } from "../../lib/sharedaddresses.ts";
 import { isDNS1123Subdomain } from "../../lib/validation.ts";
@@ -182,6 +190,34 @@ describe("prefixReadings()", () => {
   }
   test("prefixReadings() with single: false refuses an address without a length", () => {
     expect(prefixReadings("10.0.0.100", { single: false })).toEqual([]);
+  });
+
+  test("a spelling the strict parser takes is read as the variant readers read it (the fast path changes no answer)", () => {
+    const v4 = fc.oneof(fc.constantFrom(...V4_EDGES), fc.integer({ min: 0, max: 0xffffffff }));
+    const v6 = fc.oneof(
+      fc.constantFrom(...V6_EDGES),
+      fc.integer().map((seed) => structuredV6(new Rng(seed))),
+    );
+    let strictSeen = 0;
+    const same = (text: string, slow: string, bits: number | undefined) => {
+      if (!tryParseIP(text)) return;
+      strictSeen++;
+      const suffix = bits === undefined ? "" : `/${bits}`;
+      const want = prefixReadings(`${slow}${suffix}`).map(formatPrefix);
+      expect(want.length, `${slow}${suffix}`).toBeGreaterThan(0);
+      expect(prefixReadings(`${text}${suffix}`).map(formatPrefix), `${text}${suffix}`).toEqual(want);
+    };
+    fc.assert(
+      fc.property(v4, v6, fc.integer(), fc.option(fc.integer({ min: 0, max: 128 })), (a, b, seed, bits) => {
+        const r = new Rng(seed);
+        // A trailing dot and brackets send a spelling through every variant reader.
+        const slow = (t: string) => (t.includes(":") ? `[${t}]` : `${t}.`);
+        for (const s of spellV4(a, r, 10)) same(s.text, slow(s.text), bits === null ? undefined : bits % 33);
+        for (const s of spellV6(b, r, 10)) same(s.text, slow(s.text), bits ?? undefined);
+      }),
+      { numRuns: 500 },
+    );
+    expect(strictSeen).toBeGreaterThan(500);
   });
 });
 
