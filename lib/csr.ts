@@ -22,7 +22,13 @@ import {
   peerLimit,
   peerRejections,
 } from "./peerlimits.ts";
-import { MAX_REQUEST_BYTES, type ParsedCsr, type PublicKeyInfo, parseCertificateRequest } from "./pkcs10.ts";
+import {
+  CsrSanLimitError,
+  MAX_REQUEST_BYTES,
+  type ParsedCsr,
+  type PublicKeyInfo,
+  parseCertificateRequest,
+} from "./pkcs10.ts";
 import {
   canonicalDNS,
   canonicalHost,
@@ -236,8 +242,10 @@ function parseRequest(request: string): Decision | ParsedCsr {
     return deny("InvalidRequest", "request is not base64");
   }
   try {
-    return parseCertificateRequest(Buffer.from(request, "base64").toString("latin1"));
+    const pem = Buffer.from(request, "base64").toString("latin1");
+    return parseCertificateRequest(pem, { maxSans: peerLimit("csr_sans") });
   } catch (err) {
+    if (err instanceof CsrSanLimitError) return overLimit("csr_sans", err.count);
     return deny("InvalidRequest", err instanceof Error ? err.message : String(err));
   }
 }
@@ -317,9 +325,6 @@ function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
   if (badUsages) return badUsages;
   const parsed = parseRequest(csr.request ?? "");
   if ("action" in parsed) return parsed;
-  // Before anything costs per SAN (and before the signature): a kubelet asks for a handful.
-  const sans = parsed.dnsNames.length + parsed.ipAddresses.length;
-  if (sans > peerLimit("csr_sans")) return overLimit("csr_sans", sans);
   const badKey = checkKey(parsed.publicKey);
   if (badKey) return badKey;
   if (!parsed.signature.valid) {

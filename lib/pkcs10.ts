@@ -55,7 +55,20 @@ export interface ParsedCsr {
 
 /** Thrown by `parseCertificateRequest` for any input that is not one well-formed DER request. */
 export class CsrParseError extends Error {
-  override readonly name = "CsrParseError";
+  override readonly name: string = "CsrParseError";
+}
+
+/**
+ * Thrown by `parseCertificateRequest()` when a request names more DNS and IP SANs than its caller
+ * reads: counted before any of them is decoded and before the signature is checked, so that a
+ * padded request costs no more than one at the limit.
+ */
+export class CsrSanLimitError extends CsrParseError {
+  override readonly name = "CsrSanLimitError";
+  /** @param count the request's DNS and IP SANs */
+  constructor(readonly count: number) {
+    super(`Cannot parse subjectAltName: ${count} DNS and IP names`);
+  }
 }
 
 const OID = {
@@ -299,11 +312,18 @@ const OTHER_SAN_KINDS = new Map([
   [0x88, "registeredID"],
 ]);
 
-/** Reads a subjectAltName extension's value (GeneralNames) into `into`. */
-function parseSans(der: Uint8Array, into: Sans): void {
+/**
+ * Reads a subjectAltName extension's value (GeneralNames) into `into`.
+ * @throws {CsrSanLimitError} when it holds more than `maxSans` DNS and IP names (none decoded)
+ */
+function parseSans(der: Uint8Array, into: Sans, maxSans: number): void {
   const root = checkDer(der);
   if (root.tag !== 0x30) throw new CsrParseError("Cannot parse subjectAltName: not a SEQUENCE");
-  for (const gn of children(der, root)) {
+  const names = children(der, root);
+  let count = into.dnsNames.length + into.ipAddresses.length;
+  for (const gn of names) if (gn.tag === 0x82 || gn.tag === 0x87) count++;
+  if (count > maxSans) throw new CsrSanLimitError(count);
+  for (const gn of names) {
     const value = contentOf(der, gn);
     switch (gn.tag) {
       case 0x82:
@@ -339,7 +359,7 @@ function parseSans(der: Uint8Array, into: Sans): void {
  * The SANs of every extensionRequest attribute (`[0] attributes`, required as Go requires it). Every
  * Extension is checked; duplicate extensions are refused, as Go does.
  */
-function requestedSans(der: Uint8Array, attributes: Tlv): Sans {
+function requestedSans(der: Uint8Array, attributes: Tlv, maxSans: number): Sans {
   const sans: Sans = { dnsNames: [], ipAddresses: [], emailAddresses: [], uris: [], otherNames: [] };
   const seen = new Set<string>();
   for (const attr of children(der, attributes)) {
@@ -365,7 +385,7 @@ function requestedSans(der: Uint8Array, attributes: Tlv): Sans {
         const extnID = oidOf(der, id);
         if (seen.has(extnID)) throw new CsrParseError(`Cannot parse extensions: ${extnID} appears twice`);
         seen.add(extnID);
-        if (extnID === OID.subjectAltName) parseSans(contentOf(der, octets), sans);
+        if (extnID === OID.subjectAltName) parseSans(contentOf(der, octets), sans, maxSans);
       }
     }
   }
@@ -469,12 +489,14 @@ function publicKeyOf(der: Uint8Array, spki: Tlv): KeyObject {
  * Reads a DER request: the outline, the subject, both algorithms, the version, the key, the
  * signature over the request info with that key, then the SANs.
  */
-function readRequest(der: Uint8Array): ParsedCsr {
+function readRequest(der: Uint8Array, maxSans: number): ParsedCsr {
   const outline = outlineOf(der);
   const names = nameStrings(der, outline.subject, [OID.commonName, OID.organization]);
   const keyAlgorithm = algorithmOf(der, outline.keyAlgorithm).algorithm;
   const signatureAlgorithm = algorithmOf(der, outline.signatureAlgorithm);
   checkVersion(der, outline.version);
+  // The SANs before the key and the signature: a padded request is refused before it costs more.
+  const sans = requestedSans(der, outline.attributes, maxSans);
   const key = publicKeyOf(der, outline.spki);
   const publicKey = publicKeyInfo(keyAlgorithm, key);
   const { tbs, signatureBits } = outline;
@@ -489,7 +511,7 @@ function readRequest(der: Uint8Array): ParsedCsr {
   return {
     commonNames: names.get(OID.commonName) ?? [],
     organizations: names.get(OID.organization) ?? [],
-    ...requestedSans(der, outline.attributes),
+    ...sans,
     publicKey,
     signature,
   };
@@ -499,12 +521,14 @@ function readRequest(der: Uint8Array): ParsedCsr {
  * Parses and verifies one PEM-encoded PKCS#10 request. Structural problems throw; policy facts
  * (key strength, signature validity, names) are returned for `decide()` to judge.
  * @param pem the PEM text: exactly one `CERTIFICATE REQUEST` block, optional surrounding whitespace
+ * @param opts.maxSans the most DNS and IP SANs read (default: no limit)
  * @returns the request's names, key and proof-of-possession result
+ * @throws {CsrSanLimitError} for more DNS and IP SANs than `maxSans`
  * @throws {CsrParseError} for anything else: size over `MAX_REQUEST_BYTES`, other labels, several
  *   blocks, bad base64, non-DER or truncated DER, trailing data, malformed names or extensions
  * @example const csr = parseCertificateRequest(pem); if (!csr.signature.valid) deny(csr.signature.problem)
  */
-export function parseCertificateRequest(pem: string): ParsedCsr {
+export function parseCertificateRequest(pem: string, opts: { maxSans?: number } = {}): ParsedCsr {
   if (typeof pem !== "string") throw new CsrParseError("Cannot parse PEM: not a string");
   if (pem.length > MAX_REQUEST_BYTES) {
     throw new CsrParseError(
@@ -512,7 +536,7 @@ export function parseCertificateRequest(pem: string): ParsedCsr {
     );
   }
   try {
-    return readRequest(pemBody(pem));
+    return readRequest(pemBody(pem), opts.maxSans ?? Number.POSITIVE_INFINITY);
   } catch (err) {
     if (err instanceof CsrParseError) throw err;
     if (err instanceof DerError) throw new CsrParseError(err.message, { cause: err });

@@ -17,6 +17,7 @@ import {
 import { EntryIndex, SubnetEdges } from "../../lib/csrindex.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { OVER_LIMIT_REASON, overLimitMessage, PEER_LIMITS } from "../../lib/peerlimits.ts";
+import { CsrSanLimitError, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { entryHolding, subnetEdgeOf } from "../../lib/sharedaddresses.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import { createCSR } from "../support/pki.ts";
@@ -148,6 +149,28 @@ describe("decide(): per-peer bounds", () => {
     // Before the Node: no Node at all still gives the denial, not a wait.
     expect(decide(servingCsr(b64(overBound)), undefined)).toEqual(over as Decision);
     expect((over as { message: string }).message).toContain("The CSR has 257 subject alternative names");
+  });
+
+  test("the SANs are counted before any is decoded and before the signature: a padded request with a bad signature is over the limit", async () => {
+    const n = PEER_LIMITS.csr_sans.value;
+    const { csr: badSig } = await createCSR({
+      cn: USER_A,
+      o: ["system:nodes"],
+      dns: ["worker-a"],
+      ips: ips(n),
+      wrongSignature: true,
+    });
+    expect(checkCsr(servingCsr(b64(badSig)))).toMatchObject({ reason: OVER_LIMIT_REASON, limit: "csr_sans" });
+    let thrown: unknown;
+    try {
+      parseCertificateRequest(overBound, { maxSans: n });
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(CsrSanLimitError);
+    expect((thrown as CsrSanLimitError).count).toBe(n + 1);
+    // Without a limit the same request parses whole.
+    expect(parseCertificateRequest(overBound).ipAddresses).toHaveLength(n);
   });
 
   test("the denial counts in talosccm_peer_input_rejected_total{peer=csr,limit=csr_sans}", () => {
