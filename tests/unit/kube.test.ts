@@ -233,3 +233,42 @@ describe("KubeClient on a silent connection", () => {
     expect(ac.signal.aborted).toBe(true);
   });
 });
+
+describe("KubeClient.watch(): lines split across chunks", () => {
+  test("events split in many small chunks, several in one chunk and multi-byte text across chunk edges decode as sent", async () => {
+    const events = [
+      { type: "ADDED", object: { metadata: { name: "n1", resourceVersion: "1" }, big: "é".repeat(50_000) } },
+      { type: "MODIFIED", object: { metadata: { name: "n2", resourceVersion: "2" } } },
+      { type: "MODIFIED", object: { metadata: { name: "n3", resourceVersion: "3" } } },
+    ];
+    const bytes = new TextEncoder().encode(`${events.map((e) => JSON.stringify(e)).join("\n")}\n\n`);
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch() {
+        const body = new ReadableStream({
+          async start(c) {
+            // 1,001-byte pieces (odd, so that 2-byte characters straddle edges), then the rest at once.
+            const cut = bytes.length - 200;
+            for (let o = 0; o < cut; o += 1001) c.enqueue(bytes.subarray(o, Math.min(o + 1001, cut)));
+            c.enqueue(bytes.subarray(cut));
+            c.close();
+          },
+        });
+        return new Response(body, { headers: { "content-type": "application/json" } });
+      },
+    });
+    try {
+      const c = new KubeClient(
+        { server: `http://127.0.0.1:${server.port}`, auth: { kind: "none" } },
+        { qps: 0 },
+      );
+      const got: unknown[] = [];
+      for await (const ev of c.watch("/api/v1/nodes", { resourceVersion: "0", timeoutSeconds: 5 }))
+        got.push(ev);
+      expect(got).toEqual(events);
+    } finally {
+      server.stop(true);
+    }
+  });
+});
