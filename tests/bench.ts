@@ -147,8 +147,8 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          init_s, csr_s and event-to-patch latency (p50, p99) and the CCM's peak RSS,
                          each kind against none (criteria: p99 latency and init within 1.2x, RSS
                          within +20 MiB, on the medians); no start-up, idle or steady phases
-  --latency-changes C    with --hostile: Talos address changes of honest machines timed (default 100)
-  --latency-seconds S    with --hostile: the window they are spread over (default 20)
+  --latency-changes C    with --hostile: Talos address changes of honest machines timed (default 300)
+  --latency-seconds S    with --hostile: the window they are spread over (default 30; each change at a random, seeded moment of its own slot)
   --no-build             reuse dist/ (or CCM_BINARY) instead of building the host binary
   --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
@@ -236,8 +236,8 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     timeoutSeconds: 900,
     verbose: false,
     hostile: undefined,
-    latencyChanges: 100,
-    latencySeconds: 20,
+    latencyChanges: 300,
+    latencySeconds: 30,
   };
   const numeric = {
     "--repeat": "repeat",

@@ -8,6 +8,10 @@ import type { FakeApid } from "./apid.ts";
 import { benchIPv4, eth0Address } from "./bench-hostile-peer.ts";
 import type { TestCluster } from "./cluster.ts";
 import type { FakeNodeSpec } from "./fixtures.ts";
+import { Rng } from "./ipspellings.ts";
+
+/** The seed of the changes' moments within their slots: the same moments in every run. */
+const LATENCY_SEED = 20261128;
 
 /** A Node as the probe keeps it: its name and the addresses of its status. */
 interface SeenNode {
@@ -75,7 +79,9 @@ export class PatchLatency {
   }
 
   /**
-   * Makes `count` changes spread over `windowMs`, each one public address (198.18.0.0/15) put on
+   * Makes `count` changes spread over `windowMs`, each at a random moment of its own slot (so that no
+   * sample is phase-locked to a hostile peer's timer: evenly spaced changes every 200 ms met a peer
+   * acting once a second at the same phase every fifth sample), each one public address (198.18.0.0/15) put on
    * the eth0 of the next machine of the sample, in place of the one an earlier change put there;
    * then waits up to `waitMs` for the last ones to show.
    * @param specs the honest machines (their original specs: each change is their addresses plus one).
@@ -90,8 +96,9 @@ export class PatchLatency {
   ): Promise<(number | null)[]> {
     const t0 = performance.now();
     const targets = sampleIndexes(count, specs.length);
+    const phase = new Rng(LATENCY_SEED);
     for (const [k, i] of targets.entries()) {
-      const due = t0 + (k * windowMs) / count;
+      const due = t0 + ((k + phase.next()) * windowMs) / count;
       const wait = due - performance.now();
       if (wait > 0) await Bun.sleep(wait);
       const spec = specs[i] as FakeNodeSpec;

@@ -79,8 +79,8 @@ describe("parseBenchArgs() with --hostile", () => {
       sizes: [1000],
       repeat: 3,
       hostile: ["none", "address-flood"],
-      latencyChanges: 100,
-      latencySeconds: 20,
+      latencyChanges: 300,
+      latencySeconds: 30,
     });
     expect(
       parseBenchArgs(["--hostile=csr-max", "--latency-changes=50", "--latency-seconds", "10"]),
