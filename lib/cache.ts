@@ -5,11 +5,13 @@
 
 import { wait } from "./backoff.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
-import { isGone, type KubeApi } from "./kubeapi.ts";
+import { isGone, type KubeApi, type WatchEvent } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
+import { PEER_LIMITS, peerRejections } from "./peerlimits.ts";
 import { registry as defaultRegistry } from "./processmetrics.ts";
+import { WatchPacer, type WatchPacerOptions } from "./watchpacer.ts";
 
 /** The fields every cached object has. */
 export interface CachedMeta {
@@ -49,6 +51,8 @@ export interface InformerOptions<T> {
   log?: Logger;
   /** Where handler errors are counted (default: the process registry). */
   registry?: Registry;
+  /** Large watch events paced per object before they are parsed (lib/watchpacer.ts). */
+  pace?: Pick<WatchPacerOptions, "bytes" | "paceMs" | "onHeld" | "now" | "timers">;
 }
 
 /** The counter of informer handler errors, by controller. */
@@ -88,12 +92,19 @@ export class Informer<T extends CachedMeta> {
   #synced = false;
   #syncWaiters: Array<() => void> = [];
   #running?: Promise<void>;
+  readonly #pacer?: WatchPacer;
 
   constructor(client: KubeApi, opts: InformerOptions<T>) {
     this.#client = client;
     this.#opts = opts;
     this.#log = opts.log ?? logger("informer").with({ path: opts.path });
     this.#handlerErrors = handlerErrors(opts.registry ?? defaultRegistry);
+    if (opts.pace)
+      this.#pacer = new WatchPacer({
+        ...opts.pace,
+        deliver: (line) => this.#deliver(line),
+        ...(opts.pace.onHeld ? { onHeld: opts.pace.onHeld } : {}),
+      });
   }
 
   /** Adds handlers; objects already cached are delivered as adds. */
@@ -136,6 +147,7 @@ export class Informer<T extends CachedMeta> {
   /** Stops the watch. */
   async stop(): Promise<void> {
     this.#abort.abort();
+    this.#pacer?.stop();
     await this.#running;
   }
 
@@ -152,6 +164,36 @@ export class Informer<T extends CachedMeta> {
     }
   }
 
+  /** One watch event into the cache and out to the handlers. */
+  #apply(ev: WatchEvent<unknown>): void {
+    if (ev.type === "BOOKMARK") {
+      const rv = (ev.object as CachedMeta).metadata.resourceVersion;
+      if (rv) this.#resourceVersion = rv;
+      return;
+    }
+    const obj = this.#transform(ev.object);
+    const name = obj.metadata.name;
+    if (obj.metadata.resourceVersion) this.#resourceVersion = obj.metadata.resourceVersion;
+    const old = this.#store.get(name);
+    if (ev.type === "DELETED") {
+      this.#store.delete(name);
+      this.#emit("delete", old ?? obj);
+    } else {
+      this.#put(name, obj);
+      this.#emit(old ? "update" : "add", obj, old);
+    }
+  }
+
+  /** A held large event whose time came (lib/watchpacer.ts): applied as if it had just arrived. */
+  #deliver(line: string): void {
+    if (this.#abort.signal.aborted) return;
+    try {
+      this.#apply(JSON.parse(line) as WatchEvent<unknown>);
+    } catch (err) {
+      this.#log.error("Cannot apply a held watch event", err);
+    }
+  }
+
   /** `raw` reduced for the cache, given the cached version of the same name. */
   #transform(raw: unknown): T {
     const name = rawName(raw);
@@ -165,6 +207,8 @@ export class Informer<T extends CachedMeta> {
   }
 
   async #list(): Promise<void> {
+    // The list is newer than any held event.
+    this.#pacer?.clear();
     const seen = new Set<string>();
     let cont: string | undefined;
     let rv = "";
@@ -216,25 +260,11 @@ export class Informer<T extends CachedMeta> {
           timeoutSeconds: this.#opts.watchTimeoutSeconds ?? 300 + Math.floor(Math.random() * 300),
           signal: this.#abort.signal,
           query: { fieldSelector: this.#opts.fieldSelector, labelSelector: this.#opts.labelSelector },
+          ...(this.#pacer ? { admit: (line: string) => (this.#pacer as WatchPacer).admit(line) } : {}),
         });
         for await (const ev of stream) {
           failures = 0;
-          if (ev.type === "BOOKMARK") {
-            const rv = (ev.object as CachedMeta).metadata.resourceVersion;
-            if (rv) this.#resourceVersion = rv;
-            continue;
-          }
-          const obj = this.#transform(ev.object);
-          const name = obj.metadata.name;
-          if (obj.metadata.resourceVersion) this.#resourceVersion = obj.metadata.resourceVersion;
-          const old = this.#store.get(name);
-          if (ev.type === "DELETED") {
-            this.#store.delete(name);
-            this.#emit("delete", old ?? obj);
-          } else {
-            this.#put(name, obj);
-            this.#emit(old ? "update" : "add", obj, old);
-          }
+          this.#apply(ev);
         }
       } catch (err) {
         if (this.#abort.signal.aborted) return;
@@ -256,11 +286,34 @@ export class Informer<T extends CachedMeta> {
   }
 }
 
-/** The shared Node informer. */
-export function nodeInformer(client: KubeApi): Informer<LeanNode> {
+/** How often a Node's watch events over `node_event_bytes` are read: the kubelet's status period. */
+export const NODE_EVENT_PACE_MS = 10_000;
+
+/**
+ * The shared Node informer. A Node's watch events over PEER_LIMITS.node_event_bytes are read at
+ * most once per {@link NODE_EVENT_PACE_MS} (the newest kept meanwhile): each held one is counted in
+ * talosccm_peer_input_rejected_total{peer="node",limit="node_event_bytes"}, and `onHeld` is told
+ * (at most once per Node in 10 min) to record an Event.
+ */
+export function nodeInformer(
+  client: KubeApi,
+  opts: { onHeld?: (name: string, bytes: number) => void; registry?: Registry } = {},
+): Informer<LeanNode> {
+  const log = logger("node-informer");
+  const rejected = peerRejections(opts.registry ?? defaultRegistry);
   return new Informer(client, {
     path: "/api/v1/nodes",
     transform: (raw, old) => leanNode(raw, undefined, old),
-    log: logger("node-informer"),
+    log,
+    pace: {
+      bytes: PEER_LIMITS.node_event_bytes.value,
+      paceMs: NODE_EVENT_PACE_MS,
+      onHeld: (name, bytes, report) => {
+        rejected.inc({ peer: "node", limit: "node_event_bytes" });
+        if (!report) return;
+        log.info("Node events over the per-peer bound; read at most once per 10 s", { node: name, bytes });
+        opts.onHeld?.(name, bytes);
+      },
+    },
   });
 }

@@ -345,7 +345,7 @@ export class KubeClient implements KubeApi {
           parts = [];
           text = text.slice(nl + 1);
           nl = text.indexOf("\n");
-          if (!line) continue;
+          if (!line || (opts.admit && !opts.admit(line))) continue;
           const ev = JSON.parse(line) as WatchEvent<T>;
           if (ev.type === "ERROR") {
             const st = ev.object as { code?: number; reason?: string; message?: string };

@@ -89,6 +89,11 @@ export interface WatchOptions {
   signal?: AbortSignal;
   /** More query parameters (selectors). */
   query?: RequestOptions["query"];
+  /**
+   * Asked of each event's line before it is parsed: false keeps it from being parsed or yielded
+   * (the caller holds it, e.g. lib/watchpacer.ts).
+   */
+  admit?: (line: string) => boolean;
 }
 
 /** One event of a watch stream. */

@@ -9,7 +9,7 @@
 
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
-import { nodeInformer } from "./cache.ts";
+import { NODE_EVENT_PACE_MS, nodeInformer } from "./cache.ts";
 import { fileDigest, logConfigWarnings, watchCloudConfig } from "./cloudconfigwatch.ts";
 import { type CompiledConfig, ConfigError, parseConfig } from "./config.ts";
 import { loadConfig } from "./configfile.ts";
@@ -27,6 +27,7 @@ import { type KubeClients, kubeClients } from "./kubeclients.ts";
 import { LeaderElector } from "./leader.ts";
 import { configureLogging, logger } from "./log.ts";
 import { startPageTrim } from "./pagetrim.ts";
+import { OVER_LIMIT_REASON, PEER_LIMITS } from "./peerlimits.ts";
 import { registerBuildInfo, registerProcessMetrics, registry } from "./processmetrics.ts";
 import type { SecureServer } from "./serve.ts";
 import { serveHealthAndMetrics } from "./servingwiring.ts";
@@ -67,7 +68,19 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   const talos = await talosClient(opts, enabled, cloudConfig);
   const kube = startKubeClients(opts);
   const identity = `${hostname()}_${randomUUID()}`;
-  const nodes = nodeInformer(kube.client);
+  const events = new EventRecorder(kube.client, { controller: PROGRAM_NAME, instance: identity });
+  const nodes = nodeInformer(kube.client, {
+    onHeld: (name, bytes) =>
+      void events.record(
+        { kind: "Node", name },
+        "Warning",
+        OVER_LIMIT_REASON,
+        "ReadNode",
+        `The Node's watch events are ${bytes} bytes, over the bound of ${PEER_LIMITS.node_event_bytes.value} ` +
+          `(${PEER_LIMITS.node_event_bytes.source}): this CCM reads them at most once per ${NODE_EVENT_PACE_MS / 1000} s, ` +
+          "the newest kept; other nodes are not affected",
+      ),
+  });
   const elector = kube.lease ? leaderElector(kube.lease, opts, identity) : undefined;
   const server = kube.reviews ? await serve(opts, kube.reviews, nodes) : undefined;
   const apis = new KubeApis(kube.client);
@@ -78,7 +91,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     options: opts,
     client: kube.client,
     nodes,
-    events: new EventRecorder(kube.client, { controller: PROGRAM_NAME, instance: identity }),
+    events,
     registry,
     config,
     talos,

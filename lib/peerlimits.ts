@@ -102,6 +102,15 @@ export const PEER_LIMITS = {
     what: "bytes of one Node's annotations",
     source: "Kubernetes' TotalAnnotationSizeLimitB (apimachinery ValidateAnnotationsSize, 256 KiB)",
   },
+  /** Characters of one Node watch event read at once; larger ones are read at most once per 10 s per Node. */
+  node_event_bytes: {
+    value: 256 * 1024,
+    peer: "node",
+    what: "bytes in one watch event of the Node (events over the bound are read at most once per 10 s, the newest kept)",
+    source:
+      "a kubelet's Node is 5-30 KiB (its status lists at most 50 images, nodeStatusMaxImages); annotations alone are " +
+      "capped at 256 KiB (TotalAnnotationSizeLimitB); 10 s is the kubelet's nodeStatusUpdateFrequency",
+  },
   /** Subject alternative names of one CSR (DNS names and IP addresses together). */
   csr_sans: {
     value: 256,

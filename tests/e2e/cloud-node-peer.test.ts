@@ -6,11 +6,13 @@
 // a field the node can write itself could be earned by the node. A machine whose address flaps 100
 // times in about 2 s (the issue measured 100 Node writes for that) is written at most its write
 // budget's worth (8 at once, then one per 5 s), ends at its latest state, and another node
-// initializes meanwhile as fast as ever.
+// initializes meanwhile as fast as ever. A Node whose watch events are over 256 KiB, written ten times
+// a second, is read at most once per 10 s, and the newest of its events is never lost.
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { V1Node } from "@kubernetes/client-node";
 import { PATCH } from "../../lib/kubeapi.ts";
+import { PEER_LIMITS } from "../../lib/peerlimits.ts";
 import { SimBed } from "../support/bed.ts";
 import { type TestCluster, waitFor } from "../support/cluster.ts";
 import { generateNodes, normalizeAddress } from "../support/fixtures.ts";
@@ -28,6 +30,9 @@ let bed: SimBed;
 let cluster: TestCluster;
 let ccm: CcmProcess;
 let hostile: SimulatedKubelet;
+
+/** Node watch events held by the pacer (lib/watchpacer.ts), counted for the peer. */
+const HELD = 'talosccm_peer_input_rejected_total{peer="node",limit="node_event_bytes"}';
 
 const output = () => `CCM output:\n${ccm?.output.slice(-4000)}`;
 const getNode = (name: string) => cluster.adminClient.get<V1Node>(`/api/v1/nodes/${name}`);
@@ -156,4 +161,38 @@ test("100 flaps of a machine's address cost at most its write budget, end at its
   const event = await bed.eventOf(FLAPPER.name, "WriteBudgetExceeded");
   expect(event.type).toBe("Warning");
   expect(honestMs).toBeLessThan(15_000);
+});
+
+test("a Node over node_event_bytes heartbeating 10 times a second is read at most once per 10 s, the newest kept: its last write is still corrected, with an Event", async () => {
+  // 800 labels (under node_labels) with ~190-character prefixes: with their managed fields the
+  // Node's watch events are well over 256 KiB.
+  const prefix = `${"a".repeat(63)}.${"b".repeat(63)}.${"c".repeat(50)}.example.com`;
+  const labels: Record<string, string> = {};
+  for (let i = 0; i < 800; i++) labels[`${prefix}/l${i}`] = "v".repeat(63);
+  await hostile.client.patch(`/api/v1/nodes/${HOSTILE.name}`, { metadata: { labels } });
+  const ours = addresses(await getNode(HOSTILE.name));
+  const size = JSON.stringify(await getNode(HOSTILE.name)).length;
+  expect(size).toBeGreaterThan(PEER_LIMITS.node_event_bytes.value);
+  const heldBefore = await metric(HELD);
+  for (let i = 0; i < 20; i++) {
+    const conditions = [{ type: "HostileHeartbeat", status: "True", reason: "Beat", message: `beat ${i}` }];
+    await hostile.client.patch(`/api/v1/nodes/${HOSTILE.name}/status`, { status: { conditions } });
+    await Bun.sleep(100);
+  }
+  // The last write of the burst: a false InternalIP, which the newest held event carries.
+  await hostile.client.patch(`/api/v1/nodes/${HOSTILE.name}/status`, {
+    status: { addresses: [{ type: "InternalIP", address: "10.99.0.7" }] },
+  });
+  await waitFor(
+    async () => addresses(await getNode(HOSTILE.name)) === ours,
+    60_000,
+    () => `the false address in the last large event was not corrected:\n${output()}`,
+  );
+  expect(await metric(HELD)).toBeGreaterThan(heldBefore + 5);
+  const event = await bed.eventOf(HOSTILE.name, "PeerInputOverLimit");
+  expect(event.type).toBe("Warning");
+  expect(event.note).toContain("at most once per 10 s");
+  await hostile.client.patch(`/api/v1/nodes/${HOSTILE.name}`, {
+    metadata: { labels: Object.fromEntries(Object.keys(labels).map((k) => [k, null])) },
+  });
 });

@@ -84,6 +84,7 @@ const CORES = [
 const SHELLS: Record<string, string> = {
   "backoff.ts": "the wait between retries (timers)",
   "cache.ts": "the Node informer: Kubernetes list and watch, jittered resync",
+  "watchpacer.ts": "large watch events held per object until their time comes (timers)",
   "cloudconfigwatch.ts": "polls the cloud-config file (timer, node:fs), logs, counts reloads",
   "clientauth.ts": "reads the client CA files (node:fs)",
   "configfile.ts": "reads the config file (node:fs)",
