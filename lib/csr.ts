@@ -43,7 +43,8 @@ import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown
 /** Condition reason written with an approval. */
 export const APPROVE_REASON = "TalosCCMApprove";
 
-const USERNAME_PREFIX = "system:node:";
+/** What the API server prefixes a node's name with in the username of its credentials. */
+export const USERNAME_PREFIX = "system:node:";
 const NODES_GROUP = "system:nodes";
 const MIN_RSA_BITS = 2048;
 // Verification cost grows with the modulus; nothing legitimate asks for more.

@@ -32,6 +32,7 @@ import {
   type ServiceNameView,
   screen,
   type TalosFacts,
+  USERNAME_PREFIX,
 } from "./csr.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
 import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
@@ -42,12 +43,13 @@ import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./names.ts";
 import { type LeanNode, nodeIPs } from "./nodeview.ts";
-import { peerLimit } from "./peerlimits.ts";
+import { OVER_LIMIT_REASON, PEER_LIMITS, peerLimit, peerRejections } from "./peerlimits.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
 import type { CallOptions, TalosClient } from "./talos.ts";
 import type { PlatformMetadata } from "./types.ts";
 import { KUBELET_SERVING_SIGNER } from "./wellknown.ts";
+import { WriteBudget } from "./writebudget.ts";
 
 const log = logger("csr-approver");
 
@@ -453,6 +455,27 @@ export interface CsrApproverOptions {
   now?: () => number;
 }
 
+/** Units of decision work a requester's budget gets back each second, after its burst (`csr_decision_units`). */
+export const CSR_DECISION_UNITS_PER_S = 128;
+/** At most one budget Event per requester in this window. */
+const BUDGET_EVENT_WINDOW_MS = 600_000;
+
+/**
+ * What deciding a CSR cost, in the units of `csr_decision_units`: one per 64 characters of its
+ * request (parsing and verifying it), per address of the Node it was checked against and per entry
+ * of the Talos facts read for it. Pure.
+ * @example decisionUnits("A".repeat(1280), 3, undefined) // 24
+ */
+export function decisionUnits(request: string, nodeAddresses: number, facts: TalosFacts | undefined): number {
+  const talos = facts
+    ? facts.addresses.length +
+      facts.excludedSubnets.length +
+      facts.dnsNames.length +
+      facts.sharedAddresses.size
+    : 0;
+  return 1 + Math.ceil(request.length / 64) + nodeAddresses + talos;
+}
+
 /** The node-csr-approval controller: CSR and Node events feeding a work queue of CSR names. */
 export class CsrApprover {
   readonly #opts: CsrApproverOptions;
@@ -471,6 +494,14 @@ export class CsrApprover {
   readonly #decidedAt = new Map<string, string>();
   /** Warning Event reasons each CSR (by uid) got already: one of each is enough. */
   readonly #warned = new Map<string, Set<string>>();
+  /**
+   * Decision work by requester (spec.username, stamped by the API server): each decision is
+   * charged what it cost (`decisionUnits()`); a requester in debt waits, its CSRs Pending.
+   */
+  readonly #budget: WriteBudget;
+  /** When each requester's last budget Event was recorded (ms). */
+  readonly #budgetEventAt = new Map<string, number>();
+  readonly #rejected: ReturnType<typeof peerRejections>;
   #signal: AbortSignal | undefined;
 
   constructor(opts: CsrApproverOptions) {
@@ -480,6 +511,12 @@ export class CsrApprover {
     this.#metrics = csrMetrics(opts.registry);
     this.#facts = opts.talos && new TalosFactsReader(opts.talos, { now: this.#now });
     this.#claims = new NodeClaimIndex((name) => opts.nodes.get(name) !== undefined);
+    this.#budget = new WriteBudget({
+      burst: PEER_LIMITS.csr_decision_units.value,
+      paceMs: 1000 / CSR_DECISION_UNITS_PER_S,
+      now: this.#now,
+    });
+    this.#rejected = peerRejections(opts.registry);
     this.queue = new WorkQueue("csr-approver", {
       baseDelayMs: 500,
       maxDelayMs: 60_000,
@@ -495,7 +532,7 @@ export class CsrApprover {
   get heldEntries(): number {
     let pending = 0;
     for (const names of this.#pendingByNode.values()) pending += namesOf(names).length;
-    return pending + this.#looks.size + this.#decidedAt.size + this.#warned.size;
+    return pending + this.#looks.size + this.#decidedAt.size + this.#warned.size + this.#budgetEventAt.size;
   }
 
   /** The handlers for the CSR cache: every add and update of a pending CSR queues it. */
@@ -527,6 +564,8 @@ export class CsrApprover {
         if (this.queue.isShutDown) return;
         this.#claims.delete(nodeInputFrom(n));
         this.#facts?.forget(n.metadata.name);
+        this.#budget.forget(`${USERNAME_PREFIX}${n.metadata.name}`);
+        this.#budgetEventAt.delete(`${USERNAME_PREFIX}${n.metadata.name}`);
       },
     };
   }
@@ -577,9 +616,18 @@ export class CsrApprover {
   async reconcile(name: string): Promise<ReconcileResult | undefined> {
     const c = this.#opts.csrs.get(name);
     if (!c || !isPending(c) || this.#decidedAt.get(name) === c.metadata.resourceVersion) return undefined;
+    const requester = c.csr.username;
+    const dueMs = this.#budget.take(requester, 0);
+    if (dueMs > 0) return this.#overBudget(c, dueMs);
     // Parsed and verified once; screen() and decide() take the checked request.
     const checked = checkCsr(c.csr);
-    const d = "action" in checked ? checked : await this.#decide(c, checked);
+    const cost = { nodeAddresses: 0, facts: undefined as TalosFacts | undefined };
+    let d: Decision | undefined;
+    try {
+      d = "action" in checked ? checked : await this.#decide(c, checked, cost);
+    } finally {
+      this.#budget.charge(requester, decisionUnits(c.csr.request ?? "", cost.nodeAddresses, cost.facts));
+    }
     if (!d) return undefined;
     switch (d.action) {
       case "ignore":
@@ -595,9 +643,14 @@ export class CsrApprover {
    * Decides a checked CSR against its Node, the Nodes that share one of its SANs and (unless in
    * CSR-only mode) Talos; undefined when Talos is given up on.
    */
-  async #decide(c: LeanCsr, checked: CheckedCsr): Promise<Decision | undefined> {
+  async #decide(
+    c: LeanCsr,
+    checked: CheckedCsr,
+    cost: { nodeAddresses: number; facts: TalosFacts | undefined },
+  ): Promise<Decision | undefined> {
     const lean = this.#opts.nodes.get(checked.nodeName);
     const node = lean && nodeInputFrom(lean);
+    cost.nodeAddresses = node?.addresses.length ?? 0;
     const wanted = requestedClaims(checked);
     // Looked up again after Talos answered: Nodes may have changed meanwhile.
     const others = () => this.#others(wanted, checked.nodeName);
@@ -613,7 +666,31 @@ export class CsrApprover {
       return services && decide(checked, node, undefined, others(), networks, services);
     }
     const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+    cost.facts = facts;
     return facts && decide(checked, node, facts, others(), networks);
+  }
+
+  /**
+   * A CSR whose requester's decision budget is in debt: it stays Pending (nothing parsed) and is
+   * re-queued for when the debt is paid; counted in talosccm_peer_input_rejected_total, and once
+   * per window and requester a Warning PeerInputOverLimit Event.
+   */
+  #overBudget(c: LeanCsr, dueMs: number): ReconcileResult {
+    this.#rejected.inc({ peer: "csr", limit: "csr_decision_units" });
+    const requester = c.csr.username;
+    const now = this.#now();
+    const last = this.#budgetEventAt.get(requester);
+    if (last === undefined || now - last >= BUDGET_EVENT_WINDOW_MS) {
+      this.#budgetEventAt.set(requester, now);
+      const l = PEER_LIMITS.csr_decision_units;
+      const note =
+        `${requester} spent its CSR decision budget (${l.value} units at once, then ${CSR_DECISION_UNITS_PER_S} a ` +
+        `second; ${l.source}): this CSR stays Pending and is decided in ${Math.ceil(dueMs / 1000)} s; other nodes' ` +
+        "CSRs are not affected";
+      log.info("CSR decision budget spent; deciding later", { csr: c.metadata.name, user: requester, dueMs });
+      void this.#opts.events.record(csrTarget(c), "Warning", OVER_LIMIT_REASON, EVENT_ACTION, note);
+    }
+    return { requeueAfterMs: dueMs };
   }
 
   /** The Service names the CSR's DNS SANs need; on failure retries (throws) until the CSR is given up. */

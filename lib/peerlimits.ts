@@ -130,6 +130,18 @@ export const PEER_LIMITS = {
       "(kubelet certificate manager), at most 2 lookups each: a handful; 32 bounds what one CSR spends of the " +
       "client rate limit every controller shares",
   },
+  /** Units of CSR decision work one requester may spend in a burst before its budget paces it. */
+  csr_decision_units: {
+    value: 8192,
+    peer: "csr",
+    what:
+      "units of CSR decision work for one requesting node in a burst, one per 64 characters of request, Node address " +
+      "and Talos entry read (then 128 a second)",
+    source:
+      "a kubelet files one serving CSR at its start and one per certificate rotation (kubelet certificate manager); " +
+      "an honest decision is ~30 units (a 1 KiB request, a few addresses), one at every other bound ~2,400 (~3 ms of " +
+      "CPU): room for ~250 honest CSRs at once",
+  },
   /** Status writes cloud-node may make to one Node in a burst before its per-node budget paces it. */
   node_write_burst: {
     value: 8,

@@ -56,6 +56,19 @@ export class WriteBudget {
     return Math.ceil((need - tokens) * paceMs);
   }
 
+  /**
+   * Takes `cost` from `key`'s bucket after the fact, below zero if need be: a work whose cost is
+   * known only once done is charged in full, and `take(key, 0)` then waits until the debt is paid.
+   * @example budget.take("a", 0) === 0 && (work(), budget.charge("a", unitsItTook))
+   */
+  charge(key: string, cost: number): void {
+    const { burst, paceMs, now } = this.#opts;
+    const at = now();
+    const b = this.#buckets.get(key);
+    const tokens = b === undefined ? burst : Math.min(burst, b.tokens + Math.max(0, at - b.atMs) / paceMs);
+    this.#buckets.set(key, { tokens: tokens - Math.max(cost, 0), atMs: at });
+  }
+
   /** Drops `key`'s bucket (its node is gone): a new one starts full. */
   forget(key: string): void {
     this.#buckets.delete(key);

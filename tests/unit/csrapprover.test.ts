@@ -10,6 +10,7 @@ import { APPROVE_REASON, claims, type NodeInput } from "../../lib/csr.ts";
 import {
   approvalBody,
   CsrApprover,
+  decisionUnits,
   isPending,
   type LeanCsr,
   leanCsr,
@@ -1161,5 +1162,98 @@ describe("CsrApprover in CSR-only mode: DNS SANs that reach a Service", () => {
     expect(f.registry.expose()).toContain(
       'talosccm_peer_input_rejected_total{peer="csr",limit="csr_sans"} 1',
     );
+  });
+});
+
+describe("the per-requester decision budget (csr_decision_units)", () => {
+  /** worker-a's Node and machine at 1,000 addresses each: every decision costs ~2,000 units. */
+  function bigWorkerA(f: ReturnType<typeof setup>) {
+    const many = Array.from({ length: 1000 }, (_, i) => `10.${1 + (i >> 8)}.${i & 255}.9`);
+    f.talos.machines.set("10.0.0.1", {
+      nodename: "worker-a",
+      addresses: ["10.0.0.1/24", ...many.map((ip) => `${ip}/24`)],
+    });
+    f.nodes.put(
+      node(
+        "worker-a",
+        ["10.0.0.1"],
+        many.map((address) => ({ type: "InternalIP", address })),
+      ),
+    );
+  }
+
+  test("decisionUnits(): one per 64 characters of request, Node address and Talos entry", () => {
+    expect(decisionUnits("A".repeat(1280), 3, undefined)).toBe(24);
+    const facts = {
+      nodeIP: "10.0.0.1",
+      nodename: "a",
+      addresses: ["10.0.0.1/24", "10.0.0.2/24"],
+      dnsNames: ["a"],
+      sharedAddresses: new Map([["127.0.0.1", "loopback"]]),
+      excludedSubnets: ["10.96.0.0/12"],
+    };
+    expect(decisionUnits("", 0, facts)).toBe(1 + 5);
+  });
+
+  test("an honest node's many CSRs never wait", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    const pem = await pemA();
+    for (let i = 0; i < 60; i++) f.csrs.put(leanCsr(rawCsr(`csr-${i}`, pem)));
+    const results = await f.drain();
+    expect(results.filter((r) => r.result !== undefined)).toEqual([]);
+    expect(f.writes).toHaveLength(60);
+    expect(f.events.filter((e) => e.reason === "PeerInputOverLimit")).toEqual([]);
+  });
+
+  test("a requester in debt waits, unparsed and without Talos, with one Event; another node's CSR is decided at once; paid back, it is decided", async () => {
+    const f = setup();
+    bigWorkerA(f);
+    f.nodes.put(node("worker-b", ["10.0.0.2"]));
+    const pem = await pemA();
+    let i = 0;
+    // Decided until the budget is in debt.
+    for (; i < 10 && f.writes.length === i; i++) {
+      f.csrs.put(leanCsr(rawCsr(`csr-${i}`, pem)));
+      await f.drain();
+    }
+    const decided = f.writes.length;
+    expect(decided).toBeGreaterThanOrEqual(3);
+    expect(decided).toBeLessThanOrEqual(5);
+    const calls = f.talos.calls.length;
+    f.csrs.put(leanCsr(rawCsr("csr-late", pem)));
+    const [late] = await f.drain();
+    const wait = (late?.result as { requeueAfterMs: number }).requeueAfterMs;
+    // ~2,000 units of debt at 128 a second.
+    expect(wait).toBeGreaterThan(1000);
+    expect(wait).toBeLessThan(20_000);
+    expect(f.talos.calls.length).toBe(calls);
+    expect(f.writes).toHaveLength(decided);
+    const budgetEvents = f.events.filter((e) => e.reason === "PeerInputOverLimit");
+    expect(budgetEvents).toHaveLength(1);
+    expect(budgetEvents[0]?.note).toContain("system:node:worker-a spent its CSR decision budget");
+    expect(f.registry.expose()).toContain(
+      'talosccm_peer_input_rejected_total{peer="csr",limit="csr_decision_units"}',
+    );
+    // worker-b is not affected.
+    const pemB = (
+      await createCSR({
+        cn: "system:node:worker-b",
+        o: ["system:nodes"],
+        dns: ["worker-b"],
+        ips: ["10.0.0.2"],
+      })
+    ).csr;
+    f.csrs.put(leanCsr(rawCsr("csr-b", pemB, { username: "system:node:worker-b" })));
+    await f.drain();
+    expect(f.writes).toHaveLength(decided + 1);
+    // Once the debt is paid, worker-a's CSR is decided; a second one in the window adds no Event.
+    f.setNow(T0 + 1000 + wait + 1);
+    f.approver.queue.add("csr-late");
+    await f.drain();
+    expect(f.writes.map((w) => w.path)).toContainEqual(expect.stringContaining("csr-late"));
+    f.csrs.put(leanCsr(rawCsr("csr-later", pem)));
+    await f.drain();
+    expect(f.events.filter((e) => e.reason === "PeerInputOverLimit")).toHaveLength(1);
   });
 });
