@@ -1223,7 +1223,7 @@ describe("the per-requester decision budget (csr_decision_units)", () => {
     const calls = f.talos.calls.length;
     f.csrs.put(leanCsr(rawCsr("csr-late", pem)));
     const [late] = await f.drain();
-    const wait = (late?.result as { requeueAfterMs: number }).requeueAfterMs;
+    const wait = (late as { result: { requeueAfterMs: number } }).result.requeueAfterMs;
     // ~2,000 units of debt at 128 a second.
     expect(wait).toBeGreaterThan(1000);
     expect(wait).toBeLessThan(20_000);
