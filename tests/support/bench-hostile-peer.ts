@@ -12,7 +12,7 @@
 //     and files a CSR, alternately as many IP SANs as fit in the largest request the CCM reads
 //     (16 KiB) and exactly the SAN bound, so that each decision takes the longest path;
 //   - big-node: its Node has BIG_NODE_LABELS labels (~1 MiB with its managed fields) and it
-//     heartbeats its status every second;
+//     heartbeats its status every second, from a Worker thread (its answers are ~1 MiB);
 //   - none: a plain kubelet at the same place and moment, for the clean run.
 // The pure parts (the specs, labels and addresses it sends) are exported for the unit tests.
 
@@ -21,6 +21,7 @@ import type { KubeConnection } from "../../lib/kubeconfig.ts";
 import { PEER_LIMITS } from "../../lib/peerlimits.ts";
 import { MAX_REQUEST_BYTES } from "../../lib/pkcs10.ts";
 import type { FakeApid } from "./apid.ts";
+import type { HeartbeatStart } from "./bench-heartbeat-worker.ts";
 import type { HostileKind } from "./bench-hostile.ts";
 import type { TestCluster } from "./cluster.ts";
 import type { FakeAddress, FakeNodeSpec } from "./fixtures.ts";
@@ -198,12 +199,14 @@ class Peer implements HostilePeer {
     if (this.kind === "address-flood") this.#every(20, () => this.#flood());
     else if (this.kind === "flap") this.#every(1000 / FLAP_PER_SECOND, () => this.#flap());
     else if (this.kind === "csr-max") this.#every(1000 / CSR_PER_SECOND, () => this.#fileCsr());
-    else if (big) this.#every(BIG_NODE_HEARTBEAT_MS, () => this.#heartbeat());
+    else if (big) this.#heartbeatInWorker();
   }
 
   stop(): void {
     for (const t of this.#timers) clearInterval(t);
     this.#timers = [];
+    this.#worker?.terminate();
+    this.#worker = undefined;
   }
 
   describe(): string {
@@ -286,10 +289,27 @@ class Peer implements HostilePeer {
     if (made?.metadata?.name) this.names.add(made.metadata.name);
   }
 
-  async #heartbeat(): Promise<void> {
-    this.actions++;
-    await this.#kubelet?.heartbeat();
+  /**
+   * big-node: the status heartbeats in a Worker thread (tests/support/bench-heartbeat-worker.ts), so
+   * that their ~1 MiB answers cost the thread that times the honest nodes nothing.
+   */
+  #heartbeatInWorker(): void {
+    const kubelet = this.#kubelet as SimulatedKubelet;
+    const worker = new Worker(new URL("./bench-heartbeat-worker.ts", import.meta.url));
+    worker.onmessage = (ev: MessageEvent<string>) => {
+      if (ev.data === "beat") this.actions++;
+      else this.#failed(new Error(ev.data));
+    };
+    const start: HeartbeatStart = {
+      connection: this.ctx.connection,
+      name: kubelet.name,
+      periodMs: BIG_NODE_HEARTBEAT_MS,
+      status: kubelet.heartbeatStatus(),
+    };
+    worker.postMessage(start);
+    this.#worker = worker;
   }
+  #worker: Worker | undefined;
 }
 
 /**

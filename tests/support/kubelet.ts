@@ -174,9 +174,14 @@ export class SimulatedKubelet {
   }
 
   /** Posts the Ready condition and renews the node Lease, as one kubelet heartbeat. */
-  async heartbeat(): Promise<void> {
+  /** What a status heartbeat patches: the status, without addresses when so configured. */
+  heartbeatStatus(): Record<string, unknown> {
     const { addresses, ...rest } = this.#status();
-    const status = this.opts.heartbeatWithoutAddresses ? rest : { addresses, ...rest };
+    return this.opts.heartbeatWithoutAddresses ? rest : { addresses, ...rest };
+  }
+
+  async heartbeat(): Promise<void> {
+    const status = this.heartbeatStatus();
     // The answer (the whole Node) is drained unread: a real kubelet runs in its own process, and the
     // bench's hostile big Node (~1 MiB) would otherwise cost the process that times the honest nodes
     // a parse of it per heartbeat.
