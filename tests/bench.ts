@@ -22,7 +22,8 @@
 // `npm run bench -- --nodes N --hostile <kind>[,<kind>...] [--repeat K] [--json]`: the blast radius of
 // one hostile peer among N nodes (issue 40). Each kind runs as its own run on a fresh test bed, kinds
 // in the order given, round by round (`none, k1, k2, ..., none, k1, ...`) so drift hits all alike:
-// none (the clean run), address-flood, flap, csr-max, big-node (tests/support/bench-hostile-peer.ts).
+// none (the clean run), address-flood, flap, csr-max, big-node, api-load (a control: the API server's
+// share of big-node; tests/support/bench-hostile-peer.ts).
 // Node N-1 is the hostile peer: it registers when the CCM leads and keeps up its activity to the end;
 // then the N - 1 honest kubelets register (init_s), submit their serving CSRs (csr_s), and
 // --latency-changes Talos address changes of honest machines spread over --latency-seconds are
@@ -143,7 +144,7 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          "settled_anon_kib_per_node"}]}, with two sizes those keys at the top too
   --hostile KIND,...     the blast radius of one hostile peer among N (node N-1), each kind its own run
                          on a fresh test bed, round by round in the order given: none (clean),
-                         address-flood, flap, csr-max, big-node, or all. Reports the N-1 honest nodes'
+                         address-flood, flap, csr-max, big-node, api-load (a control), or all. Reports the N-1 honest nodes'
                          init_s, csr_s and event-to-patch latency (p50, p99) and the CCM's peak RSS,
                          each kind against none (criteria: p99 latency and init within 1.2x, RSS
                          within +20 MiB, on the medians); no start-up, idle or steady phases

@@ -13,6 +13,9 @@
 //     (16 KiB) and exactly the SAN bound, so that each decision takes the longest path;
 //   - big-node: its Node has BIG_NODE_LABELS labels (~1 MiB with its managed fields) and it
 //     heartbeats its status every second, from a Worker thread (its answers are ~1 MiB);
+//   - api-load: a control, not a peer of the CCM: an object as big as the big Node (a ConfigMap with
+//     its labels), patched as often, which the CCM never reads: the API server's and etcd's share of
+//     big-node's cost, with node N-1 a plain kubelet;
 //   - none: a plain kubelet at the same place and moment, for the clean run.
 // The pure parts (the specs, labels and addresses it sends) are exported for the unit tests.
 
@@ -41,6 +44,8 @@ export const FLAP_PER_SECOND = 40;
 export const CSR_PER_SECOND = 1;
 /** Labels of the big Node (the issue's ~1 MiB Node). */
 export const BIG_NODE_LABELS = 5000;
+/** The api-load control's ConfigMap. */
+export const API_LOAD_CONFIGMAP = "bench-api-load";
 /** The big Node's heartbeat period. */
 export const BIG_NODE_HEARTBEAT_MS = 1000;
 
@@ -200,6 +205,7 @@ class Peer implements HostilePeer {
     else if (this.kind === "flap") this.#every(1000 / FLAP_PER_SECOND, () => this.#flap());
     else if (this.kind === "csr-max") this.#every(1000 / CSR_PER_SECOND, () => this.#fileCsr());
     else if (big) this.#heartbeatInWorker();
+    else if (this.kind === "api-load") await this.#apiLoad();
   }
 
   stop(): void {
@@ -232,6 +238,12 @@ class Peer implements HostilePeer {
         return (
           `${name}: ${BIG_NODE_LABELS} labels, the Node ${(this.#nodeBytes / 1024).toFixed(0)} KiB of JSON as read ` +
           `(managed fields included), ${this.actions} status heartbeats (every ${BIG_NODE_HEARTBEAT_MS} ms)`
+        );
+      case "api-load":
+        return (
+          `control, not a peer of the CCM: ConfigMap default/${API_LOAD_CONFIGMAP} with ${BIG_NODE_LABELS} labels, ` +
+          `${(this.#nodeBytes / 1024).toFixed(0)} KiB of JSON, patched ${this.actions} times (every ` +
+          `${BIG_NODE_HEARTBEAT_MS} ms); ${name} is a plain kubelet`
         );
     }
   }
@@ -295,16 +307,39 @@ class Peer implements HostilePeer {
    */
   #heartbeatInWorker(): void {
     const kubelet = this.#kubelet as SimulatedKubelet;
+    this.#beatInWorker({
+      connection: this.ctx.connection,
+      path: `/api/v1/nodes/${kubelet.name}/status`,
+      periodMs: BIG_NODE_HEARTBEAT_MS,
+      patch: { status: kubelet.heartbeatStatus() },
+    });
+  }
+
+  /**
+   * api-load (the control): a ConfigMap as big as the big Node (its 5,000 labels), patched as often,
+   * which the CCM never reads: what big-node costs the API server and etcd, without the CCM's part.
+   */
+  async #apiLoad(): Promise<void> {
+    const { cluster } = this.ctx;
+    const path = "/api/v1/namespaces/default/configmaps";
+    const made = await cluster.adminClient.create<unknown>(path, {
+      metadata: { name: API_LOAD_CONFIGMAP, labels: bigNodeLabels(BIG_NODE_LABELS) },
+      data: { beat: "" },
+    });
+    this.#nodeBytes = JSON.stringify(made).length;
+    this.#beatInWorker({
+      connection: cluster.admin,
+      path: `${path}/${API_LOAD_CONFIGMAP}`,
+      periodMs: BIG_NODE_HEARTBEAT_MS,
+      patch: { data: {} },
+    });
+  }
+
+  #beatInWorker(start: HeartbeatStart): void {
     const worker = new Worker(new URL("./bench-heartbeat-worker.ts", import.meta.url));
     worker.onmessage = (ev: MessageEvent<string>) => {
       if (ev.data === "beat") this.actions++;
       else this.#failed(new Error(ev.data));
-    };
-    const start: HeartbeatStart = {
-      connection: this.ctx.connection,
-      name: kubelet.name,
-      periodMs: BIG_NODE_HEARTBEAT_MS,
-      status: kubelet.heartbeatStatus(),
     };
     worker.postMessage(start);
     this.#worker = worker;

@@ -14,9 +14,10 @@ import { median } from "./bench-report.ts";
  * (one machine's Talos address watch keeps sending `created` events with new addresses, far past any
  * bound), `flap` (one machine's public address appears and disappears ~40 times a second), `csr-max`
  * (one node files maximal CSRs against maximal Talos answers), `big-node` (one ~1 MiB Node of 5,000
- * labels heartbeating every second).
+ * labels heartbeating every second), and `api-load`, a control that is no peer of the CCM (a ConfigMap
+ * as big, patched as often, that the CCM never reads: the API server's and etcd's share of big-node).
  */
-export const HOSTILE_KINDS = ["none", "address-flood", "flap", "csr-max", "big-node"] as const;
+export const HOSTILE_KINDS = ["none", "address-flood", "flap", "csr-max", "big-node", "api-load"] as const;
 
 /** One kind of hostile peer ({@link HOSTILE_KINDS}). */
 export type HostileKind = (typeof HOSTILE_KINDS)[number];
