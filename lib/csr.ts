@@ -230,9 +230,12 @@ function checkUsages(usages: string[]): Decision | undefined {
   );
 }
 
+/** The longest `spec.request` read: base64 of `MAX_REQUEST_BYTES`; a longer one is refused unread. */
+export const MAX_REQUEST_BASE64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
+
 /** Decodes `spec.request` (base64 of PEM, within `MAX_REQUEST_BYTES`) and parses it. */
 function parseRequest(request: string): Decision | ParsedCsr {
-  const maxBase64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
+  const maxBase64 = MAX_REQUEST_BASE64;
   if (request.length > maxBase64) {
     return deny(
       "InvalidRequest",

@@ -24,6 +24,7 @@ import {
   csrMetrics,
   type Decision,
   decide,
+  MAX_REQUEST_BASE64,
   type NodeInput,
   nodeInputFrom,
   nodeNameFromUsername,
@@ -462,8 +463,9 @@ const BUDGET_EVENT_WINDOW_MS = 600_000;
 
 /**
  * What deciding a CSR cost, in the units of `csr_decision_units`: one per 64 characters of its
- * request (parsing and verifying it), per address of the Node it was checked against and per entry
- * of the Talos facts read for it. Pure.
+ * request read (parsing and verifying it; a request over `MAX_REQUEST_BASE64` is refused unread and
+ * costs no more than one at that size), per address of the Node it was checked against and per
+ * entry of the Talos facts read for it. Pure.
  * @example decisionUnits("A".repeat(1280), 3, undefined) // 24
  */
 export function decisionUnits(request: string, nodeAddresses: number, facts: TalosFacts | undefined): number {
@@ -473,7 +475,7 @@ export function decisionUnits(request: string, nodeAddresses: number, facts: Tal
       facts.dnsNames.length +
       facts.sharedAddresses.size
     : 0;
-  return 1 + Math.ceil(request.length / 64) + nodeAddresses + talos;
+  return 1 + Math.ceil(Math.min(request.length, MAX_REQUEST_BASE64) / 64) + nodeAddresses + talos;
 }
 
 /** The node-csr-approval controller: CSR and Node events feeding a work queue of CSR names. */

@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import type { Handlers } from "../../lib/cache.ts";
-import { APPROVE_REASON, claims, type NodeInput } from "../../lib/csr.ts";
+import { APPROVE_REASON, claims, MAX_REQUEST_BASE64, type NodeInput } from "../../lib/csr.ts";
 import {
   approvalBody,
   CsrApprover,
@@ -1193,6 +1193,10 @@ describe("the per-requester decision budget (csr_decision_units)", () => {
       excludedSubnets: ["10.96.0.0/12"],
     };
     expect(decisionUnits("", 0, facts)).toBe(1 + 5);
+    // A request over the size the parser reads is refused unread: it costs what the largest read one does.
+    const largest = decisionUnits("A".repeat(MAX_REQUEST_BASE64), 0, undefined);
+    expect(decisionUnits("A".repeat(2 * 1024 * 1024), 0, undefined)).toBe(largest);
+    expect(largest).toBeLessThan(400);
   });
 
   test("an honest node's many CSRs never wait", async () => {
