@@ -99,12 +99,7 @@ export class Informer<T extends CachedMeta> {
     this.#opts = opts;
     this.#log = opts.log ?? logger("informer").with({ path: opts.path });
     this.#handlerErrors = handlerErrors(opts.registry ?? defaultRegistry);
-    if (opts.pace)
-      this.#pacer = new WatchPacer({
-        ...opts.pace,
-        deliver: (line) => this.#deliver(line),
-        ...(opts.pace.onHeld ? { onHeld: opts.pace.onHeld } : {}),
-      });
+    if (opts.pace) this.#pacer = new WatchPacer({ ...opts.pace, deliver: (line) => this.#deliver(line) });
   }
 
   /** Adds handlers; objects already cached are delivered as adds. */

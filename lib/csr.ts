@@ -235,8 +235,7 @@ export const MAX_REQUEST_BASE64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
 
 /** Decodes `spec.request` (base64 of PEM, within `MAX_REQUEST_BYTES`) and parses it. */
 function parseRequest(request: string): Decision | ParsedCsr {
-  const maxBase64 = MAX_REQUEST_BASE64;
-  if (request.length > maxBase64) {
+  if (request.length > MAX_REQUEST_BASE64) {
     return deny(
       "InvalidRequest",
       `request of ${request.length} base64 characters is over the ${MAX_REQUEST_BYTES}-byte limit`,

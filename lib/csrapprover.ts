@@ -528,8 +528,9 @@ export class CsrApprover {
 
   /**
    * How many entries the controller holds about CSRs (pending ones by node, looks for a Node,
-   * decisions the watch has not shown yet, warnings given): 0 once every CSR is decided and the
-   * watch showed it, whatever the cluster's history. For leak tests.
+   * decisions the watch has not shown yet, warnings given, budget Events of the last 10 min): 0 once
+   * every CSR is decided and the watch showed it, whatever the cluster's history (after 10 min for
+   * a requester that spent its decision budget). For leak tests.
    */
   get heldEntries(): number {
     let pending = 0;
@@ -681,8 +682,10 @@ export class CsrApprover {
     this.#rejected.inc({ peer: "csr", limit: "csr_decision_units" });
     const requester = c.csr.username;
     const now = this.#now();
-    const last = this.#budgetEventAt.get(requester);
-    if (last === undefined || now - last >= BUDGET_EVENT_WINDOW_MS) {
+    // Windows that ended are forgotten: the map holds the requesters warned in the last 10 min.
+    for (const [r, at] of this.#budgetEventAt)
+      if (now - at >= BUDGET_EVENT_WINDOW_MS) this.#budgetEventAt.delete(r);
+    if (!this.#budgetEventAt.has(requester)) {
       this.#budgetEventAt.set(requester, now);
       const l = PEER_LIMITS.csr_decision_units;
       const note =

@@ -23,12 +23,13 @@ const LINE_KEY =
   /^\{"type":"([A-Z]+)","object":\{"kind":"[A-Za-z]+","apiVersion":"[a-z0-9./]+","metadata":\{"name":"([a-z0-9.-]{1,253})"/;
 
 /**
- * The type and object name of a watch event line, read from its first 512 characters without
- * parsing it; undefined when the line does not start as the API server writes one.
+ * The type and object name of a watch event line, read from its first few hundred characters (the
+ * pattern is anchored and bounded) without parsing it; undefined when the line does not start as
+ * the API server writes one.
  * @example lineKey('{"type":"MODIFIED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"a"}}}') // { type: "MODIFIED", name: "a" }
  */
 export function lineKey(line: string): LineKey | undefined {
-  const m = LINE_KEY.exec(line.length > 512 ? line.slice(0, 512) : line);
+  const m = LINE_KEY.exec(line);
   return m ? { type: m[1] as string, name: m[2] as string } : undefined;
 }
 

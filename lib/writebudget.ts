@@ -22,8 +22,8 @@ interface Bucket {
 
 /**
  * Token buckets by node name: each starts full (`burst`), refills one token per `paceMs` up to
- * `burst`. A node that never writes costs nothing; one that wrote costs one small entry until
- * {@link forget}.
+ * `burst`. A node that never writes costs nothing; one that wrote costs one small entry until its
+ * bucket is full again (dropped at the next sweep) or {@link forget}.
  * @example
  * const budget = new WriteBudget({ burst: 8, paceMs: 5000, now: Date.now });
  * budget.take("node-1", 2) // 0: written now; later, when empty, the ms until 2 tokens are due
@@ -31,6 +31,7 @@ interface Bucket {
 export class WriteBudget {
   readonly #buckets = new Map<string, Bucket>();
   readonly #opts: WriteBudgetOptions;
+  #sweptAt = Number.NEGATIVE_INFINITY;
 
   constructor(opts: WriteBudgetOptions) {
     if (!(opts.burst >= 1) || !(opts.paceMs > 0))
@@ -47,8 +48,7 @@ export class WriteBudget {
     const { burst, paceMs, now } = this.#opts;
     const need = Math.min(Math.max(cost, 0), burst);
     const at = now();
-    const b = this.#buckets.get(key);
-    const tokens = b === undefined ? burst : Math.min(burst, b.tokens + Math.max(0, at - b.atMs) / paceMs);
+    const tokens = this.#tokens(key, at);
     if (tokens >= need) {
       this.#buckets.set(key, { tokens: tokens - need, atMs: at });
       return 0;
@@ -62,11 +62,24 @@ export class WriteBudget {
    * @example budget.take("a", 0) === 0 && (work(), budget.charge("a", unitsItTook))
    */
   charge(key: string, cost: number): void {
-    const { burst, paceMs, now } = this.#opts;
-    const at = now();
+    const at = this.#opts.now();
+    this.#buckets.set(key, { tokens: this.#tokens(key, at) - Math.max(cost, 0), atMs: at });
+  }
+
+  /**
+   * `key`'s tokens at `at` (a missing bucket is full). At most once per refill time (`burst` ×
+   * `paceMs`), buckets that are full again are dropped first: a full bucket and none are the same,
+   * so a node that wrote once costs nothing after its bucket refilled.
+   */
+  #tokens(key: string, at: number): number {
+    const { burst, paceMs } = this.#opts;
+    const full = (b: Bucket) => b.tokens + Math.max(0, at - b.atMs) / paceMs >= burst;
+    if (at - this.#sweptAt >= burst * paceMs) {
+      this.#sweptAt = at;
+      for (const [k, b] of this.#buckets) if (full(b)) this.#buckets.delete(k);
+    }
     const b = this.#buckets.get(key);
-    const tokens = b === undefined ? burst : Math.min(burst, b.tokens + Math.max(0, at - b.atMs) / paceMs);
-    this.#buckets.set(key, { tokens: tokens - Math.max(cost, 0), atMs: at });
+    return b === undefined ? burst : Math.min(burst, b.tokens + Math.max(0, at - b.atMs) / paceMs);
   }
 
   /** Drops `key`'s bucket (its node is gone): a new one starts full. */

@@ -31,6 +31,31 @@ describe("WriteBudget", () => {
     expect(b.take("hostile", 5)).toBe(0);
   });
 
+  test("charge() takes a cost known after the fact, below zero: take(key, 0) waits until the debt is paid", () => {
+    let now = 0;
+    const b = new WriteBudget({ burst: 100, paceMs: 10, now: () => now });
+    expect(b.take("a", 0)).toBe(0);
+    b.charge("a", 130);
+    // 30 units of debt at one per 10 ms.
+    expect(b.take("a", 0)).toBe(300);
+    expect(b.take("b", 0)).toBe(0);
+    now += 300;
+    expect(b.take("a", 0)).toBe(0);
+  });
+
+  test("buckets full again are dropped at the next sweep (once per refill time): a node that wrote once costs nothing", () => {
+    let now = 0;
+    const b = new WriteBudget({ burst: 2, paceMs: 1000, now: () => now });
+    for (let i = 0; i < 50; i++) b.take(`n${i}`);
+    b.charge("debtor", 10);
+    expect(b.size).toBe(51);
+    now += 2000;
+    b.take("x", 0);
+    // Every bucket that refilled is gone; the debtor's (8 tokens short) stays, and so does x's.
+    expect(b.size).toBe(2);
+    expect(b.take("debtor", 0)).toBe(8000 - 2000);
+  });
+
   test("WriteBudget refuses a budget that allows nothing", () => {
     expect(() => new WriteBudget({ burst: 0, paceMs: 1, now: Date.now })).toThrow(/^Cannot create/);
     expect(() => new WriteBudget({ burst: 1, paceMs: 0, now: Date.now })).toThrow(/^Cannot create/);
