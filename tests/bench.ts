@@ -84,7 +84,7 @@ import {
   parseHostileKinds,
 } from "./support/bench-hostile.ts";
 import { createPeer, type HostilePeer, hostileSpec } from "./support/bench-hostile-peer.ts";
-import { PatchLatency } from "./support/bench-latency.ts";
+import { auditEpochMs, ccmWriteDelays, PatchLatency } from "./support/bench-latency.ts";
 import { type ProcSample, procSample, RssSampler, SumRssSampler } from "./support/bench-proc.ts";
 import { LeaseReadiness, type LeaseSpecView } from "./support/bench-ready.ts";
 import {
@@ -1249,6 +1249,7 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
   const sampler = new RssSampler(ccm.pid);
   cleanups.push(() => sampler.stop());
   const before = procSample(ccm.pid);
+  const api0 = apiCpuSeconds(cluster);
   const audit0 = cluster.auditEvents().length;
   progress(
     `CCM leading and idle: RSS ${(before.rssBytes / MiB).toFixed(1)} MiB; hostile peer ${kind} starts`,
@@ -1303,6 +1304,7 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
     : await latency.run(apid, honest, args.latencyChanges, args.latencySeconds * 1000, 30_000);
   peer.stop();
   const benchCpu = process.cpuUsage(benchCpu0);
+  const api_cpu_s = apiCpuSeconds(cluster) - api0;
   sampler.sample();
   const end = gone() ? undefined : procSample(ccm.pid);
   notes.push(
@@ -1316,21 +1318,37 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
   await stopCcm(ccm);
   if (args.ccmLog) await Bun.write(args.ccmLog, ccm.output);
 
-  const lat = latencyFigures(samples);
+  const nodeWrites = cluster
+    .auditEvents()
+    .slice(audit0)
+    .filter((ev) => (ev.verb === "patch" || ev.verb === "update") && ev.objectRef?.resource === "nodes");
+  const ccmDelays = ccmWriteDelays(
+    latency.changes,
+    nodeWrites.map((ev) => ({
+      node: ev.objectRef?.name ?? "",
+      atEpochMs: auditEpochMs(ev.requestReceivedTimestamp),
+    })),
+  );
+  const lat = latencyFigures(samples, ccmDelays);
+  const unseen = samples.flatMap((x, k) => (x === null ? [k] : []));
+  if (unseen.length > 0)
+    notes.push(
+      `changes never seen on their Node: ${unseen
+        .slice(0, 5)
+        .map((k) => {
+          const c = latency.changes[k];
+          const w = ccmDelays[k];
+          return `#${k} ${c?.node ?? "?"} (${w === null || w === undefined ? "no write of the CCM after it" : `the CCM wrote it ${w.toFixed(1)} ms after`})`;
+        })
+        .join(", ")}${unseen.length > 5 ? ", ..." : ""}`,
+    );
   progress(
-    `event-to-patch: p50 ${lat.latency_p50_ms?.toFixed(0)} ms, p99 ${lat.latency_p99_ms?.toFixed(0)} ms, ` +
+    `event-to-patch: p50 ${lat.latency_p50_ms?.toFixed(0)} ms, p99 ${lat.latency_p99_ms?.toFixed(0)} ms ` +
+      `(the CCM's part: p50 ${lat.ccm_p50_ms?.toFixed(1)} ms, p99 ${lat.ccm_p99_ms?.toFixed(1)} ms), ` +
       `${lat.latency_missing}/${lat.latency_samples} never seen; ${peer.describe()}`,
   );
   await hostileNotes(e, peer, notes);
-  const writes = cluster
-    .auditEvents()
-    .slice(audit0)
-    .filter(
-      (ev) =>
-        (ev.verb === "patch" || ev.verb === "update") &&
-        ev.objectRef?.resource === "nodes" &&
-        ev.objectRef.name === hostile.name,
-    ).length;
+  const writes = nodeWrites.filter((ev) => ev.objectRef?.name === hostile.name).length;
   return {
     kind,
     nodes: n,
@@ -1339,9 +1357,15 @@ async function runHostilePhases(e: Env, kind: HostileKind, notes: string[]): Pro
     ...lat,
     rss_mb: Math.max(end?.hwmBytes ?? 0, sampler.maxBytes) / MiB,
     cpu_s: end ? end.cpuSeconds - before.cpuSeconds : null,
+    api_cpu_s,
     hostile_actions: peer.actions,
     hostile_node_writes: writes,
   };
+}
+
+/** kube-apiserver's and etcd's CPU seconds so far. */
+function apiCpuSeconds(cluster: TestCluster): number {
+  return cluster.pids.reduce((sum, pid) => sum + procSample(pid).cpuSeconds, 0);
 }
 
 /** What the peer did, the errors it met, and the Events the CCM recorded, by type and reason. */

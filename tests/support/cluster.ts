@@ -327,6 +327,11 @@ export class TestCluster {
     return this.#version;
   }
 
+  /** The pids of kube-apiserver and etcd while they run (for /proc readings). */
+  get pids(): number[] {
+    return [this.#apiserver?.pid, this.#etcd?.pid].filter((p): p is number => p !== undefined);
+  }
+
   #auditArgs(): string[] {
     const policy = join(this.dir, "audit-policy.yaml");
     writeFileSync(policy, this.#opts.auditPolicy ?? AUDIT_POLICY);

@@ -34,7 +34,7 @@ import {
   hostileSpec,
   maxFittingCsr,
 } from "../support/bench-hostile-peer.ts";
-import { sampleIndexes } from "../support/bench-latency.ts";
+import { auditEpochMs, ccmWriteDelays, sampleIndexes } from "../support/bench-latency.ts";
 import { generateNodes } from "../support/fixtures.ts";
 
 const run = (over: Partial<HostileFigures> = {}): HostileFigures => ({
@@ -46,8 +46,11 @@ const run = (over: Partial<HostileFigures> = {}): HostileFigures => ({
   latency_p99_ms: 1000,
   latency_samples: 100,
   latency_missing: 0,
+  ccm_p50_ms: 3,
+  ccm_p99_ms: 10,
   rss_mb: 80,
   cpu_s: 6,
+  api_cpu_s: 20,
   hostile_actions: 0,
   hostile_node_writes: 2,
   ...over,
@@ -129,20 +132,29 @@ describe("percentile()", () => {
 
 describe("latencyFigures()", () => {
   test("a change never seen counts as slower than any", () => {
-    expect(latencyFigures([10, 20, null])).toEqual({
+    expect(latencyFigures([10, 20, null], [4, 5, null])).toEqual({
       latency_p50_ms: 20,
       latency_p99_ms: Number.POSITIVE_INFINITY,
       latency_samples: 3,
       latency_missing: 1,
+      ccm_p50_ms: 5,
+      ccm_p99_ms: Number.POSITIVE_INFINITY,
     });
   });
 
+  test("the CCM's part has its own percentiles", () => {
+    const f = latencyFigures([10, 20, 30, 40], [1, 2, 3, 9.5]);
+    expect(f).toMatchObject({ latency_p99_ms: 40, ccm_p50_ms: 2, ccm_p99_ms: 9.5 });
+  });
+
   test("no samples: null figures", () => {
-    expect(latencyFigures([])).toEqual({
+    expect(latencyFigures([], [])).toEqual({
       latency_p50_ms: null,
       latency_p99_ms: null,
       latency_samples: 0,
       latency_missing: 0,
+      ccm_p50_ms: null,
+      ccm_p99_ms: null,
     });
   });
 });
@@ -181,6 +193,16 @@ describe("ratio() and compare()", () => {
     expect(at.rss_delta_mb).toBe(20);
     const over = compare(run({ kind: "flap", init_s: 12.1, latency_p99_ms: 1201, rss_mb: 100.1 }), clean);
     expect(over).toMatchObject({ init_pass: false, latency_p99_pass: false, rss_pass: false, pass: false });
+  });
+
+  test("the CCM's part of the p99 is compared apart and does not decide the kind", () => {
+    const clean = run();
+    const apiSlow = compare(run({ kind: "big-node", latency_p99_ms: 2000, ccm_p99_ms: 11 }), clean);
+    expect(apiSlow).toMatchObject({ latency_p99_pass: false, ccm_p99_pass: true, pass: false });
+    expect(apiSlow.ccm_p99_ratio).toBeCloseTo(1.1);
+    const ccmSlow = compare(run({ kind: "csr-max", ccm_p99_ms: 12.1 }), clean);
+    expect(ccmSlow).toMatchObject({ latency_p99_pass: true, ccm_p99_pass: false, pass: true });
+    expect(compare(run({ kind: "flap", ccm_p99_ms: null }), clean).ccm_p99_pass).toBeNull();
   });
 
   test("one criterion failing fails the kind; a missing figure is N/A and not a pass", () => {
@@ -244,10 +266,12 @@ describe("JSON", () => {
         csr_ratio: 1,
         latency_p50_ratio: 1,
         latency_p99_ratio: 1,
+        ccm_p99_ratio: 1,
         rss_delta_mb: 0,
         init_pass: true,
         latency_p99_pass: true,
         rss_pass: true,
+        ccm_p99_pass: true,
         pass: true,
       },
     ]);
@@ -274,6 +298,8 @@ describe("formatHostileTable() and formatSummary()", () => {
     expect(row("init_s")).toMatch(/14\.50\s+10\.00\s+1\.45x\s+<= 1\.2x\s+FAIL\s+14\.00, 15\.00$/);
     expect(row("latency_p99_ms")).toMatch(/never\s+1000\s+inf\s+<= 1\.2x\s+FAIL\s+never, never$/);
     expect(row("rss_mb")).toMatch(/80\.0\s+81\.0\s+-1\.0 MiB\s+<= \+20 MiB\s+PASS/);
+    expect(row("ccm_p99_ms")).toMatch(/10\.0\s+10\.0\s+1\.00x\s+\(<= 1\.2x\)\s+PASS/);
+    expect(row("api_cpu_s")).toMatch(/20\.00\s+20\.00\s+1\.00x\s+-\s+-/);
     expect(row("hostile_actions")).toMatch(/\s-\s+-\s+-\s+0, 0$/);
   });
 
@@ -285,7 +311,8 @@ describe("formatHostileTable() and formatSummary()", () => {
 
   test("one summary line per kind against none", () => {
     expect(formatSummary([clean, flap])).toEqual([
-      "flap: init 1.45x (FAIL), p99 latency inf (FAIL), peak RSS -1.0 MiB (PASS): FAIL",
+      "flap: init 1.45x (FAIL), p99 latency inf (FAIL), peak RSS -1.0 MiB (PASS): FAIL; " +
+        "the CCM's part of the p99 1.00x (PASS)",
     ]);
   });
 });
@@ -386,5 +413,31 @@ describe("the hostile peers' input", () => {
     expect(sampleIndexes(4, 100)).toEqual([0, 25, 50, 75]);
     expect(sampleIndexes(100, 999)[99]).toBe(989);
     expect(sampleIndexes(5, 2)).toEqual([0, 0, 0, 1, 1]);
+  });
+
+  test("auditEpochMs: the API server's timestamps to ms, sub-ms kept; other forms refused", () => {
+    expect(auditEpochMs("1970-01-01T00:00:01.000250Z")).toBeCloseTo(1000.25, 6);
+    expect(auditEpochMs("2026-11-28T21:58:01Z")).toBe(Date.UTC(2026, 10, 28, 21, 58, 1));
+    expect(auditEpochMs("2026-11-28T21:58:01.5Z")).toBe(Date.UTC(2026, 10, 28, 21, 58, 1, 500));
+    expect(() => auditEpochMs("2026-11-28 21:58:01Z")).toThrow(/Cannot parse audit timestamp/);
+    expect(() => auditEpochMs("2026-11-28T21:58:01.123+01:00")).toThrow(/RFC 3339 UTC/);
+  });
+
+  test("ccmWriteDelays: the first write of the change's Node at or after it, 1 ms of clock slack", () => {
+    const writes = [
+      { node: "a", atEpochMs: 120 },
+      { node: "b", atEpochMs: 99.5 },
+      { node: "a", atEpochMs: 50 },
+      { node: "a", atEpochMs: 104.25 },
+    ];
+    const changes = [
+      { node: "a", atEpochMs: 100 },
+      { node: "b", atEpochMs: 100 },
+      { node: "c", atEpochMs: 100 },
+      undefined,
+      { node: "a", atEpochMs: 110 },
+    ];
+    expect(ccmWriteDelays(changes, writes)).toEqual([4.25, 0, null, null, 10]);
+    expect(ccmWriteDelays([{ node: "b", atEpochMs: 101 }], writes)).toEqual([null]);
   });
 });
