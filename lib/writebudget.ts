@@ -45,15 +45,26 @@ export class WriteBudget {
    * @returns 0 when taken; otherwise how many milliseconds until they are due (nothing is taken).
    */
   take(key: string, cost = 1): number {
-    const { burst, paceMs, now } = this.#opts;
-    const need = Math.min(Math.max(cost, 0), burst);
-    const at = now();
+    const at = this.#opts.now();
+    const { need, tokens, waitMs } = this.#due(key, cost, at);
+    if (waitMs === 0) this.#buckets.set(key, { tokens: tokens - need, atMs: at });
+    return waitMs;
+  }
+
+  /**
+   * How many milliseconds until `cost` writes could be taken from `key`'s bucket (0: now); takes
+   * nothing. A caller can hold work that would only end in a write that must wait.
+   * @example budget.waitFor("node-1") // 0 while node-1 holds a token
+   */
+  waitFor(key: string, cost = 1): number {
+    return this.#due(key, cost, this.#opts.now()).waitMs;
+  }
+
+  #due(key: string, cost: number, at: number) {
+    const need = Math.min(Math.max(cost, 0), this.#opts.burst);
     const tokens = this.#tokens(key, at);
-    if (tokens >= need) {
-      this.#buckets.set(key, { tokens: tokens - need, atMs: at });
-      return 0;
-    }
-    return Math.ceil((need - tokens) * paceMs);
+    const waitMs = tokens >= need ? 0 : Math.ceil((need - tokens) * this.#opts.paceMs);
+    return { need, tokens, waitMs };
   }
 
   /**

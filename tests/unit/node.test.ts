@@ -2379,6 +2379,73 @@ describe("CloudNodeController: one peer, one budget", () => {
     expect(s.store.get("node-1")?.status.addresses.map((a) => a.address)).not.toContain("2001:db8::9");
   });
 
+  test("CloudNodeController does not decide on a node that spent its write budget until a write is due again: its changes meanwhile wait in one queued pass", async () => {
+    let now = 1_000_000;
+    const s = controllerSetup(lean({}), {}, { now: () => now });
+    await initialize(s, "node-1", "10.0.0.5");
+    const flap = address("2001:db8::9/64", "eth0");
+    const push = (i: number) =>
+      s.talos.stream("10.0.0.5", "addresses").push({
+        type: i % 2 === 0 ? "created" : "destroyed",
+        id: flap.id,
+        version: String(i + 2),
+        resource: flap,
+      });
+    // Spend the budget by hand: every pass that writes takes a token, until one waits.
+    let i = 0;
+    for (; i < 40; i++) {
+      push(i);
+      await settle();
+      const r = await s.controller.reconcile("node-1");
+      if (r?.requeueAfterMs !== undefined) break;
+    }
+    expect(i).toBeLessThan(40);
+    // One token comes back and a change takes it: the budget is spent again, with no pass deferred.
+    now += 5000;
+    i += 2; // the state the deferred pass held (the Node shows the one before it)
+    push(i);
+    await settle();
+    const spending = s.writes.length;
+    expect(await s.controller.reconcile("node-1")).toBeUndefined();
+    expect(s.writes.length).toBe(spending + 1);
+    // Now the workers run: changes of the node (Talos' and the Node's own) queue no pass before the token is due.
+    let passes = 0;
+    const reconcile = s.controller.reconcile.bind(s.controller);
+    s.controller.reconcile = (name: string) => {
+      passes++;
+      return reconcile(name);
+    };
+    const ac = new AbortController();
+    const running = s.controller.run(ac.signal);
+    // The pass the hand-run loop left queued runs first, and waits for the token.
+    for (let k = 0; k < 50; k++) await settle();
+    expect(passes).toBeLessThanOrEqual(1);
+    passes = 0;
+    const writes = s.writes.length;
+    for (let k = 1; k <= 20; k++) {
+      push(i + k);
+      await settle();
+    }
+    const ours = s.store.get("node-1") as LeanNode;
+    const theirs = structuredClone(ours);
+    theirs.metadata.resourceVersion = "900";
+    theirs.status.addresses = [...ours.status.addresses, { type: "ExternalIP", address: "203.0.113.7" }];
+    s.store.set("node-1", theirs);
+    s.handlers[0]?.onUpdate?.(ours, theirs);
+    for (let k = 0; k < 50; k++) await settle();
+    expect(passes).toBe(0);
+    expect(s.writes.length).toBe(writes);
+    // A node with tokens left is decided on at once.
+    s.store.set(
+      "node-2",
+      lean({ name: "node-2", annotations: { [PROVIDED_NODE_IP_ANNOTATION]: "10.0.0.6" } }),
+    );
+    s.handlers[0]?.onAdd?.(s.store.get("node-2") as LeanNode);
+    await until(() => passes > 0);
+    ac.abort();
+    await running;
+  });
+
   test("CloudNodeController corrects a false InternalIP next to an address type named like a built-in member (the issue's attack)", async () => {
     for (const type of ["constructor", "toString", "valueOf", "hasOwnProperty", "__proto__"]) {
       const s = controllerSetup(lean({}));

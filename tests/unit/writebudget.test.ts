@@ -20,6 +20,22 @@ describe("WriteBudget", () => {
     expect([b.take("n", 3), b.take("n")]).toEqual([0, 5000]);
   });
 
+  test("waitFor() says when a write could be taken and takes nothing", () => {
+    let now = 0;
+    const b = new WriteBudget({ burst: 2, paceMs: 1000, now: () => now });
+    expect(b.waitFor("n")).toBe(0);
+    expect(b.waitFor("n", 2)).toBe(0);
+    expect([b.waitFor("n"), b.waitFor("n")]).toEqual([0, 0]);
+    expect([b.take("n"), b.take("n")]).toEqual([0, 0]);
+    expect(b.waitFor("n")).toBe(1000);
+    expect(b.waitFor("n", 2)).toBe(2000);
+    now += 400;
+    expect(b.waitFor("n")).toBe(600);
+    now += 600;
+    expect(b.waitFor("n")).toBe(0);
+    expect(b.take("n")).toBe(0);
+  });
+
   test("WriteBudget keeps each node's bucket apart, and a forgotten node starts full", () => {
     const now = 0;
     const b = new WriteBudget({ burst: 2, paceMs: 1000, now: () => now });
