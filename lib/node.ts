@@ -283,8 +283,9 @@ function controllerMetrics(reg: Registry) {
     ),
     deferred: reg.counter(
       "talosccm_node_writes_deferred_total",
-      "cloud-node passes that would have written a Node whose per-node write budget was spent (burst " +
-        `${PEER_LIMITS.node_write_burst.value}, then paced): re-queued for when it is due, changes in between coalesced.`,
+      "cloud-node passes held for a Node whose per-node write budget was spent (burst " +
+        `${PEER_LIMITS.node_write_burst.value}, then paced): a pass that would have written, or a change while not ` +
+        "one write's worth was left; re-queued for when a write is due, changes in between coalesced.",
     ),
     handlerErrors: handlerErrors(reg),
     rejected: peerRejections(reg),
@@ -425,7 +426,13 @@ export class CloudNodeController {
    */
   #enqueue(name: string): void {
     const until = this.#deferredUntil.get(name);
-    const waitMs = until === undefined ? this.#budget.waitFor(name) : until - this.#now();
+    let waitMs = until === undefined ? 0 : until - this.#now();
+    if (waitMs <= 0) {
+      waitMs = this.#budget.waitFor(name);
+      const node = this.#opts.nodes.get(name);
+      if (waitMs > 0 && node)
+        this.#defer(name, node, isUninitialized(node) ? "InitializeNode" : "UpdateNode", waitMs);
+    }
     if (waitMs > 0) this.#queue.addAfter(name, waitMs);
     else this.#queue.add(name);
   }
@@ -476,8 +483,7 @@ export class CloudNodeController {
 
   /**
    * Takes the writes of `patch` from the node's write budget: 0 when taken (or nothing to write);
-   * otherwise the ms until they are due, after counting the deferral and (once per window) a
-   * Warning WriteBudgetExceeded Event.
+   * otherwise the ms until they are due, after {@link #defer}.
    */
   #spend(pass: Pass, patch: NodePatch): number {
     const cost = (patch.addresses ? 1 : 0) + (patch.ops.length > 0 ? 1 : 0);
@@ -487,13 +493,23 @@ export class CloudNodeController {
       this.#deferredUntil.delete(pass.name);
       return 0;
     }
-    this.#deferredUntil.set(pass.name, this.#now() + waitMs);
+    this.#defer(pass.name, pass.node, pass.action, waitMs);
+    return waitMs;
+  }
+
+  /**
+   * Node `name`'s pass waits `waitMs` for its write budget (a pass that would write, or a change
+   * while not one write's worth is left): notes when it is due, counts it, and records a Warning
+   * WriteBudgetExceeded Event once per window.
+   */
+  #defer(name: string, node: LeanNode, action: string, waitMs: number): void {
+    this.#deferredUntil.set(name, this.#now() + waitMs);
     this.#m.deferred.inc();
-    this.#log.v(2).info("Write budget spent; writing later", { node: pass.name, waitMs });
+    this.#log.v(2).info("Write budget spent; writing later", { node: name, waitMs });
     const burst = PEER_LIMITS.node_write_burst.value;
     const pace = (this.#opts.writePaceMs ?? NODE_WRITE_PACE_MS) / 1000;
     this.#warnOncePerWindow(
-      pass,
+      { name, node, action },
       "WriteBudgetExceeded",
       `What this CCM writes to the node changed faster than its per-node write budget (${burst} writes at once, ` +
         `then one every ${pace} s; e.g. an address that keeps appearing and disappearing): the latest state is ` +
@@ -501,11 +517,14 @@ export class CloudNodeController {
         "nodes' writes are not affected; later deferrals within the window are counted in " +
         "talosccm_node_writes_deferred_total, not reported again",
     );
-    return waitMs;
   }
 
   /** A Warning Event of `reason` about the pass's node, at most once per node and reason in the window. */
-  #warnOncePerWindow({ name, node, action }: Pass, reason: string, note: string): void {
+  #warnOncePerWindow(
+    { name, node, action }: Pick<Pass, "name" | "node" | "action">,
+    reason: string,
+    note: string,
+  ): void {
     const now = this.#now();
     const sent = this.#windowEvents.get(name) ?? new Map<string, number>();
     const last = sent.get(reason);

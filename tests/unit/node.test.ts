@@ -2310,6 +2310,10 @@ describe("CloudNodeController: a second writer of its fields", () => {
 });
 
 describe("CloudNodeController: one peer, one budget", () => {
+  /** talosccm_node_writes_deferred_total as exposed. */
+  const deferredCount = (s: ReturnType<typeof controllerSetup>) =>
+    Number(/^talosccm_node_writes_deferred_total (\d+)$/m.exec(s.registry.expose())?.[1] ?? 0);
+
   /** Pushes node `name`'s platform metadata and a bootstrapped address watch on `ip`, reconciling between. */
   async function initialize(s: ReturnType<typeof controllerSetup>, name: string, ip: string) {
     s.talos.nodenames.set(ip, name);
@@ -2422,6 +2426,7 @@ describe("CloudNodeController: one peer, one budget", () => {
     expect(passes).toBeLessThanOrEqual(1);
     passes = 0;
     const writes = s.writes.length;
+    const deferredBefore = deferredCount(s);
     for (let k = 1; k <= 20; k++) {
       push(i + k);
       await settle();
@@ -2435,6 +2440,9 @@ describe("CloudNodeController: one peer, one budget", () => {
     for (let k = 0; k < 50; k++) await settle();
     expect(passes).toBe(0);
     expect(s.writes.length).toBe(writes);
+    // Held, not lost: counted once for the held pass (the changes after it join it), and the one Warning of the window.
+    expect(deferredCount(s) - deferredBefore).toBe(1);
+    expect(s.events.filter((e) => e === "Warning WriteBudgetExceeded node-1")).toHaveLength(1);
     // A node with tokens left is decided on at once.
     s.store.set(
       "node-2",
