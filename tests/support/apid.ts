@@ -957,11 +957,14 @@ export class FakeApid {
     return this.#peak;
   }
 
-  /** Open Watch streams, of one node or all. */
-  watchers(ip?: string): number {
+  /** Open Watch streams, of one node or all, of one resource (e.g. `addresses`) or any. */
+  watchers(ip?: string, resource?: keyof typeof RESOURCES): number {
     if (ip === undefined) return this.#subs.size;
     const node = this.#byIP.get(ip);
-    return [...this.#subs].filter((s) => s.node === node).length;
+    const of = resource === undefined ? undefined : RESOURCES[resource];
+    return [...this.#subs].filter(
+      (s) => s.node === node && (of === undefined || (s.namespace === of.namespace && s.type === of.type)),
+    ).length;
   }
 
   // ---- lifecycle ----
