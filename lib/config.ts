@@ -13,11 +13,15 @@
 // the fallback provider ID be written, and spec.providerID never changes). Unknown keys that can
 // only narrow what applies are warnings, as the reference ignores them: `name` on a nodeSelector
 // term is documentation (the reference's docs name every term), other keys in a term, under
-// `features` (an unknown feature stays off), under `global` or at the top level. So are entries
-// Kubernetes would refuse (an invalid label key, a reserved taint): the entry is dropped and the rest
-// applies, because the reference accepted such files at load and refusing to start would block
-// every node over one entry. The file's size and shape are bounded before YAML parsing
-// (lib/configlimits.ts).
+// `features` (an unknown feature stays off), under `global` or at the top level. A rule entry
+// Kubernetes would refuse is an error when its absence could widen what runs where or misstate a
+// fact: any taint (`present:NoSchedul`: a missing taint lets pods run where the rule keeps them off),
+// a valid label key with an invalid value (selectors and exclusions read a label by its key), a key
+// reserved for the CCM's bookkeeping; the reference failed every matching node over them. A label or
+// annotation key no Node can have is dropped with a warning (nothing selects by it; the reference's
+// own docs/rules.yaml has one), and so is a platformMetadata override of hostname, platform or tags,
+// which no rule may override (dropping it keeps what Talos reports). The file's size and shape are
+// bounded before YAML parsing (lib/configlimits.ts).
 
 import * as v from "valibot";
 import { type Alias, type Document, isAlias, isMap, isScalar, isSeq, LineCounter, visit } from "yaml";
@@ -514,21 +518,40 @@ function compileSelector(raw: RawRule["nodeSelector"], base: Path, c: Compiler):
   });
 }
 
-/** Compiles entries, dropping (with a warning) those whose key or literal value `check` refuses. */
+/**
+ * What is wrong with a rule entry: problems that only drop it (a key no Node can have, so nothing
+ * selects by it: the rule narrows at most) and problems that refuse the file (the entry's absence
+ * could widen what runs where or misstate a fact: a taint, a valid label key with a value Kubernetes
+ * refuses, a key reserved for the CCM's bookkeeping).
+ */
+interface EntryProblems {
+  drop: string[];
+  refuse: string[];
+}
+
+/**
+ * Compiles entries: one with a problem that refuses the file is an error, one that can only be
+ * dropped is dropped with a warning (see {@link EntryProblems}).
+ */
 function compileEntries(
   entries: [string, string][],
   base: Path,
   c: Compiler,
-  check: (key: string, literal: string | undefined) => string[],
+  check: (key: string, literal: string | undefined) => EntryProblems,
 ): RuleEntry[] {
   const out: RuleEntry[] = [];
   for (const [key, source] of entries) {
     const path = [...base, key];
     const value = compileValue(path, source, c);
     if (!value) continue;
-    const problems = check(key, value.template ? undefined : source);
-    if (problems.length > 0) {
-      c.warn(path, `entry ignored: ${problems.join("; ")}`);
+    const { drop, refuse } = check(key, value.template ? undefined : source);
+    if (refuse.length > 0) {
+      const all = [...refuse, ...drop].join("; ");
+      c.error(path, `${all}: the rule would apply without this entry (fix or remove it)`);
+      continue;
+    }
+    if (drop.length > 0) {
+      c.warn(path, `entry ignored: ${drop.join("; ")}`);
       continue;
     }
     out.push({ key, value });
@@ -536,22 +559,24 @@ function compileEntries(
   return out;
 }
 
-function labelProblems(key: string, literal: string | undefined): string[] {
-  if (key === MANAGED_DIGEST_LABEL) return [`key is reserved for the CCM's own bookkeeping`];
-  const problems = isQualifiedName(key).map((e) => `key ${e}`);
-  if (literal !== undefined) problems.push(...isLabelValue(literal).map((e) => `value ${e}`));
-  return problems;
+const RESERVED = "key is reserved for the CCM's own bookkeeping";
+
+function labelProblems(key: string, literal: string | undefined): EntryProblems {
+  if (key === MANAGED_DIGEST_LABEL) return { drop: [], refuse: [RESERVED] };
+  const drop = isQualifiedName(key).map((e) => `key ${e}`);
+  const value = literal === undefined ? [] : isLabelValue(literal).map((e) => `value ${e}`);
+  return { drop, refuse: value };
 }
 
-function annotationProblems(key: string): string[] {
-  if (key === MANAGED_ANNOTATION) return [`key is reserved for the CCM's own bookkeeping`];
-  return isAnnotationKey(key).map((e) => `key ${e}`);
+function annotationProblems(key: string): EntryProblems {
+  if (key === MANAGED_ANNOTATION) return { drop: [], refuse: [RESERVED] };
+  return { drop: isAnnotationKey(key).map((e) => `key ${e}`), refuse: [] };
 }
 
-function taintProblems(key: string, literal: string | undefined): string[] {
-  if (literal === undefined) return isTaintKey(key).map((e) => `key ${e}`);
+function taintProblems(key: string, literal: string | undefined): EntryProblems {
+  if (literal === undefined) return { drop: [], refuse: isTaintKey(key).map((e) => `key ${e}`) };
   const parsed = parseTaint(key, literal);
-  return parsed.ok ? [] : parsed.errors;
+  return { drop: [], refuse: parsed.ok ? [] : parsed.errors };
 }
 
 function compileOverrides(entries: [string, string][], base: Path, c: Compiler): MetadataOverride[] {

@@ -4,6 +4,7 @@
 // `pkg/apis/core/validation` (taints), so a value that passes here is accepted by the API server.
 // Each check returns a list of reasons (empty when valid), like its Go counterpart.
 
+import { closestKey, editDistance, quoteValue } from "./suggest.ts";
 import type { Taint, TaintEffect } from "./types.ts";
 import { NOT_READY_TAINT_KEY, SHUTDOWN_TAINT_KEY, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
@@ -136,6 +137,23 @@ export function annotationsSize(annotations: Readonly<Record<string, string>>): 
   return total;
 }
 
+/** A misspelling at most this many edits from an effect is named with it. */
+const EFFECT_HINT_EDITS = 3;
+
+/**
+ * Why `effect` is no taint effect, naming the effect it misspells when it is within
+ * {@link EFFECT_HINT_EDITS} edits of one (effects are case-sensitive, as Kubernetes reads them).
+ * @example effectProblem("NoSchedul") // 'effect "NoSchedul" is not one of NoSchedule, PreferNoSchedule, NoExecute (closest: "NoSchedule")'
+ */
+export function effectProblem(effect: string): string {
+  const base = `effect ${quoteValue(effect)} is not one of ${TAINT_EFFECTS.join(", ")}`;
+  const near = closestKey(effect, TAINT_EFFECTS) as string;
+  if (near.toLowerCase() === effect.toLowerCase())
+    return `${base}; effects are case-sensitive, did you mean ${JSON.stringify(near)}?`;
+  const close = effect !== "" && editDistance(effect.toLowerCase(), near.toLowerCase()) <= EFFECT_HINT_EDITS;
+  return close ? `${base} (closest: ${JSON.stringify(near)})` : base;
+}
+
 /** Tells whether `value` is one of {@link TAINT_EFFECTS}. */
 export function isTaintEffect(value: string): value is TaintEffect {
   return (TAINT_EFFECTS as readonly string[]).includes(value);
@@ -171,7 +189,7 @@ export function parseTaint(key: string, spec: string): ParsedTaint {
   const effect = parts[parts.length - 1] as string;
   for (const e of isLabelValue(value)) errors.push(`value ${e}`);
   if (!isTaintEffect(effect)) {
-    errors.push(`effect ${JSON.stringify(effect)} is not one of ${TAINT_EFFECTS.join(", ")}`);
+    errors.push(effectProblem(effect));
     return { ok: false, errors };
   }
   if (errors.length > 0) return { ok: false, errors };

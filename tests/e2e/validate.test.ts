@@ -155,12 +155,26 @@ describe("validate exit codes", () => {
     const lines = r.stderr.trimEnd().split("\n");
     expect(lines[0]).toStartWith(`${config}: error: transformations[0].labels.a (line 3): invalid template`);
     expect(lines[1]).toStartWith(
+      `${config}: error: transformations[0].taints.b (line 5): effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute: the rule would apply without this entry`,
+    );
+    expect(lines[2]).toStartWith(
       `${config}: error: transformations[0].nodeSelector[0].matchExpressions[0].operator (line 8): `,
     );
-    expect(lines).toContain(
-      `${config}: warning: transformations[0].taints.b (line 5): entry ignored: effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute`,
-    );
-    expect(lines.at(-1)).toBe(`${config}: invalid (2 errors)`);
+    expect(lines.at(-1)).toBe(`${config}: invalid (3 errors)`);
+  });
+
+  test("validate exits 1 on a misspelled taint effect, naming its path, line and the closest effect (the Go CCM failed every matching node over it)", () => {
+    const config = file(RULE.replace("web:NoSchedule", "web:NoSchedul"));
+    const line = RULE.split("\n").findIndex((l) => l.includes("web:NoSchedule")) + 1;
+    const r = validate(["--cloud-config", config]);
+    expect(r).toEqual({
+      status: 1,
+      stdout: "",
+      stderr:
+        `${config}: error: transformations[0].taints["example.com/dedicated"] (line ${line}): effect "NoSchedul" is not one of ` +
+        `NoSchedule, PreferNoSchedule, NoExecute (closest: "NoSchedule"): the rule would apply without this entry (fix or remove it)\n` +
+        `${config}: invalid (1 error)\n`,
+    });
   });
 
   test("validate exits 1 on a misspelled nodeSelector, naming the key it meant", () => {

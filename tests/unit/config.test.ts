@@ -545,31 +545,83 @@ transformations:
 });
 
 describe("parseConfig() entries", () => {
-  test("parseConfig() drops invalid literal labels with a warning and keeps the rest", () => {
+  test("parseConfig() drops a label key no Node can have with a warning, and keeps the rest", () => {
     const c = parseConfig(`transformations:
   - labels:
       ok: "yes"
       bad/key/x: a
-      example.com/value: "has space"
       example.com/templated: "{{ .Hostname }}"
 `);
     expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["ok", "example.com/templated"]);
     expect(c.transformations[0]?.labels[1]?.value.template).toBeDefined();
-    expect(c.warnings.map((w) => [w.path, w.line])).toEqual([
-      ['transformations[0].labels["bad/key/x"]', 4],
-      ['transformations[0].labels["example.com/value"]', 5],
-    ]);
-    expect(c.warnings[1]?.message).toStartWith("entry ignored: value a valid label must be");
+    expect(c.warnings.map((w) => [w.path, w.line])).toEqual([['transformations[0].labels["bad/key/x"]', 4]]);
+    expect(c.warnings[0]?.message).toStartWith("entry ignored: key a qualified name");
   });
 
-  test("parseConfig() checks literal taints and refuses taints Kubernetes manages", () => {
+  test("parseConfig() refuses a valid label key with an invalid literal value: selectors and exclusions read it by its key", () => {
+    const err = fails(`transformations:
+  - labels:
+      ok: "yes"
+      node.kubernetes.io/exclude-from-external-load-balancers: "has space"
+      bad/key/x: "also bad"
+`);
+    expect(err.issues.map((i) => [i.path, i.line])).toEqual([
+      ['transformations[0].labels["node.kubernetes.io/exclude-from-external-load-balancers"]', 4],
+      ['transformations[0].labels["bad/key/x"]', 5],
+    ]);
+    expect(err.issues[0]?.message).toStartWith("value a valid label must be");
+    expect(err.issues[0]?.message).toEndWith(": the rule would apply without this entry (fix or remove it)");
+    // Both problems of an entry are named, the value's first.
+    expect(err.issues[1]?.message).toMatch(/^value a valid label must be .*; key a qualified name/);
+  });
+
+  test("parseConfig() refuses a misspelled taint effect, naming the closest one, and taints Kubernetes manages", () => {
+    const err = fails(`transformations:
+  - taints:
+      example.com/storage: "ceph:NoSchedule"
+      example.com/bare: NoExecute
+      example.com/typo: "present:NoSchedul"
+      example.com/case: noexecute
+      example.com/far: "Sometimes"
+      node.cloudprovider.kubernetes.io/uninitialized: "true:NoSchedule"
+      node.kubernetes.io/unreachable: NoExecute
+      example.com/templated: "{{ .Zone }}:NoSchedule"
+`);
+    const tail = ": the rule would apply without this entry (fix or remove it)";
+    expect(err.issues.map((i) => [i.path, i.line, i.message])).toEqual([
+      [
+        'transformations[0].taints["example.com/typo"]',
+        5,
+        `effect "NoSchedul" is not one of NoSchedule, PreferNoSchedule, NoExecute (closest: "NoSchedule")${tail}`,
+      ],
+      [
+        'transformations[0].taints["example.com/case"]',
+        6,
+        `effect "noexecute" is not one of NoSchedule, PreferNoSchedule, NoExecute; effects are case-sensitive, did you mean "NoExecute"?${tail}`,
+      ],
+      [
+        'transformations[0].taints["example.com/far"]',
+        7,
+        `effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute${tail}`,
+      ],
+      [
+        'transformations[0].taints["node.cloudprovider.kubernetes.io/uninitialized"]',
+        8,
+        `key is managed by Kubernetes or the cloud provider framework${tail}`,
+      ],
+      [
+        'transformations[0].taints["node.kubernetes.io/unreachable"]',
+        9,
+        `key is managed by Kubernetes or the cloud provider framework${tail}`,
+      ],
+    ]);
+  });
+
+  test("parseConfig() keeps valid taints, literal and templated", () => {
     const c = parseConfig(`transformations:
   - taints:
       example.com/storage: "ceph:NoSchedule"
       example.com/bare: NoExecute
-      example.com/typo: "ceph:NoScheduled"
-      node.cloudprovider.kubernetes.io/uninitialized: "true:NoSchedule"
-      node.kubernetes.io/unreachable: NoExecute
       example.com/templated: "{{ .Zone }}:NoSchedule"
 `);
     expect(c.transformations[0]?.taints.map((t) => t.key)).toEqual([
@@ -577,47 +629,46 @@ describe("parseConfig() entries", () => {
       "example.com/bare",
       "example.com/templated",
     ]);
-    expect(c.warnings.map((w) => [w.path, w.message])).toEqual([
-      [
-        'transformations[0].taints["example.com/typo"]',
-        'entry ignored: effect "NoScheduled" is not one of NoSchedule, PreferNoSchedule, NoExecute',
-      ],
-      [
-        'transformations[0].taints["node.cloudprovider.kubernetes.io/uninitialized"]',
-        "entry ignored: key is managed by Kubernetes or the cloud provider framework",
-      ],
-      [
-        'transformations[0].taints["node.kubernetes.io/unreachable"]',
-        "entry ignored: key is managed by Kubernetes or the cloud provider framework",
-      ],
-    ]);
+    expect(c.warnings).toEqual([]);
   });
 
-  test("parseConfig() checks annotation keys and keeps the CCM's bookkeeping key for itself", () => {
+  test("parseConfig() drops an annotation key no Node can have with a warning, and refuses the CCM's bookkeeping key", () => {
     const c = parseConfig(`transformations:
   - annotations:
       Example.COM/Id: a
       a/b/c: b
-      talos.dev/ccm-managed: "{}"
 `);
     expect(c.transformations[0]?.annotations.map((a) => a.key)).toEqual(["Example.COM/Id"]);
     expect(c.warnings.map((w) => w.message)).toEqual([
       expect.stringContaining("entry ignored: key a qualified name"),
-      "entry ignored: key is reserved for the CCM's own bookkeeping",
+    ]);
+    const err = fails(`transformations:
+  - annotations:
+      talos.dev/ccm-managed: "{}"
+`);
+    expect(err.issues.map((i) => [i.path, i.message])).toEqual([
+      [
+        'transformations[0].annotations["talos.dev/ccm-managed"]',
+        "key is reserved for the CCM's own bookkeeping: the rule would apply without this entry (fix or remove it)",
+      ],
     ]);
   });
 
-  test("parseConfig() keeps the record's digest label for the CCM, other node-restriction labels for rules", () => {
+  test("parseConfig() refuses the record's digest label, keeps other node-restriction labels for rules", () => {
     const c = parseConfig(`transformations:
+  - labels:
+      node-restriction.kubernetes.io/pool: secure
+`);
+    expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["node-restriction.kubernetes.io/pool"]);
+    const err = fails(`transformations:
   - labels:
       node-restriction.kubernetes.io/talos-ccm-managed: forged
       node-restriction.kubernetes.io/pool: secure
 `);
-    expect(c.transformations[0]?.labels.map((l) => l.key)).toEqual(["node-restriction.kubernetes.io/pool"]);
-    expect(c.warnings.map((w) => [w.path, w.message])).toEqual([
+    expect(err.issues.map((i) => [i.path, i.message])).toEqual([
       [
         'transformations[0].labels["node-restriction.kubernetes.io/talos-ccm-managed"]',
-        "entry ignored: key is reserved for the CCM's own bookkeeping",
+        "key is reserved for the CCM's own bookkeeping: the rule would apply without this entry (fix or remove it)",
       ],
     ]);
   });

@@ -150,7 +150,26 @@ describe("parseTaint()", () => {
 
   test.each([
     ["k", "", ['effect "" is not one of NoSchedule, PreferNoSchedule, NoExecute']],
-    ["k", "ceph:noschedule", ['effect "noschedule" is not one of NoSchedule, PreferNoSchedule, NoExecute']],
+    [
+      "k",
+      "ceph:noschedule",
+      [
+        'effect "noschedule" is not one of NoSchedule, PreferNoSchedule, NoExecute; effects are case-sensitive, did you mean "NoSchedule"?',
+      ],
+    ],
+    [
+      "k",
+      "present:NoSchedul",
+      ['effect "NoSchedul" is not one of NoSchedule, PreferNoSchedule, NoExecute (closest: "NoSchedule")'],
+    ],
+    [
+      "k",
+      "PreferNoSchedle",
+      [
+        'effect "PreferNoSchedle" is not one of NoSchedule, PreferNoSchedule, NoExecute (closest: "PreferNoSchedule")',
+      ],
+    ],
+    ["k", "Sometimes", ['effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute']],
     ["k", "a:b:NoSchedule", ['must be "<value>:<effect>" or "<effect>", got "a:b:NoSchedule"']],
     ["k", "a b:NoSchedule", [expect.stringContaining("value a valid label must be")]],
     [
