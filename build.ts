@@ -743,4 +743,12 @@ function main(): void {
 }
 
 // Run as a script (npm run build, npm run release); imported, it only exports (the tests import it).
-if (import.meta.main) main();
+// Its refusals are for the operator running it: one line naming the cause, exit 1, no stack.
+if (import.meta.main) {
+  try {
+    main();
+  } catch (err) {
+    process.stderr.write(`build.ts: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+}

@@ -88,10 +88,6 @@ export interface ServingOptions {
   authenticationKubeconfig?: string;
   /** `--authorization-kubeconfig`; absent: the main client's credentials. */
   authorizationKubeconfig?: string;
-  /** `--authentication-skip-lookup`: do not read `extension-apiserver-authentication` for a client CA. */
-  authenticationSkipLookup: boolean;
-  /** `--authentication-tolerate-lookup-failure`. */
-  authenticationTolerateLookupFailure: boolean;
   /** `--authentication-token-webhook-cache-ttl`, default 10 s. */
   tokenReviewCacheTtlMs: number;
   /** `--authorization-webhook-cache-authorized-ttl`, default 10 s. */
@@ -298,8 +294,6 @@ function servingOptions(p: Parsed): ServingOptions {
     ...requestHeaderOptions(p),
     ...path(p, "authentication-kubeconfig", "authenticationKubeconfig"),
     ...path(p, "authorization-kubeconfig", "authorizationKubeconfig"),
-    authenticationSkipLookup: bool(p, "authentication-skip-lookup", false),
-    authenticationTolerateLookupFailure: bool(p, "authentication-tolerate-lookup-failure", false),
     tokenReviewCacheTtlMs: num(p, "authentication-token-webhook-cache-ttl", 10_000),
     authorizedCacheTtlMs: num(p, "authorization-webhook-cache-authorized-ttl", 10_000),
     unauthorizedCacheTtlMs: num(p, "authorization-webhook-cache-unauthorized-ttl", 10_000),

@@ -180,8 +180,6 @@ const RUN_FLAGS: readonly FlagSpec[] = [
       "",
       "Kubeconfig for TokenReviews (default: the main credentials, on a client of its own).",
     ],
-    ["authentication-skip-lookup", "bool", "", "Do not read the client CA from the cluster."],
-    ["authentication-tolerate-lookup-failure", "bool", "", "Serve even if that lookup fails."],
     ["authentication-token-webhook-cache-ttl", "duration", "10s", "How long TokenReview answers are cached."],
     [
       "authorization-kubeconfig",
@@ -248,6 +246,15 @@ const RUN_FLAGS: readonly FlagSpec[] = [
     ["leader-migration-config", "string"],
   ]),
   ...accepted("no feature gates apply to this CCM", [["feature-gates", "mapStringBool"]]),
+  ...accepted(
+    "this CCM never reads the cluster's extension-apiserver-authentication ConfigMap: client certificates " +
+      "are trusted only from --client-ca-file and --requestheader-client-ca-file, so nothing published in " +
+      "the cluster widens who may call the secure port",
+    [
+      ["authentication-skip-lookup", "bool"],
+      ["authentication-tolerate-lookup-failure", "bool"],
+    ],
+  ),
   ...accepted(WHY_WEBHOOK, [
     ["webhooks", "stringSlice"],
     ["validation-webhook-config-file", "string"],

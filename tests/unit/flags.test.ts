@@ -90,8 +90,6 @@ describe("parseCommandLine() defaults", () => {
       serving: {
         bindAddress: "0.0.0.0",
         securePort: 10258,
-        authenticationSkipLookup: false,
-        authenticationTolerateLookupFailure: false,
         tokenReviewCacheTtlMs: 10_000,
         authorizedCacheTtlMs: 10_000,
         unauthorizedCacheTtlMs: 10_000,
@@ -651,7 +649,6 @@ describe("parseCommandLine() validation", () => {
       "--tls-private-key-file=/k",
       "--tls-min-version=VersionTLS13",
       "--client-ca-file=/ca",
-      "--authentication-skip-lookup",
     ]);
     expect(o.serving).toMatchObject({
       bindAddress: "::1",
@@ -660,8 +657,23 @@ describe("parseCommandLine() validation", () => {
       tlsPrivateKeyFile: "/k",
       tlsMinVersion: "TLSv1.3",
       clientCaFile: "/ca",
-      authenticationSkipLookup: true,
     });
+  });
+
+  test("parseCommandLine() says the client-CA lookup flags have no effect: the cluster's extension-apiserver-authentication is never read", () => {
+    const w = warningsOf(["--authentication-skip-lookup", "--authentication-tolerate-lookup-failure=true"]);
+    expect(w).toHaveLength(2);
+    for (const [i, name] of [
+      "authentication-skip-lookup",
+      "authentication-tolerate-lookup-failure",
+    ].entries()) {
+      expect(w[i]).toBe(
+        `--${name} is accepted for compatibility and has no effect: this CCM never reads the cluster's ` +
+          "extension-apiserver-authentication ConfigMap: client certificates are trusted only from --client-ca-file " +
+          "and --requestheader-client-ca-file, so nothing published in the cluster widens who may call the secure port",
+      );
+    }
+    expect(run(["--authentication-skip-lookup"]).serving).not.toHaveProperty("authenticationSkipLookup");
   });
 
   test("parseCommandLine() reads the --requestheader-* flags with upstream's defaults, only with a CA file", () => {

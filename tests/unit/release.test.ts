@@ -267,6 +267,25 @@ describe("SBOM", () => {
   });
 });
 
+describe("npm run release", () => {
+  test("without a base image it refuses in one line naming the fix, exit 1, no stack trace", () => {
+    const root = join(import.meta.dir, "..", "..");
+    const env = { ...process.env };
+    delete env.RELEASE_BASE;
+    const r = spawnSync(process.execPath, ["build.ts", "--release", "--out", join(tempDir(), "no-base")], {
+      cwd: root,
+      env,
+      encoding: "utf8",
+    });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toBe(
+      "build.ts: Cannot build the release image: no base. Give --base <OCI layout> (or RELEASE_BASE): the release uses " +
+        "gcr.io/distroless/base-debian12:nonroot pinned by digest; `bun tests/support/debianbase.ts` builds a test base\n",
+    );
+  });
+});
+
 describe("releaseManifests()", () => {
   test("releaseManifests() gives the DaemonSet (the shipped deploy/ file), the Deployment and the Talos patch, image pinned by tag", () => {
     const files = releaseManifests(pkg.version);
