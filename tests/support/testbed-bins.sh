@@ -13,13 +13,31 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE="${TESTBED_CACHE:-$HOME/.cache/talos-ccm-testbed}"
 
-# kube-apiserver 1.35's go.mod says go 1.25: an older Go would try to fetch a toolchain, which an
-# offline machine cannot, or fail deep in the build.
+# The oldest Go that builds everything here: Talos' apid (the Talos module 1.13) says go 1.26.3, the
+# simulator's modules 1.26.2, kube-apiserver 1.37 1.26. An older Go would try to fetch a toolchain,
+# which an offline machine cannot, or fail deep in the build after the first binaries were built:
+# checked once, before anything is built.
+GO_MIN=1.26.3
+
+# Whether version $1 (a.b[.c]) is at least $2.
+version_at_least() {
+  local -a a b
+  IFS=. read -r -a a <<<"$1"
+  IFS=. read -r -a b <<<"$2"
+  local i
+  for i in 0 1 2; do
+    ((${a[i]:-0} > ${b[i]:-0})) && return 0
+    ((${a[i]:-0} < ${b[i]:-0})) && return 1
+  done
+  return 0
+}
+
 need_go() {
   local v
   v="$(go env GOVERSION 2>/dev/null || true)"
-  if [[ ! "$v" =~ ^go1\.([0-9]+) ]] || ((BASH_REMATCH[1] < 25)); then
-    echo "testbed-bins.sh: Go >= 1.25 is required to build kube-apiserver $K8S_VERSION and helm $HELM_VERSION (found: ${v:-no go})" >&2
+  if [[ ! "$v" =~ ^go([0-9]+)\.([0-9]+)(\.([0-9]+))? ]] ||
+    ! version_at_least "${BASH_REMATCH[1]}.${BASH_REMATCH[2]}.${BASH_REMATCH[4]:-0}" "$GO_MIN"; then
+    echo "testbed-bins.sh: Go >= $GO_MIN is required to build the test bed (Talos' apid needs $GO_MIN, the Talos simulator 1.26.2, kube-apiserver $K8S_VERSION 1.26); found: ${v:-no go}" >&2
     exit 1
   fi
 }
