@@ -31,6 +31,8 @@ function ensureTestbedBinaries(): void {
   const r = spawnSync(join(root, "tests/support/testbed-bins.sh"), {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
+    // The demo runs no helm, no simulator and no apid (its Talos is the in-process fake apid).
+    env: { ...process.env, TESTBED_PARTS: "apiserver etcd" },
   });
   if (r.status !== 0) throw new Error("Cannot build kube-apiserver, kubectl and etcd (see above)");
   for (const line of r.stdout.split("\n")) {

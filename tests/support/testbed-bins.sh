@@ -5,7 +5,7 @@
 # (the simulator also by a hash of its sources), so a machine builds them once. Prints
 # KUBE_APISERVER=, KUBECTL=, ETCD=, HELM=, TALOS_SIM= and TALOS_APID= lines. Honours
 # KUBEBUILDER_ASSETS (kube-apiserver and etcd), KUBE_APISERVER, KUBECTL, ETCD, HELM, TALOS_SIM and
-# TALOS_APID when they are already set.
+# TALOS_APID when they are already set, and TESTBED_PARTS (below) to make only some of them.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -172,18 +172,37 @@ GO
   build_local_module testbed-bins.sh "Talos' apid $TALOS_VERSION" "$work/talos" "$apid" "$others" ./cmd/testbed-apid
 }
 
-if [[ ! -x "$etcd" || ! -x "$apiserver" || ! -x "$kubectl" || ! -x "$helm" || ! -x "$talossim" || ! -x "$apid" ]]; then
+# TESTBED_PARTS: which of them to make and print (default all): apiserver (with kubectl), etcd, helm,
+# talossim, apid. `npm run demo` asks for apiserver and etcd only.
+PARTS=" ${TESTBED_PARTS:-apiserver etcd helm talossim apid} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+missing() {
+  (want etcd && [[ ! -x "$etcd" ]]) || (want apiserver && [[ ! -x "$apiserver" || ! -x "$kubectl" ]]) ||
+    (want helm && [[ ! -x "$helm" ]]) || (want talossim && [[ ! -x "$talossim" ]]) || (want apid && [[ ! -x "$apid" ]])
+}
+
+if missing; then
   command -v go >/dev/null || { echo "testbed-bins: Go is required to build kube-apiserver, etcd, helm, the Talos simulator and Talos' apid" >&2; exit 1; }
   need_go
 fi
-[[ -x "$etcd" ]] || (build_etcd) >&2
-[[ -x "$apiserver" && -x "$kubectl" ]] || (build_kubernetes) >&2
-[[ -x "$helm" ]] || (build_helm) >&2
-[[ -x "$talossim" ]] || (build_talossim) >&2
-[[ -x "$apid" ]] || (build_apid) >&2
-echo "KUBE_APISERVER=$apiserver"
-echo "KUBECTL=$kubectl"
-echo "ETCD=$etcd"
-echo "HELM=$helm"
-echo "TALOS_SIM=$talossim"
-echo "TALOS_APID=$apid"
+if want etcd; then
+  [[ -x "$etcd" ]] || (build_etcd) >&2
+  echo "ETCD=$etcd"
+fi
+if want apiserver; then
+  [[ -x "$apiserver" && -x "$kubectl" ]] || (build_kubernetes) >&2
+  echo "KUBE_APISERVER=$apiserver"
+  echo "KUBECTL=$kubectl"
+fi
+if want helm; then
+  [[ -x "$helm" ]] || (build_helm) >&2
+  echo "HELM=$helm"
+fi
+if want talossim; then
+  [[ -x "$talossim" ]] || (build_talossim) >&2
+  echo "TALOS_SIM=$talossim"
+fi
+if want apid; then
+  [[ -x "$apid" ]] || (build_apid) >&2
+  echo "TALOS_APID=$apid"
+fi
