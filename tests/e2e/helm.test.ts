@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { parseAllDocuments, parse as parseYaml, stringify } from "yaml";
+import { publishedNames } from "../../build.ts";
 import { parseConfig } from "../../lib/config.ts";
 import { type ControllerName, Controllers, resolveControllers } from "../../lib/controllernames.ts";
 import { parseCommandLine } from "../../lib/flags.ts";
@@ -46,6 +47,8 @@ const NAMESPACE = "kube-system";
 const RELEASE = APP_NAME;
 const pkgVersion = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string })
   .version;
+/** The image and tag a release of this version publishes (`bun build.ts --names`). */
+const PUBLISHED = publishedNames(pkgVersion);
 
 /** The chart's own default values. */
 const chartValues = parseYaml(readFileSync(join(CHART, "values.yaml"), "utf8")) as ChartValues;
@@ -66,7 +69,7 @@ interface Workload extends KubeObject {
       metadata: { annotations: Record<string, string> };
       spec: {
         hostNetwork?: boolean;
-        containers: { args: string[]; env: { name: string }[] }[];
+        containers: { image: string; args: string[]; env: { name: string }[] }[];
         tolerations: { key?: string; operator: string }[];
         volumes: { secret?: { optional?: boolean } }[];
       };
@@ -195,6 +198,8 @@ describe("helm lint and template", () => {
       const workload = workloadOf(objects);
       expect(workload.kind).toBe(values.daemonSet?.enabled ? "DaemonSet" : "Deployment");
       const container = workload.spec.template.spec.containers[0];
+      // Whatever image the Go values name (its image, its moving tag edge), one a release publishes runs.
+      expect(container?.image).toBe(`${PUBLISHED.image}:${PUBLISHED.tag}`);
       expect(container?.args).toEqual(expectedArgs(values));
       expect(container?.args).toContain(`--controllers=${values.enabledControllers.join(",")}`);
       const env = container?.env.map((e) => e.name);
@@ -396,9 +401,10 @@ describe("helm install and upgrade on the test bed", () => {
   test("helm install with the Go chart's default values: the binary, run as installed, initializes a node and approves its CSR", async () => {
     const r = helmOnCluster(["install", RELEASE, CHART, "-f", join(GO_VALUES, "values.yaml")]);
     expect(r.stdout).toContain("STATUS: deployed");
-    // The Go chart's defaults name its image: the NOTES say to drop that line.
+    // The Go chart's defaults name its image: this project's runs, and the NOTES say so.
     expect(r.stdout).toContain(
-      "WARNING: image.repository is ghcr.io/siderolabs/talos-cloud-controller-manager",
+      "NOTE: image.repository is ghcr.io/siderolabs/talos-cloud-controller-manager, the Go CCM's image, which cannot run with\n" +
+        `this chart's arguments: this chart runs ${PUBLISHED.image} instead.`,
     );
     const p = await runInstalled("deployments");
     const aws = loadFixture("aws");
@@ -432,6 +438,12 @@ describe("helm install and upgrade on the test bed", () => {
     expect(r.stdout).toContain("STATUS: deployed");
     expect(r.stdout).toContain("runs: cloud-node, node-csr-approval, node-ipam.");
     expect(r.stdout).not.toContain("WARNING");
+    // Its image.tag is the Go image's moving tag edge: the chart's own release runs, and the NOTES say so.
+    expect(r.stdout).toContain(`talos-cloud-controller-manager ${PUBLISHED.tag} runs:`);
+    expect(r.stdout).toContain(
+      "NOTE: image.tag is edge, a moving tag of the Go CCM's image, which this project does\n" +
+        `not publish: this chart runs its own release ${PUBLISHED.tag} instead.`,
+    );
     const deployments = await cluster.adminClient.get<{ items: KubeObject[] }>(
       `/apis/apps/v1/namespaces/${NAMESPACE}/deployments`,
     );

@@ -122,6 +122,13 @@ describe("the Helm chart's generated data and metadata", () => {
       image: { repository: string };
     };
     expect(`${values.image.repository}:${meta.appVersion}`).toBe(defaultImage(pkgVersion));
+    // The image the chart renders in place of the Go CCM's is the same one.
+    const helpers = readFileSync(join(chart, "templates", "_helpers.tpl"), "utf8");
+    const mapped =
+      /define "talos-cloud-controller-manager\.imageRepository" -\}\}[\s\S]*?-\}\}\n(\S+)\n/.exec(
+        helpers,
+      )?.[1];
+    expect(mapped).toBe(values.image.repository);
   });
 
   test("values.yaml has every key of the Go chart's values, with the same kind of value", () => {

@@ -28,11 +28,42 @@ app.kubernetes.io/name: {{ include "talos-cloud-controller-manager.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+The image tag: image.tag, or the chart's appVersion. The Go chart's values files name its moving tags
+(edge, latest), which this project never publishes (a release tag is v<version>): they mean "the
+newest", so the chart's own release runs, and NOTES says so.
+*/}}
+{{- define "talos-cloud-controller-manager.goMovingTag" -}}
+{{- has (.Values.image.tag | default "") (list "edge" "latest") | ternary "true" "" -}}
+{{- end }}
+{{/*
+The image repository: image.repository, except the Go CCM's own image, which the Go chart's default
+values name and which cannot run with this chart's arguments: this project's image runs instead
+(tests/unit/manifests.test.ts keeps the name equal to values.yaml's default, the published one), and NOTES says so.
+*/}}
+{{- define "talos-cloud-controller-manager.goRepository" -}}
+{{- eq .Values.image.repository "ghcr.io/siderolabs/talos-cloud-controller-manager" | ternary "true" "" -}}
+{{- end }}
+{{- define "talos-cloud-controller-manager.imageRepository" -}}
+{{- if include "talos-cloud-controller-manager.goRepository" . -}}
+ghcr.io/talos-ccm/talos-cloud-controller-manager
+{{- else -}}
+{{ .Values.image.repository }}
+{{- end -}}
+{{- end }}
+{{- define "talos-cloud-controller-manager.imageTag" -}}
+{{- if include "talos-cloud-controller-manager.goMovingTag" . -}}
+{{ .Chart.AppVersion }}
+{{- else -}}
+{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
 {{/* Every object's labels. */}}
 {{- define "talos-cloud-controller-manager.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "talos-cloud-controller-manager.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "talos-cloud-controller-manager.imageTag" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
