@@ -220,6 +220,47 @@ describe("helm lint and template", () => {
     },
   );
 
+  test("a Lease name given in extraArgs is the one the pods are granted and hold, and the alerts and the dashboard watch", () => {
+    const cases: [string[], string][] = [
+      [[], "cloud-controller-manager-talos"],
+      [["--leader-elect-resource-name=ccm-blue"], "ccm-blue"],
+      [["--leader-elect-resource-name", "ccm-green"], "ccm-green"],
+    ];
+    for (const [extraArgs, lease] of cases) {
+      const objects = template(
+        valuesFile({ extraArgs, prometheusRule: { enabled: true }, grafanaDashboard: { enabled: true } }),
+      );
+      const rules = objects.flatMap((o) =>
+        o.kind === "Role"
+          ? ((o as unknown as { rules: { resources: string[]; resourceNames?: string[] }[] }).rules ?? [])
+          : [],
+      );
+      // leases create cannot be limited by name; get and update are, to the one Lease.
+      const named = rules.filter((r) => r.resources.includes("leases") && r.resourceNames);
+      expect({ extraArgs, names: named.flatMap((r) => r.resourceNames) }).toEqual({
+        extraArgs,
+        names: [lease],
+      });
+      const args = workloadOf(objects).spec.template.spec.containers[0]?.args ?? [];
+      expect(args).toContain(`--leader-elect-resource-name=${lease}`);
+      const watched = (text: string) => [
+        ...new Set(
+          [...text.matchAll(/leader_election_master_status\{name=\\?"([^"\\]+)\\?"/g)].map((m) => m[1]),
+        ),
+      ];
+      const rule = objects.find((o) => o.kind === "PrometheusRule");
+      expect(watched(stringify(rule))).toEqual([lease]);
+      const dashboard = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard"));
+      const json = Object.values(
+        (dashboard as unknown as { data: Record<string, string> }).data,
+      )[0] as string;
+      expect(watched(json)).toEqual([lease]);
+      expect(json).not.toContain(
+        lease === "cloud-controller-manager-talos" ? "ccm-" : "cloud-controller-manager-talos",
+      );
+    }
+  });
+
   test("RBAC and arguments equal lib/manifests.ts for every controller list", () => {
     const internal = Object.values(Controllers);
     const goNames: Record<ControllerName, string> = {

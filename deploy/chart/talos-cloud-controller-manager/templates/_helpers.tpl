@@ -158,3 +158,21 @@ live, so changing it restarts nothing.
 {{- define "talos-cloud-controller-manager.startupConfig" -}}
 {{- dict "approveNodeCSR" (dig "approveNodeCSR" false (.Values.features | default dict)) | toJson }}
 {{- end }}
+
+{{/*
+The leader Lease's name: cloud-controller-manager-talos (the Go chart's), or what extraArgs set with
+--leader-elect-resource-name (the last one, as the binary reads it), so that the alerts and the
+dashboard watch the Lease the pods hold.
+*/}}
+{{- define "talos-cloud-controller-manager.leaseName" -}}
+{{- $name := "cloud-controller-manager-talos" -}}
+{{- $args := .Values.extraArgs | default list -}}
+{{- range $i, $a := $args -}}
+{{- if hasPrefix "--leader-elect-resource-name=" $a -}}
+{{- $name = trimPrefix "--leader-elect-resource-name=" $a -}}
+{{- else if and (eq $a "--leader-elect-resource-name") (lt (add1 $i) (len $args)) -}}
+{{- $name = index $args (add1 $i) -}}
+{{- end -}}
+{{- end -}}
+{{- $name -}}
+{{- end }}
