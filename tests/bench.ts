@@ -73,6 +73,7 @@ import { parseCommandLine } from "../lib/flags.ts";
 import { isNotFound } from "../lib/kubeapi.ts";
 import type { KubeConnection } from "../lib/kubeconfig.ts";
 import { DEFAULT_CLOUD_CONFIG, daemonSetArgs, defaultSettings } from "../lib/manifests.ts";
+import { MemoryCgroup } from "./support/bench-cgroup.ts";
 import {
   formatHostileTable,
   formatSummary,
@@ -178,6 +179,8 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --timeout-seconds S    limit of each of the init and CSR phases (default 900)
   --ccm-log=FILE         write the N-node CCM's log there (with several sizes FILE.N, with --repeat
                          FILE.N.ROUND)
+  --memory-limit MiB     run every CCM start in a memory cgroup with this limit (as a container's
+                         resources.limits.memory; needs root); the notes count its OOM kills
   --verbose              echo the CCM's log to stderr`;
 
 interface BenchArgs {
@@ -210,6 +213,8 @@ interface BenchArgs {
   /** --latency-changes and --latency-seconds: the honest address changes timed with --hostile. */
   latencyChanges: number;
   latencySeconds: number;
+  /** --memory-limit MiB: each CCM start runs in a memory cgroup with this limit, as a container would. */
+  memoryLimitMiB: number | undefined;
 }
 
 /**
@@ -239,6 +244,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     hostile: undefined,
     latencyChanges: 300,
     latencySeconds: 30,
+    memoryLimitMiB: undefined,
   };
   const numeric = {
     "--repeat": "repeat",
@@ -249,6 +255,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     "--timeout-seconds": "timeoutSeconds",
     "--latency-changes": "latencyChanges",
     "--latency-seconds": "latencySeconds",
+    "--memory-limit": "memoryLimitMiB",
   } as const;
   let nodesGiven: number[] | undefined;
   let slopeNodes: number[] | undefined;
@@ -671,10 +678,20 @@ async function waitLeading(
 }
 
 /** Starts the CCM with the shipped arguments plus `extra`. */
+/** The memory cgroups the CCM ran in (--memory-limit), one per start. */
+const memoryCgroups: MemoryCgroup[] = [];
+
 function startCcm(e: Env, extra: string[], port: number): CcmProcess {
+  const limit = e.args.memoryLimitMiB;
+  const cgroup = limit === undefined ? undefined : MemoryCgroup.create(limit * MiB);
+  if (cgroup) {
+    memoryCgroups.push(cgroup);
+    cleanups.push(() => cgroup.remove()); // runs after the CCM's stop below (cleanups run newest first)
+  }
   const ccm = new CcmProcess([...e.baseArgs, `--secure-port=${port}`, ...extra, ...e.args.ccmArgs], {
     env: e.env,
     echo: e.args.verbose,
+    ...(cgroup ? { cgroup: cgroup.dir } : {}),
   });
   cleanups.push(async () => {
     if (ccm.exitCode === null) await ccm.stop("SIGKILL");
@@ -939,6 +956,12 @@ async function runNodePhases(
   sampler.stop();
   if (ccm.exitCode !== null) notes.push(`the CCM exited (${ccm.exitCode}) during the run`);
   await stopCcm(ccm);
+  if (args.memoryLimitMiB !== undefined) {
+    const kills = memoryCgroups.reduce((sum, c) => sum + c.oomKills(), 0);
+    notes.push(
+      `memory limit: every CCM start ran in a cgroup limited to ${args.memoryLimitMiB} MiB (BUN_JSC_forceRAMSize set by the binary); OOM kills: ${kills}`,
+    );
+  }
   if (args.ccmLog) await Bun.write(args.ccmLog, ccm.output);
 
   const initEvents = events.slice(0, auditInit - audit0);

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "n
 import { basename, dirname, join } from "node:path";
 import { memoryLimitFiles } from "../../lib/jscoptions.ts";
 import { KubeClient } from "../../lib/kube.ts";
+import { CCM_RESOURCES } from "../../lib/manifests.ts";
 import { fileRss } from "../../lib/pagetrim.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
@@ -203,7 +204,7 @@ describe("command line", () => {
     expect(await own.stop()).toBe(0);
   });
 
-  test("inside a cgroup with a memory limit, JSC is told the limit is the RAM it has", async () => {
+  test("inside a cgroup with the shipped memory limit, JSC is told the limit is the RAM it has", async () => {
     // This test process's own memory cgroup (v1 or v2), as the binary finds it; a child with a limit.
     const own = memoryLimitFiles(readFileSync("/proc/self/cgroup", "utf8"))
       .filter((f) => existsSync(f))
@@ -213,7 +214,11 @@ describe("command line", () => {
     mkdirSync(child);
     let p: CcmProcess | undefined;
     try {
-      const limit = 256 * 2 ** 20;
+      // The limit the shipped manifests and chart set.
+      const mi = /^(\d+)Mi$/.exec(CCM_RESOURCES.limits.memory)?.[1];
+      if (mi === undefined)
+        throw new Error(`Cannot read the shipped memory limit ${CCM_RESOURCES.limits.memory}`);
+      const limit = Number(mi) * 2 ** 20;
       writeFileSync(join(child, basename(own)), String(limit));
       p = new CcmProcess(
         [

@@ -316,6 +316,15 @@ describe("parseStatus() and parseStatCpu()", () => {
 });
 
 describe("parseBenchArgs()", () => {
+  test("parseBenchArgs() reads --memory-limit in MiB (a positive integer), unset by default", () => {
+    expect(parseBenchArgs([]).memoryLimitMiB).toBeUndefined();
+    expect(parseBenchArgs(["--memory-limit", "256"]).memoryLimitMiB).toBe(256);
+    expect(parseBenchArgs(["--memory-limit=128"]).memoryLimitMiB).toBe(128);
+    expect(() => parseBenchArgs(["--memory-limit=0"])).toThrow(
+      /--memory-limit=0: expected a positive integer/,
+    );
+  });
+
   test("defaults", () => {
     expect(parseBenchArgs([])).toMatchObject({
       nodes: 100,
