@@ -133,9 +133,17 @@ export interface NodeDecision {
   patch: NodePatch;
   /**
    * Write nothing now: an initializing node waits for its instance ID, and stays tainted until
-   * Talos publishes it (the PlatformMetadata watch re-queues it). `want` is what comes then.
+   * Talos publishes it (the PlatformMetadata watch re-queues it), or a taint of its rules failed to
+   * render (`taintsFailed`). `want` is what comes then.
    */
   hold: boolean;
+  /**
+   * An initializing node's rules have a taint that failed to render: initializing it without that
+   * taint would let pods run where the rule keeps them off, for good (taints are applied only at
+   * initialization), so it stays tainted until the rule or its facts change (the reference failed
+   * such a node too). An initialized node keeps what it has of that taint.
+   */
+  taintsFailed: boolean;
 }
 
 /**
@@ -177,8 +185,11 @@ export function decideNode(input: NodeDecisionInput, clock?: () => number): Node
   const want = desiredNode(node, rules, opts, addresses.addresses, input.managed);
   const wait = providerID.action === "wait";
   if (wait) delete want.providerID;
-  const hold = wait && isUninitialized(node);
-  return { facts, rules, rulesMs, providerID, ips: addresses.ips, want, patch: nodePatch(node, want), hold };
+  const initializing = isUninitialized(node);
+  const taintsFailed = initializing && rules.errors.some((e) => e.field === "taints");
+  const hold = initializing && (wait || taintsFailed);
+  const patch = nodePatch(node, want);
+  return { facts, rules, rulesMs, providerID, ips: addresses.ips, want, patch, hold, taintsFailed };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -625,7 +625,8 @@ export class CloudNodeController {
     recordTransform(this.#opts.registry, decided.rulesMs / 1000, decided.rules.errors.length);
     this.#reportNotOnMachine(node, pass.action, ips.source, decided.ips, state.nodeIP);
     this.#reportProviderID(pass, decided.providerID, state.nodeIP);
-    if (!decided.hold) this.#reportRuleProblems(pass, decided.rules);
+    if (!decided.hold || decided.taintsFailed)
+      this.#reportRuleProblems(pass, decided.rules, decided.taintsFailed);
     return decided;
   }
 
@@ -869,9 +870,13 @@ export class CloudNodeController {
   }
 
   /** Reports rule values that failed and a record that is not believed (not on a skipped foreign node). */
-  #reportRuleProblems({ node, config, action, managed }: Pass, result: TransformResult): void {
-    if (result.errors.length > 0)
-      this.#warn(node, "TransformerError", action, describeTransformErrors(result.errors));
+  #reportRuleProblems({ node, config, action, managed }: Pass, result: TransformResult, held = false): void {
+    if (result.errors.length > 0) {
+      const stays = held
+        ? "; the node stays tainted (uninitialized) until every taint of its rules renders: initialized without one, pods could run where the rule keeps them off"
+        : "";
+      this.#warn(node, "TransformerError", action, `${describeTransformErrors(result.errors)}${stays}`);
+    }
     if (managed.problem !== undefined && !(config.global.skipForeignNode && isForeign(node))) {
       const [reason, note] = RECORD_PROBLEMS[managed.problem];
       this.#warn(node, reason, action, note);

@@ -53,6 +53,8 @@ export interface PreviewResult {
   nodeIP: string;
   /** What the controller waits for before writing a providerID (then `preview.providerID` is ""). */
   providerIDWait?: string;
+  /** A taint of the rules failed to render: the controller leaves the node tainted (uninitialized). */
+  taintsFailed?: true;
   /** Names of the rules whose nodeSelector matches, in order, each with its matching term's name when it has one. */
   matchedRules: string[];
   /** Values the rules could not apply on this node (the controller skips them, the rest applies). */
@@ -133,6 +135,7 @@ export function previewNode(config: CompiledConfig, sample: SampleNode): Preview
     nodeName,
     nodeIP,
     ...(decision.action === "wait" ? { providerIDWait: decision.waitingFor } : {}),
+    ...(decided.taintsFailed ? { taintsFailed: true as const } : {}),
     matchedRules: config.transformations.flatMap((r) => {
       const term = matchedTermName(r.nodeSelector, fields);
       if (term === undefined) return [];
@@ -271,6 +274,10 @@ function previewWarnings(
   const out = result.errors.map(
     (e) => `${configPath}: warning: skipped on this node: ${describeTransformErrors([e])}`,
   );
+  if (result.taintsFailed)
+    out.push(
+      `${configPath}: warning: this node is not initialized (it stays tainted) while a taint of its rules does not render`,
+    );
   if (result.providerIDWait !== undefined) {
     out.push(
       `${metadataPath}: warning: no providerID is written yet: the controller waits for ${result.providerIDWait}`,

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
 import type { Handlers } from "../../lib/cache.ts";
-import type { CompiledConfig, CompiledRule, GlobalConfig } from "../../lib/config.ts";
+import { type CompiledConfig, type CompiledRule, type GlobalConfig, parseConfig } from "../../lib/config.ts";
 import {
   type DesiredNode,
   decideNode,
@@ -2563,5 +2563,54 @@ describe("CloudNodeController: one peer, one budget", () => {
     expect(s.store.get("node-1")?.spec.taints).toEqual([UNINIT]);
     // Its Talos is not asked while it is over the bound.
     expect(s.talos.calls.filter((c) => c.startsWith("watch"))).toEqual([]);
+  });
+});
+
+describe("a rule's taint that fails to render (fail closed at initialization)", () => {
+  // `{{ .Zone }}` alone makes the zone the taint's effect: "eu-1a" is no effect.
+  const rules = parseConfig(`transformations:
+  - name: zoned
+    labels:
+      example.com/tier: web
+    taints:
+      example.com/zone: "{{ .Zone }}"
+`).transformations;
+  const facts: NodeFacts = {
+    platformMetadata: metadata({ platform: "metal", hostname: "node-1", zone: "eu-1a" }),
+    addresses: [address("10.0.0.5/24", "eth0")],
+  };
+
+  test("decideNode holds an initializing node: it stays tainted, and nothing is written", () => {
+    const d = decide(lean({}), facts, rules);
+    expect(d).toMatchObject({ hold: true, taintsFailed: true });
+    expect(d.rules.errors.map((e) => [e.field, e.key])).toEqual([["taints", "example.com/zone"]]);
+  });
+
+  test("an initialized node is not held: the rule's other outputs apply, the taint stays as the node has it", () => {
+    const d = decide(lean({ taints: [NOT_READY] }), facts, rules);
+    expect(d).toMatchObject({ hold: false, taintsFailed: false });
+    expect(d.want.labels["example.com/tier"]).toBe("web");
+    expect(d.want.taints).toEqual([NOT_READY]);
+  });
+
+  test("the controller writes nothing to the initializing node and says why in a TransformerError Event", async () => {
+    const s = controllerSetup(lean({}), { transformations: rules });
+    s.talos.nodenames.set("10.0.0.5", "node-1");
+    s.talos.stream("10.0.0.5", "platformmetadata").push({
+      type: "created",
+      id: "platformmetadata",
+      version: "1",
+      resource: facts.platformMetadata,
+    });
+    await s.controller.reconcile("node-1");
+    s.talos.stream("10.0.0.5", "addresses").push({ type: "bootstrapped" });
+    await settle();
+    expect(await s.controller.reconcile("node-1")).toBeUndefined();
+    expect(s.writes).toEqual([]);
+    expect(s.store.get("node-1")?.spec.taints).toContainEqual(UNINIT);
+    expect(s.events).toContain("Warning TransformerError node-1");
+    expect(s.notes.find((n) => n.includes('taints["example.com/zone"]'))).toContain(
+      "the node stays tainted (uninitialized) until every taint of its rules renders",
+    );
   });
 });

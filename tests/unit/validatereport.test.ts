@@ -439,6 +439,21 @@ describe("validate()", () => {
     ]);
   });
 
+  test("validate() warns that a node whose rule taint does not render stays uninitialized (the controller holds it)", () => {
+    const r = validate({
+      configPath: "c.yaml",
+      configText: "transformations:\n  - name: r\n    taints:\n      t: '{{ .Hostname }}'\n",
+      metadataPath: "m.yaml",
+      metadataText: PM,
+      output: "json",
+    });
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toEqual([
+      expect.stringMatching(/^c\.yaml: warning: skipped on this node: rule "r" taints\["t"\]: invalid taint/),
+      "c.yaml: warning: this node is not initialized (it stays tainted) while a taint of its rules does not render",
+    ]);
+  });
+
   test.each<[string, string, string]>([
     [
       "over the size limit",
