@@ -148,6 +148,11 @@ interface Pass {
   managed: ManagedRecordRead;
 }
 
+/** The action of Events about a node: InitializeNode while it has the uninitialized taint, else UpdateNode. */
+function actionOf(initializing: boolean): "InitializeNode" | "UpdateNode" {
+  return initializing ? "InitializeNode" : "UpdateNode";
+}
+
 /** A Node's Talos facts, ready to use. */
 type ReadyFacts = Extract<FactsState, { ready: true }>;
 
@@ -429,9 +434,8 @@ export class CloudNodeController {
     let waitMs = until === undefined ? 0 : until - this.#now();
     if (waitMs <= 0) {
       waitMs = this.#budget.waitFor(name);
-      const node = this.#opts.nodes.get(name);
-      if (waitMs > 0 && node)
-        this.#defer(name, node, isUninitialized(node) ? "InitializeNode" : "UpdateNode", waitMs);
+      const node = waitMs > 0 ? this.#opts.nodes.get(name) : undefined;
+      if (node) this.#defer(name, node, actionOf(isUninitialized(node)), waitMs);
     }
     if (waitMs > 0) this.#queue.addAfter(name, waitMs);
     else this.#queue.add(name);
@@ -554,7 +558,7 @@ export class CloudNodeController {
       node,
       config: this.#opts.config.current,
       initializing,
-      action: initializing ? "InitializeNode" : "UpdateNode",
+      action: actionOf(initializing),
       managed: readManagedRecord(node.metadata),
     };
     if (node.metadata.overLimit === undefined) return pass;
@@ -762,7 +766,7 @@ export class CloudNodeController {
         "Another writer changed a field this CCM owns; writing it again from Talos and the rules",
         facts,
       );
-      const action = isUninitialized(node) ? "InitializeNode" : "UpdateNode";
+      const action = actionOf(isUninitialized(node));
       this.#warn(node, "ConflictingWriter", action, describeConflict(c, node, this.#conflictWindowMs));
     }
     return delayMs;

@@ -4,13 +4,13 @@
 // SIGTERM takeovers, lost leadership, and cloud-config reload.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
-import { memoryLimitFiles } from "../../lib/jscoptions.ts";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { KubeClient } from "../../lib/kube.ts";
 import { CCM_RESOURCES } from "../../lib/manifests.ts";
 import { fileRss } from "../../lib/pagetrim.ts";
 import { FakeApid } from "../support/apid.ts";
+import { MemoryCgroup } from "../support/bench-cgroup.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";
 import { SimulatedKubelet } from "../support/kubelet.ts";
@@ -205,21 +205,14 @@ describe("command line", () => {
   });
 
   test("inside a cgroup with the shipped memory limit, JSC is told the limit is the RAM it has", async () => {
-    // This test process's own memory cgroup (v1 or v2), as the binary finds it; a child with a limit.
-    const own = memoryLimitFiles(readFileSync("/proc/self/cgroup", "utf8"))
-      .filter((f) => existsSync(f))
-      .at(-1);
-    if (!own) throw new Error("No memory cgroup file found for this process (cgroup v1 or v2 with memory)");
-    const child = join(dirname(own), `ccm-test-${process.pid}`);
-    mkdirSync(child);
+    // A child of this test process's own memory cgroup (v1 or v2) with the limit the shipped
+    // manifests and chart set, made as the bench's --memory-limit makes it.
+    const mi = /^(\d+)Mi$/.exec(CCM_RESOURCES.limits.memory)?.[1];
+    if (mi === undefined)
+      throw new Error(`Cannot read the shipped memory limit ${CCM_RESOURCES.limits.memory}`);
+    const cgroup = MemoryCgroup.create(Number(mi) * 2 ** 20);
     let p: CcmProcess | undefined;
     try {
-      // The limit the shipped manifests and chart set.
-      const mi = /^(\d+)Mi$/.exec(CCM_RESOURCES.limits.memory)?.[1];
-      if (mi === undefined)
-        throw new Error(`Cannot read the shipped memory limit ${CCM_RESOURCES.limits.memory}`);
-      const limit = Number(mi) * 2 ** 20;
-      writeFileSync(join(child, basename(own)), String(limit));
       p = new CcmProcess(
         [
           `--kubeconfig=${cluster.adminKubeconfig}`,
@@ -227,19 +220,21 @@ describe("command line", () => {
           "--secure-port=0",
           "--leader-elect=false",
         ],
-        { env: { HOME: cluster.dir }, cgroup: child },
+        { env: { HOME: cluster.dir }, cgroup: cgroup.dir },
       );
       procs.push(p);
       await p.waitForLog(/Starting controller.*node-csr-approval/);
       const environ = readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0");
-      expect(environ).toContain(`BUN_JSC_forceRAMSize=${limit}`);
-      expect(readFileSync(join(child, "cgroup.procs"), "utf8").trim()).toBe(String(p.pid));
+      expect(environ).toContain(`BUN_JSC_forceRAMSize=${cgroup.limitBytes}`);
+      expect(readFileSync(join(cgroup.dir, "cgroup.procs"), "utf8").trim()).toBe(String(p.pid));
       expect(await p.stop()).toBe(0);
+      expect(cgroup.oomKills()).toBe(0);
     } finally {
       // A cgroup with a process in it cannot be removed: a failed check must not leave one behind.
       await p?.stop("SIGKILL");
-      rmdirSync(child);
+      await cgroup.remove();
     }
+    expect(existsSync(cgroup.dir)).toBe(false);
   });
 
   test("once quiet, it gives its executable's pages back to the kernel (file-backed RSS drops)", async () => {
