@@ -41,6 +41,7 @@ import {
   defaultImage,
   defaultSettings,
   NONROOT_ID,
+  RELEASE_MANIFEST_FILES,
   renderManifests,
   renderTalosPatch,
 } from "./lib/manifests.ts";
@@ -363,8 +364,8 @@ export function cycloneDx(s: SbomSubject): Record<string, unknown> {
 export function releaseManifests(version: string): Record<string, string> {
   const s = defaultSettings(version);
   return {
-    [`${APP_NAME}-daemonset.yaml`]: renderManifests(s),
-    [`${APP_NAME}-deployment.yaml`]: renderManifests({ ...s, workload: "Deployment" }),
+    [RELEASE_MANIFEST_FILES.DaemonSet]: renderManifests(s),
+    [RELEASE_MANIFEST_FILES.Deployment]: renderManifests({ ...s, workload: "Deployment" }),
     "talos-patch.yaml": renderTalosPatch(s),
   };
 }

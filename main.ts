@@ -40,7 +40,7 @@ switch (parsed.command) {
     break;
   }
   case "manifests": {
-    const { runManifests } = await import("./lib/manifests.ts");
+    const { runManifests } = await import("./lib/manifestscommand.ts");
     process.exitCode = await runManifests(parsed.options, parsed.warnings);
     break;
   }

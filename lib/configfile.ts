@@ -5,14 +5,14 @@
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { type CompiledConfig, ConfigError, parseConfig } from "./config.ts";
-import { type BoundedInput, ConfigLimitError, MAX_CONFIG_BYTES, tooLarge } from "./configlimits.ts";
+import { type BoundedInput, ConfigLimitError, INPUT_LIMITS, tooLarge } from "./configlimits.ts";
 
 /** Bytes read at a time from the config file. */
 const READ_CHUNK_BYTES = 65_536;
 
 /**
- * Reads a config (or node metadata) file, refusing it without reading it when it is larger than
- * {@link MAX_CONFIG_BYTES}, and never holding more than that limit plus one chunk when the size is
+ * Reads a config (node metadata, a machine config) file, refusing it without reading it when it is larger
+ * than its limit ({@link INPUT_LIMITS}), and never holding more than that limit plus one chunk when the size is
  * unknown (stdin, a pipe) or grows while being read.
  * @param path a file name, or a file descriptor (0 for stdin).
  * @param input what the file holds, named in the message when it is too large.
@@ -21,8 +21,9 @@ const READ_CHUNK_BYTES = 65_536;
 export function readConfigFile(path: string | number, input: BoundedInput = "config"): string {
   const fd = typeof path === "number" ? path : openSync(path, "r");
   try {
+    const max = INPUT_LIMITS[input].bytes;
     const { size } = fstatSync(fd);
-    if (size > MAX_CONFIG_BYTES) throw tooLarge(`the file (${size} bytes)`, input);
+    if (size > max) throw tooLarge(`the file (${size} bytes)`, input);
     const chunks: Buffer[] = [];
     let total = 0;
     for (;;) {
@@ -31,7 +32,7 @@ export function readConfigFile(path: string | number, input: BoundedInput = "con
       if (n === 0) break;
       chunks.push(chunk.subarray(0, n));
       total += n;
-      if (total > MAX_CONFIG_BYTES) throw tooLarge("the file", input);
+      if (total > max) throw tooLarge("the file", input);
     }
     return Buffer.concat(chunks, total).toString("utf8");
   } finally {

@@ -56,22 +56,24 @@ export class ConfigLimitError extends Error {
 }
 
 /** What a bounded file holds, for the message when it is too large. */
-export type BoundedInput = "config" | "node metadata";
+export type BoundedInput = "config" | "node metadata" | "machine config";
 
-const SIZE_REASON: Record<BoundedInput, string> = {
-  config: "the size limit of a ConfigMap",
-  "node metadata": "a node's metadata from talosctl is a few KiB",
+/** The size limit of each bounded input, and why. */
+export const INPUT_LIMITS: Readonly<Record<BoundedInput, { bytes: number; reason: string }>> = {
+  config: { bytes: MAX_CONFIG_BYTES, reason: "1 MiB, the size limit of a ConfigMap" },
+  "node metadata": { bytes: MAX_CONFIG_BYTES, reason: "1 MiB, a node's metadata from talosctl is a few KiB" },
+  "machine config": { bytes: 33_554_432, reason: "32 MiB, the largest message Talos' API takes" },
 };
 
 /**
- * The refusal of an input larger than {@link MAX_CONFIG_BYTES}.
+ * The refusal of an input larger than its limit in {@link INPUT_LIMITS}.
  * @param what the input's description, with its size when known: "the file (2000000 bytes)".
  * @param input what the input holds, named in the reason.
  */
 export function tooLarge(what: string, input: BoundedInput): ConfigLimitError {
   return new ConfigLimitError({
     path: "",
-    message: `${what} is larger than ${MAX_CONFIG_BYTES} bytes (1 MiB, ${SIZE_REASON[input]})`,
+    message: `${what} is larger than ${INPUT_LIMITS[input].bytes} bytes (${INPUT_LIMITS[input].reason})`,
   });
 }
 

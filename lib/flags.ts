@@ -194,6 +194,8 @@ export interface ManifestsOptions {
   namespace: string;
   /** `--talos-patch`: also emit the Talos machine config patch. */
   talosPatch: boolean;
+  /** `--machine-config`: the machine config to read; emit its migration patch (lib/talosmigration.ts). */
+  machineConfig?: string;
   logging: LoggingOptions;
 }
 
@@ -463,6 +465,7 @@ function manifestsOptions(p: Parsed, warnings: string[]): ManifestsOptions {
     ...path(p, "cloud-config", "cloudConfig"),
     namespace,
     talosPatch: bool(p, "talos-patch", false),
+    ...path(p, "machine-config", "machineConfig"),
     logging: loggingOptions(p),
   };
 }

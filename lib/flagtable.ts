@@ -332,6 +332,12 @@ const MANIFESTS_FLAGS: readonly FlagSpec[] = [
     ["cloud-config", "string", "", "Configuration file to embed in the ConfigMap."],
     ["namespace", "string", "kube-system", "Namespace to deploy into."],
     ["talos-patch", "bool", "", "Also print the Talos machine config patch that enables the CCM."],
+    [
+      "machine-config",
+      "string",
+      "",
+      "A control-plane machine's config: print the Talos patch that installs this release on it, removing the Go CCM's (or an earlier release's) manifests.",
+    ],
   ]),
 ];
 

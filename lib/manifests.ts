@@ -1,28 +1,32 @@
 // Deployment manifests, the one source of truth for installing this CCM: its ServiceAccount, the
 // talos.dev/v1alpha1 ServiceAccount that makes Talos issue it a talosconfig, least-privilege RBAC sized
 // by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet
-// (or, for the release's second raw manifest, a Deployment); the Talos machine-config patch that installs them as an inline manifest; and the `manifests`
-// subcommand that prints either. deploy/*.yaml are generated from here (`npm run manifests` runs this
-// file), and a unit test fails when they drift.
+// (or, for the release's second raw manifest, a Deployment); the Talos machine-config patch that
+// installs them as an inline manifest; and the Helm chart's generated files. Pure: the `manifests`
+// subcommand (lib/manifestscommand.ts) prints them, and `npm run manifests` writes deploy/ from here;
+// a unit test fails when deploy/ drifts.
 
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
 import { Document, isMap, isScalar, isSeq, type Node } from "yaml";
 import { type ControllerName, Controllers, controllerCatalog } from "./controllernames.ts";
 import { type ManifestsOptions, parseCommandLine } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
-import { configureLogging, logger } from "./log.ts";
-import { SERVICE_ACCOUNT_TALOSCONFIG } from "./talosconfig.ts";
-import { version as buildVersion } from "./version.ts";
 import {
   EVENTS_NAMESPACE,
   KUBELET_SERVING_SIGNER,
   NOT_READY_TAINT_KEY,
+  SERVICE_ACCOUNT_TALOSCONFIG,
+  TALOS_SECRET_DIR,
   UNINITIALIZED_TAINT,
 } from "./wellknown.ts";
 
 /** Name of the DaemonSet, its ServiceAccount, ConfigMap and Service (the reference's names). */
 export const APP_NAME = "talos-cloud-controller-manager";
+
+/** The release's manifest files by workload (build.ts attaches them to a release). */
+export const RELEASE_MANIFEST_FILES = {
+  DaemonSet: `${APP_NAME}-daemonset.yaml`,
+  Deployment: `${APP_NAME}-deployment.yaml`,
+} as const;
 
 /** Where release images are published; the tag is `v<version>`. */
 const IMAGE_REPOSITORY = "ghcr.io/talos-ccm/talos-cloud-controller-manager";
@@ -37,7 +41,7 @@ export const LEASE_NAME = "cloud-controller-manager-talos";
 export const TALOS_SECRET_NAME = `${APP_NAME}-talos-secrets`;
 
 /** Where the Talos Secret is mounted: the directory lib/talosconfig.ts reads the talosconfig from by default. */
-export const TALOS_SECRET_DIR = dirname(SERVICE_ACCOUNT_TALOSCONFIG);
+export { TALOS_SECRET_DIR };
 
 /** Path of the executable in the image (deploy/Dockerfile copies it there). */
 export const BINARY_PATH = `/${APP_NAME}`;
@@ -140,7 +144,11 @@ export function defaultSettings(version: string): ManifestSettings {
   return { ...settingsFrom(parsed.options), version };
 }
 
-function settingsFrom(opts: ManifestsOptions, cloudConfig?: string): Omit<ManifestSettings, "version"> {
+/** The settings of `manifests`' flags, with the cloud config to embed. */
+export function settingsFrom(
+  opts: ManifestsOptions,
+  cloudConfig?: string,
+): Omit<ManifestSettings, "version"> {
   return {
     image: opts.image,
     controllers: opts.controllers,
@@ -751,21 +759,15 @@ export function renderManifests(s: ManifestSettings): string {
 }
 
 /**
- * The Talos machine-config patch for control-plane nodes that installs this CCM: the external cloud
- * provider, the manifests as an inline manifest, the kubelet flags and Talos API access for the
- * talos.dev ServiceAccount. With node-ipam, kube-controller-manager's own IPAM is turned off.
+ * The Talos machine-config patch for control-plane nodes that installs this CCM, as an object: the
+ * external cloud provider, the manifests as an inline manifest, the kubelet flags and Talos API access
+ * for the talos.dev ServiceAccount. With node-ipam, kube-controller-manager's own IPAM is turned off.
  */
-export function renderTalosPatch(s: ManifestSettings): string {
-  const csr = s.enabledControllers.includes(nodeCsrApproval);
+export function talosPatch(s: ManifestSettings) {
   const ipam = s.enabledControllers.includes(nodeIpam);
-  const patch = {
+  return {
     machine: {
-      kubelet: {
-        extraArgs: {
-          "cloud-provider": "external",
-          ...(csr ? { "rotate-server-certificates": "true" } : {}),
-        },
-      },
+      kubelet: kubeletPatch(s),
       features: {
         kubernetesTalosAPIAccess: {
           enabled: true,
@@ -782,6 +784,29 @@ export function renderTalosPatch(s: ManifestSettings): string {
       inlineManifests: [{ name: APP_NAME, contents: renderManifests(s) }],
     },
   };
+}
+
+/** The kubelet settings every node needs (the worker patch). */
+function kubeletPatch(s: ManifestSettings) {
+  const csr = s.enabledControllers.includes(nodeCsrApproval);
+  return {
+    extraArgs: {
+      "cloud-provider": "external",
+      ...(csr ? { "rotate-server-certificates": "true" } : {}),
+    },
+  };
+}
+
+/** {@link talosPatch}'s object. */
+export type TalosPatch = ReturnType<typeof talosPatch>;
+
+/**
+ * The Talos patch of {@link talosPatch} as YAML, with comments on its parts and on how to apply it.
+ * @param patch the object to write: {@link talosPatch}'s, or one a migration changed (lib/talosmigration.ts)
+ */
+export function renderTalosPatch(s: ManifestSettings, patch: object = talosPatch(s)): string {
+  const csr = s.enabledControllers.includes(nodeCsrApproval);
+  const ipam = s.enabledControllers.includes(nodeIpam);
   const notes: NonNullable<Manifest["notes"]> = [
     {
       path: ["machine", "kubelet", "extraArgs"],
@@ -800,7 +825,7 @@ export function renderTalosPatch(s: ManifestSettings): string {
       text: " node-ipam allocates pod CIDRs, so kube-controller-manager must not.",
     });
   }
-  const worker = JSON.stringify({ machine: { kubelet: patch.machine.kubelet } });
+  const worker = JSON.stringify({ machine: { kubelet: kubeletPatch(s) } });
   const comment = [
     ` ${PROGRAM_NAME} ${s.version}: Talos machine-config patch for control-plane nodes, e.g.`,
     "   talosctl gen config <cluster> <endpoint> --config-patch-control-plane @talos-patch.yaml \\",
@@ -883,54 +908,4 @@ export function deployFiles(version: string): Record<string, string> {
     "talos-patch.yaml": renderTalosPatch(s),
     ...chartFiles(),
   };
-}
-
-const log = logger("manifests");
-
-/**
- * Runs `manifests`: prints the manifests, or with `--talos-patch` the Talos patch, to stdout. A
- * `--cloud-config` file is validated first; its warnings are printed, errors refuse.
- * @returns the exit code: 0, or 1 when the cloud config cannot be read or is invalid
- */
-export async function runManifests(opts: ManifestsOptions, warnings: readonly string[]): Promise<number> {
-  configureLogging({ format: opts.logging.format, verbosity: opts.logging.verbosity });
-  for (const w of warnings) log.warn(w);
-  let cloudConfig: string | undefined;
-  const enabled = [...opts.enabledControllers];
-  if (opts.cloudConfig !== undefined) {
-    const { ConfigError, formatIssue, parseConfig } = await import("./config.ts");
-    const { readConfig } = await import("./configfile.ts");
-    try {
-      // Read within the ConfigMap size limit: a larger file is refused before it is read.
-      cloudConfig = readConfig(opts.cloudConfig);
-      const config = parseConfig(cloudConfig);
-      for (const w of config.warnings) {
-        log.warn("Cloud config warning", { file: opts.cloudConfig, warning: formatIssue(w) });
-      }
-      // The manager runs node-csr-approval for this older reference setting too: grant what it needs.
-      if (config.global.approveNodeCSR && !enabled.includes(nodeCsrApproval)) enabled.push(nodeCsrApproval);
-    } catch (err) {
-      if (!(err instanceof ConfigError)) throw err;
-      process.stderr.write(`Cannot embed cloud config ${opts.cloudConfig}: ${err.message}\n`);
-      return 1;
-    }
-  }
-  const s: ManifestSettings = {
-    ...settingsFrom(opts, cloudConfig),
-    enabledControllers: enabled,
-    version: buildVersion,
-  };
-  process.stdout.write(opts.talosPatch ? renderTalosPatch(s) : renderManifests(s));
-  return 0;
-}
-
-// `bun lib/manifests.ts` (npm run manifests) regenerates deploy/*.yaml for package.json's version.
-if (import.meta.main) {
-  const root = join(import.meta.dir, "..");
-  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string };
-  for (const [name, text] of Object.entries(deployFiles(pkg.version))) {
-    mkdirSync(dirname(join(root, "deploy", name)), { recursive: true });
-    writeFileSync(join(root, "deploy", name), text);
-    console.log(`wrote deploy/${name}`);
-  }
 }

@@ -12,12 +12,13 @@ import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { own } from "./dict.ts";
 import { TalosConfigError } from "./taloserrors.ts";
+import { SERVICE_ACCOUNT_TALOSCONFIG } from "./wellknown.ts";
 
 /** apid's port; endpoints without one get it (`https://host` without a port gets 443). */
 export const DEFAULT_PORT = 50000;
 
-/** Default talosconfig path inside a pod, where the ServiceAccount secret is mounted. */
-export const SERVICE_ACCOUNT_TALOSCONFIG = "/var/run/secrets/talos.dev/config";
+/** Default talosconfig path inside a pod (lib/wellknown.ts). */
+export { SERVICE_ACCOUNT_TALOSCONFIG };
 
 const ACCESS_HINT =
   "Talos API access for the CCM needs machine.features.kubernetesTalosAPIAccess enabled in the " +

@@ -18,6 +18,12 @@ export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip
 /** The signer of kubelet serving certificates: the only CSRs node-csr-approval ever decides. */
 export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
 
+/** Where Talos' talosconfig Secret for a talos.dev ServiceAccount is mounted in the CCM's pod. */
+export const TALOS_SECRET_DIR = "/var/run/secrets/talos.dev";
+
+/** Default talosconfig path inside a pod, where the ServiceAccount secret is mounted. */
+export const SERVICE_ACCOUNT_TALOSCONFIG = `${TALOS_SECRET_DIR}/config`;
+
 /** The namespace Kubernetes records Events about cluster-scoped objects (Nodes, CSRs) in. */
 export const EVENTS_NAMESPACE = "default";
 

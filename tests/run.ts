@@ -3,7 +3,8 @@
 // tests/support/testbed-bins.sh),
 // the Exoscale and Oxide CCMs (tests/support/cloudccm-bins.sh), the hostile HTTP/2 peer
 // (tests/support/h2peer-bins.sh), actionlint (tests/support/actionlint.sh), the local OCI registry
-// and crane (tests/support/ociregistry-bins.sh) and promtool (tests/support/promtool-bins.sh),
+// and crane (tests/support/ociregistry-bins.sh), promtool (tests/support/promtool-bins.sh) and the
+// upstream schema checker (tests/support/upstreamcheck-bins.sh),
 // builds the host binary the end-to-end tests run, then runs `bun test` and reports "N passed, N failed".
 // It builds only what the given test paths need (tests/support/testneeds.ts): the unit tests need
 // nothing (`npm test -- tests/unit`, or `npm run test:unit`, builds nothing).
@@ -169,6 +170,19 @@ if (needs.has("promtool") && !env.PROMTOOL) {
   if (r.status !== 0) fail("cannot build promtool (see above)");
   const m = r.stdout.match(/^PROMTOOL=(.+)$/m);
   if (m) env.PROMTOOL = m[1];
+}
+
+// tests/support/upstreamcheck: Talos' configpatcher (tests/e2e/talos-migration.test.ts), the
+// Prometheus Operator's types and Grafana's dashboard schema (tests/e2e/observability.test.ts).
+if (needs.has("upstreamcheck") && !env.UPSTREAMCHECK) {
+  const r = spawnSync(join(root, "tests/support/upstreamcheck-bins.sh"), {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.status !== 0)
+    fail("cannot build the upstream schema checker tests/support/upstreamcheck (see above)");
+  const m = r.stdout.match(/^UPSTREAMCHECK=(.+)$/m);
+  if (m) env.UPSTREAMCHECK = m[1];
 }
 
 const hostArch = process.arch === "arm64" ? "arm64" : "amd64";

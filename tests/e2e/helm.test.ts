@@ -220,6 +220,25 @@ describe("helm lint and template", () => {
     },
   );
 
+  test("an image of the Go CCM, by its moving tags or a Go release, runs this chart's release; any other image runs as named", () => {
+    const GO_IMAGE = "ghcr.io/siderolabs/talos-cloud-controller-manager";
+    const published = `${PUBLISHED.image}:${PUBLISHED.tag}`;
+    const cases: [object, string][] = [
+      [{}, published],
+      [{ tag: "edge" }, published],
+      [{ tag: "latest" }, published],
+      [{ repository: GO_IMAGE }, published],
+      [{ repository: GO_IMAGE, tag: "v1.12.0" }, published],
+      [{ repository: GO_IMAGE, tag: "edge" }, published],
+      [{ tag: "v0.0.9" }, `${PUBLISHED.image}:v0.0.9`],
+      [{ repository: "registry.example/ccm", tag: "v1.12.0" }, "registry.example/ccm:v1.12.0"],
+    ];
+    for (const [image, expected] of cases) {
+      const container = workloadOf(template(valuesFile({ image }))).spec.template.spec.containers[0];
+      expect({ image, got: container?.image }).toEqual({ image, got: expected });
+    }
+  });
+
   test("a Lease name given in extraArgs is the one the pods are granted and hold, and the alerts and the dashboard watch", () => {
     const cases: [string[], string][] = [
       [[], "cloud-controller-manager-talos"],

@@ -10,7 +10,8 @@ export type TestNeed =
   | "h2peer" // the hostile HTTP/2 peer (tests/support/h2peer-bins.sh)
   | "actionlint" // tests/support/actionlint.sh
   | "ociregistry" // the local OCI registry and crane (tests/support/ociregistry-bins.sh)
-  | "promtool"; // tests/support/promtool-bins.sh
+  | "promtool" // tests/support/promtool-bins.sh
+  | "upstreamcheck"; // upstream schemas and Talos' configpatcher (tests/support/upstreamcheck-bins.sh)
 
 /** Every need, in the order tests/run.ts provides them. */
 export const ALL_NEEDS: readonly TestNeed[] = [
@@ -20,6 +21,7 @@ export const ALL_NEEDS: readonly TestNeed[] = [
   "actionlint",
   "ociregistry",
   "promtool",
+  "upstreamcheck",
   "ccm",
 ];
 
@@ -36,7 +38,9 @@ const RULES: ReadonlyArray<{ match: RegExp; needs: readonly TestNeed[] }> = [
   { match: /^tests\/e2e\/beside-[a-z]+\.test\.ts$/, needs: ["testbed", "ccm", "cloudccm"] },
   { match: /^tests\/e2e\/h2-hostile\.test\.ts$/, needs: ["testbed", "ccm", "h2peer"] },
   { match: /^tests\/e2e\/release\.test\.ts$/, needs: ["testbed", "ccm", "ociregistry"] },
-  { match: /^tests\/e2e\/observability\.test\.ts$/, needs: ["testbed", "ccm", "promtool"] },
+  { match: /^tests\/e2e\/observability\.test\.ts$/, needs: ["testbed", "ccm", "promtool", "upstreamcheck"] },
+  // A Talos machine config patched by Talos' own configpatcher: no cluster.
+  { match: /^tests\/e2e\/talos-migration\.test\.ts$/, needs: ["ccm", "upstreamcheck"] },
   { match: /^tests\/e2e\//, needs: ["testbed", "ccm"] },
 ];
 

@@ -42,6 +42,16 @@ const BUILT_INS = ["constructor", "toString", "valueOf", "hasOwnProperty", "__pr
  */
 const ALLOWED: readonly KeyAllowance[] = [
   // Keys the code fixes, or a null-prototype object the scanner cannot see through.
+  ...[
+    'if (typeof o[k] !== "object" || o[k] === null) o[k] = {};',
+    "o = o[k] as Record<string, unknown>;",
+    "delete o[last];",
+    "else o[last] = value;",
+  ].map((fragment) => ({
+    file: "lib/talosmigration.ts",
+    fragment,
+    reason: "setAt's paths are the file's own (LISTS, cluster.inlineManifests), on the patch it builds",
+  })),
   {
     file: "lib/regex.ts",
     fragment: "if (groups[name] === undefined) groups[name] = values[i];",

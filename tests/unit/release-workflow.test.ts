@@ -550,9 +550,11 @@ describe("pull requests' workflow (ci.yml)", () => {
       "tests/support/h2peer-bins.sh",
       "tests/support/ociregistry-bins.sh",
       "tests/support/promtool-bins.sh",
+      "tests/support/upstreamcheck-bins.sh",
       "tests/support/gomodule.sh",
       "tests/support/talossim/go.sum",
       "tests/support/h2peer/go.sum",
+      "tests/support/upstreamcheck/go.sum",
     ])
       expect({ f, hashed: hashed.has(f) }).toEqual({ f, hashed: true });
     // The cache lives outside the checkout, where the scripts look for it.

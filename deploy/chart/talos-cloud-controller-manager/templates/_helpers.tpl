@@ -51,8 +51,17 @@ ghcr.io/talos-ccm/talos-cloud-controller-manager
 {{ .Values.image.repository }}
 {{- end -}}
 {{- end }}
+{{/*
+A tag of the Go CCM's image (image.repository is the Go image): a Go release (v1.12.0) names no image of
+this project, so the chart's own release runs there too, and NOTES says so.
+*/}}
+{{- define "talos-cloud-controller-manager.goReleaseTag" -}}
+{{- if and (include "talos-cloud-controller-manager.goRepository" .) (not (include "talos-cloud-controller-manager.goMovingTag" .)) .Values.image.tag -}}
+true
+{{- end -}}
+{{- end }}
 {{- define "talos-cloud-controller-manager.imageTag" -}}
-{{- if include "talos-cloud-controller-manager.goMovingTag" . -}}
+{{- if or (include "talos-cloud-controller-manager.goMovingTag" .) (include "talos-cloud-controller-manager.goReleaseTag" .) -}}
 {{ .Chart.AppVersion }}
 {{- else -}}
 {{ .Values.image.tag | default .Chart.AppVersion }}
