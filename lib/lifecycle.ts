@@ -17,7 +17,7 @@ import type { EventRecorder } from "./events.ts";
 import { isConflict, isNotFound, type KubeApi, PATCH } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import type { Counter, Registry } from "./metrics.ts";
-import { type LeanNode, leanNode, nodeIPs } from "./nodeview.ts";
+import { type LeanNode, leanNode, nodeIPs, statusUnknown } from "./nodeview.ts";
 import { runWorkers, WorkQueue } from "./queue.ts";
 import type { TalosClient } from "./talos.ts";
 import { measuredTransform } from "./transformmetrics.ts";
@@ -484,6 +484,8 @@ export class LifecycleController {
     const callOpts = {
       attempts: 1,
       timeoutMs: PROBE_TIMEOUT_MS,
+      // A silent node's machine is likely off: its failed probes are expected, and counted apart.
+      nodeStatusUnknown: statusUnknown(node),
       ...(this.#signal ? { signal: this.#signal } : {}),
     };
     try {

@@ -38,7 +38,14 @@ import { isNotFound, type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
-import { type LeanNode, type NodeIPs, nodeIPs, sameAddresses, sameTaints } from "./nodeview.ts";
+import {
+  type LeanNode,
+  type NodeIPs,
+  nodeIPs,
+  sameAddresses,
+  sameTaints,
+  statusUnknown,
+} from "./nodeview.ts";
 import { OVER_LIMIT_REASON, overLimitMessage, PEER_LIMITS, peerRejections } from "./peerlimits.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import {
@@ -299,9 +306,12 @@ function controllerMetrics(reg: Registry) {
       "Nodes without a providerID whose platform names its instances while Talos has not published the instance ID " +
         "(initializing ones stay tainted).",
     ),
-    watches: reg.gauge("talosccm_node_talos_watches", "Nodes whose Talos facts are watched, by state.", [
-      "state",
-    ]),
+    watches: reg.gauge(
+      "talosccm_node_talos_watches",
+      "Nodes whose Talos facts are watched, by state: healthy, down, or down_node_status_unknown (down while " +
+        "the Node's status is unknown, its kubelet silent: a machine off, expected).",
+      ["state"],
+    ),
     uninitialized: reg.gauge(
       "talosccm_nodes_uninitialized",
       `Nodes that still have the ${UNINITIALIZED_TAINT} taint (in the cloud-node controller's Node cache).`,
@@ -381,12 +391,17 @@ export class CloudNodeController {
       talos: opts.talos,
       onChange: (name) => this.#enqueue(name),
       refreshMs: opts.statusUpdateFrequencyMs,
+      nodeStatusUnknown: (name) => {
+        const n = this.#opts.nodes.get(name);
+        return n !== undefined && statusUnknown(n);
+      },
     });
     this.#m = controllerMetrics(opts.registry);
     opts.registry.onCollect(() => {
-      const { nodes, down } = this.#facts.stats();
+      const { nodes, down, downStatusUnknown } = this.#facts.stats();
       this.#m.watches.set({ state: "healthy" }, nodes - down);
-      this.#m.watches.set({ state: "down" }, down);
+      this.#m.watches.set({ state: "down" }, down - downStatusUnknown);
+      this.#m.watches.set({ state: "down_node_status_unknown" }, downStatusUnknown);
       this.#m.waitingForInstanceID.set(undefined, this.#waitingForID.size);
       let tainted = 0;
       for (const n of this.#opts.nodes.list()) if (isUninitialized(n)) tainted++;

@@ -150,6 +150,15 @@ function sharedAddresses(
   );
 }
 
+/**
+ * Whether the Node's status is unknown: its Ready condition is there and says Unknown, as Kubernetes'
+ * node lifecycle sets it when the kubelet stopped posting (NodeStatusUnknown: the machine is off, or
+ * cut off). A Node whose kubelet has not posted a condition yet is not such a node.
+ */
+export function statusUnknown(node: LeanNode): boolean {
+  return node.status.ready === "Unknown" && node.status.readyTransition !== undefined;
+}
+
 /** Whether two taint lists are the same (key, value, effect and timeAdded of each, in order). */
 export function sameTaints(a: readonly V1Taint[], b: readonly V1Taint[]): boolean {
   if (a === b) return true;

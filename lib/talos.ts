@@ -54,7 +54,7 @@ import {
 } from "./talosconfig.ts";
 import { type ConfigFileWatch, fileStamp, watchConfigFile } from "./talosconfigwatch.ts";
 import { statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
-import { type TalosApiMetrics, talosApiMetrics } from "./talosmetrics.ts";
+import { nodeStatus, type TalosApiMetrics, talosApiMetrics } from "./talosmetrics.ts";
 import {
   iterateWatch,
   type TalosWatch,
@@ -146,6 +146,11 @@ export interface CallOptions {
   timeoutMs?: number;
   /** Attempts for this call, overriding the client's. */
   attempts?: number;
+  /**
+   * The call is about a node whose status is unknown (its kubelet stopped posting: the machine is
+   * off or cut off): a failure counts with `node_status="unknown"`, which the alerts leave out.
+   */
+  nodeStatusUnknown?: boolean;
 }
 
 /** Options of {@link TalosClient.watch}. */
@@ -226,7 +231,10 @@ export class TalosClient {
       open: (session) => this.#openWatch(session),
       leave: (session) => leaveGeneration(session.generation as Generation),
       failed: async (session, e) => {
-        this.#metrics.errors.inc({ request: `watch_${session.kind}` });
+        this.#metrics.errors.inc({
+          request: `watch_${session.kind}`,
+          node_status: nodeStatus(session.handler.nodeStatusUnknown?.() === true),
+        });
         if (!e.retryable) return;
         log.v(2).info("Resubscribing Talos watch", {
           node: session.node,
@@ -652,7 +660,8 @@ export class TalosClient {
         return decode(msgs);
       }
     } catch (err) {
-      if (countsAsFailure(request, err)) this.#metrics.errors.inc({ request });
+      if (countsAsFailure(request, err))
+        this.#metrics.errors.inc({ request, node_status: nodeStatus(opts.nodeStatusUnknown === true) });
       if (err instanceof TalosLimitError) this.#rejected(err.limit);
       throw err;
     } finally {

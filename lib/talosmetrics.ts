@@ -7,11 +7,20 @@ import { RESOURCES } from "./taloswire.ts";
 
 const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
+/**
+ * The `node_status` label of a failed call: `unknown` for a call about a node whose status is unknown
+ * (its kubelet stopped posting: the machine is off or cut off, and its failures are expected),
+ * `known` for any other.
+ */
+export function nodeStatus(unknown: boolean): "unknown" | "known" {
+  return unknown ? "unknown" : "known";
+}
+
 /** The metrics of one Talos client, by request (`platformmetadata`, `version`, `watch_addresses`…). */
 export interface TalosApiMetrics {
   /** Latency of a call, retries included. */
   duration: Histogram;
-  /** Calls and watches that failed after retries. */
+  /** Calls and watches that failed after retries, by request and node_status ({@link nodeStatus}). */
   errors: Counter;
 }
 
@@ -22,12 +31,14 @@ export interface TalosApiMetrics {
 export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetrics {
   const errors = reg.counter(
     "talosccm_api_request_errors_total",
-    "Talos API calls that failed after retries.",
-    ["request"],
+    "Talos API calls and watches that failed after retries, by request and node_status (unknown: about a " +
+      "node whose status is unknown, its kubelet silent; such failures are expected while its machine is off).",
+    ["request", "node_status"],
   );
   // Every call's series exists from the start at 0, so that increase() and rate() count its first
   // failure (a series that appears at 1 shows no increase).
-  for (const request of ["version", ...Object.keys(RESOURCES)]) errors.inc({ request }, 0);
+  for (const request of ["version", ...Object.keys(RESOURCES)])
+    for (const status of ["known", "unknown"]) errors.inc({ request, node_status: status }, 0);
   return {
     duration: reg.histogram(
       "talosccm_api_request_duration_seconds",

@@ -32,6 +32,11 @@ export interface TalosWatchHandler<T> {
    * record, instead of keeping a copy of its own. The watch only reads it.
    */
   readonly record?: ReadonlyMap<string, T>;
+  /**
+   * Whether the watched node's status is unknown now (its kubelet stopped posting: the machine is
+   * off or cut off): the client counts the watch's failures apart, which the alerts leave out.
+   */
+  nodeStatusUnknown?(): boolean;
 }
 
 /** A running watch. */

@@ -109,6 +109,12 @@ export interface TalosWatchCacheOptions {
    * (default 120 s; see {@link metadataComplete}).
    */
   metadataSettleMs?: number;
+  /**
+   * Whether node `name`'s status is unknown (its kubelet stopped posting: the machine is off or cut
+   * off). Its failed calls and watches count apart (`node_status="unknown"`), and {@link stats}
+   * counts its down watch apart: the alerts leave both out. Default: never.
+   */
+  nodeStatusUnknown?: (name: string) => boolean;
   now?: () => number;
   /** Runs `fn` after `ms`; returns its cancellation (default: a timer that does not hold the process). */
   schedule?: (fn: () => void, ms: number) => () => void;
@@ -255,6 +261,7 @@ class NodeWatch {
 /** What an address watch's handler calls back in its {@link TalosWatchCache}. */
 interface AddressWatchHooks {
   failed(w: NodeWatch, part: DownPart, error: string, limit?: PeerLimitName): void;
+  statusUnknown(name: string): boolean;
   recovered(w: NodeWatch, part: DownPart): void;
   openMetadataWatch(w: NodeWatch): void;
   changed(name: string): void;
@@ -278,6 +285,10 @@ class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus> {
   /** The watch reports what vanished while it resubscribed from the node's own record. */
   get record(): ReadonlyMap<string, TalosAddressStatus> {
     return this.w.addresses;
+  }
+
+  nodeStatusUnknown(): boolean {
+    return this.hooks.statusUnknown(this.w.name);
   }
 
   onEvent(ev: TalosWatchEvent<TalosAddressStatus>): void {
@@ -364,6 +375,7 @@ export class TalosWatchCache {
   readonly #retryBackoff: Backoff;
   readonly #settleMs: number;
   readonly #now: () => number;
+  readonly #statusUnknown: (name: string) => boolean;
   readonly #schedule: (fn: () => void, ms: number) => () => void;
   readonly #nodes = new Map<string, NodeWatch>();
   readonly #maxStarting: number;
@@ -375,6 +387,7 @@ export class TalosWatchCache {
   /** What every node's address watch handler calls back (one object, not closures per node). */
   readonly #hooks: AddressWatchHooks = {
     failed: (w, part, error, limit) => this.#failed(w, part, error, limit),
+    statusUnknown: (name) => this.#statusUnknown(name),
     recovered: (w, part) => this.#recovered(w, part),
     openMetadataWatch: (w) => this.#openMetadataWatch(w),
     changed: (name) => this.#onChange(name),
@@ -396,6 +409,7 @@ export class TalosWatchCache {
     this.#retryBackoff = opts.retryBackoff ?? { initialMs: 1_000, maxMs: 60_000 };
     this.#settleMs = opts.metadataSettleMs ?? 120_000;
     this.#now = opts.now ?? Date.now;
+    this.#statusUnknown = opts.nodeStatusUnknown ?? (() => false);
     this.#schedule = opts.schedule ?? scheduleTimer;
     this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
     (this.#timer as { unref?: () => void }).unref?.();
@@ -449,11 +463,19 @@ export class TalosWatchCache {
     return (this.#nodes.get(name)?.down ?? 0) !== 0;
   }
 
-  /** Nodes tracked, and how many of them have a watch down. */
-  stats(): { nodes: number; down: number } {
+  /**
+   * Nodes tracked, how many of them have a watch down, and how many of those have a status that is
+   * unknown ({@link TalosWatchCacheOptions.nodeStatusUnknown}: a machine off, its watch down as expected).
+   */
+  stats(): { nodes: number; down: number; downStatusUnknown: number } {
     let down = 0;
-    for (const w of this.#nodes.values()) if (w.down !== 0) down++;
-    return { nodes: this.#nodes.size, down };
+    let downStatusUnknown = 0;
+    for (const w of this.#nodes.values()) {
+      if (w.down === 0) continue;
+      down++;
+      if (this.#statusUnknown(w.name)) downStatusUnknown++;
+    }
+    return { nodes: this.#nodes.size, down, downStatusUnknown };
   }
 
   /**
@@ -724,6 +746,7 @@ export class TalosWatchCache {
    */
   #watchMetadata(w: NodeWatch, ip: string): TalosWatch {
     return this.#talos.subscribe(ip, "platformmetadata", {
+      nodeStatusUnknown: () => this.#statusUnknown(w.name),
       onEvent: (ev) => {
         if (ev.type === "errored") {
           w.cancelSettle?.();
@@ -794,13 +817,14 @@ export class TalosWatchCache {
 
   /** Reads PlatformMetadata (first askable IP that answers) and AddressStatuses of a node whose watch is down. */
   async #poll(w: NodeWatch): Promise<void> {
+    const opts = { attempts: 1, nodeStatusUnknown: this.#statusUnknown(w.name) };
     try {
       const { nodeIP, value } = await this.#talos.firstAnswer(
         w.askableIPs(),
         (ip, o) => this.#talos.platformMetadata(ip, o),
-        { attempts: 1 },
+        opts,
       );
-      const list = await this.#talos.addresses(nodeIP, { attempts: 1 });
+      const list = await this.#talos.addresses(nodeIP, opts);
       if (!this.#tracked(w)) return;
       this.#setMetadata(w, nodeIP, value);
       w.addresses.clear();

@@ -191,7 +191,8 @@ async function sample(series: string): Promise<number> {
 
 /** The CCM's Talos watches of nodes, healthy and down, and its failed watch streams by kind. */
 async function watchMetrics() {
-  const failed = (kind: string) => sample(`talosccm_api_request_errors_total{request="watch_${kind}"}`);
+  const failed = (kind: string) =>
+    sample(`talosccm_api_request_errors_total{request="watch_${kind}",node_status="known"}`);
   return {
     healthy: await sample('talosccm_node_talos_watches{state="healthy"}'),
     down: await sample('talosccm_node_talos_watches{state="down"}'),

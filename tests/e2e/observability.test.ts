@@ -1,19 +1,24 @@
 // The chart's observability (serviceMonitor, prometheusRule, grafanaDashboard) against a real run:
 // the compiled binary on the test bed (real kube-apiserver, the Talos simulator), scraped as the
-// chart's ServiceMonitor scrapes it (HTTPS, a ServiceAccount's bearer token that the chart's
-// ClusterRole lets get /metrics), while each alert's condition is driven for real:
-//   healthy: a node initialized, the leader holding the Lease;
-//   faults: a second Node whose machine is stopped (it stays uninitialized, its Talos calls fail), the
-//   first node's machine stopped (its Talos watches go down), a burst of CSRs denied by policy;
+// chart's ServiceMonitor scrapes it (HTTPS, the token of the scraper ServiceAccount the chart creates,
+// which its ClusterRole lets get /metrics), while each alert's condition is driven for real:
+//   healthy: two nodes initialized, the leader holding the Lease;
+//   off on purpose: the second node's machine powered off and its Node's status Unknown, as
+//   Kubernetes' node lifecycle marks a silent kubelet (its watches go down, its polls fail): no page;
+//   faults: a third Node whose machine is stopped (it stays uninitialized, its Talos calls fail), the
+//   first node's machine stopped while its kubelet posts Ready (its Talos watches go down and its
+//   polls keep failing), a burst of CSRs denied by policy;
 //   no leader: the CCM killed (the target is gone), then started again while another identity holds
 //   the Lease (the replica is up, it is not the leader).
 // Each scrape is one step of one minute of the promtool test (a 300 ms scrape interval stands for the
-// one-minute one); where an alert's `for` needs a state to last longer than the phase was scraped,
-// the phase's last scrape is held (counters stay flat, nothing is invented) and one more real scrape
-// confirms that the state still holds. The scraped series of the metrics the rules name become
+// one-minute one, and the CCM polls machines whose watches are down every second); the phases with a
+// `for` to outlast are scraped for real that long, except the no-leader phase, whose last scrape is
+// held (a failed scrape, or gauges only: nothing is invented) until one more real scrape confirms it. The scraped series of the metrics the rules name become
 // `promtool test rules` input_series; the alerts are expected when the conditions were driven
-// (firing) and in the healthy phase (none). Every selector of the rules and of the dashboard must
-// match a series the run produced; `promtool check rules` checks the rendered groups.
+// (firing), in the healthy phase and for the machine off on purpose (none). Every selector of the
+// rules and of the dashboard must match a series the run produced; `promtool check rules` checks the
+// rendered groups; the ServiceMonitor and PrometheusRule are checked against the Prometheus
+// Operator's own types and the dashboard against Grafana's published schema (tests/support/upstreamcheck).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
@@ -21,6 +26,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments, stringify } from "yaml";
+import { PATCH } from "../../lib/kubeapi.ts";
 import { CHART_DIR } from "../../lib/manifests.ts";
 import { SimBed, tainted } from "../support/bed.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
@@ -59,10 +65,8 @@ function run(cmd: string, args: string[]): { status: number | null; out: string 
   return { status: r.status, out: `${r.stdout}${r.stderr}` };
 }
 
-type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string } };
-
-/** `helm template` of the chart with the observability values on; its objects. */
-function renderChart(scraper: { name: string; namespace: string }): K8sObject[] {
+/** `helm template` of the chart with the observability values on (and `sets`), as text. */
+function renderChartText(...sets: string[]): string {
   const r = run(tool("HELM"), [
     "template",
     "obs",
@@ -71,13 +75,17 @@ function renderChart(scraper: { name: string; namespace: string }): K8sObject[] 
     NAMESPACE,
     "--set",
     "serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true",
-    "--set",
-    "serviceMonitor.rbac.create=true",
-    "--set",
-    `serviceMonitor.rbac.subjects[0].kind=ServiceAccount,serviceMonitor.rbac.subjects[0].name=${scraper.name},serviceMonitor.rbac.subjects[0].namespace=${scraper.namespace}`,
+    ...sets.flatMap((v) => ["--set", v]),
   ]);
   if (r.status !== 0) throw new Error(`helm template failed:\n${r.out}`);
-  return parseAllDocuments(r.out)
+  return r.out;
+}
+
+type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string } };
+
+/** `helm template` of the chart with the observability values on (and `sets`); its objects. */
+function renderChart(...sets: string[]): K8sObject[] {
+  return parseAllDocuments(renderChartText(...sets))
     .map((d) => d.toJS() as K8sObject | null)
     .filter((o): o is K8sObject => o !== null);
 }
@@ -100,6 +108,8 @@ interface Step {
 }
 
 const machineA = loadFixture("aws");
+/** The machine powered off on purpose. */
+const machineC = loadFixture("gcp");
 const machineB: FakeNodeSpec = {
   name: "obs-unreachable",
   nodeIPs: ["10.0.9.9"],
@@ -126,6 +136,8 @@ const steps: Step[] = [];
 const marks: Record<string, number> = {};
 /** Status codes of /metrics for the chart-bound scraper and for a ServiceAccount without the binding. */
 const access: { bound?: number; unbound?: number } = {};
+/** The chart's scraper ServiceAccount (serviceMonitor.scraperToken). */
+const SCRAPER = "obs-talos-cloud-controller-manager-metrics-scraper";
 
 async function fetchMetrics(bearer: string): Promise<Response> {
   return fetch(`https://127.0.0.1:${bed.port}/metrics`, {
@@ -148,6 +160,14 @@ async function scrape(): Promise<Sample[] | null> {
   return samples;
 }
 
+/** `n` more real scrapes, SCRAPE_MS apart. */
+async function scrapeSteps(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    await Bun.sleep(SCRAPE_MS);
+    await scrape();
+  }
+}
+
 /** Holds the last real scrape for `n` more steps. */
 function hold(n: number): void {
   const last = steps.at(-1) as Step;
@@ -163,8 +183,15 @@ function total(
   return (samples ?? []).filter((s) => s.name === name && pred(s.labels)).reduce((a, s) => a + s.value, 0);
 }
 
-const nonWatchErrors = (s: Sample[] | null) =>
-  total(s, "talosccm_api_request_errors_total", (l) => !(l.request ?? "").startsWith("watch_"));
+/** Failed Talos calls (not watches) about nodes whose status is `status` (known, or unknown: silent). */
+const nonWatchErrors = (s: Sample[] | null, status = "known") =>
+  total(
+    s,
+    "talosccm_api_request_errors_total",
+    (l) => !(l.request ?? "").startsWith("watch_") && l.node_status === status,
+  );
+const watches = (s: Sample[] | null, state: string) =>
+  total(s, "talosccm_node_talos_watches", (l) => l.state === state);
 
 /** Scrapes every SCRAPE_MS until `done` holds for the latest scrape; returns the step it held at. */
 async function scrapeUntil(
@@ -196,7 +223,12 @@ function ccmSetup() {
     controllers: "cloud-node,node-csr-approval",
     cloudConfig: join(bed.dir, "ccm-config.yaml"),
     leaderElect: true,
-    args: [`--leader-elect-resource-name=${LEASE}`, `--leader-elect-resource-namespace=${NAMESPACE}`],
+    args: [
+      `--leader-elect-resource-name=${LEASE}`,
+      `--leader-elect-resource-namespace=${NAMESPACE}`,
+      // Machines whose watches are down are polled every second (5 min by default): a minute a step.
+      "--node-status-update-frequency=1s",
+    ],
   };
 }
 
@@ -217,6 +249,7 @@ async function leaseToGhost(): Promise<void> {
 
 async function healthyPhase(a: SimulatedKubelet): Promise<void> {
   await bed.initialized(machineA.name);
+  await bed.initialized(machineC.name);
   // A kubelet serving CSR of node A approved: the CSR counters are in use before the burst.
   await bed.cluster.csrDecision((await a.submitServingCSR()).metadata?.name as string, 30_000, () => "");
   await scrapeUntil("the leader's gauge", (s) => total(s, "leader_election_master_status") === 1);
@@ -225,6 +258,48 @@ async function healthyPhase(a: SimulatedKubelet): Promise<void> {
     await scrape();
   }
   marks.healthy = steps.length - 1;
+}
+
+/**
+ * Machine C powered off on purpose: its kubelet falls silent and Kubernetes' node lifecycle marks its
+ * Node's status Unknown (the test bed has no kube-controller-manager: the test writes what it would).
+ * Its watches go down and its polls fail, counted apart; it is scraped for the longest `for` and more.
+ */
+async function offPhase(c: SimulatedKubelet): Promise<void> {
+  const unknown0 = nonWatchErrors(steps.at(-1)?.samples ?? null, "unknown");
+  c.stop();
+  await bed.sim.stopMachine(machineC.nodeIPs[0] as string);
+  const t = new Date().toISOString();
+  await bed.cluster.adminClient.patch(
+    `/api/v1/nodes/${machineC.name}/status`,
+    {
+      status: {
+        conditions: [
+          {
+            type: "Ready",
+            status: "Unknown",
+            reason: "NodeStatusUnknown",
+            message: "Kubelet stopped posting node status.",
+            lastHeartbeatTime: t,
+            lastTransitionTime: t,
+          },
+        ],
+      },
+    },
+    PATCH.strategic,
+  );
+  await scrapeUntilAll({
+    off: (s) => watches(s, "down_node_status_unknown") === 1 && nonWatchErrors(s, "unknown") > unknown0,
+  });
+  await scrapeSteps(17);
+  const s = steps.at(-1)?.samples ?? null;
+  expect(watches(s, "down_node_status_unknown")).toBe(1);
+  expect(watches(s, "down")).toBe(0);
+  // Its polls kept failing all along (the old rules would have paged on them).
+  expect(nonWatchErrors(s, "unknown")).toBeGreaterThan(
+    nonWatchErrors(steps[(marks.off as number) + 8]?.samples ?? null, "unknown"),
+  );
+  expect(nonWatchErrors(s)).toBe(nonWatchErrors(steps[marks.off as number]?.samples ?? null));
 }
 
 async function faultPhase(a: SimulatedKubelet): Promise<void> {
@@ -240,20 +315,21 @@ async function faultPhase(a: SimulatedKubelet): Promise<void> {
   );
   await scrapeUntilAll({
     uninitialized: (s) => total(s, "talosccm_nodes_uninitialized") >= 1,
-    // Both machines are stopped: node A's watches and the unreachable node's are down.
-    watchesDown: (s) => total(s, "talosccm_node_talos_watches", (l) => l.state === "down") === 2,
+    // Both machines are stopped, their kubelets posting: node A's watches and the unreachable node's are down.
+    watchesDown: (s) => watches(s, "down") === 2,
     talosErrors: (s) => nonWatchErrors(s) > errors0,
     csrBurst: (s) => total(s, "talosccm_csr_denied_total") - denied0 >= BURST,
   });
   await burst;
-  // The longest `for` (15m) after the latest start, held, then a real scrape shows the faults last.
+  // The longest `for` (15m) after the latest start, and more, scraped for real: the faults last.
   const last = Math.max(
     ...["uninitialized", "watchesDown", "talosErrors", "csrBurst"].map((k) => marks[k] as number),
   );
-  hold(last + 17 - steps.length);
-  const s = await scrape();
+  await scrapeSteps(last + 19 - steps.length);
+  const s = steps.at(-1)?.samples ?? null;
   expect(total(s, "talosccm_nodes_uninitialized")).toBe(1);
-  expect(total(s, "talosccm_node_talos_watches", (l) => l.state === "down")).toBe(2);
+  expect(watches(s, "down")).toBe(2);
+  expect(watches(s, "down_node_status_unknown")).toBe(1);
   expect(tainted(await bed.getNode(machineB.name))).toBe(true);
 }
 
@@ -281,17 +357,14 @@ async function noLeaderPhase(): Promise<void> {
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "observability-e2e-"));
   bed = await SimBed.start("observability-e2e-");
-  for (const spec of [machineA, machineB]) await addSimMachine(bed.sim, spec);
-  objects = renderChart({ name: "prometheus", namespace: "monitoring" });
+  for (const spec of [machineA, machineB, machineC]) await addSimMachine(bed.sim, spec);
+  objects = renderChart();
   await bed.cluster.apply([{ apiVersion: "v1", kind: "Namespace", metadata: { name: "monitoring" } }]);
-  // The chart's scraper RBAC, applied as rendered.
-  await bed.cluster.apply(
-    objects.filter(
-      (o) =>
-        ["ClusterRole", "ClusterRoleBinding"].includes(o.kind) && o.metadata.name.endsWith("-metrics-reader"),
-    ),
-  );
-  const conn = await bed.cluster.serviceAccountConnection("monitoring", "prometheus");
+  // The chart's scraper: its ServiceAccount, token Secret and RBAC, applied as rendered. The test bed
+  // has no kube-controller-manager to fill the Secret in: the same identity's token comes from a
+  // TokenRequest.
+  await bed.cluster.apply(objects.filter((o) => o.metadata.name === SCRAPER));
+  const conn = await bed.cluster.serviceAccountConnection(NAMESPACE, SCRAPER);
   token = conn.auth.kind === "token" ? conn.auth.token : "";
   const other = await bed.cluster.serviceAccountConnection("monitoring", "someone-else");
   bed.writeCloudConfig("global:\n  clusterName: obs\n");
@@ -304,7 +377,14 @@ beforeAll(async () => {
     heartbeatMs: 0,
     statusOnCreate: true,
   });
+  const c = await bed.register({
+    name: machineC.name,
+    ips: machineC.nodeIPs,
+    heartbeatMs: 0,
+    statusOnCreate: true,
+  });
   await healthyPhase(a);
+  await offPhase(c);
   await faultPhase(a);
   await noLeaderPhase();
 });
@@ -323,14 +403,19 @@ function rules(): { groups: unknown[]; rules: Rule[] } {
   return { groups: pr.spec.groups, rules: pr.spec.groups.flatMap((g) => g.rules) };
 }
 
-/** The dashboard's queries: each panel target's expr and the template variables' queries. */
-function dashboardQueries(): string[] {
+/** The dashboard as the chart's ConfigMap holds it. */
+function dashboardJSON(): string {
   const cm = objects.find(
     (o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard"),
   ) as unknown as {
     data: Record<string, string>;
   };
-  const dash = JSON.parse(cm.data["talos-cloud-controller-manager.json"] as string) as {
+  return cm.data["talos-cloud-controller-manager.json"] as string;
+}
+
+/** The dashboard's queries: each panel target's expr and the template variables' queries. */
+function dashboardQueries(): string[] {
+  const dash = JSON.parse(dashboardJSON()) as {
     panels: { targets: { expr: string }[] }[];
     templating: { list: { type: string; definition?: string }[] };
   };
@@ -395,7 +480,7 @@ function expand(rule: Rule, value: string, labels: Record<string, string>): Reco
 }
 
 describe("the chart's observability against a real run", () => {
-  test("the chart renders a ServiceMonitor that scrapes the metrics port over HTTPS with the scraper's token", () => {
+  test("the chart renders a ServiceMonitor that scrapes the metrics port over HTTPS with its scraper's token, from a Secret", () => {
     const sm = objects.find((o) => o.kind === "ServiceMonitor") as unknown as {
       spec: { endpoints: unknown[] };
     };
@@ -406,13 +491,52 @@ describe("the chart's observability against a real run", () => {
         scheme: "https",
         interval: "30s",
         tlsConfig: { insecureSkipVerify: true },
-        bearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        authorization: { type: "Bearer", credentials: { name: SCRAPER, key: "token" } },
       },
     ]);
+    const secret = objects.find((o) => o.kind === "Secret" && o.metadata.name === SCRAPER) as unknown as {
+      type: string;
+      metadata: { namespace: string; annotations: Record<string, string> };
+    };
+    expect(secret.type).toBe("kubernetes.io/service-account-token");
+    expect(secret.metadata.namespace).toBe(NAMESPACE);
+    expect(secret.metadata.annotations["kubernetes.io/service-account.name"]).toBe(SCRAPER);
     const svc = objects.find((o) => o.kind === "Service") as unknown as {
       spec: { ports: { name: string }[] };
     };
     expect(svc.spec.ports.map((p) => p.name)).toContain("metrics");
+  });
+
+  test("the ServiceMonitor and the PrometheusRule are the Prometheus Operator's types: no unknown or deprecated field, valid authorization and durations", () => {
+    const file = join(dir, "monitoring.yaml");
+    writeFileSync(file, renderChartText());
+    const ok = run(tool("UPSTREAMCHECK"), ["monitoring", file]);
+    expect(ok.out).toContain("checked PrometheusRule/obs-talos-cloud-controller-manager");
+    expect(ok.out).toContain("checked ServiceMonitor/obs-talos-cloud-controller-manager");
+    expect(ok.status).toBe(0);
+    // The check can fail: the deprecated token file, as the chart rendered it by default before.
+    writeFileSync(
+      file,
+      renderChartText("serviceMonitor.bearerTokenFile=/var/run/secrets/kubernetes.io/serviceaccount/token"),
+    );
+    const old = run(tool("UPSTREAMCHECK"), ["monitoring", file]);
+    expect(old.out).toContain("endpoints[0]: bearerTokenFile is deprecated (use authorization)");
+    expect(old.status).toBe(1);
+  });
+
+  test("the dashboard is Grafana's published dashboard schema: every panel, its options and its Prometheus targets", () => {
+    const file = join(dir, "dashboard.json");
+    writeFileSync(file, dashboardJSON());
+    const ok = run(tool("UPSTREAMCHECK"), ["dashboard", file]);
+    expect(ok.out.match(/^panel .* Prometheus targets?$/gm)?.length).toBe(15);
+    expect(ok.status).toBe(0);
+    const broken = JSON.parse(dashboardJSON()) as { panels: { options: Record<string, unknown> }[] };
+    (broken.panels[0] as { options: Record<string, unknown> }).options.colour = "red";
+    writeFileSync(file, JSON.stringify(broken));
+    const bad = run(tool("UPSTREAMCHECK"), ["dashboard", file]);
+    expect(bad.out).toContain("panels[0]");
+    expect(bad.out).toContain("unexpected field 'colour'");
+    expect(bad.status).toBe(1);
   });
 
   test("the chart's scraper ClusterRole lets its ServiceAccount get /metrics; another ServiceAccount is refused", () => {
@@ -448,26 +572,35 @@ describe("the chart's observability against a real run", () => {
     expect(unmatched(sels)).toEqual([]);
   });
 
-  test("promtool test rules: each alert fires on the run's series when its condition was driven, none while healthy", () => {
+  test("promtool test rules: each alert fires on the run's series when its condition was driven, none while healthy or for a machine off on purpose", () => {
     const { groups, rules: all } = rules();
     const rule = (name: string) => all.find((r) => r.alert === name) as Rule;
     const names = new Set(all.flatMap((r) => selectors(r.expr).map((s) => s.name)));
     const at = (k: string) => marks[k] as number;
     const warn = { severity: "warning", namespace: NAMESPACE };
-    // Talos calls (not watches) whose failures rose over the healthy phase's at the step the test saw
-    // failures start, or the next: their alert has fired 6 steps later (for: 5m); later ones are pending.
+    // Talos calls (not watches) about nodes whose status is known, by request: the alert fires at a
+    // step when, at each of the 16 steps up to it (for: 15m), the counter rose within the 10 steps
+    // before (rate over [10m] > 0), as its series show.
     const errors = (i: number, request: string) =>
-      total(steps[i]?.samples ?? null, "talosccm_api_request_errors_total", (l) => l.request === request);
-    const failed = (i: number) =>
-      new Set(
-        (steps[i]?.samples ?? [])
+      total(
+        steps[i]?.samples ?? null,
+        "talosccm_api_request_errors_total",
+        (l) => l.request === request && l.node_status === "known",
+      );
+    const rising = (t: number, request: string) => errors(t, request) > errors(t - 9, request);
+    const sustained = (t: number, request: string) =>
+      Array.from({ length: 16 }, (_, k) => t - k).every((u) => rising(u, request));
+    const allRequests = [
+      ...new Set(
+        allSamples()
           .filter(
             (s) => s.name === "talosccm_api_request_errors_total" && !s.labels.request?.startsWith("watch_"),
           )
-          .map((s) => s.labels.request as string)
-          .filter((r) => errors(i, r) > errors(at("healthy"), r)),
-      );
-    const requests = [...new Set([...failed(at("talosErrors")), ...failed(at("talosErrors") + 1)])].sort();
+          .map((s) => s.labels.request as string),
+      ),
+    ];
+    const firingAt = at("talosErrors") + 17;
+    const requests = allRequests.filter((r) => sustained(firingAt, r)).sort();
     const alert = (name: string, labels: Record<string, string>, value: string) => ({
       exp_labels: labels,
       exp_annotations: expand(rule(name), value, labels),
@@ -480,15 +613,19 @@ describe("the chart's observability against a real run", () => {
         alertname: "TalosCCMNodesUninitialized",
         exp_alerts: [alert("TalosCCMNodesUninitialized", warn, "1")],
       },
+      // The machine off on purpose: its watches down and its polls failing for longer than any `for`.
+      { eval_time: `${at("off") + 16}m`, alertname: "TalosCCMTalosWatchesDown", exp_alerts: [] },
+      { eval_time: `${at("off") + 16}m`, alertname: "TalosCCMTalosAPIErrors", exp_alerts: [] },
       { eval_time: `${at("watchesDown") + 9}m`, alertname: "TalosCCMTalosWatchesDown", exp_alerts: [] },
       {
         eval_time: `${at("watchesDown") + 11}m`,
         alertname: "TalosCCMTalosWatchesDown",
         exp_alerts: [alert("TalosCCMTalosWatchesDown", warn, "2")],
       },
-      { eval_time: `${at("talosErrors") + 3}m`, alertname: "TalosCCMTalosAPIErrors", exp_alerts: [] },
+      // A single failed call does not page: nothing has failed for 15 minutes yet.
+      { eval_time: `${at("talosErrors") + 14}m`, alertname: "TalosCCMTalosAPIErrors", exp_alerts: [] },
       {
-        eval_time: `${at("talosErrors") + 6}m`,
+        eval_time: `${firingAt}m`,
         alertname: "TalosCCMTalosAPIErrors",
         exp_alerts: requests.map((request) => alert("TalosCCMTalosAPIErrors", { ...warn, request }, "")),
       },
@@ -509,7 +646,8 @@ describe("the chart's observability against a real run", () => {
         exp_alerts: [alert("TalosCCMNoLeader", { severity: "critical", namespace: NAMESPACE }, "")],
       },
     ];
-    expect(requests.length).toBeGreaterThan(0);
+    // Machine A's polls (its watches down, its kubelet posting) failed all along.
+    expect(requests).toContain("platformmetadata");
     expect(steps.length).toBeGreaterThan(at("backup") + 6);
     writeFileSync(join(dir, "rules.yaml"), stringify({ groups }));
     const input = inputSeries(names);

@@ -264,7 +264,9 @@ describe("calls", () => {
     const { client, registry } = await clientFor();
     expect(await client.systemInformation(RPI)).toBeUndefined();
     expect(
-      registry.counter("talosccm_api_request_errors_total", "").get({ request: "systeminformation" }),
+      registry
+        .counter("talosccm_api_request_errors_total", "")
+        .get({ request: "systeminformation", node_status: "known" }),
     ).toBe(0);
   });
 
@@ -346,7 +348,9 @@ describe("status codes", () => {
       await run(client, {});
       expect(apid.calls({ method, node })).toBe(3);
       expect(
-        registry.counter("talosccm_api_request_errors_total", "").get({ request: call.toLowerCase() }),
+        registry
+          .counter("talosccm_api_request_errors_total", "")
+          .get({ request: call.toLowerCase(), node_status: "known" }),
       ).toBe(0);
     });
 
@@ -370,11 +374,26 @@ describe("status codes", () => {
     expect([e.code, e.retryable, e.grpcCode]).toEqual(["unavailable", true, GrpcStatus.UNAVAILABLE]);
     expect(apid.calls({ method: "Get", node: AWS })).toBe(3);
     expect(
-      registry.counter("talosccm_api_request_errors_total", "").get({ request: "platformmetadata" }),
+      registry
+        .counter("talosccm_api_request_errors_total", "")
+        .get({ request: "platformmetadata", node_status: "known" }),
     ).toBe(1);
     expect((await failure(client.platformMetadata(AWS, { attempts: 2 }))).code).toBe("unavailable");
     expect(apid.calls({ method: "Get", node: AWS })).toBe(5);
     expect((await client.platformMetadata(AWS)).platform).toBe("aws");
+  });
+
+  test("a failed call about a node whose status is unknown counts as node_status unknown, apart", async () => {
+    const { client, registry } = await clientFor(apid, { attempts: 1 });
+    const errors = registry.counter("talosccm_api_request_errors_total", "");
+    apid.failNext(AWS, "Get", GrpcStatus.UNAVAILABLE, 1);
+    await failure(client.platformMetadata(AWS, { nodeStatusUnknown: true }));
+    expect(errors.get({ request: "platformmetadata", node_status: "unknown" })).toBe(1);
+    expect(errors.get({ request: "platformmetadata", node_status: "known" })).toBe(0);
+    // Both series exist from the start, at 0.
+    expect(registry.expose()).toContain(
+      'talosccm_api_request_errors_total{request="version",node_status="unknown"} 0',
+    );
   });
 
   test("an unknown node is Unavailable after the attempts", async () => {
@@ -675,7 +694,7 @@ describe("watch", () => {
         const failed = () =>
           registry
             .counter("talosccm_api_request_errors_total", "")
-            .get({ request: "watch_platformmetadata" });
+            .get({ request: "watch_platformmetadata", node_status: "known" });
         const after = failed();
         await until(() => failed() >= after + 3, "three more failed resubscriptions");
         expect(w.types()).toEqual(["created", "errored"]);
@@ -955,7 +974,7 @@ describe("metrics and loading", () => {
       expect(text).toContain(`talosccm_api_request_duration_seconds_count{request="${r}"}`);
     }
     expect(text).toContain('talosccm_api_request_duration_seconds_bucket{request="addresses",le="30"} 2');
-    expect(text).toContain('talosccm_api_request_errors_total{request="addresses"} 1');
+    expect(text).toContain('talosccm_api_request_errors_total{request="addresses",node_status="known"} 1');
   });
 
   test("config loading needs neither the gRPC transport nor the protobuf code; the transport comes with the first call, grpc-js never", async () => {

@@ -20,7 +20,7 @@ import {
 } from "../../lib/lifecycle.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
-import { TalosError } from "../../lib/talos.ts";
+import { type CallOptions, TalosError } from "../../lib/talos.ts";
 import type { PlatformMetadata, SystemInformation } from "../../lib/types.ts";
 
 const NOW = Date.parse("2026-03-01T12:00:00Z");
@@ -74,7 +74,10 @@ function rawNode(s: NodeShape = {}) {
       taints: s.taints ?? [],
     },
     status: {
-      conditions: s.ready === undefined ? [] : [{ type: "Ready", status: s.ready }],
+      conditions:
+        s.ready === undefined
+          ? []
+          : [{ type: "Ready", status: s.ready, lastTransitionTime: "2026-11-29T00:00:00Z" }],
       addresses: s.addresses ?? [{ type: "InternalIP", address: "10.0.1.2" }],
       nodeInfo: s.systemUUID ? { systemUUID: s.systemUUID } : {},
     },
@@ -662,20 +665,27 @@ class FakeTalos {
   readonly machines = new Map<string, { metadata: PlatformMetadata; sys?: SystemInformation }>();
   calls = 0;
   error: Error | undefined;
+  /** The options of the last call. */
+  opts: CallOptions | undefined;
 
-  async firstAnswer<T>(ips: readonly string[], fn: (ip: string, o: object) => Promise<T>) {
+  async firstAnswer<T>(
+    ips: readonly string[],
+    fn: (ip: string, o: CallOptions) => Promise<T>,
+    opts: CallOptions,
+  ) {
     let last: unknown = new TalosError("invalid", "Cannot ask Talos: the node has no IP");
     for (const ip of ips) {
       try {
-        return { nodeIP: ip, value: await fn(ip, {}) };
+        return { nodeIP: ip, value: await fn(ip, opts) };
       } catch (err) {
         last = err;
       }
     }
     throw last;
   }
-  async platformMetadata(ip: string): Promise<PlatformMetadata> {
+  async platformMetadata(ip: string, opts: CallOptions): Promise<PlatformMetadata> {
     this.calls++;
+    this.opts = opts;
     if (this.error) throw this.error;
     const m = this.machines.get(ip);
     if (!m)
@@ -853,6 +863,19 @@ describe("LifecycleController.reconcile()", () => {
     expect(h.metric("talosccm_lifecycle_instance_probes_total{")).toEqual([
       'talosccm_lifecycle_instance_probes_total{result="error"} 2',
     ]);
+  });
+
+  test("reconcile() tells Talos when a probed node's status is unknown (its kubelet silent), so its failures count apart", async () => {
+    const h = harness();
+    h.talos.error = new TalosError("unavailable", "connection refused", { retryable: true });
+    h.add({ ready: "Unknown" });
+    await h.controller.reconcile("n1");
+    expect(h.talos.opts?.nodeStatusUnknown).toBe(true);
+    const other = harness();
+    other.talos.error = h.talos.error;
+    other.add({ ready: "False" });
+    await other.controller.reconcile("n1");
+    expect(other.talos.opts?.nodeStatusUnknown).toBe(false);
   });
 
   test("reconcile() re-uses a probe that found the same instance for 30 s", async () => {

@@ -21,6 +21,7 @@ import {
 } from "../../lib/node.ts";
 import { type LeanNode, leanNode, nodeIPs } from "../../lib/nodeview.ts";
 import {
+  type CallOptions,
   TalosError,
   TalosNotFoundError,
   type TalosWatch,
@@ -730,6 +731,10 @@ class FakeTalos implements TalosWatchClient {
   /** PlatformMetadata per IP as its watch last delivered it (null: destroyed); else pollMetadata. */
   readonly metadataOn = new Map<string, PlatformMetadata | null>();
   pollAddresses: AddressStatus[] = [];
+  /** The options of the last AddressStatus list. */
+  addressesOpts: CallOptions | undefined;
+  /** The handler of each watch, by `<ip>|<kind>`. */
+  readonly handlers = new Map<string, TalosWatchHandler<unknown>>();
   stream(ip: string, kind: string): FakeStream {
     const k = `${ip}|${kind}`;
     let s = this.streams.get(k);
@@ -746,6 +751,7 @@ class FakeTalos implements TalosWatchClient {
   }
   subscribe = ((ip: string, kind: string, handler: TalosWatchHandler<unknown>) => {
     this.calls.push(`watch ${kind} ${ip}`);
+    this.handlers.set(`${ip}|${kind}`, handler);
     return this.stream(ip, kind).subscribe(handler);
   }) as TalosWatchClient["subscribe"];
   platformMetadata = (async (ip: string) => {
@@ -758,8 +764,9 @@ class FakeTalos implements TalosWatchClient {
       throw new TalosNotFoundError(`Cannot get PlatformMetadatas.talos.dev on node ${ip}: not found`);
     return m ?? this.pollMetadata;
   }) as TalosWatchClient["platformMetadata"];
-  addresses = (async (ip: string) => {
+  addresses = (async (ip: string, opts?: CallOptions) => {
     this.calls.push(`list addresses ${ip}`);
+    this.addressesOpts = opts;
     if (this.getFails) throw this.getFails;
     return this.pollAddresses;
   }) as TalosWatchClient["addresses"];
@@ -798,7 +805,7 @@ const settle = () => new Promise((resolve) => setImmediate(resolve));
 describe("TalosWatchCache", () => {
   const needs = { systemInformation: true, talosVersion: false };
 
-  function setup(opts: { refreshMs?: number; maxStarting?: number } = {}) {
+  function setup(opts: { refreshMs?: number; maxStarting?: number; unknown?: Set<string> } = {}) {
     let now = 1_000_000;
     const talos = new FakeTalos();
     const changes: string[] = [];
@@ -812,6 +819,9 @@ describe("TalosWatchCache", () => {
       stallMs: 30_000,
       retryBackoff: { initialMs: 1, maxMs: 1 },
       ...(opts.maxStarting === undefined ? {} : { maxStarting: opts.maxStarting }),
+      ...(opts.unknown === undefined
+        ? {}
+        : { nodeStatusUnknown: (name: string) => (opts.unknown as Set<string>).has(name) }),
       now: () => now,
       schedule: (fn) => {
         scheduled.add(fn);
@@ -949,6 +959,28 @@ describe("TalosWatchCache", () => {
     facts.close();
   });
 
+  test("TalosWatchCache counts a down node whose status is unknown apart, and says so to its calls and watches", async () => {
+    const unknown = new Set<string>();
+    const { talos, facts, advance } = setup({ refreshMs: 60_000, unknown });
+    facts.track("node-1", ["10.0.0.5"]);
+    facts.track("node-2", ["10.0.0.6"]);
+    await settle();
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "node is down" });
+    await settle();
+    expect(facts.stats()).toEqual({ nodes: 2, down: 1, downStatusUnknown: 0 });
+    expect(talos.handlers.get("10.0.0.5|addresses")?.nodeStatusUnknown?.()).toBe(false);
+    // Its kubelet fell silent (Kubernetes marked its status Unknown): the machine is likely off.
+    unknown.add("node-1");
+    expect(facts.stats()).toEqual({ nodes: 2, down: 1, downStatusUnknown: 1 });
+    expect(talos.handlers.get("10.0.0.5|addresses")?.nodeStatusUnknown?.()).toBe(true);
+    expect(talos.handlers.get("10.0.0.6|addresses")?.nodeStatusUnknown?.()).toBe(false);
+    advance(60_000);
+    facts.tick();
+    await settle();
+    expect(talos.addressesOpts).toEqual({ attempts: 1, nodeStatusUnknown: true });
+    facts.close();
+  });
+
   test("TalosWatchCache makes no Talos call on a timer while watches are healthy", async () => {
     const { talos, facts, advance } = setup({ refreshMs: 1_000 });
     facts.track("node-1", ["10.0.0.5"]);
@@ -1047,7 +1079,7 @@ describe("TalosWatchCache", () => {
     facts.track("node-1", ["10.0.0.8"]);
     await settle();
     expect(started(talos)).toEqual(["10.0.0.1", "10.0.0.2", "10.0.0.8"]);
-    expect(facts.stats()).toEqual({ nodes: 4, down: 0 });
+    expect(facts.stats()).toEqual({ nodes: 4, down: 0, downStatusUnknown: 0 });
     // node-1's old watch no longer counts: its bootstrap frees nothing; the new one's does.
     talos.stream("10.0.0.1", "addresses").push({ type: "bootstrapped" });
     await settle();
@@ -1134,7 +1166,7 @@ describe("TalosWatchCache", () => {
       "get platformmetadata 10.0.0.6",
       "get nodename 10.0.0.6",
     ]);
-    expect(facts.stats()).toEqual({ nodes: 0, down: 0 });
+    expect(facts.stats()).toEqual({ nodes: 0, down: 0, downStatusUnknown: 0 });
     facts.close();
   });
 

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { leanNode, nodeOverLimit } from "../../lib/nodeview.ts";
+import { leanNode, nodeOverLimit, statusUnknown } from "../../lib/nodeview.ts";
 import { StringPool } from "../../lib/stringpool.ts";
 
 /** A Node as the API returns it, with the labels, annotations and addresses a kubelet and this CCM write. */
@@ -155,5 +155,24 @@ describe("nodeOverLimit()", () => {
     expect(Object.keys(lean.metadata.labels)).toHaveLength(1100);
     expect(pool.size).toBe(0);
     expect(leanNode(rawNode("nv-small", "10.9.3.1", "z"), pool).metadata.overLimit).toBeUndefined();
+  });
+});
+
+describe("statusUnknown()", () => {
+  const node = (conditions?: unknown[]) =>
+    leanNode({ metadata: { name: "n", uid: "u" }, status: conditions === undefined ? {} : { conditions } });
+  const ready = (status: string) => [
+    { type: "Ready", status, lastTransitionTime: "2026-11-29T00:00:00Z", reason: "NodeStatusUnknown" },
+  ];
+
+  test("a Ready condition of Unknown (a silent kubelet, as Kubernetes' node lifecycle marks it) is unknown", () => {
+    expect(statusUnknown(node(ready("Unknown")))).toBe(true);
+  });
+
+  test("Ready True or False, or no condition yet (a kubelet that has not posted), is not", () => {
+    expect(statusUnknown(node(ready("True")))).toBe(false);
+    expect(statusUnknown(node(ready("False")))).toBe(false);
+    expect(statusUnknown(node())).toBe(false);
+    expect(statusUnknown(node([{ type: "MemoryPressure", status: "Unknown" }]))).toBe(false);
   });
 });
