@@ -44,4 +44,9 @@ switch (parsed.command) {
     process.exitCode = await runManifests(parsed.options, parsed.warnings);
     break;
   }
+  case "preflight": {
+    const { runPreflight } = await import("./lib/preflightcommand.ts");
+    process.exitCode = await runPreflight(parsed.options, parsed.warnings);
+    break;
+  }
 }

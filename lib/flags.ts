@@ -199,15 +199,27 @@ export interface ManifestsOptions {
   logging: LoggingOptions;
 }
 
+/** Everything `preflight` needs. */
+export interface PreflightOptions {
+  /** `--kubeconfig`; absent: $KUBECONFIG, else ~/.kube/config. */
+  kubeconfig?: string;
+  /** `--namespace`, default `kube-system`. */
+  namespace: string;
+  /** `--machine-config`: machine config files to check. */
+  machineConfigs: string[];
+  logging: LoggingOptions;
+}
+
 /** The outcome of {@link parseCommandLine}: what to do, with what, and what to warn about first. */
 export type ParseResult =
   | { command: "run"; options: RunOptions; warnings: string[] }
   | { command: "validate"; options: ValidateOptions; warnings: string[] }
   | { command: "manifests"; options: ManifestsOptions; warnings: string[] }
+  | { command: "preflight"; options: PreflightOptions; warnings: string[] }
   | { command: "help"; options: { topic: Subcommand }; warnings: string[] }
   | { command: "version"; options: { raw: boolean }; warnings: string[] };
 
-const SUBCOMMANDS = new Set(["run", "validate", "manifests", "help", "version"]);
+const SUBCOMMANDS = new Set(["run", "validate", "manifests", "preflight", "help", "version"]);
 
 function loggingOptions(p: Parsed): LoggingOptions {
   const format = str(p, "logging-format") ?? "text";
@@ -470,6 +482,17 @@ function manifestsOptions(p: Parsed, warnings: string[]): ManifestsOptions {
   };
 }
 
+function preflightOptions(p: Parsed): PreflightOptions {
+  const namespace = str(p, "namespace") ?? "kube-system";
+  if (namespace === "") cannotParse("--namespace must not be empty");
+  return {
+    ...path(p, "kubeconfig", "kubeconfig"),
+    namespace,
+    machineConfigs: list(p, "machine-config", []).filter((f) => f !== ""),
+    logging: loggingOptions(p),
+  };
+}
+
 function parseSubcommand(
   command: Subcommand,
   args: readonly string[],
@@ -493,6 +516,8 @@ function parseSubcommand(
       return { command, options: validateOptions(p), warnings };
     case "manifests":
       return { command, options: manifestsOptions(p, warnings), warnings };
+    case "preflight":
+      return { command, options: preflightOptions(p), warnings };
   }
 }
 
@@ -510,7 +535,7 @@ function rejectPositionals(p: Parsed, command: Subcommand): void {
 
 /**
  * Parses the process arguments (without the executable and script: `process.argv.slice(2)`). A first
- * argument of `run`, `validate`, `manifests`, `help [topic]` or `version` picks the subcommand; anything
+ * argument of `run`, `validate`, `manifests`, `preflight`, `help [topic]` or `version` picks the subcommand; anything
  * else runs the controllers with the whole list as flags. `--help`/`-h` wins over every other flag
  * and over errors; `--version` is next.
  * @param env the process environment (`TALOS_ENDPOINTS`, `TALOSCONFIG`, `SERVICE_ACCOUNT`)
@@ -530,8 +555,10 @@ export function parseCommandLine(
   const args = named === undefined ? argv : argv.slice(1);
   if (named === "help") {
     const topic = args[0] ?? "run";
-    if (topic !== "run" && topic !== "validate" && topic !== "manifests") {
-      cannotParse(`unknown help topic ${JSON.stringify(topic)}: expected run, validate or manifests`);
+    if (topic !== "run" && topic !== "validate" && topic !== "manifests" && topic !== "preflight") {
+      cannotParse(
+        `unknown help topic ${JSON.stringify(topic)}: expected run, validate, manifests or preflight`,
+      );
     }
     if (args.length > 1) cannotParse("help takes at most one topic");
     return { command: "help", options: { topic }, warnings: [] };
@@ -540,7 +567,8 @@ export function parseCommandLine(
     if (args.length > 0) cannotParse("version takes no arguments");
     return { command: "version", options: { raw: false }, warnings: [] };
   }
-  const command: Subcommand = named === "validate" || named === "manifests" ? named : "run";
+  const command: Subcommand =
+    named === "validate" || named === "manifests" || named === "preflight" ? named : "run";
   try {
     return parseSubcommand(command, args, env);
   } catch (err) {

@@ -341,14 +341,34 @@ const MANIFESTS_FLAGS: readonly FlagSpec[] = [
   ]),
 ];
 
+const PREFLIGHT_FLAGS: readonly FlagSpec[] = [
+  ...COMMON_FLAGS,
+  ...group("Subcommand", [
+    [
+      "kubeconfig",
+      "string",
+      "",
+      "Kubeconfig of the cluster to read; default $KUBECONFIG, else ~/.kube/config.",
+    ],
+    ["namespace", "string", "kube-system", "Namespace the CCM is installed in."],
+    [
+      "machine-config",
+      "stringSlice",
+      "",
+      "Control-plane machine configs to check for the Go CCM's manifest URL (repeat, or list with commas).",
+    ],
+  ]),
+];
+
 /** A subcommand, or `run` (the default). */
-export type Subcommand = "run" | "validate" | "manifests";
+export type Subcommand = "run" | "validate" | "manifests" | "preflight";
 
 /** The flags of each command, in help-text order. */
 export const FLAGSETS: Readonly<Record<Subcommand, readonly FlagSpec[]>> = {
   run: RUN_FLAGS,
   validate: VALIDATE_FLAGS,
   manifests: MANIFESTS_FLAGS,
+  preflight: PREFLIGHT_FLAGS,
 };
 
 /** What the help text and the README say about one flag. */

@@ -14,7 +14,8 @@ export function usage(): string {
     `  ${PROGRAM_NAME} [run] [flags]`,
     `  ${PROGRAM_NAME} validate --cloud-config FILE [--metadata FILE] [-o json|yaml]`,
     `  ${PROGRAM_NAME} manifests [--image IMAGE] [--controllers LIST] [--cloud-config FILE] [--namespace NS] [--talos-patch | --machine-config FILE]`,
-    `  ${PROGRAM_NAME} help [run|validate|manifests] | version`,
+    `  ${PROGRAM_NAME} preflight [--kubeconfig FILE] [--namespace NS] [--machine-config FILE...]`,
+    `  ${PROGRAM_NAME} help [run|validate|manifests|preflight] | version`,
   ].join("\n");
 }
 
@@ -64,6 +65,7 @@ export function helpText(topic: Subcommand = "run"): string {
     "  run         Run the controllers (the default when no subcommand is given).",
     "  validate    Check a configuration file and, with --metadata, show what its rules produce.",
     "  manifests   Print the deployment manifests (RBAC, ConfigMap, DaemonSet).",
+    "  preflight   Read a cluster (and machine configs) and say what switching from the Go CCM breaks or changes.",
     "  help        Show this help, or a subcommand's.",
     "  version     Print the version.",
   ];

@@ -8,6 +8,7 @@ import { listFlags } from "../../lib/flagtable.ts";
 import { parseGoDuration } from "../../lib/flagvalues.ts";
 import { helpText, usage } from "../../lib/help.ts";
 import { FlagError } from "../../lib/pflag.ts";
+import { goCcmArgs } from "../support/goccm.ts";
 
 function run(argv: string[], env: Record<string, string | undefined> = {}): RunOptions {
   const r = parseCommandLine(argv, env);
@@ -29,16 +30,7 @@ function flagError(fn: () => unknown): FlagError {
   throw new Error("expected a FlagError");
 }
 
-const REFERENCE_ARGS = (port: number) => [
-  "--v=2",
-  "--cloud-provider=talos",
-  "--cloud-config=/etc/talos/ccm-config.yaml",
-  "--controllers=cloud-node,node-csr-approval",
-  "--leader-elect-resource-name=cloud-controller-manager-talos",
-  "--use-service-account-credentials",
-  `--secure-port=${port}`,
-  "--authorization-always-allow-paths=/healthz,/livez,/readyz,/metrics",
-];
+const REFERENCE_ARGS = goCcmArgs;
 
 describe("parseCommandLine() reference DaemonSet args", () => {
   test.each([
@@ -818,6 +810,41 @@ describe("parseCommandLine() subcommands", () => {
       talosPatch: true,
       logging: { format: "text", verbosity: 0 },
     });
+  });
+
+  test("parseCommandLine() reads manifests' --machine-config", () => {
+    const r = parseCommandLine(["manifests", "--machine-config=mc.yaml"]);
+    expect(r.command === "manifests" && r.options.machineConfig).toBe("mc.yaml");
+  });
+
+  test("parseCommandLine() reads preflight's flags, with kube-system and no machine config by default", () => {
+    expect(parseCommandLine(["preflight"])).toEqual({
+      command: "preflight",
+      options: { namespace: "kube-system", machineConfigs: [], logging: { format: "text", verbosity: 0 } },
+      warnings: [],
+    });
+    const r = parseCommandLine([
+      "preflight",
+      "--kubeconfig=admin.conf",
+      "--namespace=ccm",
+      "--machine-config=a.yaml,b.yaml",
+      "--machine-config",
+      "c.yaml",
+    ]);
+    expect(r.command === "preflight" && r.options).toEqual({
+      kubeconfig: "admin.conf",
+      namespace: "ccm",
+      machineConfigs: ["a.yaml", "b.yaml", "c.yaml"],
+      logging: { format: "text", verbosity: 0 },
+    });
+    expect(parseCommandLine(["help", "preflight"])).toEqual({
+      command: "help",
+      options: { topic: "preflight" },
+      warnings: [],
+    });
+    expect(flagError(() => parseCommandLine(["preflight", "--talos-patch"])).message).toContain(
+      "talos-patch",
+    );
   });
 
   test("parseCommandLine() accepts an explicit run subcommand", () => {
