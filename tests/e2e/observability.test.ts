@@ -331,6 +331,7 @@ async function faultPhase(a: SimulatedKubelet): Promise<void> {
   expect(watches(s, "down")).toBe(2);
   expect(watches(s, "down_node_status_unknown")).toBe(1);
   expect(tainted(await bed.getNode(machineB.name))).toBe(true);
+  marks.faultEnd = steps.length - 1;
 }
 
 async function noLeaderPhase(): Promise<void> {
@@ -570,6 +571,47 @@ describe("the chart's observability against a real run", () => {
     const sels = dashboardQueries().flatMap((q) => selectors(q));
     expect(sels.length).toBeGreaterThan(15);
     expect(unmatched(sels)).toEqual([]);
+  });
+
+  test("every query of the dashboard returns data when Prometheus' engine runs it on the run's series (promtool)", () => {
+    // Grafana's variables as a dashboard viewer has them: every job, a 5-minute rate interval; a
+    // label_values() variable asks for its series.
+    const exprs = dashboardQueries().map((q) =>
+      q
+        .replaceAll("$job", ".*")
+        .replaceAll("$__rate_interval", "5m")
+        .replace(/^label_values\((.*), *\w+\)$/, "$1"),
+    );
+    const names = new Set(exprs.flatMap((q) => selectors(q).map((sel) => sel.name)));
+    const file = join(dir, "dashboard.test.yaml");
+    writeFileSync(join(dir, "empty-rules.yaml"), stringify({ groups: [] }));
+    writeFileSync(
+      file,
+      stringify({
+        rule_files: ["empty-rules.yaml"],
+        evaluation_interval: "1m",
+        tests: [
+          {
+            interval: "1m",
+            input_series: inputSeries(names),
+            // count(q) > bool 0 is one sample of 1 when q returns any series, none when it returns none.
+            promql_expr_test: exprs.map((q) => ({
+              expr: `count(${q}) > bool 0`,
+              eval_time: `${marks.faultEnd}m`,
+              exp_samples: [{ labels: "{}", value: 1 }],
+            })),
+          },
+        ],
+      }),
+    );
+    expect(exprs.length).toBeGreaterThan(15);
+    const r = run(tool("PROMTOOL"), ["test", "rules", file]);
+    if (r.status !== 0) {
+      keepDir = true;
+      console.error(`${r.out}\n(the test's files are kept in ${dir})`);
+    }
+    expect(r.out).toContain("SUCCESS");
+    expect(r.status).toBe(0);
   });
 
   test("promtool test rules: each alert fires on the run's series when its condition was driven, none while healthy or for a machine off on purpose", () => {
