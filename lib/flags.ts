@@ -192,6 +192,8 @@ export interface ManifestsOptions {
   cloudConfig?: string;
   /** `--namespace`, default `kube-system`. */
   namespace: string;
+  /** `--workload`: DaemonSet (default) or Deployment. */
+  workload: "DaemonSet" | "Deployment";
   /** `--talos-patch`: also emit the Talos machine config patch. */
   talosPatch: boolean;
   /** `--machine-config`: the machine config to read; emit its migration patch (lib/talosmigration.ts). */
@@ -470,12 +472,25 @@ function manifestsOptions(p: Parsed, warnings: string[]): ManifestsOptions {
   warnings.push(...resolved.warnings);
   const namespace = str(p, "namespace") ?? "kube-system";
   if (namespace === "") cannotParse("--namespace must not be empty");
+  const workload = str(p, "workload") ?? "DaemonSet";
+  if (workload !== "DaemonSet" && workload !== "Deployment") {
+    cannotParse(`invalid value ${JSON.stringify(workload)} for --workload: expected DaemonSet or Deployment`);
+  }
+  if (
+    workload === "Deployment" &&
+    (bool(p, "talos-patch", false) || str(p, "machine-config") !== undefined)
+  ) {
+    cannotParse(
+      "--workload=Deployment is for kubectl: the Talos patch installs the DaemonSet (host network, before any CNI)",
+    );
+  }
   return {
     ...path(p, "image", "image"),
     controllers,
     enabledControllers: resolved.enabled,
     ...path(p, "cloud-config", "cloudConfig"),
     namespace,
+    workload,
     talosPatch: bool(p, "talos-patch", false),
     ...path(p, "machine-config", "machineConfig"),
     logging: loggingOptions(p),

@@ -331,6 +331,12 @@ const MANIFESTS_FLAGS: readonly FlagSpec[] = [
     ],
     ["cloud-config", "string", "", "Configuration file to embed in the ConfigMap."],
     ["namespace", "string", "kube-system", "Namespace to deploy into."],
+    [
+      "workload",
+      "string",
+      "DaemonSet",
+      "DaemonSet (one replica per control-plane node, host network) or Deployment (one replica, pod network, as the Go project's default manifest).",
+    ],
     ["talos-patch", "bool", "", "Also print the Talos machine config patch that enables the CCM."],
     [
       "machine-config",

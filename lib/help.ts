@@ -13,7 +13,7 @@ export function usage(): string {
     "Usage:",
     `  ${PROGRAM_NAME} [run] [flags]`,
     `  ${PROGRAM_NAME} validate --cloud-config FILE [--metadata FILE] [-o json|yaml]`,
-    `  ${PROGRAM_NAME} manifests [--image IMAGE] [--controllers LIST] [--cloud-config FILE] [--namespace NS] [--talos-patch | --machine-config FILE]`,
+    `  ${PROGRAM_NAME} manifests [--image IMAGE] [--controllers LIST] [--cloud-config FILE] [--namespace NS] [--workload DaemonSet|Deployment] [--talos-patch | --machine-config FILE]`,
     `  ${PROGRAM_NAME} preflight [--kubeconfig FILE] [--namespace NS] [--machine-config FILE...]`,
     `  ${PROGRAM_NAME} help [run|validate|manifests|preflight] | version`,
   ].join("\n");

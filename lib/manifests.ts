@@ -155,6 +155,7 @@ export function settingsFrom(
     enabledControllers: opts.enabledControllers,
     namespace: opts.namespace,
     cloudConfig,
+    workload: opts.workload,
   };
 }
 

@@ -18,11 +18,13 @@ import { type ControllerName, Controllers } from "../../lib/controllernames.ts";
 import { isNotFound, PATCH } from "../../lib/kubeapi.ts";
 import {
   APP_NAME,
+  defaultSettings,
   deployFiles,
   type KubeObject,
   LEASE_NAME,
   manifests,
   type PolicyRule,
+  renderManifests,
 } from "../../lib/manifests.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
@@ -404,6 +406,14 @@ describe("manifests from the compiled binary", () => {
       expect(r.stdout).toBe(files[file] as string);
       expect(r.stdout).toBe(readFileSync(join(import.meta.dir, "..", "..", "deploy", file), "utf8"));
     }
+  });
+
+  test("`manifests --workload=Deployment` prints the release's Deployment manifest", () => {
+    const r = spawnSync(ccmBinary(), ["manifests", "--workload=Deployment"], { encoding: "utf8" });
+    expect(r.status).toBe(0);
+    expect(r.stdout).toBe(renderManifests({ ...defaultSettings(pkgVersion), workload: "Deployment" }));
+    const kinds = parseAllDocuments(r.stdout).map((d) => (d.toJS() as { kind: string }).kind);
+    expect(kinds.filter((k) => k === "Deployment" || k === "DaemonSet")).toEqual(["Deployment"]);
   });
 
   test("`manifests --cloud-config` embeds a valid file and refuses an invalid one", () => {

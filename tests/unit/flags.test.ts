@@ -785,6 +785,7 @@ describe("parseCommandLine() subcommands", () => {
         controllers: ["cloud-node", "node-csr-approval"],
         enabledControllers: ["cloud-node", "node-csr-approval"],
         namespace: "kube-system",
+        workload: "DaemonSet",
         talosPatch: false,
         logging: { format: "text", verbosity: 0 },
       },
@@ -807,9 +808,21 @@ describe("parseCommandLine() subcommands", () => {
       enabledControllers: ["cloud-node", "cloud-node-lifecycle", "node-ipam"],
       cloudConfig: "c.yaml",
       namespace: "ccm",
+      workload: "DaemonSet",
       talosPatch: true,
       logging: { format: "text", verbosity: 0 },
     });
+  });
+
+  test("parseCommandLine() reads manifests' --workload, refusing another kind and the Talos patch's Deployment", () => {
+    const r = parseCommandLine(["manifests", "--workload=Deployment"]);
+    expect(r.command === "manifests" && r.options.workload).toBe("Deployment");
+    expect(flagError(() => parseCommandLine(["manifests", "--workload=StatefulSet"])).message).toContain(
+      'invalid value "StatefulSet" for --workload: expected DaemonSet or Deployment',
+    );
+    expect(
+      flagError(() => parseCommandLine(["manifests", "--workload=Deployment", "--talos-patch"])).message,
+    ).toContain("the Talos patch installs the DaemonSet");
   });
 
   test("parseCommandLine() reads manifests' --machine-config", () => {
