@@ -66,16 +66,22 @@ export async function runManifests(opts: ManifestsOptions, warnings: readonly st
  * @returns 0, or 1 when the file cannot be read or is no machine config
  */
 async function printMigrationPatch(s: ManifestSettings, file: string): Promise<number> {
-  const { planMigration, readInstalled, renderMigrationPatch } = await import("./talosmigration.ts");
+  const { MachineConfigError, planMigration, readInstalled, renderMigrationPatch } = await import(
+    "./talosmigration.ts"
+  );
+  const { ConfigLimitError } = await import("./configlimits.ts");
   const { readConfigFile } = await import("./configfile.ts");
   let plan: ReturnType<typeof planMigration>;
   try {
     plan = planMigration(s, readInstalled(readConfigFile(file, "machine config")));
   } catch (err) {
-    // Unreadable, too large (ConfigLimitError), or no machine config (MachineConfigError).
-    process.stderr.write(
-      `Cannot read machine config ${file}: ${err instanceof Error ? err.message : String(err)}\n`,
-    );
+    // Unreadable (a system error), too large, or no machine config; anything else is a bug.
+    const known =
+      err instanceof MachineConfigError ||
+      err instanceof ConfigLimitError ||
+      (err instanceof Error && typeof (err as NodeJS.ErrnoException).code === "string");
+    if (!known) throw err;
+    process.stderr.write(`Cannot read machine config ${file}: ${err.message}\n`);
     return 1;
   }
   for (const r of plan.removed) log.info("Removing", { path: r.path, entry: r.entry, installs: r.installs });

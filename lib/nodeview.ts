@@ -153,7 +153,8 @@ function sharedAddresses(
 /**
  * Whether the Node's status is unknown: its Ready condition is there and says Unknown, as Kubernetes'
  * node lifecycle sets it when the kubelet stopped posting (NodeStatusUnknown: the machine is off, or
- * cut off). A Node whose kubelet has not posted a condition yet is not such a node.
+ * cut off) or never posted (NodeStatusNeverUpdated). A Node without a Ready condition yet (registered
+ * a moment ago) is not such a node.
  */
 export function statusUnknown(node: LeanNode): boolean {
   return node.status.ready === "Unknown" && node.status.readyTransition !== undefined;

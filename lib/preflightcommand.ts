@@ -11,24 +11,31 @@ import { KubeClient } from "./kube.ts";
 import { isNotFound, KubeError } from "./kubeapi.ts";
 import { kubeconfigFromFile } from "./kubeconnection.ts";
 import { configureLogging, logger } from "./log.ts";
-import { APP_NAME, defaultSettings } from "./manifests.ts";
+import { APP_NAME, defaultSettings, LEASE_NAME } from "./manifests.ts";
 import {
   formatFindings,
-  GO_IMAGE,
   type Installed,
-  leaseNameOf,
+  isCcmImage,
+  leaseOf,
   preflightFindings,
   safeToSwitch,
   type Workload,
 } from "./preflight.ts";
-import { planMigration, readInstalled } from "./talosmigration.ts";
+import { isGoImage, planMigration, readInstalled } from "./talosmigration.ts";
 import { version } from "./version.ts";
 
 const log = logger("preflight");
 
 interface PodTemplateOwner {
   metadata: { namespace: string; name: string };
-  spec?: { template?: { spec?: { containers?: { image?: string; args?: string[]; command?: string[] }[] } } };
+  spec?: {
+    template?: {
+      spec?: {
+        containers?: { image?: string; args?: string[] }[];
+        volumes?: { configMap?: { name?: string } }[];
+      };
+    };
+  };
 }
 
 /** The kubeconfig: --kubeconfig, else $KUBECONFIG's first file, else ~/.kube/config (as kubectl). */
@@ -51,28 +58,42 @@ async function workloads(client: KubeClient): Promise<Workload[]> {
   for (const kind of ["Deployment", "DaemonSet"] as const) {
     const list = await client.get<{ items: PodTemplateOwner[] }>(`/apis/apps/v1/${kind.toLowerCase()}s`);
     for (const item of list.items) {
-      for (const c of item.spec?.template?.spec?.containers ?? []) {
-        const image = c.image ?? "";
-        if (
-          !image.startsWith(GO_IMAGE) &&
-          !image.includes(`/${APP_NAME}:`) &&
-          !image.includes(`/${APP_NAME}@`)
-        )
-          continue;
-        out.push({
-          kind,
-          namespace: item.metadata.namespace,
-          name: item.metadata.name,
-          image,
-          args: c.args ?? [],
-        });
+      const pod = item.spec?.template?.spec;
+      const configMaps = (pod?.volumes ?? []).flatMap((v) => (v.configMap?.name ? [v.configMap.name] : []));
+      for (const c of pod?.containers ?? []) {
+        if (!isCcmImage(c.image ?? "")) continue;
+        const { namespace, name } = item.metadata;
+        out.push({ kind, namespace, name, image: c.image ?? "", args: c.args ?? [], configMaps });
       }
     }
   }
   return out;
 }
 
-/** Reads the cluster (and the machine configs) into what lib/preflight.ts decides on. */
+/** Reads an object, null when it does not exist. */
+async function getOrNull<T>(client: KubeClient, path: string): Promise<T | null> {
+  try {
+    return await client.get<T>(path);
+  } catch (err) {
+    if (isNotFound(err)) return null;
+    throw err;
+  }
+}
+
+/** This CCM's ConfigMap, and every one a Go workload mounts (the Go chart names it after the release). */
+function configMapsToCheck(ns: string, go: readonly Workload[]): { namespace: string; name: string }[] {
+  const out = new Map([[`${ns}/${APP_NAME}`, { namespace: ns, name: APP_NAME }]]);
+  for (const w of go) {
+    for (const name of w.configMaps) out.set(`${w.namespace}/${name}`, { namespace: w.namespace, name });
+  }
+  return [...out.values()];
+}
+
+/**
+ * Reads the cluster (and the machine configs) into what lib/preflight.ts decides on: the ConfigMaps
+ * and the Lease of the Go CCM where its workload names them (its volumes, its election flags), and
+ * this CCM's in --namespace.
+ */
 async function readInstalledState(client: KubeClient, opts: PreflightOptions): Promise<Installed> {
   const ns = opts.namespace;
   const unreadable: string[] = [];
@@ -84,55 +105,55 @@ async function readInstalledState(client: KubeClient, opts: PreflightOptions): P
       return undefined;
     }
   };
-  const found = (await attempt("Deployments and DaemonSets", () => workloads(client))) ?? [];
-  const cloudConfig = await attempt(`ConfigMap ${ns}/${APP_NAME}`, async () => {
-    try {
-      const cm = await client.get<{ data?: Record<string, string> }>(
-        `/api/v1/namespaces/${ns}/configmaps/${APP_NAME}`,
-      );
-      return cm.data?.["ccm-config.yaml"] ?? null;
-    } catch (err) {
-      if (isNotFound(err)) return null;
-      throw err;
-    }
-  });
-  const extensionReader = await attempt("the Go install's RoleBinding", async () => {
-    try {
-      await client.get(
+  const found = await attempt("Deployments and DaemonSets", () => workloads(client));
+  const go = (found ?? []).filter((w) => isGoImage(w.image));
+  const cloudConfigs: Installed["cloudConfigs"] = [];
+  for (const { namespace, name } of configMapsToCheck(ns, go)) {
+    const cm = await attempt(`ConfigMap ${namespace}/${name}`, () =>
+      getOrNull<{ data?: Record<string, string> }>(
+        client,
+        `/api/v1/namespaces/${namespace}/configmaps/${name}`,
+      ),
+    );
+    if (cm !== undefined) cloudConfigs.push({ namespace, name, text: cm?.data?.["ccm-config.yaml"] ?? null });
+  }
+  const extensionReader = await attempt(
+    "the Go install's RoleBinding",
+    async () =>
+      (await getOrNull(
+        client,
         `/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/system:${APP_NAME}:extension-apiserver-authentication-reader`,
-      );
-      return true;
-    } catch (err) {
-      if (isNotFound(err)) return false;
-      throw err;
-    }
-  });
-  const go = found.find((w) => w.image.startsWith(GO_IMAGE));
-  const leaseName = go === undefined ? leaseNameOf([]) : leaseNameOf(go.args);
-  const lease = await attempt(`Lease ${ns}/${leaseName}`, async () => {
-    try {
-      const l = await client.get<{ spec?: { holderIdentity?: string; renewTime?: string } }>(
-        `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/${leaseName}`,
-      );
-      return { name: leaseName, holder: l.spec?.holderIdentity ?? "", renewTime: l.spec?.renewTime };
-    } catch (err) {
-      if (isNotFound(err)) return null;
-      throw err;
-    }
+      )) !== null,
+  );
+  const where = go[0] === undefined ? { namespace: ns, name: LEASE_NAME } : leaseOf(go[0].args);
+  const lease = await attempt(`Lease ${where.namespace}/${where.name}`, async () => {
+    const l = await getOrNull<{ spec?: { holderIdentity?: string; renewTime?: string } }>(
+      client,
+      `/apis/coordination.k8s.io/v1/namespaces/${where.namespace}/leases/${where.name}`,
+    );
+    return l === null
+      ? null
+      : { ...where, holder: l.spec?.holderIdentity ?? "", renewTime: l.spec?.renewTime };
   });
   const machineConfigs: Installed["machineConfigs"] = [];
   const settings = defaultSettings(version);
   for (const file of opts.machineConfigs) {
     try {
-      machineConfigs.push({
-        file,
-        plan: planMigration(settings, readInstalled(readConfigFile(file, "machine config"))),
-      });
+      const plan = planMigration(settings, readInstalled(readConfigFile(file, "machine config")));
+      machineConfigs.push({ file, plan });
     } catch (err) {
       unreadable.push(reason(`machine config ${file}`, err));
     }
   }
-  return { namespace: ns, workloads: found, cloudConfig, extensionReader, lease, machineConfigs, unreadable };
+  return {
+    namespace: ns,
+    workloads: found,
+    cloudConfigs,
+    extensionReader,
+    lease,
+    machineConfigs,
+    unreadable,
+  };
 }
 
 /**

@@ -23,8 +23,13 @@ import {
 /** The Go project's repository path: a manifest URL under it installs the Go CCM. */
 const GO_REPOSITORY = /\/siderolabs\/talos-cloud-controller-manager[/@]/i;
 
-/** The Go CCM's image: an inline manifest naming it runs the Go CCM. */
-const GO_IMAGE = "ghcr.io/siderolabs/talos-cloud-controller-manager";
+/** The Go CCM's image path, after any registry (ghcr.io, or a mirror of it). */
+const GO_IMAGE = /(^|[\s/"'])siderolabs\/talos-cloud-controller-manager[:@]/;
+
+/** Whether an image is the Go CCM's (`ghcr.io/siderolabs/talos-cloud-controller-manager:…`, or a mirror's path to it). */
+export function isGoImage(image: string): boolean {
+  return GO_IMAGE.test(image) || /(^|\/)siderolabs\/talos-cloud-controller-manager$/.test(image);
+}
 
 /** The resource type `talosctl get machineconfig -o yaml` prints, whose spec is the config as a string. */
 const MACHINE_CONFIG_TYPE = "MachineConfigs.config.talos.dev";
@@ -153,10 +158,26 @@ export function replacedURL(url: string): Replaced | undefined {
   return (Object.values(RELEASE_MANIFEST_FILES) as string[]).includes(file) ? "this project" : undefined;
 }
 
-/** Whether an inline manifest installs a CCM this release's inline manifest replaces. */
-function replacedInline(m: Installed["inlineManifests"][number]): Replaced | undefined {
+/**
+ * Whether an inline manifest installs a CCM this release's inline manifest replaces: this project's
+ * earlier one (by its name), or one that runs the Go image and holds only the Go CCM's objects (each
+ * named for it, as the Go manifests are).
+ * @throws {MachineConfigError} when it runs the Go image beside objects of something else: deleting
+ * it would delete them too.
+ */
+function replacedInline(m: Installed["inlineManifests"][number], i: number): Replaced | undefined {
   if (m.name === APP_NAME) return "this project";
-  return m.contents.includes(GO_IMAGE) ? "the Go CCM" : undefined;
+  if (!GO_IMAGE.test(m.contents)) return undefined;
+  const others = parseDocs(m.contents)
+    .map((d) => ({ kind: at(d, ["kind"]), name: at(d, ["metadata", "name"]) }))
+    .filter((o) => o.kind !== undefined && !String(o.name ?? "").includes(APP_NAME));
+  if (others.length > 0) {
+    const what = others.map((o) => `${String(o.kind)} ${String(o.name ?? "")}`).join(", ");
+    throw new MachineConfigError(
+      `cluster.inlineManifests[${i}] (${m.name}) runs the Go CCM's image beside other objects (${what}): move them to an inline manifest of their own first`,
+    );
+  }
+  return "the Go CCM";
 }
 
 /** One removed entry: where it was, what it was, and what it installed. */
@@ -218,7 +239,7 @@ export function planMigration(s: ManifestSettings, installed: Installed): Migrat
     setAt(patch, LISTS[name], list);
   const deletedInline: string[] = [];
   installed.inlineManifests.forEach((m, i) => {
-    const installs = replacedInline(m);
+    const installs = replacedInline(m, i);
     if (installs === undefined) return;
     deletedInline.push(m.name);
     removed.push({ path: `cluster.inlineManifests[${i}]`, entry: m.name, installs });
@@ -249,12 +270,13 @@ function deletions(plan: MigrationPlan): object | undefined {
  * @param source the machine config's file name, for the header
  */
 export function renderMigrationPatch(s: ManifestSettings, plan: MigrationPlan, source: string): string {
+  // What the config holds goes into comments quoted: a line break in it would end the comment.
   const lines = [
     `# ${PROGRAM_NAME} ${s.version}: Talos machine-config patch that installs this release on the machine`,
-    `# whose config is ${source}, made by \`${PROGRAM_NAME} manifests --machine-config\`. Apply it to that`,
-    "# machine only: talosctl patch machineconfig --nodes <its IP> --patch @<this file>",
+    `# whose config is ${JSON.stringify(source)}, made by \`${PROGRAM_NAME} manifests --machine-config\`. Apply`,
+    "# it to that machine only: talosctl patch machineconfig --nodes <its IP> --patch @<this file>",
   ];
-  for (const r of plan.removed) lines.push(`# removes ${r.path} (${r.installs}): ${r.entry}`);
+  for (const r of plan.removed) lines.push(`# removes ${r.path} (${r.installs}): ${JSON.stringify(r.entry)}`);
   const body = renderTalosPatch(s, plan.patch);
   const del = deletions(plan);
   if (del === undefined) return `${lines.join("\n")}\n${body}`;

@@ -633,7 +633,7 @@ export class TalosWatchCache {
   async #readMetadata(w: NodeWatch, ip: string): Promise<void> {
     let metadata: PlatformMetadata | undefined;
     try {
-      metadata = await this.#talos.platformMetadata(ip, { attempts: 1 });
+      metadata = await this.#talos.platformMetadata(ip, { attempts: 1, ...this.#callOpts(w) });
     } catch (err) {
       if (!this.#tracked(w) || w.watchIP !== ip) return;
       if (!(err instanceof TalosNotFoundError)) {
@@ -704,7 +704,7 @@ export class TalosWatchCache {
       });
     };
     try {
-      const nodename = await this.#talos.nodename(ip);
+      const nodename = await this.#talos.nodename(ip, this.#callOpts(w));
       if (!this.#tracked(w)) return;
       if (nodename === w.name) {
         w.confirmedIP = ip;
@@ -815,9 +815,14 @@ export class TalosWatchCache {
     if (w.metadataKnown && w.addressesKnown) this.#leaveGate(w);
   }
 
+  /** What every call about node `w` says of it: whether its status is unknown (its failures count apart). */
+  #callOpts(w: NodeWatch): { nodeStatusUnknown: boolean } {
+    return { nodeStatusUnknown: this.#statusUnknown(w.name) };
+  }
+
   /** Reads PlatformMetadata (first askable IP that answers) and AddressStatuses of a node whose watch is down. */
   async #poll(w: NodeWatch): Promise<void> {
-    const opts = { attempts: 1, nodeStatusUnknown: this.#statusUnknown(w.name) };
+    const opts = { attempts: 1, ...this.#callOpts(w) };
     try {
       const { nodeIP, value } = await this.#talos.firstAnswer(
         w.askableIPs(),
@@ -870,10 +875,10 @@ export class TalosWatchCache {
     const ip = w.answeredIP;
     const read =
       kind === "systeminformation"
-        ? this.#talos.systemInformation(ip).then((si) => {
+        ? this.#talos.systemInformation(ip, this.#callOpts(w)).then((si) => {
             w.systemInformation = si ?? null;
           })
-        : this.#talos.version({ nodeIP: ip }).then((v) => {
+        : this.#talos.version({ nodeIP: ip, ...this.#callOpts(w) }).then((v) => {
             w.talosVersion = v.tag;
           });
     read

@@ -220,6 +220,29 @@ describe("helm lint and template", () => {
     },
   );
 
+  test("the ServiceMonitor always carries a token: the chart's scraper by default (also when values from an older chart lack the key), or a refusal naming the values", () => {
+    const scraper = (objects: KubeObject[]) =>
+      objects.filter((o) => o.metadata.name === `${APP_NAME}-metrics-scraper`).map((o) => o.kind);
+    expect(scraper(template(valuesFile({ serviceMonitor: { enabled: true } })))).toEqual([
+      "ServiceAccount",
+      "Secret",
+      "ClusterRole",
+      "ClusterRoleBinding",
+    ]);
+    expect(
+      scraper(template(valuesFile({ serviceMonitor: { enabled: true, scraperToken: null } }))),
+    ).toHaveLength(4);
+    const r = helm([
+      "template",
+      RELEASE,
+      CHART,
+      "-f",
+      valuesFile({ serviceMonitor: { enabled: true, scraperToken: { create: false } } }),
+    ]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain("serviceMonitor: every scrape needs a bearer token");
+  });
+
   test("an image of the Go CCM, by its moving tags or a Go release, runs this chart's release; any other image runs as named", () => {
     const GO_IMAGE = "ghcr.io/siderolabs/talos-cloud-controller-manager";
     const published = `${PUBLISHED.image}:${PUBLISHED.tag}`;

@@ -664,7 +664,7 @@ describe("the chart's observability against a real run", () => {
         alertname: "TalosCCMTalosWatchesDown",
         exp_alerts: [alert("TalosCCMTalosWatchesDown", warn, "2")],
       },
-      // A single failed call does not page: nothing has failed for 15 minutes yet.
+      // Failures for less than 15 minutes do not page.
       { eval_time: `${at("talosErrors") + 14}m`, alertname: "TalosCCMTalosAPIErrors", exp_alerts: [] },
       {
         eval_time: `${firingAt}m`,

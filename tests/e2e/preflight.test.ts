@@ -50,8 +50,10 @@ function goInstall(config: string) {
                 image: GO_IMAGE_TAGGED,
                 command: ["/talos-cloud-controller-manager"],
                 args: goCcmArgs(),
+                volumeMounts: [{ name: "cloud-config", mountPath: "/etc/talos", readOnly: true }],
               },
             ],
+            volumes: [{ name: "cloud-config", configMap: { name: NAME } }],
           },
         },
       },
@@ -171,6 +173,9 @@ describe("preflight from the compiled binary", () => {
     expect(r.status).toBe(1);
     expect(r.stdout).toContain("UNCHECKED not checked: Deployments and DaemonSets: forbidden");
     expect(r.stdout).toContain(`UNCHECKED not checked: ConfigMap ${NS}/${NAME}: forbidden`);
+    // Nothing is said in place of what could not be read.
+    expect(r.stdout).not.toContain("no CCM workload runs yet");
+    expect(r.stdout).not.toContain("no Lease is held yet");
   });
 
   test("a kubeconfig that cannot be loaded: exit 2 with the file named", () => {

@@ -733,6 +733,8 @@ class FakeTalos implements TalosWatchClient {
   pollAddresses: AddressStatus[] = [];
   /** The options of the last AddressStatus list. */
   addressesOpts: CallOptions | undefined;
+  /** Whether each call said its node's status is unknown, as `<call> <ip> <true|false>`. */
+  readonly statusOf: string[] = [];
   /** The handler of each watch, by `<ip>|<kind>`. */
   readonly handlers = new Map<string, TalosWatchHandler<unknown>>();
   stream(ip: string, kind: string): FakeStream {
@@ -754,8 +756,9 @@ class FakeTalos implements TalosWatchClient {
     this.handlers.set(`${ip}|${kind}`, handler);
     return this.stream(ip, kind).subscribe(handler);
   }) as TalosWatchClient["subscribe"];
-  platformMetadata = (async (ip: string) => {
+  platformMetadata = (async (ip: string, opts?: CallOptions) => {
     this.calls.push(`get platformmetadata ${ip}`);
+    this.statusOf.push(`platformmetadata ${ip} ${opts?.nodeStatusUnknown === true}`);
     if (this.getFails) throw this.getFails;
     // Answers after the test's synchronous pushes, as a round trip would.
     await Promise.resolve();
@@ -766,19 +769,22 @@ class FakeTalos implements TalosWatchClient {
   }) as TalosWatchClient["platformMetadata"];
   addresses = (async (ip: string, opts?: CallOptions) => {
     this.calls.push(`list addresses ${ip}`);
+    this.statusOf.push(`addresses ${ip} ${opts?.nodeStatusUnknown === true}`);
     this.addressesOpts = opts;
     if (this.getFails) throw this.getFails;
     return this.pollAddresses;
   }) as TalosWatchClient["addresses"];
-  systemInformation = (async (ip: string) => {
+  systemInformation = (async (ip: string, opts?: CallOptions) => {
     this.calls.push(`get systeminformation ${ip}`);
+    this.statusOf.push(`systeminformation ${ip} ${opts?.nodeStatusUnknown === true}`);
     return this.systemInfo;
   }) as TalosWatchClient["systemInformation"];
   /** The node name Talos reports per IP; node-1 elsewhere. */
   readonly nodenames = new Map<string, string>();
   nodenameFails: Error | undefined;
-  nodename = (async (ip: string) => {
+  nodename = (async (ip: string, opts?: CallOptions) => {
     this.calls.push(`get nodename ${ip}`);
+    this.statusOf.push(`nodename ${ip} ${opts?.nodeStatusUnknown === true}`);
     if (this.nodenameFails) throw this.nodenameFails;
     return this.nodenames.get(ip) ?? "node-1";
   }) as TalosWatchClient["nodename"];
@@ -786,11 +792,15 @@ class FakeTalos implements TalosWatchClient {
     this.calls.push("version");
     return { tag: "v1.13.0", sha: "", arch: "amd64", platform: "metal" };
   }) as TalosWatchClient["version"];
-  firstAnswer = (async (ips: readonly string[], fn: (ip: string, o: object) => Promise<unknown>) => {
+  firstAnswer = (async (
+    ips: readonly string[],
+    fn: (ip: string, o: object) => Promise<unknown>,
+    opts: CallOptions = {},
+  ) => {
     let last: unknown;
     for (const ip of ips) {
       try {
-        return { nodeIP: ip, value: await fn(ip, {}) };
+        return { nodeIP: ip, value: await fn(ip, opts) };
       } catch (err) {
         last = err;
       }
@@ -978,6 +988,25 @@ describe("TalosWatchCache", () => {
     facts.tick();
     await settle();
     expect(talos.addressesOpts).toEqual({ attempts: 1, nodeStatusUnknown: true });
+    facts.close();
+  });
+
+  test("TalosWatchCache says a silent node's status on every call about it, as its watches move to its other IP", async () => {
+    const unknown = new Set(["node-1"]);
+    const { talos, facts, runScheduled } = setup({ unknown });
+    facts.track("node-1", ["10.0.0.5", "10.0.0.6"]);
+    facts.track("node-2", ["10.0.0.7"]);
+    await settle();
+    facts.facts("node-1", needs);
+    talos.stream("10.0.0.5", "addresses").push({ type: "errored", error: "node is down" });
+    await settle();
+    runScheduled();
+    await settle();
+    const of = (node: string) => talos.statusOf.filter((c) => c.includes(node));
+    expect(of("10.0.0.5").length).toBeGreaterThan(1);
+    expect(of("10.0.0.6").length).toBeGreaterThan(0);
+    expect([...of("10.0.0.5"), ...of("10.0.0.6")].filter((c) => !c.endsWith(" true"))).toEqual([]);
+    expect(of("10.0.0.7").filter((c) => !c.endsWith(" false"))).toEqual([]);
     facts.close();
   });
 

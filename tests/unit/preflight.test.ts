@@ -2,9 +2,11 @@ import { describe, expect, test } from "bun:test";
 import { defaultSettings } from "../../lib/manifests.ts";
 import {
   type Finding,
+  flagValue,
   formatFindings,
   type Installed,
-  leaseNameOf,
+  isCcmImage,
+  leaseOf,
   preflightFindings,
   safeToSwitch,
   type Workload,
@@ -20,13 +22,17 @@ const GO_DEPLOYMENT: Workload = {
   name: "talos-cloud-controller-manager",
   image: GO_IMAGE_TAGGED,
   args: goCcmArgs(),
+  configMaps: ["talos-cloud-controller-manager"],
 };
+const config = (text: string | null) => [
+  { namespace: "kube-system", name: "talos-cloud-controller-manager", text },
+];
 
 function installed(over: Partial<Installed> = {}): Installed {
   return {
     namespace: "kube-system",
     workloads: [],
-    cloudConfig: null,
+    cloudConfigs: config(null),
     extensionReader: false,
     lease: null,
     machineConfigs: [],
@@ -43,8 +49,9 @@ describe("preflightFindings()", () => {
       installed({
         workloads: [GO_DEPLOYMENT],
         extensionReader: true,
-        cloudConfig: "global:\n  clusterName: c\n",
+        cloudConfigs: config("global:\n  clusterName: c\n"),
         lease: {
+          namespace: "kube-system",
           name: "cloud-controller-manager-talos",
           holder: "talos-cloud-controller-manager-7d9_abc",
           renewTime: "2026-11-29T02:59:50Z",
@@ -53,7 +60,9 @@ describe("preflightFindings()", () => {
       NOW,
     );
     expect(levels(f)).toEqual(["change", "change", "change", "ok", "ok"]);
-    expect(f[0]?.what).toContain("Deployment kube-system/talos-cloud-controller-manager runs the Go CCM");
+    expect(f[0]?.what).toContain(
+      "Deployment kube-system/talos-cloud-controller-manager runs the Go CCM (ghcr.io/siderolabs/talos-cloud-controller-manager:v1.12.0): it holds or competes for the Lease kube-system/cloud-controller-manager-talos",
+    );
     expect(f[0]?.fix).toBe(
       "after this CCM's manifests are applied: kubectl -n kube-system delete deployment talos-cloud-controller-manager",
     );
@@ -64,65 +73,125 @@ describe("preflightFindings()", () => {
     expect(f[4]?.what).toContain("held by talos-cloud-controller-manager-7d9_abc, renewed 10 s ago");
   });
 
+  test("a Go CCM electing on another Lease than this CCM's: both would lead at once", () => {
+    const w = { ...GO_DEPLOYMENT, namespace: "ccm", args: ["--leader-elect-resource-namespace", "ccm"] };
+    const [f] = preflightFindings(installed({ workloads: [w] }), NOW);
+    expect(f?.what).toContain(
+      "on the Lease ccm/cloud-controller-manager-talos, this CCM on kube-system/cloud-controller-manager-talos: both would lead at once",
+    );
+  });
+
   test("a config this CCM refuses breaks the switch, first; its warnings are changes", () => {
     const refused = preflightFindings(
       installed({
-        cloudConfig:
+        cloudConfigs: config(
           'transformations:\n  - name: x\n    nodeSelector:\n      - matchExpressions:\n          - {key: platform, operator: In, values: [metal]}\n    taints:\n      example.com/a: "x:NoSchedul"\n',
+        ),
       }),
       NOW,
     );
     expect(refused[0]?.level).toBe("breaks");
     expect(refused[0]?.what).toContain("NoSchedul");
     expect(refused[0]?.what).toContain("refuses the file at start-up");
+    expect(safeToSwitch(refused)).toBe(false);
     const warned = preflightFindings(
       installed({
-        cloudConfig:
+        cloudConfigs: config(
           "transformations:\n  - name: x\n    nodeSelector:\n      - matchExpressions:\n          - {key: platform, operator: In, values: [metal]}\n    labels:\n      'talos.dev/zone\"': a\n",
+        ),
       }),
       NOW,
     );
     expect(levels(warned)).toContain("change");
-    expect(levels(warned)).not.toContain("breaks");
+    expect(safeToSwitch(warned)).toBe(true);
   });
 
-  test("a machine config with the Go manifest URL needs its migration patch", () => {
-    const config =
+  test("a machine config with the Go manifest URL needs its migration patch, made with the operator's config", () => {
+    const text =
       "version: v1alpha1\ncluster:\n  externalCloudProvider:\n    enabled: true\n    manifests:\n      - https://raw.githubusercontent.com/siderolabs/talos-cloud-controller-manager/main/docs/deploy/cloud-controller-manager.yml\n";
-    const plan = planMigration(defaultSettings("0.1.0"), readInstalled(config));
-    const [finding] = preflightFindings(installed({ machineConfigs: [{ file: "mc.yaml", plan }] }), NOW);
-    expect(finding?.level).toBe("change");
-    expect(finding?.what).toContain(
+    const plan = planMigration(defaultSettings("0.1.0"), readInstalled(text));
+    const findings = preflightFindings(installed({ machineConfigs: [{ file: "mc.yaml", plan }] }), NOW);
+    expect(findings[0]?.level).toBe("change");
+    expect(findings[0]?.what).toContain(
       "machine config mc.yaml installs the Go CCM (cluster.externalCloudProvider.manifests[0])",
     );
-    expect(finding?.fix).toContain("manifests --machine-config mc.yaml");
+    expect(findings[0]?.fix).toContain(
+      "manifests --machine-config mc.yaml --cloud-config ccm-config.yaml > migrate.yaml",
+    );
+    const other = preflightFindings(
+      installed({ namespace: "ccm", machineConfigs: [{ file: "mc.yaml", plan }] }),
+      NOW,
+    );
+    expect(other[0]?.fix).toContain("--cloud-config ccm-config.yaml --namespace ccm >");
   });
 
-  test("after the switch: this CCM's DaemonSet, nothing to change", () => {
+  test("after the switch: this CCM's DaemonSet, only OK lines", () => {
     const ours: Workload = {
       ...GO_DEPLOYMENT,
       kind: "DaemonSet",
-      image: "ghcr.io/talos-ccm/talos-cloud-controller-manager:v0.1.0",
+      image: "registry.example/talos-ccm/talos-cloud-controller-manager:v0.1.0",
     };
     expect(levels(preflightFindings(installed({ workloads: [ours] }), NOW))).toEqual(["ok", "ok", "ok"]);
   });
 
-  test("what could not be read is said, as not checked", () => {
+  test("the Go image from a mirror is the Go CCM; a CCM image neither project's is unchecked, never OK", () => {
+    const mirrored = {
+      ...GO_DEPLOYMENT,
+      image: "harbor.example/ghcr/siderolabs/talos-cloud-controller-manager:v1.12.0",
+    };
+    expect(preflightFindings(installed({ workloads: [mirrored] }), NOW)[0]?.what).toContain(
+      "runs the Go CCM",
+    );
+    const unknown = {
+      ...GO_DEPLOYMENT,
+      image: "harbor.example/mirror/talos-cloud-controller-manager:v1.12.0",
+    };
+    const f = preflightFindings(installed({ workloads: [unknown] }), NOW);
+    expect(f[0]?.level).toBe("unchecked");
+    expect(f[0]?.what).toContain("neither the Go CCM's image nor this project's");
+    expect(safeToSwitch(f)).toBe(false);
+  });
+
+  test("what could not be read is said as not checked, and nothing is said in its place", () => {
     const f = preflightFindings(
-      installed({ cloudConfig: undefined, lease: undefined, unreadable: ["Lease kube-system/x: forbidden"] }),
+      installed({
+        workloads: undefined,
+        cloudConfigs: [],
+        lease: undefined,
+        unreadable: ["Deployments and DaemonSets: forbidden", "Lease kube-system/x: forbidden"],
+      }),
       NOW,
     );
-    expect(f[0]).toEqual({ level: "unchecked", what: "not checked: Lease kube-system/x: forbidden" });
+    expect(f).toEqual([
+      { level: "unchecked", what: "not checked: Deployments and DaemonSets: forbidden" },
+      { level: "unchecked", what: "not checked: Lease kube-system/x: forbidden" },
+    ]);
     expect(safeToSwitch(f)).toBe(false);
     expect(safeToSwitch(preflightFindings(installed(), NOW))).toBe(true);
   });
 });
 
-describe("leaseNameOf() and formatFindings()", () => {
-  test("the Lease a workload's args name, in either form, else the default", () => {
-    expect(leaseNameOf(["--leader-elect-resource-name=blue"])).toBe("blue");
-    expect(leaseNameOf(["--leader-elect-resource-name", "green"])).toBe("green");
-    expect(leaseNameOf(["--v=2"])).toBe("cloud-controller-manager-talos");
+describe("flagValue(), leaseOf(), isCcmImage() and formatFindings()", () => {
+  test("a flag's value in either form, the last one winning; the Lease with cloud-provider's defaults", () => {
+    expect(flagValue(["--a=1", "--a", "2"], "a")).toBe("2");
+    expect(flagValue(["--ab=1"], "a")).toBeUndefined();
+    expect(leaseOf(["--leader-elect-resource-name=blue"])).toEqual({
+      namespace: "kube-system",
+      name: "blue",
+    });
+    expect(
+      leaseOf(["--leader-elect-resource-name", "green", "--leader-elect-resource-namespace=ccm"]),
+    ).toEqual({
+      namespace: "ccm",
+      name: "green",
+    });
+    expect(leaseOf(["--v=2"])).toEqual({ namespace: "kube-system", name: "cloud-controller-manager-talos" });
+  });
+
+  test("a CCM image is one named talos-cloud-controller-manager, from any registry", () => {
+    expect(isCcmImage(GO_IMAGE_TAGGED)).toBe(true);
+    expect(isCcmImage("ghcr.io/talos-ccm/talos-cloud-controller-manager@sha256:00")).toBe(true);
+    expect(isCcmImage("ghcr.io/x/talos-cloud-controller-manager-operator:v1")).toBe(false);
   });
 
   test("one line per finding, its level first, the fix indented below", () => {

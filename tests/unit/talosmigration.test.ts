@@ -185,10 +185,47 @@ describe("planMigration()", () => {
   });
 });
 
+describe("planMigration() and inline manifests", () => {
+  const goObjects = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: talos-cloud-controller-manager
+spec:
+  template:
+    spec:
+      containers:
+        - image: harbor.example/siderolabs/talos-cloud-controller-manager:v1.12.0
+`;
+
+  test("an inline manifest of the Go CCM's objects alone (its image from any registry) is deleted", () => {
+    const plan = planMigration(s, installed({}, [{ name: "ccm", contents: goObjects }]));
+    expect(plan.deletedInline).toEqual(["ccm"]);
+  });
+
+  test("one that runs the Go image beside other objects is refused: deleting it would delete them", () => {
+    const bundle = `${goObjects}---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: cilium\n`;
+    expect(() => planMigration(s, installed({}, [{ name: "cni-and-ccm", contents: bundle }]))).toThrow(
+      "cluster.inlineManifests[0] (cni-and-ccm) runs the Go CCM's image beside other objects (DaemonSet cilium)",
+    );
+  });
+});
+
 describe("renderMigrationPatch()", () => {
+  test("what the config holds stays inside the header's comments: a line break in an entry cannot add YAML", () => {
+    const url = `${GO_URL}\nmachine:\n  type: worker`;
+    const out = renderMigrationPatch(
+      s,
+      planMigration(s, installed({ cloudProviderManifests: [url] })),
+      "a\nb.yaml",
+    );
+    const docs = parseAllDocuments(out).map((d) => d.toJS() as Record<string, unknown>);
+    expect(docs[0]).toEqual({ cluster: { externalCloudProvider: { manifests: { $patch: "delete" } } } });
+    expect(out.split("\n").filter((l) => l.startsWith("machine:"))).toHaveLength(1);
+  });
+
   test("with nothing to remove, it is this release's Talos patch under a header naming the machine config", () => {
     const out = renderMigrationPatch(s, planMigration(s, none), "mc.yaml");
-    expect(out).toContain("whose config is mc.yaml");
+    expect(out).toContain('whose config is "mc.yaml"');
     expect(parseAllDocuments(out)).toHaveLength(1);
     expect(parse(out)).toEqual(parse(renderTalosPatch(s)));
   });
@@ -202,7 +239,7 @@ describe("renderMigrationPatch()", () => {
       ),
     );
     const out = renderMigrationPatch(s, plan, "mc.yaml");
-    expect(out).toContain(`# removes cluster.externalCloudProvider.manifests[0] (the Go CCM): ${GO_URL}`);
+    expect(out).toContain(`# removes cluster.externalCloudProvider.manifests[0] (the Go CCM): "${GO_URL}"`);
     // Each delete selector is written out (no YAML alias: Talos cannot decode one).
     expect(out).not.toMatch(/[&*]a1/);
     const docs = parseAllDocuments(out).map((d) => d.toJS());

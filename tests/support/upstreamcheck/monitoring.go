@@ -57,7 +57,11 @@ func monitoring(args []string) error {
 			} `json:"metadata"`
 		}
 
-		if err := json.Unmarshal(raw, &head); err != nil || head.APIVersion != "monitoring.coreos.com/v1" {
+		if err := json.Unmarshal(raw, &head); err != nil {
+			return fmt.Errorf("a document of %s is no Kubernetes object: %w", args[0], err)
+		}
+
+		if head.APIVersion != "monitoring.coreos.com/v1" {
 			continue
 		}
 
@@ -108,6 +112,10 @@ func checkServiceMonitor(raw []byte) []string {
 
 	for i, ep := range sm.Spec.Endpoints {
 		at := fmt.Sprintf("endpoints[%d]: ", i)
+
+		if ep.Authorization == nil && ep.BearerTokenFile == "" && ep.BearerTokenSecret == nil && ep.BasicAuth == nil && ep.OAuth2 == nil {
+			problems = append(problems, at+"no credentials: the target answers 401 without a token")
+		}
 
 		if ep.BearerTokenFile != "" {
 			problems = append(problems, at+"bearerTokenFile is deprecated (use authorization)")
