@@ -35,7 +35,7 @@ switch (parsed.command) {
     break;
   }
   case "validate": {
-    const { runValidate } = await import("./lib/validate.ts");
+    const { runValidate } = await import("./lib/validatecommand.ts");
     process.exitCode = runValidate(parsed.options, parsed.warnings);
     break;
   }

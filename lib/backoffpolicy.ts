@@ -1,5 +1,5 @@
 // The retry policy every loop shares, in a queue or outside one: jittered exponential backoff. Pure:
-// the jitter's random source comes from the caller (lib/backoff.ts holds the wait between retries).
+// the jitter's random source comes from the caller (lib/backoffwait.ts holds the wait between retries).
 
 /** Exponential backoff bounds in milliseconds. */
 export interface Backoff {

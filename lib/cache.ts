@@ -3,8 +3,8 @@
 // The Node informer keeps the lean view of each Node (lib/nodeview.ts), so thousands of nodes cost
 // little memory.
 
-import { wait } from "./backoff.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
+import { wait } from "./backoffwait.ts";
 import { isGone, type KubeApi, type WatchEvent } from "./kubeapi.ts";
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";

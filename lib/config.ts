@@ -33,11 +33,11 @@ import {
   MAX_YAML_NODES,
   parseFirstDocument,
 } from "./configlimits.ts";
+import { isAnnotationKey, isLabelValue, isQualifiedName, isTaintKey, parseTaint } from "./kubevalidation.ts";
 import { compileRequirement, SELECTOR_KEYS, type SelectorTerm } from "./selector.ts";
 import { quoteValue, unknownKeyMessage, withoutLongValue } from "./suggest.ts";
 import { parseTemplate, type Template } from "./template.ts";
 import type { Features, PlatformMetadata } from "./types.ts";
-import { isAnnotationKey, isLabelValue, isQualifiedName, isTaintKey, parseTaint } from "./validation.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./wellknown.ts";
 
 /** The config file cannot be read or is invalid; `issues` lists every problem found. */

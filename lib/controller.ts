@@ -7,7 +7,7 @@ import type { CompiledConfig } from "./config.ts";
 import type { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import type { KubeApi } from "./kubeapi.ts";
-import type { KubeApis } from "./kubeapis.ts";
+import type { KubeApis } from "./kubediscovery.ts";
 import type { Registry } from "./metrics.ts";
 import type { LeanNode } from "./nodeview.ts";
 import type { TalosClient } from "./talos.ts";

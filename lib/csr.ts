@@ -13,6 +13,7 @@ import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { canonicalIP, formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
 import { EntryIndex, SubnetEdges } from "./csrindex.ts";
 import { claimedIPs, literalClaimedIPs } from "./ipspelling.ts";
+import { isDNS1123Subdomain } from "./kubevalidation.ts";
 import type { Counter, Registry } from "./metrics.ts";
 import {
   OVER_LIMIT_REASON,
@@ -37,7 +38,6 @@ import {
   reservedName,
   specialIP,
 } from "./sharedaddresses.ts";
-import { isDNS1123Subdomain } from "./validation.ts";
 import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
 
 /** Condition reason written with an approval. */

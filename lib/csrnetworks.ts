@@ -3,18 +3,18 @@
 // CSR is approved for a Service IP, a pod address or the API server's shared name. Sources:
 // --service-cluster-ip-range and --cluster-cidr; Talos' ControllerManagerConfig (pod and Service
 // CIDRs); the ServiceCIDR objects of networking.k8s.io (watched, in the group version the API server
-// serves: lib/kubeapis.ts); the `kubernetes` Service's
+// serves: lib/kubediscovery.ts); the `kubernetes` Service's
 // ClusterIPs; every Node's podCIDRs (from the Node cache); and the kubeconfig's API server host
 // when it is a DNS name. A source that cannot be read is logged and left out: the others still
 // apply, and with Talos each machine's NodeIPConfig excludes the pod and Service ranges and its
 // virtual IPs again.
 
-import { wait } from "./backoff.ts";
 import { backoffDelay } from "./backoffpolicy.ts";
+import { wait } from "./backoffwait.ts";
 import { type Handlers, Informer } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
 import { type KubeApi, KubeError } from "./kubeapi.ts";
-import type { KubeApis } from "./kubeapis.ts";
+import type { KubeApis } from "./kubediscovery.ts";
 import { serviceCIDRPath } from "./kubeversions.ts";
 import { logger } from "./log.ts";
 import type { LeanNode } from "./nodeview.ts";

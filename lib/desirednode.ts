@@ -18,7 +18,6 @@ import { type AddressDecision, decideAddresses } from "./addresses.ts";
 import type { CompiledConfig } from "./config.ts";
 import { dict, own } from "./dict.ts";
 import { namesInstances, PLATFORMS_NAMING_INSTANCES, type PlatformSource } from "./instanceid.ts";
-import { sameList } from "./lists.ts";
 import {
   type ManagedRecord,
   type ManagedRecordRead,
@@ -28,6 +27,7 @@ import {
   taintId,
 } from "./managedrecord.ts";
 import type { LeanNode, NodeIPs } from "./nodeview.ts";
+import { sameList } from "./samelist.ts";
 import { type TransformError, type TransformResult, transform } from "./transform.ts";
 import type { NodeAddress, NodeFacts, PlatformMetadata, Taint } from "./types.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL, UNINITIALIZED_TAINT } from "./wellknown.ts";

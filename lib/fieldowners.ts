@@ -19,7 +19,7 @@
 // list may be the kubelet's; its write-backs then only remove, and record no owner).
 
 import { dict, own } from "./dict.ts";
-import { sameList } from "./lists.ts";
+import { sameList } from "./samelist.ts";
 import { StringPool, ValuePool } from "./stringpool.ts";
 
 /**

@@ -5,7 +5,7 @@
 // `grpc-timeout` and enforced locally, cancellation, reconnection with backoff after failed
 // connects, and keepalive pings that find silently dead connections (and connections that read
 // nothing we send). Against a hostile server, a message costs at most about twice its bytes
-// whatever its DATA framing, and a call's unread messages are packed (lib/messagequeue.ts).
+// whatever its DATA framing, and a call's unread messages are packed (lib/grpcmessages.ts).
 // It replaces grpc-js at runtime (grpc-js stays the fake apid's server in tests): loading grpc-js
 // costs ~9.5 MB RSS and each of its client streams ~23 KB RSS, node:http2's ~13 KB in Bun, too much
 // for two Watch streams per node; lib/h2.ts's cost little more than the call. talos.ts imports this
@@ -17,9 +17,9 @@ import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { own } from "./dict.ts";
+import { MessageQueue } from "./grpcmessages.ts";
 import { H2Code, type H2Headers, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
-import { MessageQueue } from "./messagequeue.ts";
 import { endpointTarget } from "./talosconfig.ts";
 import { GrpcStatus } from "./taloserrors.ts";
 

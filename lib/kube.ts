@@ -8,7 +8,7 @@
 // ~22 MB of resident memory.
 
 import { readFileSync } from "node:fs";
-import { wait } from "./backoff.ts";
+import { wait } from "./backoffwait.ts";
 import {
   type KubeApi,
   KubeError,

@@ -1,6 +1,6 @@
 // The Kubernetes versions this CCM supports and what it reads differently between them: pure
 // decisions on what the API server said of itself (/version and API discovery). The reads are in
-// lib/kubeapis.ts. The README's support matrix lists the same range and differences.
+// lib/kubediscovery.ts. The README's support matrix lists the same range and differences.
 
 /** The oldest and newest Kubernetes minor versions (1.x) this CCM is tested with. */
 export const SUPPORTED_MINORS: { readonly oldest: number; readonly newest: number } = {

@@ -5,8 +5,8 @@
 // remove is part of the Node's decision (lib/desirednode.ts planReconcile).
 
 import { createHash } from "node:crypto";
+import { isAnnotationKey, isQualifiedName, isTaintEffect, isTaintKey } from "./kubevalidation.ts";
 import type { Taint } from "./types.ts";
-import { isAnnotationKey, isQualifiedName, isTaintEffect, isTaintKey } from "./validation.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "./wellknown.ts";
 
 /** What the rules put on a node: label and annotation keys, taints as `<key>:<Effect>`. */

@@ -5,8 +5,8 @@
 // backtracks and can take exponential time (`/(a+)+b/` needs seconds on 30 characters).
 
 import { isAlnum, normalizeRanges, type Range, type RangeItem } from "./re2classes.ts";
-import { emitAtom } from "./re2js.ts";
 import { type AssertKind, type Node, RegexError } from "./re2parse.ts";
+import { emitAtom } from "./re2translate.ts";
 
 /**
  * Upper bound on matching work, in input characters times program instructions. A pattern of 100

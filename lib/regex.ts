@@ -1,11 +1,11 @@
 // Go regular expressions (RE2 syntax, as Go's `regexp.Compile` accepts it) on JavaScript: the public
 // API. compileRegex returns a RegExp whose `source` is the equivalent JavaScript pattern and whose
 // matching is done by a linear-time matcher with Go's semantics and RE2's guarantee; Go's `$`
-// expansion and ReplaceAllString. Parsing: re2parse.ts and re2classes.ts; translation: re2js.ts;
+// expansion and ReplaceAllString. Parsing: re2parse.ts and re2classes.ts; translation: re2translate.ts;
 // matching: re2vm.ts.
 
-import { jsSource } from "./re2js.ts";
 import { parseRegex, RegexError } from "./re2parse.ts";
+import { jsSource } from "./re2translate.ts";
 import { checkWork, compileProgram, type Program, runProgram } from "./re2vm.ts";
 
 export { RegexError } from "./re2parse.ts";

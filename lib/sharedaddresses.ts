@@ -26,9 +26,9 @@ import {
   unmapIPv4,
 } from "./cidr.ts";
 import { dnsNameAsIP, embeddedIPv4, ipReadings, prefixReadings } from "./ipspelling.ts";
-import { addName, type Names, namesOf, removeName } from "./names.ts";
+import { isDNS1123Subdomain } from "./kubevalidation.ts";
+import { addName, type Names, namesOf, removeName } from "./nameindex.ts";
 import type { AddressStatus } from "./types.ts";
-import { isDNS1123Subdomain } from "./validation.ts";
 
 // ---------------------------------------------------------------------------------------------
 // DNS names

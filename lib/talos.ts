@@ -13,8 +13,8 @@
 // module and the talosconfig costs nothing of it; the protobuf code is ts-proto output (plain functions on
 // protobuf-es' wire reader and writer), not protoc-gen-es' reflection runtime (~10 MB under Bun).
 
-import { wait } from "./backoff.ts";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
+import { wait } from "./backoffwait.ts";
 import type { GrpcChannel } from "./grpc.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";

@@ -7,9 +7,9 @@
 
 import type { CompiledConfig, RuleEntry, RuleValue } from "./config.ts";
 import { dict } from "./dict.ts";
+import { ANNOTATIONS_MAX_BYTES, annotationsSize, isLabelValue, parseTaint } from "./kubevalidation.ts";
 import { matchedTermName, selectorFields } from "./selector.ts";
 import type { Features, NodeFacts, PlatformMetadata, SystemInformation, Taint } from "./types.ts";
-import { ANNOTATIONS_MAX_BYTES, annotationsSize, isLabelValue, parseTaint } from "./validation.ts";
 
 /** A value a rule could not apply to a node. */
 export interface TransformError {

@@ -1,13 +1,13 @@
 // What `validate` reports, from contents already read: the cloud config's problems, the sample
-// node's (read by lib/nodemetadata.ts), and a preview of what the cloud-node controller would write on
+// node's (read by lib/validatemetadata.ts), and a preview of what the cloud-node controller would write on
 // that node. The preview runs the controller's own decision (lib/desirednode.ts decideNode), so it
-// cannot drift from what a real node gets. Pure: lib/validate.ts reads the files and prints.
+// cannot drift from what a real node gets. Pure: lib/validatecommand.ts reads the files and prints.
 //
 // Output policy: errors and warnings go to stderr, one per line, as `<file>: error|warning: …`;
 // stdout carries the human summary and preview, or with `-o json|yaml` only the preview object.
 // Exit 1 when the config or the metadata is invalid; 0 otherwise, including when a rule value fails
 // on the sample node (a warning: the controller skips that value and still initializes the node, so
-// the file is usable). Exit 2, for command-line errors, is the shell's (main.ts and lib/validate.ts).
+// the file is usable). Exit 2, for command-line errors, is the shell's (main.ts and lib/validatecommand.ts).
 
 import { stringify as stringifyYaml } from "yaml";
 import { tryParseIP } from "./cidr.ts";
@@ -16,11 +16,11 @@ import type { ConfigIssue } from "./configissue.ts";
 import { decideNode, describeTransformErrors } from "./desirednode.ts";
 import { own } from "./dict.ts";
 import { readManagedRecord } from "./managedrecord.ts";
-import { MetadataError, PLATFORM_KEYS, parseMetadata, type SampleNode } from "./nodemetadata.ts";
 import { type LeanNode, nodeIPs } from "./nodeview.ts";
 import { matchedTermName, selectorFields } from "./selector.ts";
 import type { TransformError } from "./transform.ts";
 import type { Features, PlatformMetadata, TaintEffect } from "./types.ts";
+import { MetadataError, PLATFORM_KEYS, parseMetadata, type SampleNode } from "./validatemetadata.ts";
 import { PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT } from "./wellknown.ts";
 
 /** A taint as the preview prints it: `value` is "" when the taint has none. */

@@ -1,5 +1,5 @@
 // Node metadata as talosctl prints it, for the tests of `validate`'s metadata reader
-// (lib/nodemetadata.ts) and its report (lib/validatereport.ts): one resource as `talosctl get … -o
+// (lib/validatemetadata.ts) and its report (lib/validatereport.ts): one resource as `talosctl get … -o
 // yaml` prints it, and a SystemInformation to fill. The resource types are spelled out, not taken
 // from lib/taloswire.ts, so that a wrong type there fails the tests.
 

@@ -25,8 +25,8 @@ import {
   type TalosFacts,
 } from "../../lib/csr.ts";
 import { NodeClaimIndex } from "../../lib/csrapprover.ts";
+import { isDNS1123Subdomain } from "../../lib/kubevalidation.ts";
 import { canonicalDNS, specialIP } from "../../lib/sharedaddresses.ts";
-import { isDNS1123Subdomain } from "../../lib/validation.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import {
   Rng,

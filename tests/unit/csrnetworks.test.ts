@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { parseIP } from "../../lib/cidr.ts";
 import { CsrNetworks, KUBERNETES_SERVICE_PATH } from "../../lib/csrnetworks.ts";
 import { type KubeApi, KubeError } from "../../lib/kubeapi.ts";
-import type { KubeApis } from "../../lib/kubeapis.ts";
+import type { KubeApis } from "../../lib/kubediscovery.ts";
 import { type ServiceCIDRGroupVersion, serviceCIDRPath } from "../../lib/kubeversions.ts";
 import { leanNode } from "../../lib/nodeview.ts";
 

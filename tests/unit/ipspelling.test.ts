@@ -16,8 +16,8 @@ import {
   unmapIPv4,
 } from "../../lib/cidr.ts";
 import { claimedIPs, dnsNameAsIP, embeddedIPv4, ipReadings, prefixReadings } from "../../lib/ipspelling.ts";
+import { isDNS1123Subdomain } from "../../lib/kubevalidation.ts";
 import { canonicalDNS } from "../../lib/sharedaddresses.ts";
-import { isDNS1123Subdomain } from "../../lib/validation.ts";
 import { Rng, spellV4, spellV6, structuredV6, V4_EDGES, V6_EDGES } from "../support/ipspellings.ts";
 
 const texts = (ips: IPAddress[]) => ips.map(formatIP);

@@ -52,10 +52,10 @@ const CORES = [
   "ipspelling.ts",
   "kubeapi.ts",
   "kubeversions.ts",
-  "lists.ts",
-  "messagequeue.ts",
-  "names.ts",
-  "nodemetadata.ts",
+  "samelist.ts",
+  "grpcmessages.ts",
+  "nameindex.ts",
+  "validatemetadata.ts",
   "nodeview.ts",
   "peerlimits.ts",
   "dict.ts",
@@ -64,7 +64,7 @@ const CORES = [
   "writebudget.ts",
   "pkcs10.ts",
   "re2classes.ts",
-  "re2js.ts",
+  "re2translate.ts",
   "re2parse.ts",
   "re2vm.ts",
   "preflight.ts",
@@ -83,7 +83,7 @@ const CORES = [
   "templateparse.ts",
   "templatevalue.ts",
   "types.ts",
-  "validation.ts",
+  "kubevalidation.ts",
   "validatereport.ts",
   "wellknown.ts",
 ];
@@ -93,7 +93,7 @@ const GENERATED = ["talos_pb.ts"];
 
 /** Shells, each with what makes it one. */
 const SHELLS: Record<string, string> = {
-  "backoff.ts": "the wait between retries (timers)",
+  "backoffwait.ts": "the wait between retries (timers)",
   "cache.ts": "the Node informer: Kubernetes list and watch, jittered resync",
   "watchpacer.ts": "large watch events held per object until their time comes (timers)",
   "cloudconfigwatch.ts": "polls the cloud-config file (timer, node:fs), logs, counts reloads",
@@ -114,7 +114,7 @@ const SHELLS: Record<string, string> = {
   "kubeauthplugin.ts": "loads @kubernetes/client-node, which runs credential plugins",
   "kubeclients.ts": "builds the Kubernetes clients from the kubeconfig files",
   "kubeconnection.ts": "reads the kubeconfig, the files it names, the environment and the service account",
-  "kubeapis.ts": "reads /version and API discovery",
+  "kubediscovery.ts": "reads /version and API discovery",
   "leader.ts": "Lease election: Kubernetes I/O, clock, timers",
   "lifecycle.ts": "the cloud-node-lifecycle controller: Kubernetes and Talos I/O, timers",
   "log.ts": "writes to stderr, stamps the time",
@@ -140,7 +140,7 @@ const SHELLS: Record<string, string> = {
   "taloswatch.ts": "one COSI watch over gRPC, resubscribe timers",
   "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers, retry jitter (randomness)",
   "transformmetrics.ts": "times transform() calls (clock), on the process registry by default",
-  "validate.ts": "the validate subcommand: reads the files and stdin, writes stdout and stderr",
+  "validatecommand.ts": "the validate subcommand: reads the files and stdin, writes stdout and stderr",
   "version.ts": "reads the process's platform and architecture",
 };
 

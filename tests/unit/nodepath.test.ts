@@ -26,7 +26,7 @@ const DECISION = [ENTRY, "transform.ts", "addresses.ts"];
 const CALLED = { "transform.ts": ["transform"], "addresses.ts": ["decideAddresses"] } as const;
 
 /** Modules the entry reads that decide nothing about a Node: data, formats and generic helpers. */
-const DATA = ["instanceid.ts", "managedrecord.ts", "lists.ts", "wellknown.ts", "dict.ts"];
+const DATA = ["instanceid.ts", "managedrecord.ts", "samelist.ts", "wellknown.ts", "dict.ts"];
 
 function code(file: string): string {
   return strip(readFileSync(join(libDir, file), "utf8")).code;

@@ -98,7 +98,7 @@ const ALLOWED: readonly KeyAllowance[] = [
     reason: "out is toPlain()'s Object.create(null) mapping",
   },
   {
-    file: "lib/nodemetadata.ts",
+    file: "lib/validatemetadata.ts",
     fragment: "out.tags[tag] = text;",
     reason: "out.tags is dict() (emptyPlatformMetadata)",
   },

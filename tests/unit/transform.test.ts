@@ -7,6 +7,7 @@ import {
   planReconcile,
   type ReconcilePlan,
 } from "../../lib/desirednode.ts";
+import { isLabelValue } from "../../lib/kubevalidation.ts";
 import {
   type ManagedRecord,
   managedRecordDigest,
@@ -26,7 +27,6 @@ import {
 } from "../../lib/transform.ts";
 import { measuredTransform } from "../../lib/transformmetrics.ts";
 import type { NodeFacts, PlatformMetadata, SystemInformation, Taint } from "../../lib/types.ts";
-import { isLabelValue } from "../../lib/validation.ts";
 import { MANAGED_ANNOTATION, MANAGED_DIGEST_LABEL } from "../../lib/wellknown.ts";
 
 const metadata: PlatformMetadata = {

@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { parse as parseYaml } from "yaml";
 import { parseConfig } from "../../lib/config.ts";
 import { managedRecordDigest } from "../../lib/managedrecord.ts";
-import type { SampleNode } from "../../lib/nodemetadata.ts";
+import type { SampleNode } from "../../lib/validatemetadata.ts";
 import {
   formatPreview,
   NODE_IP_PLACEHOLDER,

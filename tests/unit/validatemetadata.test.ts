@@ -1,11 +1,11 @@
-// lib/nodemetadata.ts parseMetadata: talosctl's PlatformMetadata and SystemInformation YAML (one or
+// lib/validatemetadata.ts parseMetadata: talosctl's PlatformMetadata and SystemInformation YAML (one or
 // several documents, concatenated, bare specs) to a sample node, its warnings and its errors.
 
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { stringify } from "yaml";
 import type { ConfigIssue } from "../../lib/configissue.ts";
-import { MetadataError, parseMetadata, type SampleNode } from "../../lib/nodemetadata.ts";
+import { MetadataError, parseMetadata, type SampleNode } from "../../lib/validatemetadata.ts";
 import { platformMetadata } from "../support/fixtures.ts";
 import { emptySystem, PM_TYPE, SI_TYPE, talosctl } from "../support/talosctlyaml.ts";
 

@@ -10,7 +10,7 @@ import {
   isTaintKey,
   parseTaint,
   RESERVED_TAINT_KEYS,
-} from "../../lib/validation.ts";
+} from "../../lib/kubevalidation.ts";
 
 const name63 = "a".repeat(63);
 const name64 = "a".repeat(64);

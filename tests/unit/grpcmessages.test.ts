@@ -1,10 +1,10 @@
-// lib/messagequeue.ts: the unread messages of a gRPC call, packed. Order and content against a plain
+// lib/grpcmessages.ts: the unread messages of a gRPC call, packed. Order and content against a plain
 // array for any sequence of pushes and shifts; small messages are copies, large ones kept as given;
 // what a flood of empty messages costs.
 
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { MessageQueue } from "../../lib/messagequeue.ts";
+import { MessageQueue } from "../../lib/grpcmessages.ts";
 
 const hex = (m: Uint8Array | undefined) => (m === undefined ? undefined : Buffer.from(m).toString("hex"));
 

@@ -3,7 +3,7 @@
 // concatenated without `---`), or a bare spec told apart by its keys. Keys are Talos' yaml tags and
 // scalars are read as Go's yaml.v3 hands them to string fields; unknown keys and resource types are
 // warnings, and every problem is reported with its path and line (MetadataError). Pure: the text
-// comes from the caller (lib/validate.ts reads the file or stdin; lib/validatereport.ts reports).
+// comes from the caller (lib/validatecommand.ts reads the file or stdin; lib/validatereport.ts reports).
 
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, type YAMLMap } from "yaml";
 import { byLine, formatIssue, formatPath } from "./config.ts";

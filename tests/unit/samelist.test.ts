@@ -1,7 +1,7 @@
 // sameList(): order-sensitive equality of two lists, an absent list read as empty.
 
 import { describe, expect, test } from "bun:test";
-import { sameList } from "../../lib/lists.ts";
+import { sameList } from "../../lib/samelist.ts";
 
 describe("sameList()", () => {
   const cases: Array<[string, readonly string[] | undefined, readonly string[] | undefined, boolean]> = [

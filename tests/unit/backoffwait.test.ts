@@ -1,7 +1,7 @@
-// lib/backoff.ts: the abortable wait between retries, on real timers.
+// lib/backoffwait.ts: the abortable wait between retries, on real timers.
 
 import { describe, expect, test } from "bun:test";
-import { wait } from "../../lib/backoff.ts";
+import { wait } from "../../lib/backoffwait.ts";
 
 describe("wait()", () => {
   test("wait() resolves after the delay", async () => {
