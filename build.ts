@@ -34,17 +34,17 @@ import {
 import { homedir, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { gzipSync } from "node:zlib";
+import { CHART_DIR } from "./lib/deployfiles.ts";
 import {
   APP_NAME,
   BINARY_PATH,
-  CHART_DIR,
   defaultImage,
   defaultSettings,
   NONROOT_ID,
   RELEASE_MANIFEST_FILES,
   renderManifests,
-  renderTalosPatch,
 } from "./lib/manifests.ts";
+import { renderTalosPatch } from "./lib/talospatch.ts";
 import {
   type Blob,
   type Descriptor,

@@ -1,23 +1,23 @@
 // Deployment manifests, the one source of truth for installing this CCM: its ServiceAccount, the
 // talos.dev/v1alpha1 ServiceAccount that makes Talos issue it a talosconfig, least-privilege RBAC sized
-// by the enabled controllers, the cloud-config ConfigMap, a headless metrics Service and the DaemonSet
-// (or, for the release's second raw manifest, a Deployment); the Talos machine-config patch that
-// installs them as an inline manifest; and the Helm chart's generated files. Pure: the `manifests`
-// subcommand (lib/manifestscommand.ts) prints them, and `npm run manifests` writes deploy/ from here;
-// a unit test fails when deploy/ drifts.
+// by the enabled controllers (lib/rbacgrants.ts), the cloud-config ConfigMap, a headless metrics
+// Service and the DaemonSet (or, for the release's second raw manifest, a Deployment), as objects and
+// as commented YAML. The Talos patch that installs them is lib/talospatch.ts's, deploy/'s generated
+// files lib/deployfiles.ts's; the `manifests` subcommand (lib/manifestscommand.ts) prints them. Pure.
 
 import { Document, isMap, isScalar, isSeq, type Node } from "yaml";
-import { type ControllerName, Controllers, controllerCatalog } from "./controllernames.ts";
+import { type ControllerName, Controllers } from "./controllernames.ts";
 import { type ManifestsOptions, parseCommandLine } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
+import { ROLES, type RoleSpec, rbacGrants, rulesFor } from "./rbacgrants.ts";
 import {
-  EVENTS_NAMESPACE,
-  KUBELET_SERVING_SIGNER,
   NOT_READY_TAINT_KEY,
   SERVICE_ACCOUNT_TALOSCONFIG,
   TALOS_SECRET_DIR,
   UNINITIALIZED_TAINT,
 } from "./wellknown.ts";
+
+const { nodeCsrApproval, nodeIpam } = Controllers;
 
 /** Name of the DaemonSet, its ServiceAccount, ConfigMap and Service (the reference's names). */
 export const APP_NAME = "talos-cloud-controller-manager";
@@ -160,200 +160,6 @@ export function settingsFrom(
 }
 
 // ---------------------------------------------------------------------------------------------------
-// RBAC
-
-/**
- * Which object grants a permission: the ClusterRole, the Lease Role, the Events Role, or the Role
- * that reads the API server's own Service in `default`.
- */
-export type GrantScope = "cluster" | "leader-election" | "events" | "apiserver";
-
-/** One verb on one resource, who uses it and why: a row of the RBAC table. */
-export interface Grant {
-  scope: GrantScope;
-  apiGroup: string;
-  resource: string;
-  /** Limits the verb to these objects. */
-  resourceNames?: readonly string[];
-  verb: string;
-  /** The controller that uses it, or `runtime` for the manager itself (informer, election, serving). */
-  by: ControllerName | "runtime";
-  why: string;
-}
-
-const { cloudNode, cloudNodeLifecycle, nodeCsrApproval, nodeIpam } = Controllers;
-
-// biome-ignore lint/complexity/noExcessiveLinesPerFunction: a data table, one row per grant
-function allGrants(leaseName: string): Grant[] {
-  // `resource` is "<apiGroup>:<resource>"; `verbs` is comma-separated.
-  const row = (
-    scope: GrantScope,
-    resource: string,
-    verbs: string,
-    by: Grant["by"],
-    why: string,
-    resourceNames?: string[],
-  ): Grant[] => {
-    const [apiGroup, res] = resource.split(":") as [string, string];
-    return verbs.split(",").map((verb) => ({
-      scope,
-      apiGroup,
-      resource: res,
-      ...(resourceNames ? { resourceNames } : {}),
-      verb,
-      by,
-      why,
-    }));
-  };
-  return [
-    ...row("cluster", ":nodes", "list,watch", "runtime", "the Node informer every controller reads"),
-    ...row("cluster", ":nodes", "patch", cloudNode, "providerID, labels, annotations and taints"),
-    ...row("cluster", ":nodes/status", "patch", cloudNode, "status.addresses"),
-    ...row("cluster", ":nodes", "get", cloudNodeLifecycle, "re-read a node before changing it"),
-    ...row("cluster", ":nodes", "patch", cloudNodeLifecycle, "the shutdown taint"),
-    ...row("cluster", ":nodes", "delete", cloudNodeLifecycle, "remove a node whose instance is gone"),
-    ...row("cluster", ":nodes", "patch", nodeIpam, "spec.podCIDRs"),
-    ...row("cluster", ":nodes", "get", nodeIpam, "re-read a node whose pod-CIDR patch was refused"),
-    ...row(
-      "cluster",
-      "certificates.k8s.io:certificatesigningrequests",
-      "list,watch",
-      nodeCsrApproval,
-      "the CSR informer",
-    ),
-    ...row(
-      "cluster",
-      "certificates.k8s.io:certificatesigningrequests/approval",
-      "update",
-      nodeCsrApproval,
-      "write the Approved or Denied condition",
-    ),
-    ...row(
-      "cluster",
-      "certificates.k8s.io:signers",
-      "approve",
-      nodeCsrApproval,
-      "the API server asks for it on every approval or denial, for this signer only",
-      [KUBELET_SERVING_SIGNER],
-    ),
-    ...row(
-      "cluster",
-      "networking.k8s.io:servicecidrs",
-      "list,watch",
-      nodeCsrApproval,
-      "the Service CIDRs, whose addresses no serving certificate may name",
-    ),
-    ...row(
-      "apiserver",
-      ":services",
-      "get",
-      nodeCsrApproval,
-      "the kubernetes Service's ClusterIPs, which no serving certificate may name",
-      ["kubernetes"],
-    ),
-    ...row(
-      "cluster",
-      ":namespaces",
-      "get",
-      nodeCsrApproval,
-      "CSR-only mode: whether a DNS SAN's namespace label names a namespace, where it reaches a Service",
-    ),
-    ...row(
-      "cluster",
-      ":services",
-      "list",
-      nodeCsrApproval,
-      "CSR-only mode: whether a DNS SAN is a Service's name (one name per list, limit 1)",
-    ),
-    ...row(
-      "cluster",
-      "authentication.k8s.io:tokenreviews",
-      "create",
-      "runtime",
-      "authenticate the bearer token of a /metrics request",
-    ),
-    ...row(
-      "cluster",
-      "authorization.k8s.io:subjectaccessreviews",
-      "create",
-      "runtime",
-      "ask whether that caller may get /metrics",
-    ),
-    ...row(
-      "leader-election",
-      "coordination.k8s.io:leases",
-      "create",
-      "runtime",
-      "the first replica creates the Lease (Kubernetes cannot limit create by name)",
-    ),
-    ...row(
-      "leader-election",
-      "coordination.k8s.io:leases",
-      "get,update",
-      "runtime",
-      "read, renew, take over and release the Lease",
-      [leaseName],
-    ),
-    ...row("events", "events.k8s.io:events", "create", "runtime", "Events about nodes and CSRs"),
-    ...row("events", "events.k8s.io:events", "patch", "runtime", "count a repeated Event in its series"),
-  ];
-}
-
-/**
- * The permissions the given controllers need, and nothing else: the rows of the RBAC table.
- * @param enabled the resolved `--controllers`
- * @param leaseName the Lease `get` and `update` are limited to
- * @example rbacGrants(["node-csr-approval"]).some((g) => g.verb === "delete") // false
- */
-export function rbacGrants(enabled: readonly ControllerName[], leaseName = LEASE_NAME): Grant[] {
-  return allGrants(leaseName).filter((g) => g.by === "runtime" || enabled.includes(g.by));
-}
-
-/** An RBAC PolicyRule. */
-export interface PolicyRule {
-  apiGroups: string[];
-  resources: string[];
-  resourceNames?: string[];
-  verbs: string[];
-}
-
-/** Grants with the same key fold into one rule. */
-function ruleKey(g: Grant): string {
-  return [g.apiGroup, g.resource, ...(g.resourceNames ?? [])].join("\u0000");
-}
-
-/** The rule a grant's verb goes into, without verbs. */
-function emptyRule(g: Grant): PolicyRule {
-  const rule: PolicyRule = { apiGroups: [g.apiGroup], resources: [g.resource], verbs: [] };
-  if (g.resourceNames) rule.resourceNames = [...g.resourceNames];
-  return rule;
-}
-
-/**
- * Folds grants into one rule per resource (and resourceNames), so that no verb is granted twice and
- * removing any verb from a rule takes it away. Each rule comes with a comment: why each verb.
- */
-export function rulesFor(grants: readonly Grant[]): { rule: PolicyRule; why: string }[] {
-  const out = new Map<string, { rule: PolicyRule; reasons: { verbs: string[]; why: string }[] }>();
-  for (const g of grants) {
-    let entry = out.get(ruleKey(g));
-    if (entry === undefined) {
-      entry = { rule: emptyRule(g), reasons: [] };
-      out.set(ruleKey(g), entry);
-    }
-    if (!entry.rule.verbs.includes(g.verb)) entry.rule.verbs.push(g.verb);
-    const why = `${g.why}${g.by === "runtime" ? "" : ` (${g.by})`}`;
-    const same = entry.reasons.find((r) => r.why === why);
-    if (same) same.verbs.push(g.verb);
-    else entry.reasons.push({ verbs: [g.verb], why });
-  }
-  return [...out.values()].map(({ rule, reasons }) => ({
-    rule,
-    why: reasons.map((r) => ` ${rule.resources[0]} ${r.verbs.join(", ")}: ${r.why}.`).join("\n"),
-  }));
-}
-
-// ---------------------------------------------------------------------------------------------------
 // Objects
 
 /** A Kubernetes object as plain data. */
@@ -425,56 +231,6 @@ function meta(at: Install, name: string, namespace?: string): KubeObject["metada
   return { name, ...(namespace === undefined ? {} : { namespace }), labels: at.labels };
 }
 
-/** One Role or ClusterRole: the grants of one scope, where it lives and what it is for. */
-interface RoleSpec {
-  scope: GrantScope;
-  kind: "ClusterRole" | "Role";
-  /** The name is `<prefix><installation name><suffix>`. */
-  prefix: string;
-  suffix: string;
-  /** Its namespace; `null`: the installation's. Absent for the ClusterRole. */
-  namespace?: string | null;
-  comment: string;
-}
-
-/** The roles, one per grant scope; a role none of whose grants is in use is left out. */
-const ROLES: readonly RoleSpec[] = [
-  {
-    scope: "cluster",
-    kind: "ClusterRole",
-    prefix: "system:",
-    suffix: "",
-    comment:
-      " Only what the enabled controllers use. No serviceaccounts/token: this CCM acts with its own\n" +
-      " identity and never mints tokens.",
-  },
-  {
-    scope: "leader-election",
-    kind: "Role",
-    prefix: "",
-    suffix: ":leader-election",
-    namespace: null,
-    comment: " The Lease the replicas elect a leader with.",
-  },
-  {
-    scope: "events",
-    kind: "Role",
-    prefix: "",
-    suffix: ":events",
-    namespace: EVENTS_NAMESPACE,
-    comment: " Events about cluster-scoped objects (Nodes, CSRs) are recorded in namespace default.",
-  },
-  {
-    scope: "apiserver",
-    kind: "Role",
-    prefix: "",
-    suffix: ":apiserver",
-    namespace: "default",
-    comment:
-      " node-csr-approval reads the API server's own Service, kubernetes, and nothing else in default.",
-  },
-];
-
 /** A Role or ClusterRole holding the grants of one scope, and its binding to the ServiceAccount. */
 function role(at: Install, spec: RoleSpec, rules: ReturnType<typeof rulesFor>): Manifest[] {
   const { kind } = spec;
@@ -503,7 +259,7 @@ function role(at: Install, spec: RoleSpec, rules: ReturnType<typeof rulesFor>): 
 
 /** The RBAC objects: one role per grant scope in use. */
 function rbacManifests(at: Install): Manifest[] {
-  const grants = rbacGrants(at.s.enabledControllers);
+  const grants = rbacGrants(at.s.enabledControllers, LEASE_NAME);
   return ROLES.flatMap((spec) => {
     const rules = rulesFor(grants.filter((g) => g.scope === spec.scope));
     return rules.length === 0 ? [] : role(at, spec, rules);
@@ -730,7 +486,8 @@ function annotate(doc: Document, path: readonly (string | number)[], text: strin
   target.commentBefore = text;
 }
 
-function renderDocument(value: object, comment?: string, notes: Manifest["notes"] = []): string {
+/** One object as a YAML document: `comment` above it, `notes` above the fields they name. */
+export function renderDocument(value: object, comment?: string, notes: Manifest["notes"] = []): string {
   // Shared objects (labels) are written out in full: no YAML anchors in Kubernetes manifests.
   const doc = new Document(value, { aliasDuplicateObjects: false });
   const first = Object.keys(value)[0];
@@ -757,156 +514,4 @@ function header(s: ManifestSettings): string {
 export function renderManifests(s: ManifestSettings): string {
   const docs = manifests(s).map((m) => `---\n${renderDocument(m.object, m.comment, m.notes)}`);
   return `${header(s)}\n${docs.join("")}`;
-}
-
-/**
- * The Talos machine-config patch for control-plane nodes that installs this CCM, as an object: the
- * external cloud provider, the manifests as an inline manifest, the kubelet flags and Talos API access
- * for the talos.dev ServiceAccount. With node-ipam, kube-controller-manager's own IPAM is turned off.
- */
-export function talosPatch(s: ManifestSettings) {
-  const ipam = s.enabledControllers.includes(nodeIpam);
-  return {
-    machine: {
-      kubelet: kubeletPatch(s),
-      features: {
-        kubernetesTalosAPIAccess: {
-          enabled: true,
-          allowedRoles: ["os:reader"],
-          allowedKubernetesNamespaces: [s.namespace],
-        },
-      },
-    },
-    cluster: {
-      externalCloudProvider: { enabled: true },
-      ...(ipam
-        ? { controllerManager: { extraArgs: { controllers: "*,tokencleaner,-node-ipam-controller" } } }
-        : {}),
-      inlineManifests: [{ name: APP_NAME, contents: renderManifests(s) }],
-    },
-  };
-}
-
-/** The kubelet settings every node needs (the worker patch). */
-function kubeletPatch(s: ManifestSettings) {
-  const csr = s.enabledControllers.includes(nodeCsrApproval);
-  return {
-    extraArgs: {
-      "cloud-provider": "external",
-      ...(csr ? { "rotate-server-certificates": "true" } : {}),
-    },
-  };
-}
-
-/** {@link talosPatch}'s object. */
-export type TalosPatch = ReturnType<typeof talosPatch>;
-
-/**
- * The Talos patch of {@link talosPatch} as YAML, with comments on its parts and on how to apply it.
- * @param patch the object to write: {@link talosPatch}'s, or one a migration changed (lib/talosmigration.ts)
- */
-export function renderTalosPatch(s: ManifestSettings, patch: object = talosPatch(s)): string {
-  const csr = s.enabledControllers.includes(nodeCsrApproval);
-  const ipam = s.enabledControllers.includes(nodeIpam);
-  const notes: NonNullable<Manifest["notes"]> = [
-    {
-      path: ["machine", "kubelet", "extraArgs"],
-      text: csr
-        ? " Every node: register uninitialized for the CCM; ask for a serving certificate node-csr-approval checks."
-        : " Every node: register uninitialized for the CCM.",
-    },
-    {
-      path: ["machine", "features", "kubernetesTalosAPIAccess"],
-      text: " Control-plane nodes only (Talos refuses it on workers): the CCM's talosconfig.",
-    },
-  ];
-  if (ipam) {
-    notes.push({
-      path: ["cluster", "controllerManager"],
-      text: " node-ipam allocates pod CIDRs, so kube-controller-manager must not.",
-    });
-  }
-  const worker = JSON.stringify({ machine: { kubelet: kubeletPatch(s) } });
-  const comment = [
-    ` ${PROGRAM_NAME} ${s.version}: Talos machine-config patch for control-plane nodes, e.g.`,
-    "   talosctl gen config <cluster> <endpoint> --config-patch-control-plane @talos-patch.yaml \\",
-    `     --config-patch-worker '${worker}'`,
-    " or, on a running cluster: talosctl patch machineconfig --nodes <control-plane IPs> --patch @talos-patch.yaml",
-    " (Talos applies inline manifests at bootstrap; later, `talosctl upgrade-k8s` syncs them).",
-  ].join("\n");
-  return renderDocument(patch, comment, notes);
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Helm chart data
-
-/** The Helm chart's directory under deploy/. */
-export const CHART_DIR = `chart/${APP_NAME}`;
-
-/** A rule of the chart's RBAC table: each verb with the controller that needs it and why. */
-interface ChartRule extends Omit<PolicyRule, "verbs"> {
-  grants: { verb: string; by: Grant["by"]; why: string }[];
-}
-
-/** Every grant of one scope, folded into rules as {@link rulesFor} folds them, none filtered out. */
-function chartRules(grants: readonly Grant[]): ChartRule[] {
-  const out = new Map<string, ChartRule>();
-  for (const g of grants) {
-    let rule = out.get(ruleKey(g));
-    if (rule === undefined) {
-      const { verbs: _, ...rest } = emptyRule(g);
-      rule = { ...rest, grants: [] };
-      out.set(ruleKey(g), rule);
-    }
-    rule.grants.push({ verb: g.verb, by: g.by, why: g.why });
-  }
-  return [...out.values()];
-}
-
-/**
- * files/rbac.yaml of the Helm chart: the names `enabledControllers` accepts, and every role with all
- * its grants. The chart's templates resolve `enabledControllers` as {@link resolveControllers} does
- * and keep the grants of `runtime` and of the enabled controllers, as {@link rbacGrants} does.
- */
-function chartRbac(): string {
-  const grants = allGrants(LEASE_NAME);
-  const data = {
-    controllers: controllerCatalog(),
-    roles: ROLES.map(({ scope, ...spec }) => ({
-      scope,
-      ...spec,
-      rules: chartRules(grants.filter((g) => g.scope === scope)),
-    })),
-  };
-  const comment =
-    " Generated from lib/manifests.ts by `npm run manifests`; do not edit. templates/rbac.yaml reads it.\n" +
-    " controllers: the names enabledControllers accepts (name: the controller they select; none: an\n" +
-    " upstream controller this CCM does not run). roles: every grant, with the controller that needs\n" +
-    " it (runtime: always); a role's namespace null is the release's.";
-  return renderDocument(data, comment);
-}
-
-/** The generated files of the Helm chart, by path under deploy/. */
-function chartFiles(): Record<string, string> {
-  return {
-    [`${CHART_DIR}/files/rbac.yaml`]: chartRbac(),
-    [`${CHART_DIR}/files/ccm-config.yaml`]: DEFAULT_CLOUD_CONFIG,
-  };
-}
-
-// ---------------------------------------------------------------------------------------------------
-// deploy/ and the subcommand
-
-/**
- * The generated files of deploy/, by path: the default manifests, the default Talos patch and the
- * Helm chart's data files.
- * @param version the release version (package.json's), which tags the image
- */
-export function deployFiles(version: string): Record<string, string> {
-  const s = defaultSettings(version);
-  return {
-    [`${APP_NAME}.yaml`]: renderManifests(s),
-    "talos-patch.yaml": renderTalosPatch(s),
-    ...chartFiles(),
-  };
 }

@@ -6,15 +6,11 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Controllers } from "./controllernames.ts";
+import { deployFiles } from "./deployfiles.ts";
 import type { ManifestsOptions } from "./flags.ts";
 import { configureLogging, logger } from "./log.ts";
-import {
-  deployFiles,
-  type ManifestSettings,
-  renderManifests,
-  renderTalosPatch,
-  settingsFrom,
-} from "./manifests.ts";
+import { type ManifestSettings, renderManifests, settingsFrom } from "./manifests.ts";
+import { renderTalosPatch } from "./talospatch.ts";
 import { version as buildVersion } from "./version.ts";
 
 const { nodeCsrApproval } = Controllers;

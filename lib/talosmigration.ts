@@ -11,14 +11,8 @@
 
 import { isMap, isSeq, parseAllDocuments, stringify } from "yaml";
 import { PROGRAM_NAME } from "./help.ts";
-import {
-  APP_NAME,
-  type ManifestSettings,
-  RELEASE_MANIFEST_FILES,
-  renderTalosPatch,
-  type TalosPatch,
-  talosPatch,
-} from "./manifests.ts";
+import { APP_NAME, type ManifestSettings, RELEASE_MANIFEST_FILES } from "./manifests.ts";
+import { renderTalosPatch, type TalosPatch, talosPatch } from "./talospatch.ts";
 
 /** The Go project's repository path: a manifest URL under it installs the Go CCM. */
 const GO_REPOSITORY = /\/siderolabs\/talos-cloud-controller-manager[/@]/i;

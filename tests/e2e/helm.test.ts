@@ -16,15 +16,10 @@ import { parseAllDocuments, parse as parseYaml, stringify } from "yaml";
 import { publishedNames } from "../../build.ts";
 import { parseConfig } from "../../lib/config.ts";
 import { type ControllerName, Controllers, resolveControllers } from "../../lib/controllernames.ts";
+import { CHART_DIR } from "../../lib/deployfiles.ts";
 import { parseCommandLine } from "../../lib/flags.ts";
-import {
-  APP_NAME,
-  CHART_DIR,
-  DEFAULT_CLOUD_CONFIG,
-  type KubeObject,
-  manifests,
-  type PolicyRule,
-} from "../../lib/manifests.ts";
+import { APP_NAME, DEFAULT_CLOUD_CONFIG, type KubeObject, manifests } from "../../lib/manifests.ts";
+import type { PolicyRule } from "../../lib/rbacgrants.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { loadFixture } from "../support/fixtures.ts";

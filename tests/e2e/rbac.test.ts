@@ -15,17 +15,17 @@ import { join } from "node:path";
 import type { V1CertificateSigningRequest, V1Node } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { type ControllerName, Controllers } from "../../lib/controllernames.ts";
+import { deployFiles } from "../../lib/deployfiles.ts";
 import { isNotFound, PATCH } from "../../lib/kubeapi.ts";
 import {
   APP_NAME,
   defaultSettings,
-  deployFiles,
   type KubeObject,
   LEASE_NAME,
   manifests,
-  type PolicyRule,
   renderManifests,
 } from "../../lib/manifests.ts";
+import type { PolicyRule } from "../../lib/rbacgrants.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, TestCluster, waitFor, writeKubeconfig } from "../support/cluster.ts";
 import { type FakeNodeSpec, generateNodes, loadFixture, normalizeAddress } from "../support/fixtures.ts";

@@ -4,30 +4,28 @@ import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { parse, parseAllDocuments } from "yaml";
 import { type ControllerName, Controllers, resolveControllers } from "../../lib/controllernames.ts";
+import { CHART_DIR, deployFiles } from "../../lib/deployfiles.ts";
 import { parseCommandLine } from "../../lib/flags.ts";
 import {
   APP_NAME,
   BINARY_PATH,
-  CHART_DIR,
   DEFAULT_CLOUD_CONFIG,
   daemonSetArgs,
   defaultImage,
   defaultSettings,
-  deployFiles,
   type KubeObject,
   LEASE_NAME,
   type ManifestSettings,
   manifests,
   NONROOT_ID,
-  rbacGrants,
   renderManifests,
-  renderTalosPatch,
-  rulesFor,
   SECURE_PORT,
   TALOS_SECRET_DIR,
   TALOS_SECRET_NAME,
 } from "../../lib/manifests.ts";
+import { rbacGrants, rulesFor } from "../../lib/rbacgrants.ts";
 import { SERVICE_ACCOUNT_TALOSCONFIG } from "../../lib/talosconfig.ts";
+import { renderTalosPatch } from "../../lib/talospatch.ts";
 import { EVENTS_NAMESPACE } from "../../lib/wellknown.ts";
 
 const root = join(import.meta.dir, "..", "..");
@@ -156,7 +154,7 @@ describe("the Helm chart's generated data and metadata", () => {
     const rows = data.roles.flatMap((r) =>
       r.rules.flatMap((rule) => rule.grants.map((g) => `${r.scope} ${rule.resources[0]} ${g.verb} ${g.by}`)),
     );
-    const expected = rbacGrants(ALL).map((g) => `${g.scope} ${g.resource} ${g.verb} ${g.by}`);
+    const expected = rbacGrants(ALL, LEASE_NAME).map((g) => `${g.scope} ${g.resource} ${g.verb} ${g.by}`);
     expect(rows.sort()).toEqual(expected.sort());
   });
 
@@ -482,11 +480,11 @@ describe("rbacGrants()", () => {
     ],
     ["node-ipam", ["node-ipam"], [...runtime, "nodes:patch", "nodes:get"]],
   ])("rbacGrants() for %s", (_name, enabled, expected) => {
-    expect(new Set(rbacGrants(enabled).map(key))).toEqual(new Set(expected));
+    expect(new Set(rbacGrants(enabled, LEASE_NAME).map(key))).toEqual(new Set(expected));
   });
 
   test("rbacGrants() never grants token minting, secrets or wildcards", () => {
-    const grants = rbacGrants(ALL);
+    const grants = rbacGrants(ALL, LEASE_NAME);
     for (const g of grants) {
       expect(g.resource).not.toMatch(/serviceaccounts|secrets|\*/);
       expect(g.verb).not.toMatch(/\*|escalate|bind|impersonate/);
@@ -506,7 +504,7 @@ describe("rbacGrants()", () => {
   test("rulesFor() grants every verb once, in one rule per resource", () => {
     fc.assert(
       fc.property(fc.subarray(ALL), (enabled) => {
-        const grants = rbacGrants(enabled);
+        const grants = rbacGrants(enabled, LEASE_NAME);
         const rules = rulesFor(grants).map((r) => r.rule);
         const granted = rules.flatMap((r) =>
           r.verbs.map((v) => `${r.resources[0]}:${v}:${r.resourceNames ?? ""}`),

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { parse, parseAllDocuments, stringify } from "yaml";
-import { APP_NAME, defaultSettings, renderTalosPatch, talosPatch } from "../../lib/manifests.ts";
+import { APP_NAME, defaultSettings } from "../../lib/manifests.ts";
 import {
   type Installed,
   MachineConfigError,
@@ -9,6 +9,7 @@ import {
   renderMigrationPatch,
   replacedURL,
 } from "../../lib/talosmigration.ts";
+import { renderTalosPatch, talosPatch } from "../../lib/talospatch.ts";
 
 /** The URL the Go CCM's docs/install.md puts in cluster.externalCloudProvider.manifests. */
 const GO_URL =

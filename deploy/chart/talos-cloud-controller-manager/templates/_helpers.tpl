@@ -85,7 +85,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The generated RBAC table and controller names (files/rbac.yaml, from lib/manifests.ts). */}}
+{{/* The generated RBAC table and controller names (files/rbac.yaml, from lib/rbacgrants.ts). */}}
 {{- define "talos-cloud-controller-manager.rbacData" -}}
 {{- .Files.Get "files/rbac.yaml" }}
 {{- end }}
