@@ -9,7 +9,7 @@ import { readConfigFile } from "./configfile.ts";
 import { ConfigLimitError } from "./configlimits.ts";
 import type { ConfigHolder } from "./controller.ts";
 import { logger } from "./log.ts";
-import { registry } from "./processmetrics.ts";
+import { registry } from "./metricsprocess.ts";
 
 const log = logger("manager");
 

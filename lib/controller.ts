@@ -2,12 +2,12 @@
 // controllers it starts (lib/node.ts, lib/lifecycle.ts, lib/csrapprover.ts, lib/ipam.ts), so that no
 // controller imports the manager.
 
-import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
-import type { EventRecorder } from "./events.ts";
 import type { RunOptions } from "./flags.ts";
 import type { KubeApi } from "./kubeapi.ts";
+import type { Informer } from "./kubecache.ts";
 import type { KubeApis } from "./kubediscovery.ts";
+import type { EventRecorder } from "./kubeevents.ts";
 import type { Registry } from "./metrics.ts";
 import type { LeanNode } from "./nodeview.ts";
 import type { TalosClient } from "./talos.ts";

@@ -8,7 +8,7 @@ import type { ControllerContext, StartController } from "./controller.ts";
 import { type ControllerName, Controllers, RUNNING_METRIC_NAMES } from "./controllernames.ts";
 import { logger } from "./log.ts";
 import { controllerRunning } from "./metrics.ts";
-import { registry } from "./processmetrics.ts";
+import { registry } from "./metricsprocess.ts";
 
 const log = logger("manager");
 

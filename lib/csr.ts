@@ -6,7 +6,7 @@
 // whose answer counts only when the answering machine names itself as the requester. A SAN is judged
 // by what it means, not how it is spelled: what blocks it (other Nodes' names and addresses, excluded
 // prefixes) is read in every way a client may read it (lib/ipspelling.ts); what grants it, strictly.
-// The request itself is read and its signature verified by lib/pkcs10.ts; this file judges what it
+// The request itself is read and its signature verified by lib/x509pkcs10.ts; this file judges what it
 // says. The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
@@ -24,13 +24,6 @@ import {
   peerRejections,
 } from "./peerlimits.ts";
 import {
-  CsrSanLimitError,
-  MAX_REQUEST_BYTES,
-  type ParsedCsr,
-  type PublicKeyInfo,
-  parseCertificateRequest,
-} from "./pkcs10.ts";
-import {
   canonicalDNS,
   canonicalHost,
   type NetworkView,
@@ -39,6 +32,13 @@ import {
   specialIP,
 } from "./sharedaddresses.ts";
 import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
+import {
+  CsrSanLimitError,
+  MAX_REQUEST_BYTES,
+  type ParsedCsr,
+  type PublicKeyInfo,
+  parseCertificateRequest,
+} from "./x509pkcs10.ts";
 
 /** Condition reason written with an approval. */
 export const APPROVE_REASON = "TalosCCMApprove";

@@ -11,7 +11,6 @@
 // (lib/csrnetworks.ts) are read before the first decision. Only this file imports lib/csr.ts.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { type Handlers, Informer } from "./cache.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
   type CheckedCsr,
@@ -37,8 +36,9 @@ import {
 } from "./csr.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
 import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
-import type { EventRecorder, EventTarget } from "./events.ts";
 import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
+import { type Handlers, Informer } from "./kubecache.ts";
+import type { EventRecorder, EventTarget } from "./kubeevents.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./nameindex.ts";

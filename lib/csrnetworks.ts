@@ -11,9 +11,9 @@
 
 import { backoffDelay } from "./backoffpolicy.ts";
 import { wait } from "./backoffwait.ts";
-import { type Handlers, Informer } from "./cache.ts";
 import { tryParseIP } from "./cidr.ts";
 import { type KubeApi, KubeError } from "./kubeapi.ts";
+import { type Handlers, Informer } from "./kubecache.ts";
 import type { KubeApis } from "./kubediscovery.ts";
 import { serviceCIDRPath } from "./kubeversions.ts";
 import { logger } from "./log.ts";

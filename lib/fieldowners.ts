@@ -1,6 +1,6 @@
 // Who wrote the Node fields the cloud-node controller owns, read from the Node's
 // metadata.managedFields, and which changes between two versions of a Node another writer made
-// (pure: the Node informer keeps the summary, lib/cache.ts; the controller reports, lib/node.ts).
+// (pure: the Node informer keeps the summary, lib/kubecache.ts; the controller reports, lib/node.ts).
 //
 // The API server records, per field manager, the fields it set (server-side field management): an
 // Update (PATCH/PUT) makes its manager the owner of every field it changed and takes them from the

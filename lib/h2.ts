@@ -1,6 +1,6 @@
 // HTTP/2 client connection (RFC 9113) over one TLS socket, as much of it as gRPC needs: the
 // connection preface and SETTINGS, requests as HEADERS (+CONTINUATION) and DATA, responses and
-// trailers decoded with HPACK (lib/hpack.ts), flow control both ways, RST_STREAM, PING (answered,
+// trailers decoded with HPACK (lib/h2hpack.ts), flow control both ways, RST_STREAM, PING (answered,
 // and sent for keepalive), GOAWAY, and MAX_CONCURRENT_STREAMS (later requests wait their turn).
 // Not implemented: server push (refused in our SETTINGS), priorities (ignored), h2c, upgrade.
 //
@@ -18,6 +18,7 @@
 
 import * as tls from "node:tls";
 import { dict } from "./dict.ts";
+import { encodeHeaders, HpackDecoder, HpackError } from "./h2hpack.ts";
 import {
   DEFAULT_SETTINGS_TIMEOUT_MS,
   DEFAULT_STREAM_START_TIMEOUT_MS,
@@ -27,7 +28,6 @@ import {
   MAX_SETTINGS_ENTRIES,
   MAX_UNSENT_REPLIES,
 } from "./h2limits.ts";
-import { encodeHeaders, HpackDecoder, HpackError } from "./hpack.ts";
 
 /** HTTP/2 error codes (RFC 9113 §7). */
 export const H2Code = {

@@ -3,14 +3,14 @@
 // The Talos client is only used, and only loaded, when the configuration needs it.
 
 import { ADDRESS_PERMANENT, isForeignLink } from "./addresses.ts";
-import type { Informer } from "./cache.ts";
 import { CidrError } from "./cidr.ts";
 import type { ControllerContext } from "./controller.ts";
-import type { EventRecorder, EventTarget } from "./events.ts";
 import type { IpamOptions } from "./flags.ts";
 import { type Allocation, Allocator, CidrNotAvailableError, type NodeNetwork } from "./ipamallocator.ts";
 import { type NodeIpamConfig, nodeIpamNeedsTalos, resolveNodeIpamConfig } from "./ipamconfig.ts";
 import { type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
+import type { Informer } from "./kubecache.ts";
+import type { EventRecorder, EventTarget } from "./kubeevents.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";

@@ -21,7 +21,7 @@ import { type CredentialPlugin, loadCredentialPlugin } from "./kubeauthplugin.ts
 import { KubeConfigError, type KubeConnection } from "./kubeconfig.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { registry as defaultRegistry, startTimer } from "./processmetrics.ts";
+import { registry as defaultRegistry, startTimer } from "./metricsprocess.ts";
 
 const log = logger("kube");
 

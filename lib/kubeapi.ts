@@ -91,7 +91,7 @@ export interface WatchOptions {
   query?: RequestOptions["query"];
   /**
    * Asked of each event's line before it is parsed: false keeps it from being parsed or yielded
-   * (the caller holds it, e.g. lib/watchpacer.ts).
+   * (the caller holds it, e.g. lib/kubewatchpacer.ts).
    */
   admit?: (line: string) => boolean;
 }

@@ -6,7 +6,7 @@
 import { isConflict, isNotFound, type KubeApi, microTime } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { registry as defaultRegistry } from "./processmetrics.ts";
+import { registry as defaultRegistry } from "./metricsprocess.ts";
 
 const log = logger("leader-election");
 

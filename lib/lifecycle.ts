@@ -9,12 +9,12 @@
 // re-checked against a fresh read and guarded by preconditions.
 
 import type { V1Node } from "@kubernetes/client-node";
-import type { Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import { instanceFacts, isUninitialized, LABELS, PROVIDER_NAME } from "./desirednode.ts";
-import type { EventRecorder } from "./events.ts";
 import { isConflict, isNotFound, type KubeApi, PATCH } from "./kubeapi.ts";
+import type { Informer } from "./kubecache.ts";
+import type { EventRecorder } from "./kubeevents.ts";
 import { logger } from "./log.ts";
 import type { Counter, Registry } from "./metrics.ts";
 import { type LeanNode, leanNode, nodeIPs, statusUnknown } from "./nodeview.ts";

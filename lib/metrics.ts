@@ -1,6 +1,6 @@
 // Prometheus metrics as data: counters, gauges and histograms with labels, bounded label values, a
 // registry and the text exposition format served on /metrics. No clock and no process state: the
-// process's registry, its collectors and the timing of observations are in lib/processmetrics.ts.
+// process's registry, its collectors and the timing of observations are in lib/metricsprocess.ts.
 
 /** Label values keyed by label name. */
 export type Labels = Record<string, string>;

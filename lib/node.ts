@@ -1,7 +1,7 @@
 // The cloud-node controller: initializes Nodes that a kubelet registered with
 // `--cloud-provider=external` from what Talos knows about them, and keeps them current.
 //
-// One Node's path, readable in three files: informer event (lib/cache.ts) → WorkQueue("cloud-node")
+// One Node's path, readable in three files: informer event (lib/kubecache.ts) → WorkQueue("cloud-node")
 // (lib/queue.ts) → CloudNodeController.reconcile(name) here, whose steps read top to bottom:
 //   1. #readNode: the Node as the informer caches it, and its record (lib/managedrecord.ts);
 //   2. #factsOf: its IPs (lib/nodeview.ts nodeIPs) and its Talos facts from the watch cache
@@ -18,7 +18,6 @@
 // from, that the machine answering there is the node (the watch cache's job), and a node IP that
 // machine does not have is not written as an InternalIP.
 
-import { handlerErrors, type Informer } from "./cache.ts";
 import type { CompiledConfig } from "./config.ts";
 import type { ControllerContext } from "./controller.ts";
 import {
@@ -32,9 +31,10 @@ import {
   type NodePatch,
   type ProviderIDDecision,
 } from "./desirednode.ts";
-import type { EventRecorder } from "./events.ts";
 import { type Address, type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
 import { isNotFound, type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
+import { handlerErrors, type Informer } from "./kubecache.ts";
+import type { EventRecorder } from "./kubeevents.ts";
 import { type Logger, logger } from "./log.ts";
 import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";

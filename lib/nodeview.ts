@@ -1,7 +1,7 @@
 // The Node view: the part of a Node the controllers read, and the pure reduction of an API Node to
 // it (not images, managed fields or capacity; of the managed fields only who owns what cloud-node
 // writes), so thousands of cached nodes cost little memory. The contract between the Node informer
-// (lib/cache.ts) and the decisions that read a Node.
+// (lib/kubecache.ts) and the decisions that read a Node.
 
 import type { V1Node, V1NodeAddress, V1Taint } from "@kubernetes/client-node";
 import { canonicalIP, isIPv6Text, preferredDualStack } from "./cidr.ts";

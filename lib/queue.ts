@@ -5,7 +5,7 @@
 
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { registry as defaultRegistry } from "./processmetrics.ts";
+import { registry as defaultRegistry } from "./metricsprocess.ts";
 
 /** What a reconcile may ask for besides success or failure. */
 export interface ReconcileResult {

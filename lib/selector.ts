@@ -7,7 +7,7 @@
 // case-insensitively (not node labels, not SystemInformation), and a requirement on a key the node
 // lacks is false for every operator except DoesNotExist (Kubernetes' NotIn would be true).
 
-import { compileRegex } from "./regex.ts";
+import { compileRegex } from "./re2.ts";
 import { quoteValue, withoutLongValue } from "./suggest.ts";
 import type { PlatformMetadata } from "./types.ts";
 

@@ -20,7 +20,7 @@ import { type Handler, type HttpsListener, listenHttps, type TlsSettings } from 
 import type { KubeApi } from "./kubeapi.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
-import { type ServingCert, selfSignedCertificate } from "./selfsigned.ts";
+import { type ServingCert, selfSignedCertificate } from "./x509selfsigned.ts";
 
 const log = logger("serve");
 

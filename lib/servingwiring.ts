@@ -4,7 +4,7 @@
 import type { ControllerContext } from "./controller.ts";
 import type { RunOptions } from "./flags.ts";
 import type { KubeClients } from "./kubeclients.ts";
-import { registry } from "./processmetrics.ts";
+import { registry } from "./metricsprocess.ts";
 import { type SecureServer, startSecureServer } from "./serve.ts";
 
 /**

@@ -2,7 +2,7 @@
 // `talosccm_api_request_errors_total`, registered on the process registry unless a registry is given.
 
 import type { Counter, Histogram, Registry } from "./metrics.ts";
-import { registry as processRegistry } from "./processmetrics.ts";
+import { registry as processRegistry } from "./metricsprocess.ts";
 import { RESOURCES } from "./taloswire.ts";
 
 const API_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];

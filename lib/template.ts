@@ -3,11 +3,10 @@
 // and no HTML escaping (the Go reference ran html/template, which mangles `& ' " < > +`). Execution
 // is bounded in steps, output size and nesting, so a hostile template or data value fails with a
 // TemplateError instead of hanging or exhausting memory. Lexing and parsing: templatelex.ts,
-// templateparse.ts; values: templatevalue.ts; printing: gofmt.ts; functions: templatefuncs.ts.
+// templateparse.ts; values: templatevalue.ts; printing: templatefmt.ts; functions: templatefuncs.ts.
 
-import { Out, sprint } from "./gofmt.ts";
-import type { NumberConst } from "./gostrconv.ts";
-import { compileRegex, RegexError } from "./regex.ts";
+import { compileRegex, RegexError } from "./re2.ts";
+import { Out, sprint } from "./templatefmt.ts";
 import { type Context, FUNCTIONS, type Func, type Param } from "./templatefuncs.ts";
 import {
   type Arg,
@@ -20,6 +19,7 @@ import {
   type Span,
   type TNode,
 } from "./templateparse.ts";
+import type { NumberConst } from "./templatestrconv.ts";
 import {
   ExecFailure,
   FuncError,

@@ -4,9 +4,9 @@
 // `replace old new s`, `default def value`). Functions fail with FuncError; the executor checks
 // argument counts and types against each Func's params, and evaluates and/or lazily.
 
-import { MAX_OUTPUT, sprint, sprintf, sprintln } from "./gofmt.ts";
-import { decodeUtf8, isPrint, runeCount, utf8 } from "./gostrconv.ts";
-import { replaceAll } from "./regex.ts";
+import { replaceAll } from "./re2.ts";
+import { MAX_OUTPUT, sprint, sprintf, sprintln } from "./templatefmt.ts";
+import { decodeUtf8, isPrint, runeCount, utf8 } from "./templatestrconv.ts";
 import {
   compareStrings,
   elemIsString,

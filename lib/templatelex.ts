@@ -2,7 +2,7 @@
 // Go's trim markers (`{{- ` and ` -}}`), comments, quoting rules, number scanning and error
 // wording. Only the default delimiters, `{{` and `}}`, exist.
 
-import { isPrint } from "./gostrconv.ts";
+import { isPrint } from "./templatestrconv.ts";
 
 /** The kinds of token Go's lexer produces (itemText, itemLeftDelim, …). */
 export type TokenKind =

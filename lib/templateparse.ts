@@ -4,10 +4,10 @@
 // given as string constants are compiled here, so a bad one fails when the config loads. Also what
 // a tree may read of its data (fieldUse), so that callers fetch only the facts templates use.
 
-import { type NumberConst, parseNumber, unquote, unquoteChar } from "./gostrconv.ts";
-import { compileRegex, RegexError } from "./regex.ts";
+import { compileRegex, RegexError } from "./re2.ts";
 import { FUNCTIONS, REGEX_FUNCTIONS } from "./templatefuncs.ts";
 import { lex, type Token } from "./templatelex.ts";
+import { type NumberConst, parseNumber, unquote, unquoteChar } from "./templatestrconv.ts";
 
 /** Nesting of control structures and parentheses accepted by the parser. */
 const MAX_NESTING = 100;

@@ -7,7 +7,7 @@
 
 import type { CompiledConfig } from "./config.ts";
 import type { Registry } from "./metrics.ts";
-import { registry as processRegistry } from "./processmetrics.ts";
+import { registry as processRegistry } from "./metricsprocess.ts";
 import { type TransformResult, transform } from "./transform.ts";
 import type { NodeFacts } from "./types.ts";
 

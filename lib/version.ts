@@ -2,7 +2,7 @@
 // k8s.io/apimachinery version.Info they make, which `--version=raw` prints and
 // `kubernetes_build_info` labels. Source runs (bun test, bun main.ts) report "dev" and "unknown".
 
-import { quote } from "./gostrconv.ts";
+import { quote } from "./templatestrconv.ts";
 
 declare const BUILD_VERSION: string | undefined;
 declare const BUILD_COMMIT: string | undefined;

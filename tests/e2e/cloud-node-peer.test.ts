@@ -31,7 +31,7 @@ let cluster: TestCluster;
 let ccm: CcmProcess;
 let hostile: SimulatedKubelet;
 
-/** Node watch events held by the pacer (lib/watchpacer.ts), counted for the peer. */
+/** Node watch events held by the pacer (lib/kubewatchpacer.ts), counted for the peer. */
 const HELD = 'talosccm_peer_input_rejected_total{peer="node",limit="node_event_bytes"}';
 
 const output = () => `CCM output:\n${ccm?.output.slice(-4000)}`;

@@ -13,7 +13,7 @@
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { V1Node } from "@kubernetes/client-node";
-import { nodeInformer } from "../../lib/cache.ts";
+import { nodeInformer } from "../../lib/kubecache.ts";
 import type { LeanNode } from "../../lib/nodeview.ts";
 import { encodePlatformMetadata } from "../support/apid.ts";
 import { SimBed, tainted } from "../support/bed.ts";

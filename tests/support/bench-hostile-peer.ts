@@ -22,7 +22,7 @@
 import { PATCH } from "../../lib/kubeapi.ts";
 import type { KubeConnection } from "../../lib/kubeconfig.ts";
 import { PEER_LIMITS } from "../../lib/peerlimits.ts";
-import { MAX_REQUEST_BYTES } from "../../lib/pkcs10.ts";
+import { MAX_REQUEST_BYTES } from "../../lib/x509pkcs10.ts";
 import type { FakeApid } from "./apid.ts";
 import type { HeartbeatStart } from "./bench-heartbeat-worker.ts";
 import type { HostileKind } from "./bench-hostile.ts";

@@ -6,7 +6,7 @@
 // CCM's write of that Node, read from the bench's audit log (stage RequestReceived), so that what
 // the API server and etcd take under a hostile load can be told from what the CCM takes.
 
-import { Informer } from "../../lib/cache.ts";
+import { Informer } from "../../lib/kubecache.ts";
 import type { FakeApid } from "./apid.ts";
 import { benchIPv4, eth0Address } from "./bench-hostile-peer.ts";
 import type { TestCluster } from "./cluster.ts";

@@ -7,7 +7,7 @@
 import type * as net from "node:net";
 import * as tls from "node:tls";
 import { frameMessage } from "../../lib/grpc.ts";
-import { encodeHeaders } from "../../lib/hpack.ts";
+import { encodeHeaders } from "../../lib/h2hpack.ts";
 
 /** What every connection plays. */
 export type RawScenario =

@@ -5,7 +5,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { PEER_LIMITS } from "../../lib/peerlimits.ts";
-import { MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
+import { MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/x509pkcs10.ts";
 import { parseBenchArgs } from "../bench.ts";
 import { FakeApid } from "../support/apid.ts";
 import {

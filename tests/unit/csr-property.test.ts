@@ -20,7 +20,7 @@ import {
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
-import { CsrParseError, parseCertificateRequest } from "../../lib/pkcs10.ts";
+import { CsrParseError, parseCertificateRequest } from "../../lib/x509pkcs10.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
 

@@ -24,8 +24,8 @@ import {
 } from "../../lib/csr.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { leanNode } from "../../lib/nodeview.ts";
-import { CsrParseError, MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
+import { CsrParseError, MAX_REQUEST_BYTES, parseCertificateRequest } from "../../lib/x509pkcs10.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import {
   type CsrOptions,

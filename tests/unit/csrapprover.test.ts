@@ -5,7 +5,6 @@
 
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import type { Handlers } from "../../lib/cache.ts";
 import { APPROVE_REASON, claims, MAX_REQUEST_BASE64, type NodeInput } from "../../lib/csr.ts";
 import {
   approvalBody,
@@ -23,6 +22,7 @@ import {
 } from "../../lib/csrapprover.ts";
 import { lookUpServiceNames } from "../../lib/csrservices.ts";
 import { KubeError, type RequestOptions } from "../../lib/kubeapi.ts";
+import type { Handlers } from "../../lib/kubecache.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import { ClusterNetworks } from "../../lib/sharedaddresses.ts";

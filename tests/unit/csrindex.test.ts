@@ -17,8 +17,8 @@ import {
 import { EntryIndex, SubnetEdges } from "../../lib/csrindex.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { OVER_LIMIT_REASON, overLimitMessage, PEER_LIMITS } from "../../lib/peerlimits.ts";
-import { CsrSanLimitError, parseCertificateRequest } from "../../lib/pkcs10.ts";
 import { entryHolding, subnetEdgeOf } from "../../lib/sharedaddresses.ts";
+import { CsrSanLimitError, parseCertificateRequest } from "../../lib/x509pkcs10.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import { createCSR } from "../support/pki.ts";
 

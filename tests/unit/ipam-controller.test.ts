@@ -4,7 +4,6 @@
 // server: occupy before allocate, concurrency, patch failures, races with other writers, exhaustion.
 
 import { describe, expect, test } from "bun:test";
-import type { Handlers } from "../../lib/cache.ts";
 import { CidrError, formatPrefix } from "../../lib/cidr.ts";
 import type { ControllerContext } from "../../lib/controller.ts";
 import type { IpamOptions } from "../../lib/flags.ts";
@@ -18,6 +17,7 @@ import {
 } from "../../lib/ipam.ts";
 import { nodeIpamNeedsTalos } from "../../lib/ipamconfig.ts";
 import { KubeError } from "../../lib/kubeapi.ts";
+import type { Handlers } from "../../lib/kubecache.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import type { TalosClient } from "../../lib/talos.ts";

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { controllerRunning, LabelCap, Registry } from "../../lib/metrics.ts";
-import { registerBuildInfo } from "../../lib/processmetrics.ts";
+import { registerBuildInfo } from "../../lib/metricsprocess.ts";
 import { formatVersionRaw, versionInfo } from "../../lib/version.ts";
 
 describe("Registry", () => {

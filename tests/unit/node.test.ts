@@ -1,6 +1,5 @@
 import { describe, expect, test } from "bun:test";
 import type { V1Taint } from "@kubernetes/client-node";
-import type { Handlers } from "../../lib/cache.ts";
 import { type CompiledConfig, type CompiledRule, type GlobalConfig, parseConfig } from "../../lib/config.ts";
 import {
   type DesiredNode,
@@ -10,6 +9,7 @@ import {
   type NodeDecision,
   nodePatch,
 } from "../../lib/desirednode.ts";
+import type { Handlers } from "../../lib/kubecache.ts";
 import type { Logger } from "../../lib/log.ts";
 import { managedRecordDigest, readManagedRecord } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";

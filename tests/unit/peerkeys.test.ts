@@ -53,7 +53,7 @@ const ALLOWED: readonly KeyAllowance[] = [
     reason: "setAt's paths are the file's own (LISTS, cluster.inlineManifests), on the patch it builds",
   })),
   {
-    file: "lib/regex.ts",
+    file: "lib/re2.ts",
     fragment: "if (groups[name] === undefined) groups[name] = values[i];",
     reason: "groups is assigned Object.create(null) on the line before",
   },

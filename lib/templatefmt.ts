@@ -3,7 +3,7 @@
 // struct, and Go's in-band error annotations (%!d(string=x), %!(EXTRA …)). Output is built in an
 // Out, which bounds every string a template produces.
 
-import { canBackquote, formatFloat, isPrint, quote, runeCount, utf8 } from "./gostrconv.ts";
+import { canBackquote, formatFloat, isPrint, quote, runeCount, utf8 } from "./templatestrconv.ts";
 import { ExecFailure, fromData, type GoStruct, kindOf, mapEntries, typeName } from "./templatevalue.ts";
 
 /** Largest output (and largest intermediate string) a template may produce, in UTF-16 units. */

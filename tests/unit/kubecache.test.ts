@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { Informer } from "../../lib/cache.ts";
 import type { KubeApi, WatchEvent } from "../../lib/kubeapi.ts";
+import { Informer } from "../../lib/kubecache.ts";
 import type { Logger } from "../../lib/log.ts";
 import { Registry } from "../../lib/metrics.ts";
 

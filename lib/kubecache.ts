@@ -6,12 +6,12 @@
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { wait } from "./backoffwait.ts";
 import { isGone, type KubeApi, type WatchEvent } from "./kubeapi.ts";
+import { WatchPacer, type WatchPacerOptions } from "./kubewatchpacer.ts";
 import { type Logger, logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
+import { registry as defaultRegistry } from "./metricsprocess.ts";
 import { type LeanNode, leanNode } from "./nodeview.ts";
 import { PEER_LIMITS, peerRejections } from "./peerlimits.ts";
-import { registry as defaultRegistry } from "./processmetrics.ts";
-import { WatchPacer, type WatchPacerOptions } from "./watchpacer.ts";
 
 /** The fields every cached object has. */
 export interface CachedMeta {
@@ -51,7 +51,7 @@ export interface InformerOptions<T> {
   log?: Logger;
   /** Where handler errors are counted (default: the process registry). */
   registry?: Registry;
-  /** Large watch events paced per object before they are parsed (lib/watchpacer.ts). */
+  /** Large watch events paced per object before they are parsed (lib/kubewatchpacer.ts). */
   pace?: Pick<WatchPacerOptions, "bytes" | "paceMs" | "onHeld" | "now" | "timers">;
 }
 
@@ -179,7 +179,7 @@ export class Informer<T extends CachedMeta> {
     }
   }
 
-  /** A held large event whose time came (lib/watchpacer.ts): applied as if it had just arrived. */
+  /** A held large event whose time came (lib/kubewatchpacer.ts): applied as if it had just arrived. */
   #deliver(line: string): void {
     if (this.#abort.signal.aborted) return;
     try {

@@ -1,11 +1,11 @@
-// Large watch events paced per object before they are parsed (lib/watchpacer.ts): an object's large
+// Large watch events paced per object before they are parsed (lib/kubewatchpacer.ts): an object's large
 // MODIFIED events are read at most once per window, the newest held meanwhile and delivered when the
 // window ends; any newer event of the object replaces a held one; small events, other objects, ADDED
 // and DELETED pass at once; and the Informer applies a held event as if it had just arrived. A fake
 // clock and fake timers: nothing sleeps.
 
 import { describe, expect, test } from "bun:test";
-import { lineKey, type Timers, WatchPacer } from "../../lib/watchpacer.ts";
+import { lineKey, type Timers, WatchPacer } from "../../lib/kubewatchpacer.ts";
 
 /** A watch event line as the API server writes one, padded to about `size` characters. */
 function line(type: string, name: string, size = 100, tag = ""): string {

@@ -2,7 +2,7 @@
 // block, its DER outline checked tag by tag as Go's crypto/x509 checks it, the subject's CN and O,
 // the subjectAltName of the extensionRequest, the public key and the proof of possession (the
 // signature over the request with its own key). It judges nothing: the kubelet serving CSR policy
-// (lib/csr.ts) does. The DER is read here (with lib/der.ts) rather than with an ASN.1 library: a
+// (lib/csr.ts) does. The DER is read here (with lib/x509der.ts) rather than with an ASN.1 library: a
 // CSR's few structures are quickly walked, and the library cost ~1.4 ms of CPU per request in the
 // binary and memory at every start.
 
@@ -18,7 +18,7 @@ import {
   oidOf,
   shaped,
   type Tlv,
-} from "./der.ts";
+} from "./x509der.ts";
 
 /**
  * Largest accepted PEM request, in bytes. A kubelet serving CSR with an RSA-4096 key and a dozen

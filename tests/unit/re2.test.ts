@@ -1,7 +1,7 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${1} and ${name} are Go's expansion syntax under test
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { compileRegex, expandTemplate, MAX_REGEX_WORK, RegexError, replaceAll } from "../../lib/regex.ts";
+import { compileRegex, expandTemplate, MAX_REGEX_WORK, RegexError, replaceAll } from "../../lib/re2.ts";
 
 // Expected values are Go 1.26's regexp results for the same pattern and input.
 

@@ -1,8 +1,9 @@
-// lib/events.ts's pure decisions, without an API server: which events are the same (and so fold
+// lib/kubeevents.ts's pure decisions, without an API server: which events are the same (and so fold
 // into one series), the Event object written for a new one, its name and truncations, the LRU bound
 // on remembered events, and when and what a series update writes.
 
 import { describe, expect, test } from "bun:test";
+import type { KubeApi } from "../../lib/kubeapi.ts";
 import {
   dropExpired,
   EventRecorder,
@@ -18,8 +19,7 @@ import {
   seriesDelayMs,
   seriesPatch,
   truncate,
-} from "../../lib/events.ts";
-import type { KubeApi } from "../../lib/kubeapi.ts";
+} from "../../lib/kubeevents.ts";
 import { EVENTS_NAMESPACE } from "../../lib/wellknown.ts";
 
 const T0 = Date.parse("2026-01-01T00:00:00Z");

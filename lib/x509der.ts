@@ -1,4 +1,4 @@
-// Strict DER reading for the PKCS#10 parser (lib/pkcs10.ts): elements (TLVs) with definite,
+// Strict DER reading for the PKCS#10 parser (lib/x509pkcs10.ts): elements (TLVs) with definite,
 // minimal lengths and low tag numbers, the check that a whole buffer is one element in
 // distinguished encoding, object identifiers and BOOLEANs as Go's encoding/asn1 reads them. It knows
 // no ASN.1 module: callers check tags and shapes. Every refusal is a DerError.
