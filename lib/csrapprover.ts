@@ -8,7 +8,8 @@
 // unreachable is retried, never skipped. Without Talos (CSR-only mode), the DNS SANs of a CSR that
 // passed every other check are looked up against the cluster's namespaces and Services
 // (lib/csrservices.ts), failures retried the same way. The cluster's Service and pod ranges
-// (lib/csrnetworks.ts) are read before the first decision. Only this file imports lib/csr.ts.
+// (lib/csrnetworks.ts) are read before the first decision. The Talos facts are lib/csrtalosfacts.ts's,
+// the Nodes' claims lib/csrclaims.ts's.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import type { ControllerContext } from "./controller.ts";
@@ -18,7 +19,6 @@ import {
   type CsrInput,
   type CsrMetrics,
   checkCsr,
-  claims,
   csrInputFrom,
   csrMetrics,
   type Decision,
@@ -34,21 +34,20 @@ import {
   type TalosFacts,
   USERNAME_PREFIX,
 } from "./csr.ts";
+import { NodeClaimIndex } from "./csrclaims.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
 import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
+import { type TalosFactsClient, TalosFactsReader } from "./csrtalosfacts.ts";
 import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
 import { type Handlers, Informer } from "./kubecache.ts";
 import type { EventRecorder, EventTarget } from "./kubeevents.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./nameindex.ts";
-import { type LeanNode, nodeIPs } from "./nodeview.ts";
+import type { LeanNode } from "./nodeview.ts";
 import { OVER_LIMIT_REASON, PEER_LIMITS, peerLimit, peerRejections } from "./peerlimits.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
-import { sameList } from "./samelist.ts";
-import { addressesOnSharedLinks, type NetworkView } from "./sharedaddresses.ts";
-import type { CallOptions, TalosClient } from "./talos.ts";
-import type { PlatformMetadata } from "./types.ts";
+import type { NetworkView } from "./sharedaddresses.ts";
 import { KUBELET_SERVING_SIGNER } from "./wellknown.ts";
 import { WriteBudget } from "./writebudget.ts";
 
@@ -66,16 +65,8 @@ export const NODE_WAIT_MS = 15 * 60_000;
 /** Reconciles in parallel: each is short, but a Talos call may take seconds. */
 const CSR_WORKERS = 4;
 
-/**
- * How long Talos facts of a node are reused: long enough for a retry, short enough to follow changes.
- * A decision once written forgets them at once.
- */
-const TALOS_FACTS_TTL_MS = 10_000;
-
 /** Longest pause between two looks for a missing Node (its appearance re-queues the CSR anyway). */
 const NODE_POLL_MAX_MS = 30_000;
-/** Deadline of one Talos call; failures are retried by the queue with backoff. */
-const TALOS_CALL_TIMEOUT_MS = 5_000;
 /** Consecutive Talos (or Service lookup) failures after which the CSR gets a Warning Event. */
 const TALOS_EVENT_AFTER_FAILURES = 3;
 /** After a 409 the watch brings the newer version; look again after this if it has not yet. */
@@ -174,18 +165,6 @@ export function approvalBody(c: LeanCsr, d: Verdict): V1CertificateSigningReques
 }
 
 /**
- * The DNS names a Talos node has for itself: HostnameStatus hostname and FQDN, PlatformMetadata
- * hostname, internalDNS and externalDNS; empty ones left out, duplicates once.
- */
-export function talosDnsNames(
-  host: { hostname: string; fqdn: string },
-  metadata: Pick<PlatformMetadata, "hostname" | "internalDNS" | "externalDNS">,
-): string[] {
-  const names = [host.hostname, host.fqdn, metadata.hostname, metadata.internalDNS, metadata.externalDNS];
-  return [...new Set(names.filter((n) => n !== ""))];
-}
-
-/**
  * How long to wait before looking for a missing Node again: doubling from 1 s, at most 30 s, and
  * never past the end of the wait.
  * @param looks how many times the Node was looked for already
@@ -193,237 +172,6 @@ export function talosDnsNames(
  */
 export function nodePollDelayMs(looks: number, leftMs: number): number {
   return Math.max(1, Math.min(NODE_POLL_MAX_MS, 1000 * 2 ** Math.min(looks, 15), leftMs));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Talos facts
-
-/** The Talos calls the controller makes. */
-export type TalosFactsClient = Pick<
-  TalosClient,
-  "firstAnswer" | "nodename" | "addresses" | "links" | "nodeIPConfig" | "hostname" | "platformMetadata"
->;
-
-interface FactsEntry {
-  at: number;
-  /** The node IPs the facts were read for. */
-  ips: string;
-  facts: Omit<TalosFacts, "dnsNames">;
-  dnsNames?: string[];
-}
-
-/**
- * Reads and briefly caches what Talos says about the machine behind a Node: which node it is
- * (Nodename), its addresses with the links that hold them, what it excludes from node IPs
- * (NodeIPConfig) and, when asked, its DNS names — all from the one Talos node that answered on the
- * Node's IPs. Errors propagate: an unreachable Talos is never read as "no Talos".
- */
-export class TalosFactsReader {
-  readonly #talos: TalosFactsClient;
-  readonly #ttlMs: number;
-  readonly #now: () => number;
-  readonly #cache = new Map<string, FactsEntry>();
-  readonly #schedule: (fn: () => void, ms: number) => void;
-  /** A prune is scheduled (armed while the cache holds entries). */
-  #pruning = false;
-
-  /**
-   * @param opts.schedule runs `fn` after `ms` (default: a timer that does not hold the process): the
-   *   entries of a burst of CSRs go when they expire, not at the next read, which may never come.
-   */
-  constructor(
-    talos: TalosFactsClient,
-    opts: { ttlMs?: number; now?: () => number; schedule?: (fn: () => void, ms: number) => void } = {},
-  ) {
-    this.#talos = talos;
-    this.#ttlMs = opts.ttlMs ?? TALOS_FACTS_TTL_MS;
-    this.#now = opts.now ?? Date.now;
-    this.#schedule =
-      opts.schedule ??
-      ((fn, ms) => {
-        const timer = setTimeout(fn, ms);
-        (timer as { unref?: () => void }).unref?.();
-      });
-  }
-
-  /** Entries held (expired ones included until their prune). */
-  get size(): number {
-    return this.#cache.size;
-  }
-
-  /**
-   * The Talos facts of `node`.
-   * @param withDNS also read the DNS names (hostname and platform metadata)
-   * @throws {TalosError} when Talos does not answer; {Error} when the Node has no IP to ask on
-   */
-  async read(
-    node: LeanNode,
-    preferIPv6: boolean,
-    withDNS: boolean,
-    signal?: AbortSignal,
-  ): Promise<TalosFacts> {
-    const name = node.metadata.name;
-    const { ips } = nodeIPs(
-      { annotations: node.metadata.annotations, addresses: node.status.addresses },
-      preferIPv6,
-    );
-    if (ips.length === 0) throw new Error(`Cannot ask Talos about node ${name}: the Node has no IP yet`);
-    const now = this.#now();
-    const opts: CallOptions = {
-      attempts: 1,
-      timeoutMs: TALOS_CALL_TIMEOUT_MS,
-      ...(signal ? { signal } : {}),
-    };
-    let entry = this.#cache.get(name);
-    if (!entry || entry.ips !== ips.join(",") || now - entry.at >= this.#ttlMs) {
-      // All from the one machine that answers, in one round trip; its own name (Nodename) decides
-      // in the policy whether the rest means anything.
-      const {
-        nodeIP,
-        value: [nodename, statuses, links, nodeIPConfig],
-      } = await this.#talos.firstAnswer(
-        ips,
-        (ip, o) =>
-          Promise.all([
-            this.#talos.nodename(ip, o),
-            this.#talos.addresses(ip, o),
-            this.#talos.links(ip, o),
-            this.#talos.nodeIPConfig(ip, o),
-          ]),
-        opts,
-      );
-      entry = {
-        at: now,
-        ips: ips.join(","),
-        facts: {
-          nodeIP,
-          nodename,
-          addresses: statuses.map((a) => a.address),
-          sharedAddresses: addressesOnSharedLinks(statuses, links),
-          excludedSubnets: nodeIPConfig.excludeSubnets,
-        },
-      };
-      this.#prune(now);
-      // Re-inserted at the end, so that the map stays (nearly) in age order for #prune.
-      this.#cache.delete(name);
-      this.#cache.set(name, entry);
-      this.#armPrune();
-    }
-    if (withDNS && !entry.dnsNames) {
-      const [host, metadata] = await Promise.all([
-        this.#talos.hostname(entry.facts.nodeIP, opts),
-        this.#talos.platformMetadata(entry.facts.nodeIP, opts),
-      ]);
-      entry.dnsNames = talosDnsNames(host, metadata);
-    }
-    return { ...entry.facts, dnsNames: withDNS ? (entry.dnsNames ?? []) : [] };
-  }
-
-  /** Forgets what is known about node `name` (its Node went away). */
-  forget(name: string): void {
-    this.#cache.delete(name);
-  }
-
-  /**
-   * Drops expired entries from the oldest on, stopping at the first live one: a sweep of the whole
-   * map per read would cost O(nodes) per CSR. Concurrent reads may insert slightly out of age
-   * order; an expired entry left behind is never used (`read` checks the age) and goes later.
-   */
-  #prune(now: number): void {
-    for (const [k, e] of this.#cache) {
-      if (now - e.at < this.#ttlMs) return;
-      this.#cache.delete(k);
-    }
-  }
-
-  /** Schedules a prune when the oldest entry expires; again after it while entries remain. */
-  #armPrune(): void {
-    if (this.#pruning) return;
-    const oldest = this.#cache.values().next().value;
-    if (oldest === undefined) return;
-    this.#pruning = true;
-    this.#schedule(
-      () => {
-        this.#pruning = false;
-        this.#prune(this.#now());
-        this.#armPrune();
-      },
-      Math.max(0, oldest.at + this.#ttlMs - this.#now()) + 1,
-    );
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Claims of the Nodes
-
-/** Whether two versions of a Node claim the same: same name, addresses and provided node IP. */
-function sameClaimInput(a: NodeInput, b: NodeInput): boolean {
-  return (
-    a.name === b.name &&
-    a.providedNodeIP === b.providedNodeIP &&
-    sameList(a.addresses, b.addresses, (x, y) => x.type === y.type && x.address === y.address)
-  );
-}
-
-/**
- * Which Nodes claim each DNS name and IP (`claims()` of lib/csr.ts), kept up to date from Node
- * events, so that a CSR is checked against the few Nodes that share one of its SANs instead of
- * every Node: with a scan, approving N CSRs cost O(N²). Nothing is kept per Node beside the two
- * reverse maps: what a Node claimed is read again from the version of it the caller hands back
- * (the informer's previous copy), `claims()` being a pure function of it. A Node's claim of its own
- * name is not indexed either: whether a Node has that name is the Node cache's to say.
- */
-export class NodeClaimIndex {
-  /** Claimants by name or IP: one Node name, or several when Nodes share it (rare). */
-  readonly #dns = new Map<string, Names>();
-  readonly #ips = new Map<string, Names>();
-  readonly #isNode: (name: string) => boolean;
-
-  /** @param isNode whether a Node of that name exists (the Node cache, which this index follows) */
-  constructor(isNode: (name: string) => boolean) {
-    this.#isNode = isNode;
-  }
-
-  /**
-   * Records what `node` claims in place of what `old` (the version of it recorded last, if any)
-   * claimed. Most Node updates are status heartbeats that change no address: they cost a compare.
-   */
-  set(node: NodeInput, old?: NodeInput): void {
-    if (old && sameClaimInput(old, node)) return;
-    if (old) this.delete(old);
-    const c = claims(node, "other");
-    for (const d of c.dns) if (d !== node.name) addName(this.#dns, d, node.name);
-    for (const ip of c.ips) addName(this.#ips, ip, node.name);
-  }
-
-  /** Forgets what `node` (the version of it recorded last) claims. */
-  delete(node: NodeInput): void {
-    const c = claims(node, "other");
-    for (const d of c.dns) if (d !== node.name) removeName(this.#dns, d, node.name);
-    for (const ip of c.ips) removeName(this.#ips, ip, node.name);
-  }
-
-  /** Forgets every Node. */
-  clear(): void {
-    this.#dns.clear();
-    this.#ips.clear();
-  }
-
-  /**
-   * The Nodes other than `self` that claim any of `wanted`, sorted by name.
-   * @param wanted names and IPs as `claims()` spells them, e.g. `requestedClaims(checked)`
-   * @param self the requester's node, left out
-   */
-  claimants(wanted: Claims, self: string): string[] {
-    const out = new Set<string>();
-    for (const d of wanted.dns) {
-      if (this.#isNode(d)) out.add(d);
-      for (const n of namesOf(this.#dns.get(d))) out.add(n);
-    }
-    for (const ip of wanted.ips) for (const n of namesOf(this.#ips.get(ip))) out.add(n);
-    out.delete(self);
-    return [...out].sort();
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import {
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
-import { NodeClaimIndex } from "../../lib/csrapprover.ts";
+import { NodeClaimIndex } from "../../lib/csrclaims.ts";
 import { isDNS1123Subdomain } from "../../lib/kubevalidation.ts";
 import { canonicalDNS, specialIP } from "../../lib/sharedaddresses.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";

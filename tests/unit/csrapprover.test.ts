@@ -14,13 +14,11 @@ import {
   type LeanCsr,
   leanCsr,
   NODE_WAIT_MS,
-  NodeClaimIndex,
   nodePollDelayMs,
-  type TalosFactsClient,
-  TalosFactsReader,
-  talosDnsNames,
 } from "../../lib/csrapprover.ts";
+import { NodeClaimIndex } from "../../lib/csrclaims.ts";
 import { lookUpServiceNames } from "../../lib/csrservices.ts";
+import { type TalosFactsClient, TalosFactsReader, talosDnsNames } from "../../lib/csrtalosfacts.ts";
 import { KubeError, type RequestOptions } from "../../lib/kubeapi.ts";
 import type { Handlers } from "../../lib/kubecache.ts";
 import { Registry } from "../../lib/metrics.ts";
