@@ -143,6 +143,8 @@ const SHELLS: Record<string, string> = {
   "talosconfigwatch.ts": "watches the talosconfig file (node:fs), poll timer",
   "talosmetrics.ts": "registers the Talos API metrics on the process registry",
   "taloswatch.ts": "one COSI watch over gRPC, resubscribe timers",
+  "taloswatchnode.ts":
+    "a tracked node's record and its address watch handler (holds the watches it closes, Talos I/O)",
   "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers, retry jitter (randomness)",
   "transformmetrics.ts": "times transform() calls (clock), on the process registry by default",
   "validatecommand.ts": "the validate subcommand: reads the files and stdin, writes stdout and stderr",
