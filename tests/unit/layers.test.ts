@@ -25,6 +25,7 @@ const CORES = [
   "help.ts",
   "pflag.ts",
   "config.ts",
+  "configyaml.ts",
   "configlimits.ts",
   "desirednode.ts",
   "managedrecord.ts",

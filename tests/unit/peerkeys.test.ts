@@ -93,7 +93,7 @@ const ALLOWED: readonly KeyAllowance[] = [
     reason: "request headers the operator's kubeconfig auth provider sets, not a peer's",
   },
   {
-    file: "lib/config.ts",
+    file: "lib/configyaml.ts",
     fragment: "if (!Object.hasOwn(out, k)) out[k] = val;",
     reason: "out is toPlain()'s Object.create(null) mapping",
   },
