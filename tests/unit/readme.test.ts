@@ -71,3 +71,37 @@ describe("README layout table", () => {
     expect(named.filter((f) => f !== "main.ts" && !files.includes(f))).toEqual([]);
   });
 });
+
+describe("README architecture table", () => {
+  const section = readme.slice(readme.indexOf("### Architecture"), readme.indexOf("### Working on it"));
+  const rows = section
+    .split("\n")
+    .filter((l) => l.startsWith("| ") && !l.startsWith("| room") && !l.startsWith("| ---"));
+  const named = rows.flatMap((row) =>
+    [...(row.split(" | ")[1] ?? "").matchAll(/`([a-z0-9_]+\.ts)`/g)].map((m) => m[1] as string),
+  );
+  const files = readdirSync(join(import.meta.dir, "..", "..", "lib")).filter((f) => f.endsWith(".ts"));
+
+  test("puts every file of lib/ in exactly one room, and names no other", () => {
+    expect(rows.length).toBeGreaterThan(8);
+    const counts = new Map<string, number>();
+    for (const f of named) counts.set(f, (counts.get(f) ?? 0) + 1);
+    expect(files.filter((f) => counts.get(f) !== 1)).toEqual([]);
+    expect(named.filter((f) => !files.includes(f))).toEqual([]);
+  });
+
+  test("a file with a family's prefix is in that family's room", () => {
+    const room = (f: string) => rows.find((r) => r.includes(`\`${f}\``))?.split(" | ")[0] ?? "";
+    for (const [prefix, family] of [
+      ["talos", "talos*"],
+      ["kube", "kube*"],
+      ["h2", "h2*"],
+      ["grpc", "grpc*"],
+      ["x509", "x509*"],
+      ["re2", "re2*"],
+      ["template", "template*"],
+    ] as const)
+      for (const f of files.filter((x) => x.startsWith(prefix)))
+        expect({ f, room: room(f).includes(family) }).toEqual({ f, room: true });
+  });
+});
