@@ -74,6 +74,8 @@ export interface CsrNetworksOptions {
   talos: Pick<TalosClient, "controllerManagerConfig"> | undefined;
   /** Which group version serves ServiceCIDR objects, if any. */
   apis: Pick<KubeApis, "discover">;
+  /** The wait between retries of the `kubernetes` Service read (default: lib/backoffwait.ts' timer). */
+  wait?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
 /** Keeps a {@link ClusterNetworks} filled from the cluster for the CSR approver. */
@@ -178,7 +180,7 @@ export class CsrNetworks {
     if (await this.#tryKubernetesService(signal, true)) return;
     void (async () => {
       for (let attempt = 0; !signal.aborted; attempt++) {
-        await wait(backoffDelay(attempt, SERVICE_RETRY, Math.random), signal);
+        await (this.#opts.wait ?? wait)(backoffDelay(attempt, SERVICE_RETRY, Math.random), signal);
         if (signal.aborted || (await this.#tryKubernetesService(signal, false))) return;
       }
     })();

@@ -128,14 +128,35 @@ describe("CsrNetworks", () => {
       ipam: { clusterCidrs: [] },
       talos: undefined,
       apis: apis(undefined),
+      // The backoff's waits end when the test says, recorded: no time passes in this test.
+      wait: (ms) =>
+        new Promise<void>((resolve) => {
+          waits.push(ms);
+          pending.push(resolve);
+        }),
     });
+    const waits: number[] = [];
+    const pending: (() => void)[] = [];
+    const yieldLoop = () => new Promise((r) => setImmediate(r));
+    /** Ends the retry's wait once it has begun, and lets the read that follows run. */
+    const endWait = async () => {
+      for (let i = 0; i < 100 && pending.length === 0; i++) await yieldLoop();
+      pending.shift()?.();
+      for (let i = 0; i < 10; i++) await yieldLoop();
+    };
     await nets.start(stop.signal);
     // start() does not wait for a Service that does not exist yet.
     expect(reads).toBe(1);
     expect(nets.networks.rangeOf(parseIP("10.96.0.1"))).toBeUndefined();
-    const deadline = Date.now() + 5_000;
-    while (reads < 3 && Date.now() < deadline) await Bun.sleep(50);
+    await endWait();
+    expect(reads).toBe(2);
+    expect(nets.networks.rangeOf(parseIP("10.96.0.1"))).toBeUndefined();
+    await endWait();
+    expect(reads).toBe(3);
     expect(nets.networks.rangeOf(parseIP("10.96.0.1"))).toContain("Service default/kubernetes");
+    // Two retries, each after a backoff delay within its bounds (0.5 s doubling, at most 30 s); then none.
+    expect(waits).toHaveLength(2);
+    expect(waits.every((ms) => ms > 0 && ms <= 30_000)).toBe(true);
     stop.abort();
   });
 });
