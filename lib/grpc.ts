@@ -1,7 +1,8 @@
 // gRPC client transport on HTTP/2 with TLS (lib/h2.ts), as much of it as lib/talos.ts needs: one HTTP/2
 // session per endpoint shared by every call, unary and server-streaming calls, the 5-byte message
 // framing, statuses from trailers, trailers-only headers, HTTP statuses and RST_STREAM codes
-// (grpc/grpc doc/PROTOCOL-HTTP2.md and doc/http-grpc-status-mapping.md), deadlines sent as
+// (grpc/grpc doc/PROTOCOL-HTTP2.md and doc/http-grpc-status-mapping.md; lib/grpcstatus.ts and
+// lib/grpcframing.ts hold them, and this file re-exports them: it is the family's surface), deadlines sent as
 // `grpc-timeout` and enforced locally, cancellation, reconnection with backoff after failed
 // connects, and keepalive pings that find silently dead connections (and connections that read
 // nothing we send). Against a hostile server, a message costs at most about twice its bytes
@@ -16,22 +17,38 @@
 import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
-import { own } from "./dict.ts";
+import { frameMessage, MessageDecoder } from "./grpcframing.ts";
 import { MessageQueue } from "./grpcmessages.ts";
-import { H2Code, type H2Headers, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
+import {
+  decodeGrpcMessage,
+  encodeGrpcTimeout,
+  errorFromResponseHeaders,
+  errorFromRstCode,
+  GrpcError,
+  type Headers,
+  statusFromHeaders,
+  statusFromHttp,
+} from "./grpcstatus.ts";
+import { H2Code, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
 import { endpointTarget } from "./talosconfig.ts";
 import { GrpcStatus } from "./taloserrors.ts";
 
 const log = logger("grpc");
 
-/** Bytes of the Length-Prefixed-Message header: compressed flag, then a big-endian uint32 length. */
-const PREFIX_BYTES = 5;
-
-/** What MessageDecoder.push() returns when a chunk completes no message (never written to). */
-const NO_MESSAGES: Uint8Array[] = [];
-/** Every empty message (nothing can be written to it). */
-const NO_BYTES = new Uint8Array(0);
+// The family's public surface: its statuses and framing live in lib/grpcstatus.ts and lib/grpcframing.ts.
+export {
+  decodeGrpcMessage,
+  encodeGrpcTimeout,
+  errorFromResponseHeaders,
+  errorFromRstCode,
+  frameMessage,
+  GrpcError,
+  type Headers,
+  MessageDecoder,
+  statusFromHeaders,
+  statusFromHttp,
+};
 
 /** The gRPC default receive limit; callers talking to apid raise it. */
 const DEFAULT_MAX_RECEIVE_BYTES = 4 << 20;
@@ -57,307 +74,6 @@ const QUEUE_HIGH = 256;
 const QUEUE_LOW = 64;
 const QUEUE_HIGH_BYTES = 1 << 20;
 const QUEUE_LOW_BYTES = 256 << 10;
-
-const STATUS_NAMES = new Map<number, string>(Object.entries(GrpcStatus).map(([name, code]) => [code, name]));
-
-// ---------------------------------------------------------------------------------------------
-// Errors and statuses
-
-/**
- * A call that ended with a non-OK gRPC status, received or synthesized; `code` and `details` are
- * what lib/talos.ts's statusError() reads.
- */
-export class GrpcError extends Error {
-  override readonly name = "GrpcError";
-  /** The gRPC status code (GrpcStatus). */
-  readonly code: number;
-  /** The status message, percent-decoded. */
-  readonly details: string;
-  constructor(code: number, details: string, opts: { cause?: unknown } = {}) {
-    super(`${code} ${STATUS_NAMES.get(code) ?? "UNKNOWN"}: ${details}`, opts);
-    this.code = code;
-    this.details = details;
-  }
-}
-
-/**
- * The gRPC status of a response without `grpc-status`, from its HTTP status
- * (doc/http-grpc-status-mapping.md); 200 means the status is missing, hence UNKNOWN.
- */
-export function statusFromHttp(httpStatus: number): number {
-  switch (httpStatus) {
-    case 400:
-    case 431:
-      return GrpcStatus.INTERNAL;
-    case 401:
-      return GrpcStatus.UNAUTHENTICATED;
-    case 403:
-      return GrpcStatus.PERMISSION_DENIED;
-    case 404:
-      return GrpcStatus.UNIMPLEMENTED;
-    case 429:
-    case 502:
-    case 503:
-    case 504:
-      return GrpcStatus.UNAVAILABLE;
-    default:
-      return GrpcStatus.UNKNOWN;
-  }
-}
-
-/**
- * The error of a stream reset by the server before it sent a status (RST_STREAM mapping of
- * PROTOCOL-HTTP2.md): REFUSED_STREAM means nothing was processed, CANCEL a server-side cancel.
- */
-export function errorFromRstCode(rstCode: number): GrpcError {
-  switch (rstCode) {
-    case H2Code.REFUSED_STREAM:
-      return new GrpcError(GrpcStatus.UNAVAILABLE, "Stream refused by server");
-    case H2Code.CANCEL:
-      return new GrpcError(GrpcStatus.CANCELLED, "Call cancelled by server");
-    case H2Code.ENHANCE_YOUR_CALM:
-      return new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, "Bandwidth exhausted (ENHANCE_YOUR_CALM)");
-    case H2Code.INADEQUATE_SECURITY:
-      return new GrpcError(GrpcStatus.PERMISSION_DENIED, "Protocol not secure enough");
-    case H2Code.NO_ERROR:
-      return new GrpcError(GrpcStatus.INTERNAL, "Stream ended without a gRPC status");
-    default:
-      return new GrpcError(GrpcStatus.INTERNAL, `Stream reset with HTTP/2 error code ${rstCode}`);
-  }
-}
-
-/**
- * Decodes a `grpc-message` value: runs of valid `%XX` escapes are UTF-8 bytes, anything else
- * (broken escapes included) stays as it is, and invalid UTF-8 becomes U+FFFD; never throws.
- * @example decodeGrpcMessage("caf%C3%A9%20down") // "café down"
- */
-export function decodeGrpcMessage(value: string): string {
-  if (!value.includes("%")) return value;
-  const utf8 = new TextDecoder();
-  return value.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
-    const bytes = new Uint8Array(run.length / 3);
-    for (let i = 0; i < bytes.length; i++) bytes[i] = Number.parseInt(run.slice(i * 3 + 1, i * 3 + 3), 16);
-    return utf8.decode(bytes);
-  });
-}
-
-/** Response headers or trailers as lib/h2.ts hands them over. */
-export type Headers = H2Headers;
-
-function headerValue(headers: Headers, name: string): string | undefined {
-  const v = own(headers, name);
-  return v === undefined ? undefined : String(v);
-}
-
-/**
- * The status carried by response headers or trailers: undefined without `grpc-status`, null for
- * OK, else the error. A malformed `grpc-status` is UNKNOWN, as its value cannot be trusted.
- */
-export function statusFromHeaders(headers: Headers): GrpcError | null | undefined {
-  const raw = headerValue(headers, "grpc-status");
-  if (raw === undefined) return undefined;
-  const message = decodeGrpcMessage(headerValue(headers, "grpc-message") ?? "");
-  if (!/^\d{1,9}$/.test(raw))
-    return new GrpcError(GrpcStatus.UNKNOWN, `Invalid grpc-status "${raw}": ${message}`);
-  const code = Number(raw);
-  return code === GrpcStatus.OK ? null : new GrpcError(code, message);
-}
-
-/**
- * The error a response's headers announce before any message: a non-200 HTTP status or a
- * content-type that is not gRPC (a proxy or a web server answering). undefined when the
- * response is a gRPC one.
- */
-export function errorFromResponseHeaders(headers: Headers): GrpcError | undefined {
-  const status = Number(headers[":status"]);
-  if (status !== 200) {
-    return new GrpcError(statusFromHttp(status), `Received HTTP status code ${status}`);
-  }
-  const type = headerValue(headers, "content-type") ?? "";
-  if (!type.startsWith("application/grpc")) {
-    return new GrpcError(GrpcStatus.UNKNOWN, `Received a response with content-type "${type}"`);
-  }
-  return undefined;
-}
-
-/**
- * A `grpc-timeout` value for a deadline `ms` from now: the finest unit (m, S, M, H) whose value
- * fits the 8 digits the protocol allows, rounded up so the server never gives up first.
- * @throws {RangeError} for a deadline that is not in the future.
- * @example encodeGrpcTimeout(10_000) // "10000m"
- */
-export function encodeGrpcTimeout(ms: number): string {
-  if (!(ms > 0) || !Number.isFinite(ms)) throw new RangeError(`Cannot encode grpc-timeout of ${ms} ms`);
-  for (const [unit, size] of [
-    ["m", 1],
-    ["S", 1_000],
-    ["M", 60_000],
-  ] as const) {
-    const v = Math.ceil(ms / size);
-    if (v <= 99_999_999) return `${v}${unit}`;
-  }
-  return `${Math.min(Math.ceil(ms / 3_600_000), 99_999_999)}H`;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Framing
-
-/** A message with its Length-Prefixed-Message header (uncompressed). */
-export function frameMessage(message: Uint8Array): Buffer {
-  const out = Buffer.allocUnsafe(PREFIX_BYTES + message.length);
-  out[0] = 0;
-  out.writeUInt32BE(message.length, 1);
-  out.set(message, PREFIX_BYTES);
-  return out;
-}
-
-/**
- * Splits DATA chunks into messages: a frame may span chunks and a chunk may hold many frames.
- * A message wholly inside a chunk is a view of it when it fills at least half of the chunk's
- * buffer, else a copy, so a small message never keeps a large socket chunk alive. A message that
- * spans chunks is copied into a buffer that doubles as it fills (never beyond the announced
- * length), so its memory is at most twice its bytes whatever the framing: one-byte DATA frames
- * cost what one frame of the whole message costs.
- * @example const d = new MessageDecoder(32 << 20); for (const m of d.push(chunk)) handle(m)
- */
-export class MessageDecoder {
-  readonly #maxBytes: number;
-  /** How much of the unfinished message's Length-Prefixed-Message header arrived, and its fields so far. */
-  #headBytes = 0;
-  #flag = 0;
-  #announced = 0;
-  /** Length of the unfinished message once its header is complete, else -1. */
-  #length = -1;
-  /** Its bytes so far. */
-  #body: Uint8Array | undefined;
-  #bodyBytes = 0;
-
-  /** @param maxBytes largest message accepted (the receive limit). */
-  constructor(maxBytes: number) {
-    this.#maxBytes = maxBytes;
-  }
-
-  /** Whether no message is half-received (a stream may end here). */
-  get idle(): boolean {
-    return this.#headBytes === 0;
-  }
-
-  /**
-   * Feeds bytes `start` to `end` of `chunk` (default all) and returns the messages they complete.
-   * @throws {GrpcError} RESOURCE_EXHAUSTED for a message over the limit, INTERNAL for a
-   *   compressed or malformed frame; the decoder is unusable afterwards.
-   */
-  push(chunk: Uint8Array, start = 0, end = chunk.length): Uint8Array[] {
-    let out: Uint8Array[] | undefined;
-    let off = start;
-    while (off < end) {
-      let m: Uint8Array | undefined;
-      if (this.#headBytes === 0 && end - off >= PREFIX_BYTES) {
-        const last = off + PREFIX_BYTES + this.#header(chunk, off);
-        if (last <= end) {
-          m = messageOf(chunk, off + PREFIX_BYTES, last);
-          off = last;
-        }
-      }
-      if (m === undefined) {
-        off = this.#collect(chunk, off, end);
-        m = this.#complete();
-      }
-      if (m === undefined) continue;
-      if (out === undefined) out = [m];
-      else out.push(m);
-    }
-    // One-byte DATA frames come one call each: no array, no view, per call that completes nothing.
-    return out ?? NO_MESSAGES;
-  }
-
-  /** Copies what chunk[off..end] holds of the unfinished message; returns where it stopped. */
-  #collect(chunk: Uint8Array, off: number, end: number): number {
-    if (this.#headBytes < PREFIX_BYTES) {
-      while (this.#headBytes < PREFIX_BYTES && off < end) {
-        const b = chunk[off++] as number;
-        if (this.#headBytes++ === 0) this.#flag = b;
-        else this.#announced = this.#announced * 256 + b;
-      }
-      if (this.#headBytes < PREFIX_BYTES) return off;
-      this.#length = this.#checked(this.#flag, this.#announced);
-      this.#announced = 0;
-    }
-    const take = Math.min(this.#length - this.#bodyBytes, end - off);
-    if (take > 0) {
-      const body = this.#reserve(this.#bodyBytes + take);
-      if (take <= 16) for (let i = 0; i < take; i++) body[this.#bodyBytes + i] = chunk[off + i] as number;
-      else body.set(chunk.subarray(off, off + take), this.#bodyBytes);
-      this.#bodyBytes += take;
-      off += take;
-    }
-    return off;
-  }
-
-  /** The unfinished message once all of it arrived (its buffer grew to exactly its length), else undefined. */
-  #complete(): Uint8Array | undefined {
-    if (this.#length < 0 || this.#bodyBytes < this.#length) return undefined;
-    const m = this.#body ?? NO_BYTES;
-    this.#body = undefined;
-    this.#bodyBytes = 0;
-    this.#headBytes = 0;
-    this.#length = -1;
-    return m;
-  }
-
-  /** The body buffer, with room for `n` bytes: doubled (at least 4 KiB), never beyond the length. */
-  #reserve(n: number): Uint8Array {
-    const body = this.#body;
-    if (body && n <= body.length) return body;
-    const next = new Uint8Array(Math.min(this.#length, Math.max(n, (body?.length ?? 0) * 2, 4096)));
-    if (body) next.set(body.subarray(0, this.#bodyBytes));
-    this.#body = next;
-    return next;
-  }
-
-  /** Validates the header at `off` and returns the message length. */
-  #header(b: Uint8Array, off: number): number {
-    const length =
-      (b[off + 1] as number) * 0x1000000 +
-      ((b[off + 2] as number) << 16) +
-      ((b[off + 3] as number) << 8) +
-      (b[off + 4] as number);
-    return this.#checked(b[off] as number, length);
-  }
-
-  /** The message length of a header with `flag` and `length`, validated. */
-  #checked(flag: number, length: number): number {
-    if (flag !== 0) {
-      throw new GrpcError(
-        GrpcStatus.INTERNAL,
-        flag === 1
-          ? "Received a compressed message, but this client accepts no grpc-encoding"
-          : `Received a message with an invalid compressed flag ${flag}`,
-      );
-    }
-    if (length > this.#maxBytes) {
-      throw new GrpcError(
-        GrpcStatus.RESOURCE_EXHAUSTED,
-        `Received message larger than max (${length} vs. ${this.#maxBytes})`,
-      );
-    }
-    return length;
-  }
-}
-
-/**
- * chunk[start..end] as a message: a view when it fills at least half of the chunk's buffer, else a
- * copy, so that a small message does not keep a large socket chunk alive.
- */
-function messageOf(chunk: Uint8Array, start: number, end: number): Uint8Array {
-  const n = end - start;
-  if (n === 0) return NO_BYTES;
-  if (n * 2 >= chunk.buffer.byteLength) return chunk.subarray(start, end);
-  const m = new Uint8Array(n);
-  if (n <= 64) for (let i = 0; i < n; i++) m[i] = chunk[start + i] as number;
-  else m.set(chunk.subarray(start, end));
-  return m;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Channel

@@ -112,6 +112,8 @@ const SHELLS: Record<string, string> = {
   "csrservices.ts": "looks up the Namespaces and Services a CSR's DNS names reach, from Kubernetes",
   "kubeevents.ts": "writes Events, timers",
   "grpc.ts": "gRPC over node:tls, deadlines, timers, reconnect jitter (randomness)",
+  "grpcstatus.ts": "pure, on lib/h2.ts' error codes (a shell until its frame core is split out)",
+  "grpcframing.ts": "pure, throws lib/grpcstatus.ts' errors (a shell through it)",
   "h2.ts": "HTTP/2 over node:tls, clocks, timers",
   "httpsserver.ts": "listens: Bun.serve, node:tls, node:http",
   "ipam.ts": "the node-ipam controller: Kubernetes and Talos I/O",
