@@ -62,14 +62,14 @@ export async function runManifests(opts: ManifestsOptions, warnings: readonly st
  * @returns 0, or 1 when the file cannot be read or is no machine config
  */
 async function printMigrationPatch(s: ManifestSettings, file: string): Promise<number> {
-  const { MachineConfigError, planMigration, readInstalled, renderMigrationPatch } = await import(
+  const { MachineConfigError, planMigration, readMachineConfig, renderMigrationPatch } = await import(
     "./talosmigration.ts"
   );
   const { ConfigLimitError } = await import("./configlimits.ts");
   const { readConfigFile } = await import("./configfile.ts");
   let plan: ReturnType<typeof planMigration>;
   try {
-    plan = planMigration(s, readInstalled(readConfigFile(file, "machine config")));
+    plan = planMigration(s, readMachineConfig(readConfigFile(file, "machine config")));
   } catch (err) {
     // Unreadable (a system error), too large, or no machine config; anything else is a bug.
     const known =

@@ -21,7 +21,7 @@ import {
   safeToSwitch,
   type Workload,
 } from "./preflight.ts";
-import { isGoImage, planMigration, readInstalled } from "./talosmigration.ts";
+import { isGoImage, planMigration, readMachineConfig } from "./talosmigration.ts";
 import { version } from "./version.ts";
 
 const log = logger("preflight");
@@ -139,7 +139,7 @@ async function readInstalledState(client: KubeClient, opts: PreflightOptions): P
   const settings = defaultSettings(version);
   for (const file of opts.machineConfigs) {
     try {
-      const plan = planMigration(settings, readInstalled(readConfigFile(file, "machine config")));
+      const plan = planMigration(settings, readMachineConfig(readConfigFile(file, "machine config")));
       machineConfigs.push({ file, plan });
     } catch (err) {
       unreadable.push(reason(`machine config ${file}`, err));

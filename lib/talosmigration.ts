@@ -53,7 +53,7 @@ export class MachineConfigError extends Error {
 }
 
 /** What a machine config's v1alpha1 document holds of the lists and inline manifests the migration rewrites. */
-export interface Installed {
+export interface MachineManifests {
   lists: Record<ListName, string[]>;
   /** `cluster.inlineManifests`, in order. */
   inlineManifests: { name: string; contents: string }[];
@@ -102,7 +102,7 @@ function stringList(doc: object, name: ListName): string[] {
   return v;
 }
 
-function inlineList(doc: object): Installed["inlineManifests"] {
+function inlineList(doc: object): MachineManifests["inlineManifests"] {
   const v = at(doc, ["cluster", "inlineManifests"]);
   if (v === undefined || v === null) return [];
   if (!Array.isArray(v)) throw new MachineConfigError("cluster.inlineManifests is not a list");
@@ -123,7 +123,7 @@ function inlineList(doc: object): Installed["inlineManifests"] {
  * @throws {MachineConfigError} when the text is no YAML, holds no v1alpha1 document, or one of the
  * lists is not a list of strings.
  */
-export function readInstalled(text: string): Installed {
+export function readMachineConfig(text: string): MachineManifests {
   let docs = parseDocs(text);
   if (docs.length === 1 && at(docs[0], ["metadata", "type"]) === MACHINE_CONFIG_TYPE) {
     const spec = at(docs[0], ["spec"]);
@@ -159,7 +159,7 @@ export function replacedURL(url: string): Replaced | undefined {
  * @throws {MachineConfigError} when it runs the Go image beside objects of something else: deleting
  * it would delete them too.
  */
-function replacedInline(m: Installed["inlineManifests"][number], i: number): Replaced | undefined {
+function replacedInline(m: MachineManifests["inlineManifests"][number], i: number): Replaced | undefined {
   if (m.name === APP_NAME) return "this project";
   if (!GO_IMAGE.test(m.contents)) return undefined;
   const others = parseDocs(m.contents)
@@ -210,7 +210,7 @@ function setAt(obj: object, path: readonly string[], value: unknown): void {
  * their union with the patch's entries (when the machine has any: Talos would append duplicates), and
  * the inline manifests of another CCM or of this project go.
  */
-export function planMigration(s: ManifestSettings, installed: Installed): MigrationPlan {
+export function planMigration(s: ManifestSettings, installed: MachineManifests): MigrationPlan {
   const removed: Removal[] = [];
   const rewritten: MigrationPlan["rewritten"] = {};
   const patch = talosPatch(s);

@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
-import { isNotFound, PATCH } from "../../lib/kubeapi.ts";
+import { isNotFound } from "../../lib/kubeapi.ts";
 import { FakeApid } from "../support/apid.ts";
 import { type EventV1, TestCluster, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress } from "../support/fixtures.ts";
@@ -200,40 +200,6 @@ async function initialize(def: NodeDef): Promise<void> {
   });
 }
 
-/**
- * Stops the kubelet's heartbeats and marks the node as kube-controller-manager would after its
- * grace period: Ready Unknown and the `unreachable:NoExecute` taint.
- */
-async function goSilent(k: SimulatedKubelet): Promise<void> {
-  k.stop();
-  const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
-  await cluster.adminClient.patch(
-    `${nodePath(k.name)}/status`,
-    {
-      status: {
-        conditions: [
-          {
-            type: "Ready",
-            status: "Unknown",
-            reason: "NodeStatusUnknown",
-            message: "Kubelet stopped posting node status.",
-            lastHeartbeatTime: now,
-            lastTransitionTime: now,
-          },
-        ],
-      },
-    },
-    PATCH.strategic,
-  );
-  const node = (await getNode(k.name)) as V1Node;
-  await cluster.adminClient.patch(nodePath(k.name), {
-    metadata: { resourceVersion: node.metadata?.resourceVersion },
-    spec: {
-      taints: [...(node.spec?.taints ?? []), { key: "node.kubernetes.io/unreachable", effect: "NoExecute" }],
-    },
-  });
-}
-
 /** Lines of the CCM output that record one periodic scan. */
 const scans = (p: CcmProcess) => p.output.match(/"Scanning nodes"/g)?.length ?? 0;
 
@@ -260,7 +226,7 @@ async function setUp(def: NodeDef): Promise<SimulatedKubelet> {
   registered.set(def.name, (await getNode(def.name)) as V1Node);
   await initialize(def);
   if (def.state === "notReady") await k.goNotReady();
-  if (def.state === "silent") await goSilent(k);
+  if (def.state === "silent") await k.goSilent(cluster.adminClient);
   return k;
 }
 

@@ -27,7 +27,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseAllDocuments, stringify } from "yaml";
 import { CHART_DIR } from "../../lib/deployfiles.ts";
-import { PATCH } from "../../lib/kubeapi.ts";
 import { SimBed, tainted } from "../support/bed.ts";
 import { type FakeNodeSpec, loadFixture, normalizeAddress, platformMetadata } from "../support/fixtures.ts";
 import type { SimulatedKubelet } from "../support/kubelet.ts";
@@ -267,27 +266,9 @@ async function healthyPhase(a: SimulatedKubelet): Promise<void> {
  */
 async function offPhase(c: SimulatedKubelet): Promise<void> {
   const unknown0 = nonWatchErrors(steps.at(-1)?.samples ?? null, "unknown");
-  c.stop();
+  // Powered off: the machine stops, its kubelet falls silent.
   await bed.sim.stopMachine(machineC.nodeIPs[0] as string);
-  const t = new Date().toISOString();
-  await bed.cluster.adminClient.patch(
-    `/api/v1/nodes/${machineC.name}/status`,
-    {
-      status: {
-        conditions: [
-          {
-            type: "Ready",
-            status: "Unknown",
-            reason: "NodeStatusUnknown",
-            message: "Kubelet stopped posting node status.",
-            lastHeartbeatTime: t,
-            lastTransitionTime: t,
-          },
-        ],
-      },
-    },
-    PATCH.strategic,
-  );
+  await c.goSilent(bed.cluster.adminClient);
   await scrapeUntilAll({
     off: (s) => watches(s, "down_node_status_unknown") === 1 && nonWatchErrors(s, "unknown") > unknown0,
   });
@@ -395,6 +376,17 @@ afterAll(async () => {
   // A failed promtool test keeps its files (printed) to read.
   if (dir && !keepDir) rmSync(dir, { recursive: true, force: true });
 });
+
+/** Runs `promtool test rules` on a test file; a failure keeps the test's files and prints promtool's output. */
+function expectPromtoolTest(file: string): void {
+  const r = run(tool("PROMTOOL"), ["test", "rules", file]);
+  if (r.status !== 0) {
+    keepDir = true;
+    console.error(`${r.out}\n(the test's files are kept in ${dir})`);
+  }
+  expect(r.out).toContain("SUCCESS");
+  expect(r.status).toBe(0);
+}
 
 /** The rendered PrometheusRule's rules. */
 function rules(): { groups: unknown[]; rules: Rule[] } {
@@ -605,13 +597,7 @@ describe("the chart's observability against a real run", () => {
       }),
     );
     expect(exprs.length).toBeGreaterThan(15);
-    const r = run(tool("PROMTOOL"), ["test", "rules", file]);
-    if (r.status !== 0) {
-      keepDir = true;
-      console.error(`${r.out}\n(the test's files are kept in ${dir})`);
-    }
-    expect(r.out).toContain("SUCCESS");
-    expect(r.status).toBe(0);
+    expectPromtoolTest(file);
   });
 
   test("promtool test rules: each alert fires on the run's series when its condition was driven, none while healthy or for a machine off on purpose", () => {
@@ -704,12 +690,6 @@ describe("the chart's observability against a real run", () => {
         tests: [{ interval: "1m", input_series: input, alert_rule_test: cases }],
       }),
     );
-    const r = run(tool("PROMTOOL"), ["test", "rules", file]);
-    if (r.status !== 0) {
-      keepDir = true;
-      console.error(`${r.out}\n(the test's files are kept in ${dir})`);
-    }
-    expect(r.out).toContain("SUCCESS");
-    expect(r.status).toBe(0);
+    expectPromtoolTest(file);
   });
 });

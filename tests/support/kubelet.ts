@@ -213,6 +213,37 @@ export class SimulatedKubelet {
     await this.heartbeat();
   }
 
+  /**
+   * Stops heartbeats (the machine is off) and marks the node as kube-controller-manager's node
+   * lifecycle does after its grace period: Ready Unknown (NodeStatusUnknown) and the
+   * `unreachable:NoExecute` taint.
+   * @param admin a client that may write any Node (the test bed has no kube-controller-manager)
+   */
+  async goSilent(admin: KubeClient): Promise<void> {
+    this.stop();
+    const path = `/api/v1/nodes/${this.name}`;
+    const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+    const ready = {
+      type: "Ready",
+      status: "Unknown",
+      reason: "NodeStatusUnknown",
+      message: "Kubelet stopped posting node status.",
+      lastHeartbeatTime: now,
+      lastTransitionTime: now,
+    };
+    await admin.patch(`${path}/status`, { status: { conditions: [ready] } }, PATCH.strategic);
+    const node = await admin.get<V1Node>(path);
+    await admin.patch(path, {
+      metadata: { resourceVersion: node.metadata?.resourceVersion },
+      spec: {
+        taints: [
+          ...(node.spec?.taints ?? []),
+          { key: "node.kubernetes.io/unreachable", effect: "NoExecute" },
+        ],
+      },
+    });
+  }
+
   /** Marks the node Ready again and resumes heartbeats. */
   async goReady(heartbeatMs = 10_000): Promise<void> {
     this.#ready = true;

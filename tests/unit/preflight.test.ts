@@ -11,7 +11,7 @@ import {
   safeToSwitch,
   type Workload,
 } from "../../lib/preflight.ts";
-import { planMigration, readInstalled } from "../../lib/talosmigration.ts";
+import { planMigration, readMachineConfig } from "../../lib/talosmigration.ts";
 import { GO_IMAGE_TAGGED, goCcmArgs } from "../support/goccm.ts";
 
 const NOW = Date.parse("2026-11-29T03:00:00Z");
@@ -109,7 +109,7 @@ describe("preflightFindings()", () => {
   test("a machine config with the Go manifest URL needs its migration patch, made with the operator's config", () => {
     const text =
       "version: v1alpha1\ncluster:\n  externalCloudProvider:\n    enabled: true\n    manifests:\n      - https://raw.githubusercontent.com/siderolabs/talos-cloud-controller-manager/main/docs/deploy/cloud-controller-manager.yml\n";
-    const plan = planMigration(defaultSettings("0.1.0"), readInstalled(text));
+    const plan = planMigration(defaultSettings("0.1.0"), readMachineConfig(text));
     const findings = preflightFindings(installed({ machineConfigs: [{ file: "mc.yaml", plan }] }), NOW);
     expect(findings[0]?.level).toBe("change");
     expect(findings[0]?.what).toContain(

@@ -2,10 +2,10 @@ import { describe, expect, test } from "bun:test";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { APP_NAME, defaultSettings } from "../../lib/manifests.ts";
 import {
-  type Installed,
   MachineConfigError,
+  type MachineManifests,
   planMigration,
-  readInstalled,
+  readMachineConfig,
   renderMigrationPatch,
   replacedURL,
 } from "../../lib/talosmigration.ts";
@@ -25,25 +25,25 @@ function config(cluster: Record<string, unknown>): string {
 }
 
 const noLists = { cloudProviderManifests: [], extraManifests: [], allowedRoles: [], allowedNamespaces: [] };
-const none: Installed = { lists: noLists, inlineManifests: [] };
+const none: MachineManifests = { lists: noLists, inlineManifests: [] };
 const s = defaultSettings("0.1.0");
 
 /** An installed config with these lists (the others empty) and inline manifests. */
 function installed(
-  lists: Partial<Installed["lists"]>,
-  inlineManifests: Installed["inlineManifests"] = [],
-): Installed {
+  lists: Partial<MachineManifests["lists"]>,
+  inlineManifests: MachineManifests["inlineManifests"] = [],
+): MachineManifests {
   return { lists: { ...noLists, ...lists }, inlineManifests };
 }
 
-describe("readInstalled()", () => {
+describe("readMachineConfig()", () => {
   test("reads the manifest lists of the v1alpha1 document of a multi-document config", () => {
     const text = `${config({
       externalCloudProvider: { enabled: true, manifests: [OTHER, GO_URL] },
       extraManifests: ["https://example.com/x.yaml"],
       inlineManifests: [{ name: "cni", contents: "kind: List\n" }],
     })}---\n${stringify({ version: "v1alpha1", kind: "NotThisOne" })}`;
-    expect(readInstalled(text)).toEqual(
+    expect(readMachineConfig(text)).toEqual(
       installed({ cloudProviderManifests: [OTHER, GO_URL], extraManifests: ["https://example.com/x.yaml"] }, [
         { name: "cni", contents: "kind: List\n" },
       ]),
@@ -56,11 +56,11 @@ describe("readInstalled()", () => {
       metadata: { namespace: "config", type: "MachineConfigs.config.talos.dev", id: "v1alpha1" },
       spec: config({ externalCloudProvider: { manifests: [GO_URL] } }),
     });
-    expect(readInstalled(resource).lists.cloudProviderManifests).toEqual([GO_URL]);
+    expect(readMachineConfig(resource).lists.cloudProviderManifests).toEqual([GO_URL]);
   });
 
   test("a config without these lists installs nothing", () => {
-    expect(readInstalled(config({ clusterName: "c" }))).toEqual(none);
+    expect(readMachineConfig(config({ clusterName: "c" }))).toEqual(none);
   });
 
   test.each([
@@ -82,8 +82,8 @@ describe("readInstalled()", () => {
       /inlineManifests\[0\] has no name/,
     ],
   ])("refuses %s with the reason", (_, text, reason) => {
-    expect(() => readInstalled(text)).toThrow(MachineConfigError);
-    expect(() => readInstalled(text)).toThrow(reason);
+    expect(() => readMachineConfig(text)).toThrow(MachineConfigError);
+    expect(() => readMachineConfig(text)).toThrow(reason);
   });
 });
 
