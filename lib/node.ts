@@ -13,6 +13,11 @@
 //      JSON patch of metadata and spec that also removes the uninitialized taint;
 //   5. #reportWritten: Event, metrics, log.
 // The watch cache re-queues a Node whenever its facts change; config reloads re-queue every Node.
+// What is remembered about a Node between passes (writes the cache does not show yet, another
+// writer's streak, Event windows, its write budget, the instance-ID wait) is one record per node,
+// lib/nodestate.ts NodeRecord, whose methods decide (the time passed in); the update handler judges
+// another writer's change there once and queues the node; the texts of the Events are in
+// lib/nodenotes.ts, the metrics in lib/nodemetrics.ts.
 //
 // The Node's IPs are its kubelet's to write: no fact is used before Talos confirms, on the IP it came
 // from, that the machine answering there is the node (the watch cache's job), and a node IP that
@@ -31,22 +36,30 @@ import {
   type NodePatch,
   type ProviderIDDecision,
 } from "./desirednode.ts";
-import { type Address, type ConflictingWrite, conflictingWrites } from "./fieldowners.ts";
+import { conflictingWrites } from "./fieldowners.ts";
 import { isNotFound, type KubeApi, KubeError, PATCH } from "./kubeapi.ts";
 import { handlerErrors, type Informer } from "./kubecache.ts";
 import type { EventRecorder } from "./kubeevents.ts";
 import { type Logger, logger } from "./log.ts";
-import { type ManagedRecordRead, type RecordProblem, readManagedRecord } from "./managedrecord.ts";
+import { type ManagedRecordRead, readManagedRecord } from "./managedrecord.ts";
 import { LabelCap, type Registry } from "./metrics.ts";
+import { CONFLICT_MANAGERS, nodeMetrics } from "./nodemetrics.ts";
 import {
-  type LeanNode,
-  type NodeIPs,
-  nodeIPs,
-  sameAddresses,
-  sameTaints,
-  statusUnknown,
-} from "./nodeview.ts";
-import { OVER_LIMIT_REASON, overLimitMessage, PEER_LIMITS, peerRejections } from "./peerlimits.ts";
+  describeConflict,
+  HELD_FOR_TAINTS_NOTE,
+  NO_NODE_IP_NOTE,
+  nodeOverLimitNote,
+  notOnMachineNote,
+  RECORD_PROBLEMS,
+  talosErrorNote,
+  talosMismatchNote,
+  talosOverLimitNote,
+  waitingForIDNote,
+  writeBudgetNote,
+} from "./nodenotes.ts";
+import { NodeRecord } from "./nodestate.ts";
+import { type LeanNode, type NodeIPs, nodeIPs, relevantChange, statusUnknown } from "./nodeview.ts";
+import { OVER_LIMIT_REASON, PEER_LIMITS } from "./peerlimits.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import {
   type FactsNeeds,
@@ -61,14 +74,8 @@ import {
   type TransformResult,
 } from "./transform.ts";
 import { recordTransform } from "./transformmetrics.ts";
-import {
-  FIELD_MANAGER,
-  MANAGED_ANNOTATION,
-  MANAGED_DIGEST_LABEL,
-  PROVIDED_NODE_IP_ANNOTATION,
-  UNINITIALIZED_TAINT,
-} from "./wellknown.ts";
-import { WriteBudget } from "./writebudget.ts";
+import { FIELD_MANAGER } from "./wellknown.ts";
+import type { BudgetPace } from "./writebudget.ts";
 
 const log = logger("cloud-node");
 
@@ -85,59 +92,6 @@ function factsNeeds(config: CompiledConfig): FactsNeeds {
     systemInformation: rulesMayRead(config, SYSTEM_INFORMATION_FIELDS),
     talosVersion: rulesMayRead(config, [TALOS_VERSION_FIELD]),
   };
-}
-
-/** The Warning Event (reason, note) for each way a node's record can be untrustworthy. */
-const RECORD_PROBLEMS: Record<RecordProblem, readonly [string, string]> = {
-  unsigned: [
-    "UntrustedManagedRecord",
-    `The ${MANAGED_ANNOTATION} annotation has no ${MANAGED_DIGEST_LABEL} digest label (it was written ` +
-      "before records carried one, or by someone else, e.g. the node's kubelet): nothing it names is removed, " +
-      "and the record is rebuilt from what the rules produce now",
-  ],
-  mismatch: [
-    "UntrustedManagedRecord",
-    `The ${MANAGED_ANNOTATION} annotation does not match its ${MANAGED_DIGEST_LABEL} digest label: someone ` +
-      "but this CCM changed or removed it (the node's kubelet can edit annotations, not that label): nothing it " +
-      "names is removed, and the record is rebuilt from what the rules produce now",
-  ],
-  invalid: [
-    "InvalidManagedRecord",
-    `The ${MANAGED_ANNOTATION} annotation is not a record this CCM can read: its unusable entries are ignored ` +
-      "(nothing they name is removed) and the record is rewritten",
-  ],
-};
-
-/**
- * Whether two label or annotation maps hold the same entries: by reference first (the Node view
- * keeps the previous version's object when nothing changed, lib/nodeview.ts leanNode), else key by
- * key without allocating.
- */
-function sameEntries(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
-  if (a === b) return true;
-  let n = 0;
-  for (const k in a) {
-    if (!Object.hasOwn(b, k) || a[k] !== b[k]) return false;
-    n++;
-  }
-  for (const k in b) if (Object.hasOwn(b, k)) n--;
-  return n === 0;
-}
-
-/**
- * Whether a Node update touches what this controller reads or writes (heartbeats do not). Its cost
- * does not grow with the Node's size on a heartbeat: unchanged maps and lists are the previous
- * version's own objects, compared by reference.
- */
-export function relevantChange(a: LeanNode, b: LeanNode): boolean {
-  return !(
-    (a.metadata.deletionTimestamp ?? "") === (b.metadata.deletionTimestamp ?? "") &&
-    (a.spec.providerID ?? "") === (b.spec.providerID ?? "") &&
-    sameTaints(a.spec.taints, b.spec.taints) &&
-    sameAddresses(a.status.addresses, b.status.addresses) &&
-    sameEntries(a.metadata.labels, b.metadata.labels) &&
-    sameEntries(a.metadata.annotations, b.metadata.annotations)
-  );
 }
 
 /** One reconcile pass over one Node: what its steps share. */
@@ -189,148 +143,12 @@ export interface CloudNodeOptions {
   log?: Logger;
 }
 
-/** How many field manager names get a label value of their own in the conflicting-writes metric. */
-const CONFLICT_MANAGERS = 16;
-
-/** A change of a field this soon after the write-back of the previous one continues a write loop. */
-const LOOP_GAP_MS = 10_000;
-
-/**
- * The longest write-back delay for a field the node's own credentials can write (all but
- * spec.taints): see {@link writeBackDelayMs}.
- */
-export const NODE_WRITABLE_MAX_DELAY_MS = 1000;
-
 /**
  * The per-node write budget's default pace: after a burst of PEER_LIMITS.node_write_burst writes,
  * one write per 5 s. Half the kubelet's own node status update period (10 s), and at the client's
  * default 20 QPS one node can then spend at most 1 % of it.
  */
 export const NODE_WRITE_PACE_MS = 5000;
-
-/** What is remembered about another writer of one field of one node. */
-interface FieldConflict {
-  /** When its ConflictingWriter Event was recorded (the window starts there). */
-  eventMs: number;
-  /** When it last changed the field, and how long that write-back waited. */
-  lastMs: number;
-  delayMs: number;
-  /** Changes in a row each within {@link LOOP_GAP_MS} of the previous write-back. */
-  streak: number;
-}
-
-/**
- * How long the write-back of a field another writer changed waits, by `streak`: changes in a row,
- * each coming within 10 s of the previous write-back. A writer that changes the field every few
- * minutes (a cloud CCM's status loop) is corrected at once every time; one that changes it again
- * right after each write-back (a watch-driven controller) backs both off, 1 s doubling to 5 min,
- * instead of a write loop.
- */
-export function correctionDelayMs(streak: number): number {
-  return streak <= 0 ? 0 : Math.min(300_000, 1000 * 2 ** (streak - 1));
-}
-
-/**
- * The write-back delay of a change to `field` another writer made, `streak` changes in a row: the
- * full backoff ({@link correctionDelayMs}) only for spec.taints, which the node's own credentials
- * cannot write (NodeRestriction admission refuses it: "node %q is not allowed to modify taints",
- * plugin/pkg/admission/noderestriction/admission.go, Update branch). managedFields record a
- * manager name, not a user: a kubelet may write its status, labels, annotations and providerID
- * under any name (e.g. another cloud's CCM), so a backoff on those fields could be earned by the
- * node itself, keeping its false address for up to 5 minutes per round. There the delay is capped
- * at {@link NODE_WRITABLE_MAX_DELAY_MS}; a real second controller fighting over such a field is
- * bounded by the per-node write budget instead (lib/writebudget.ts), never by the backoff.
- * @example writeBackDelayMs("status.addresses", 9) // 1000
- * @example writeBackDelayMs("spec.taints", 9) // 256000
- */
-export function writeBackDelayMs(field: ConflictingWrite["field"], streak: number): number {
-  const delay = correctionDelayMs(streak);
-  return field === "spec.taints" ? delay : Math.min(delay, NODE_WRITABLE_MAX_DELAY_MS);
-}
-
-/** What a ConflictingWriter Event says about one change. */
-export function describeConflict(c: ConflictingWrite, node: LeanNode, windowMs: number): string {
-  const by = `field manager ${JSON.stringify(c.manager.slice(0, 128))}`;
-  const list = c.keys.map((k) => JSON.stringify(k)).join(", ");
-  const what =
-    c.field === "status.addresses"
-      ? `status.addresses (${c.keys.join(", ")}) was changed by ${by} to entries this CCM's list for the node does not have; the Node now lists ${node.status.addresses
-          .map((a) => `${a.type} ${a.address}`)
-          .join(", ")}`
-      : c.field === "spec.providerID"
-        ? `spec.providerID was set to ${list} by ${by}`
-        : c.field === "spec.taints"
-          ? `spec.taints: ${list}, put there by this CCM's rules, was removed or changed by ${by}`
-          : `${c.field} ${list}, written by this CCM, changed by ${by}`;
-  const then =
-    c.field === "spec.providerID"
-      ? "A providerID cannot change once set: this CCM keeps it and writes none of its own"
-      : "This CCM writes the field again from Talos's facts and its rules wherever it keeps it current, as " +
-        "upstream cloud-node does with addresses";
-  return (
-    `${what}. Two controllers writing one field undo each other at every write: let one node controller ` +
-    `own these nodes (beside a cloud's own CCM, run it without its cloud-node controller). ${then}; further ` +
-    `changes of this field within ${Math.round(windowMs / 60_000)} minutes are counted in ` +
-    "talosccm_node_conflicting_writes_total, not reported again"
-  );
-}
-
-function controllerMetrics(reg: Registry) {
-  return {
-    duration: reg.histogram(
-      "talosccm_node_initialization_duration_seconds",
-      "Time from a Node's creation to the removal of its uninitialized taint.",
-      [],
-      [0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600],
-    ),
-    initialized: reg.counter(
-      "talosccm_nodes_initialized_total",
-      "Nodes initialized by the cloud-node controller.",
-    ),
-    failed: reg.counter(
-      "talosccm_node_initialization_errors_total",
-      "Initialization passes that left a node tainted, by reason (talos, identity, nodeip, instance_id, kubernetes, " +
-        "peer_limit).",
-      ["reason"],
-    ),
-    deferred: reg.counter(
-      "talosccm_node_writes_deferred_total",
-      "cloud-node passes held for a Node whose per-node write budget was spent (burst " +
-        `${PEER_LIMITS.node_write_burst.value}, then paced): a pass that would have written, or a change while not ` +
-        "one write's worth was left; re-queued for when a write is due, changes in between coalesced.",
-    ),
-    handlerErrors: handlerErrors(reg),
-    rejected: peerRejections(reg),
-    waitingForInstanceID: reg.gauge(
-      "talosccm_nodes_waiting_for_instance_id",
-      "Nodes without a providerID whose platform names its instances while Talos has not published the instance ID " +
-        "(initializing ones stay tainted).",
-    ),
-    watches: reg.gauge(
-      "talosccm_node_talos_watches",
-      "Nodes whose Talos facts are watched, by state: healthy, down, or down_node_status_unknown (down while " +
-        "the Node's status is unknown, its kubelet silent: a machine off, expected).",
-      ["state"],
-    ),
-    uninitialized: reg.gauge(
-      "talosccm_nodes_uninitialized",
-      `Nodes that still have the ${UNINITIALIZED_TAINT} taint (in the cloud-node controller's Node cache).`,
-    ),
-    conflicts: reg.counter(
-      "talosccm_node_conflicting_writes_total",
-      "Changes another field manager made to a Node field this CCM writes (status.addresses, spec.providerID, " +
-        `spec.taints, metadata.labels, metadata.annotations), by field and manager (the first ${CONFLICT_MANAGERS} ` +
-        "manager names as they are, later ones as other).",
-      ["field", "manager"],
-    ),
-    rejectedIPs: reg.counter(
-      "talosccm_node_ips_rejected_total",
-      "Node IPs (provided-node-ip annotation or InternalIP) left out of a Node's addresses when first found, " +
-        "by reason (not_on_machine: the machine Talos confirmed as the node does not have the IP).",
-      ["reason"],
-    ),
-  };
-}
 
 /**
  * The cloud-node controller: informer handlers turn Node events into keys; Talos watch changes and
@@ -340,37 +158,15 @@ export class CloudNodeController {
   readonly #opts: CloudNodeOptions;
   readonly #queue: WorkQueue;
   readonly #facts: TalosWatchCache;
-  readonly #m: ReturnType<typeof controllerMetrics>;
+  readonly #m: ReturnType<typeof nodeMetrics> & { handlerErrors: ReturnType<typeof handlerErrors> };
   readonly #log: Logger;
-  /**
-   * Nodes just written, with the resourceVersions that do not show our writes yet (the one the
-   * writes were based on, and the one after the status write): reconciling on those would redo them.
-   */
-  readonly #stale = new Map<string, Set<string>>();
-  /**
-   * Node IPs left out because the confirmed machine lacks them, per node, as last reported: each is
-   * reported once when it starts being left out, not at every pass (whose action may differ).
-   */
-  readonly #notOnMachine = new Map<string, readonly string[]>();
-  /** Per node and field another writer changed, what is remembered about it (pruned with the node). */
-  readonly #conflicts = new Map<string, Map<string, FieldConflict>>();
-  /**
-   * Per node, the address list its latest pass decided ({@link decideNode}; the Node's own list when
-   * they are equal, so that a settled node costs no copy): what a second writer's address entries
-   * are compared with ({@link conflictingWrites}).
-   */
-  readonly #wantAddresses = new Map<string, readonly Address[]>();
+  /** One record per node of what is remembered between passes (lib/nodestate.ts); dropped with the node. */
+  readonly #records = new Map<string, NodeRecord>();
   readonly #managers = new LabelCap(CONFLICT_MANAGERS);
   readonly #conflictWindowMs: number;
   readonly #now: () => number;
-  /** Nodes waiting for their instance ID (lib/desirednode.ts decideProviderID), since when (ms). */
-  readonly #waitingForID = new Map<string, number>();
-  /** Per-node write budget (lib/writebudget.ts): one node cannot spend the shared client rate limit. */
-  readonly #budget: WriteBudget;
-  /** Nodes whose writes wait for their budget, until when (ms): changes meanwhile join that pass. */
-  readonly #deferredUntil = new Map<string, number>();
-  /** Per node and Event reason, when that once-per-window Warning was last recorded (ms). */
-  readonly #windowEvents = new Map<string, Map<string, number>>();
+  /** The per-node write budget's shape: one node cannot spend the shared client rate limit. */
+  readonly #pace: BudgetPace;
   /** {@link factsNeeds} of the config it was computed for (templates are walked once per config). */
   #needs: { config: CompiledConfig; needs: FactsNeeds } | undefined;
   #stopped = false;
@@ -381,11 +177,10 @@ export class CloudNodeController {
     this.#log = opts.log ?? log;
     this.#conflictWindowMs = opts.conflictWindowMs ?? 600_000;
     this.#now = opts.now ?? Date.now;
-    this.#budget = new WriteBudget({
+    this.#pace = {
       burst: PEER_LIMITS.node_write_burst.value,
       paceMs: opts.writePaceMs ?? NODE_WRITE_PACE_MS,
-      now: this.#now,
-    });
+    };
     this.#queue = new WorkQueue("cloud-node", { registry: opts.registry });
     this.#facts = new TalosWatchCache({
       talos: opts.talos,
@@ -396,13 +191,15 @@ export class CloudNodeController {
         return n !== undefined && statusUnknown(n);
       },
     });
-    this.#m = controllerMetrics(opts.registry);
+    this.#m = { ...nodeMetrics(opts.registry), handlerErrors: handlerErrors(opts.registry) };
     opts.registry.onCollect(() => {
       const { nodes, down, downStatusUnknown } = this.#facts.stats();
       this.#m.watches.set({ state: "healthy" }, nodes - down);
       this.#m.watches.set({ state: "down" }, down - downStatusUnknown);
       this.#m.watches.set({ state: "down_node_status_unknown" }, downStatusUnknown);
-      this.#m.waitingForInstanceID.set(undefined, this.#waitingForID.size);
+      let waiting = 0;
+      for (const r of this.#records.values()) if (r.waitingForIDSince !== undefined) waiting++;
+      this.#m.waitingForInstanceID.set(undefined, waiting);
       let tainted = 0;
       for (const n of this.#opts.nodes.list()) if (isUninitialized(n)) tainted++;
       this.#m.uninitialized.set(undefined, tainted);
@@ -445,15 +242,20 @@ export class CloudNodeController {
    * a write that waits (a kubelet rewriting 1,024 addresses cost the thread ~5 ms per decision).
    */
   #enqueue(name: string): void {
-    const until = this.#deferredUntil.get(name);
-    let waitMs = until === undefined ? 0 : until - this.#now();
-    if (waitMs <= 0) {
-      waitMs = this.#budget.waitFor(name);
-      const node = waitMs > 0 ? this.#opts.nodes.get(name) : undefined;
-      if (node) this.#defer(name, node, actionOf(isUninitialized(node)), waitMs);
-    }
+    const { waitMs, deferred } = this.#record(name).enqueueDelay(this.#now(), this.#pace);
+    const node = deferred ? this.#opts.nodes.get(name) : undefined;
+    if (node) this.#reportDeferred(name, node, actionOf(isUninitialized(node)), waitMs);
     if (waitMs > 0) this.#queue.addAfter(name, waitMs);
     else this.#queue.add(name);
+  }
+
+  /** Node `name`'s record, made when first needed. */
+  #record(name: string): NodeRecord {
+    const found = this.#records.get(name);
+    if (found) return found;
+    const r = new NodeRecord();
+    this.#records.set(name, r);
+    return r;
   }
 
   /**
@@ -492,7 +294,7 @@ export class CloudNodeController {
     const { want, patch, hold } = this.#decide(pass, found.ips, found.state);
     if (hold) return undefined;
     // Equal to the Node's own list unless the patch changes it: then that list is kept, not a copy.
-    this.#wantAddresses.set(name, patch.addresses ?? pass.node.status.addresses);
+    this.#record(name).wantAddresses = patch.addresses ?? pass.node.status.addresses;
     const waitMs = this.#spend(pass, patch);
     if (waitMs > 0) return { requeueAfterMs: waitMs };
     if (!(await this.#write(pass, patch))) return undefined;
@@ -502,40 +304,26 @@ export class CloudNodeController {
 
   /**
    * Takes the writes of `patch` from the node's write budget: 0 when taken (or nothing to write);
-   * otherwise the ms until they are due, after {@link #defer}.
+   * otherwise the ms until they are due, after reporting the deferral.
    */
   #spend(pass: Pass, patch: NodePatch): number {
     const cost = (patch.addresses ? 1 : 0) + (patch.ops.length > 0 ? 1 : 0);
     if (cost === 0) return 0;
-    const waitMs = this.#budget.take(pass.name, cost);
-    if (waitMs === 0) {
-      this.#deferredUntil.delete(pass.name);
-      return 0;
-    }
-    this.#defer(pass.name, pass.node, pass.action, waitMs);
+    const waitMs = this.#record(pass.name).takeWrites(cost, this.#now(), this.#pace);
+    if (waitMs > 0) this.#reportDeferred(pass.name, pass.node, pass.action, waitMs);
     return waitMs;
   }
 
   /**
    * Node `name`'s pass waits `waitMs` for its write budget (a pass that would write, or a change
-   * while not one write's worth is left): notes when it is due, counts it, and records a Warning
-   * WriteBudgetExceeded Event once per window.
+   * while not one write's worth is left): counts it, and records a Warning WriteBudgetExceeded
+   * Event once per window.
    */
-  #defer(name: string, node: LeanNode, action: string, waitMs: number): void {
-    this.#deferredUntil.set(name, this.#now() + waitMs);
+  #reportDeferred(name: string, node: LeanNode, action: string, waitMs: number): void {
     this.#m.deferred.inc();
     this.#log.v(2).info("Write budget spent; writing later", { node: name, waitMs });
-    const burst = PEER_LIMITS.node_write_burst.value;
-    const pace = (this.#opts.writePaceMs ?? NODE_WRITE_PACE_MS) / 1000;
-    this.#warnOncePerWindow(
-      { name, node, action },
-      "WriteBudgetExceeded",
-      `What this CCM writes to the node changed faster than its per-node write budget (${burst} writes at once, ` +
-        `then one every ${pace} s; e.g. an address that keeps appearing and disappearing): the latest state is ` +
-        `written in ${Math.ceil(waitMs / 1000)} s, and changes until then are folded into that write. Other ` +
-        "nodes' writes are not affected; later deferrals within the window are counted in " +
-        "talosccm_node_writes_deferred_total, not reported again",
-    );
+    const note = writeBudgetNote(this.#pace.burst, this.#pace.paceMs, waitMs);
+    this.#warnOncePerWindow({ name, node, action }, "WriteBudgetExceeded", note);
   }
 
   /** A Warning Event of `reason` about the pass's node, at most once per node and reason in the window. */
@@ -544,13 +332,8 @@ export class CloudNodeController {
     reason: string,
     note: string,
   ): void {
-    const now = this.#now();
-    const sent = this.#windowEvents.get(name) ?? new Map<string, number>();
-    const last = sent.get(reason);
-    if (last !== undefined && now - last < this.#conflictWindowMs) return;
-    sent.set(reason, now);
-    this.#windowEvents.set(name, sent);
-    this.#warn(node, reason, action, note);
+    if (this.#record(name).windowEventDue(reason, this.#now(), this.#conflictWindowMs))
+      this.#warn(node, reason, action, note);
   }
 
   /**
@@ -565,8 +348,7 @@ export class CloudNodeController {
       return undefined;
     }
     // Our last write is not in the cache yet; the informer's update re-queues the node.
-    if (this.#stale.get(name)?.has(node.metadata.resourceVersion)) return undefined;
-    this.#stale.delete(name);
+    if (this.#records.get(name)?.showsOurWrites(node.metadata.resourceVersion) === false) return undefined;
     const initializing = isUninitialized(node);
     const pass = {
       name,
@@ -594,12 +376,10 @@ export class CloudNodeController {
     this.#m.rejected.inc({ peer: "node", limit: over.limit });
     if (pass.initializing) this.#m.failed.inc({ reason: "peer_limit" });
     this.#log.v(2).info("Node over a per-peer bound; not reconciled", { node: pass.name, ...over });
-    const then = pass.initializing ? "it stays tainted" : "it keeps its current state";
     this.#warnOncePerWindow(
       pass,
       OVER_LIMIT_REASON,
-      `${overLimitMessage(over.limit, over.got)}; this CCM does not reconcile the node (${then}) until it is ` +
-        "back within the bound",
+      nodeOverLimitNote(over.limit, over.got, pass.initializing),
     );
   }
 
@@ -678,7 +458,7 @@ export class CloudNodeController {
   async #patchNode({ name, node }: Pass, patch: NodePatch): Promise<void> {
     const path = `/api/v1/nodes/${encodeURIComponent(name)}`;
     // Reconciles on these versions would redo our writes; the informer delivers the final one.
-    const stale = new Set([node.metadata.resourceVersion]);
+    const stale = [node.metadata.resourceVersion];
     if (patch.addresses) {
       const res = await this.#opts.client.patch<{ metadata?: { resourceVersion?: string } }>(
         `${path}/status`,
@@ -687,12 +467,12 @@ export class CloudNodeController {
         AS_FIELD_MANAGER_RV,
       );
       const rv = res?.metadata?.resourceVersion;
-      if (rv !== node.metadata.resourceVersion) this.#stale.set(name, stale);
-      if (rv !== undefined && patch.ops.length > 0) stale.add(rv);
+      if (rv !== node.metadata.resourceVersion) this.#record(name).stale = stale;
+      if (rv !== undefined && patch.ops.length > 0) stale.push(rv);
     }
     if (patch.ops.length > 0) {
       await this.#opts.client.patch<void>(path, patch.ops, PATCH.json, AS_FIELD_MANAGER_UNREAD);
-      this.#stale.set(name, stale);
+      this.#record(name).stale = stale;
     }
   }
 
@@ -728,17 +508,10 @@ export class CloudNodeController {
     void this.#opts.events.record(target, "Warning", reason, action, note);
   }
 
-  /** Drops everything held about node `name`: its Talos watches and facts, and what was reported. */
+  /** Drops everything held about node `name`: its Talos watches and facts, and its record. */
   #forget(name: string): void {
     this.#facts.forget(name);
-    this.#stale.delete(name);
-    this.#notOnMachine.delete(name);
-    this.#waitingForID.delete(name);
-    this.#conflicts.delete(name);
-    this.#wantAddresses.delete(name);
-    this.#deferredUntil.delete(name);
-    this.#windowEvents.delete(name);
-    this.#budget.forget(name);
+    this.#records.delete(name);
   }
 
   /**
@@ -749,34 +522,30 @@ export class CloudNodeController {
    */
   #noticeConflicts(old: LeanNode, node: LeanNode): number {
     const name = node.metadata.name;
+    const record = this.#records.get(name);
     // A providerID set while this CCM waits for the instance ID settles the wait; nobody fights over it.
-    const waiting = this.#waitingForID.has(name);
+    const waiting = record?.waitingForIDSince !== undefined;
     const found = conflictingWrites(
       old,
       node,
       FIELD_MANAGER,
       readManagedRecord(old.metadata).record.taints,
-      this.#wantAddresses.get(name),
+      record?.wantAddresses,
     ).filter((c) => !(waiting && c.field === "spec.providerID"));
     if (found.length === 0) return 0;
-    const fields = this.#conflicts.get(name) ?? new Map<string, FieldConflict>();
-    this.#conflicts.set(name, fields);
-    const now = this.#now();
     let delayMs = 0;
-    for (const c of found) {
+    for (const { conflict: c, delayMs: delay, report } of this.#record(name).noticeConflicts(
+      found,
+      this.#now(),
+      this.#conflictWindowMs,
+    )) {
       this.#m.conflicts.inc({ field: c.field, manager: this.#managers.value(c.manager) });
-      const seen = fields.get(c.field);
-      const loop = seen !== undefined && now - seen.lastMs < seen.delayMs + LOOP_GAP_MS;
-      const streak = loop ? seen.streak + 1 : 0;
-      const delay = writeBackDelayMs(c.field, streak);
       delayMs = Math.max(delayMs, delay);
       const facts = { node: name, field: c.field, keys: c.keys, manager: c.manager, writeBackDelayMs: delay };
-      if (seen && now - seen.eventMs < this.#conflictWindowMs) {
-        Object.assign(seen, { lastMs: now, delayMs: delay, streak });
+      if (!report) {
         this.#log.v(2).info("Another writer changed a field this CCM owns, again", facts);
         continue;
       }
-      fields.set(c.field, { eventMs: now, lastMs: now, delayMs: delay, streak });
       this.#log.warn(
         "Another writer changed a field this CCM owns; writing it again from Talos and the rules",
         facts,
@@ -797,19 +566,16 @@ export class CloudNodeController {
     decision: ProviderIDDecision,
     ip: string,
   ): void {
-    const since = this.#waitingForID.get(name);
-    if (decision.action !== "wait") {
-      if (since === undefined) return;
-      this.#waitingForID.delete(name);
+    const wait = this.#record(name).waitForID(decision.action === "wait", this.#now());
+    if (wait.change === "ended") {
       this.#log.info("Instance ID published; writing the providerID", {
         node: name,
         providerID: decision.action === "write" ? decision.providerID : (node.spec.providerID ?? ""),
-        waitedSeconds: Math.round((this.#now() - since) / 1000),
+        waitedSeconds: Math.round(wait.waitedMs / 1000),
       });
-      return;
     }
-    if (since === undefined) {
-      this.#waitingForID.set(name, this.#now());
+    if (decision.action !== "wait") return;
+    if (wait.change === "started") {
       this.#log.warn("Waiting for the instance ID before writing a providerID", {
         node: name,
         platform: decision.platform,
@@ -818,31 +584,15 @@ export class CloudNodeController {
       });
     }
     if (initializing) this.#m.failed.inc({ reason: "instance_id" });
-    const fallback = fallbackProviderID(decision.platform, ip);
-    this.#warn(
-      node,
-      "WaitingForInstanceID",
-      action,
-      `Waiting for ${decision.waitingFor}. Until then the node ${
-        initializing ? `keeps its ${UNINITIALIZED_TAINT} taint` : "gets no providerID"
-      }, rather than the fallback ${fallback}, which its cloud's controllers cannot parse and which could never ` +
-        `be changed. Check \`talosctl -n ${ip} get platformmetadata\` and machined's log; to give it a ` +
-        "providerID now, set ProviderID in a rule's platformMetadata, or set the Node's spec.providerID yourself " +
-        "(it is then kept)",
-    );
+    const note = waitingForIDNote(decision, ip, fallbackProviderID(decision.platform, ip), initializing);
+    this.#warn(node, "WaitingForInstanceID", action, note);
   }
 
   /** Reports a Node without any IP to ask Talos on (only while it waits for its initialization). */
   #reportNoNodeIP({ node, initializing, action }: Pass): void {
     if (!initializing) return;
     this.#m.failed.inc({ reason: "nodeip" });
-    this.#warn(
-      node,
-      "NodeIPUnknown",
-      action,
-      `The node has no ${PROVIDED_NODE_IP_ANNOTATION} annotation and no InternalIP address: ` +
-        "run the kubelet with --cloud-provider=external and --node-ip",
-    );
+    this.#warn(node, "NodeIPUnknown", action, NO_NODE_IP_NOTE);
   }
 
   /**
@@ -854,15 +604,7 @@ export class CloudNodeController {
     if (state.mismatch) {
       const { ip, nodename } = state.mismatch;
       if (initializing) this.#m.failed.inc({ reason: "identity" });
-      this.#warn(
-        node,
-        "TalosNodeMismatch",
-        action,
-        `Talos on ${ip}, an IP of this node (${PROVIDED_NODE_IP_ANNOTATION} or InternalIP), is node ` +
-          `${JSON.stringify(nodename)}: its facts are not used, and the node ` +
-          `${initializing ? "stays tainted" : "keeps its current state"} until Talos on one of its IPs confirms its ` +
-          "name (retried with backoff)",
-      );
+      this.#warn(node, "TalosNodeMismatch", action, talosMismatchNote(ip, nodename, initializing));
       return;
     }
     if (state.limit !== undefined && state.error !== undefined) {
@@ -871,19 +613,13 @@ export class CloudNodeController {
       this.#warnOncePerWindow(
         pass,
         OVER_LIMIT_REASON,
-        `Cannot use the node's facts from Talos (${ips.ips.join(", ")}): ${state.error}; the node ` +
-          `${initializing ? "stays tainted" : "keeps its current state"} until Talos answers within the bound`,
+        talosOverLimitNote(ips.ips, state.error, initializing),
       );
       return;
     }
     if (initializing && state.error !== undefined) {
       this.#m.failed.inc({ reason: "talos" });
-      this.#warn(
-        node,
-        "TalosAPIError",
-        action,
-        `Cannot read the node's facts from Talos (${ips.ips.join(", ")}): ${state.error}; the node stays tainted until Talos answers`,
-      );
+      this.#warn(node, "TalosAPIError", action, talosErrorNote(ips.ips, state.error));
     }
     this.#log.v(4).info("Waiting for Talos facts", { node: name, for: state.waitingFor });
   }
@@ -891,9 +627,7 @@ export class CloudNodeController {
   /** Reports rule values that failed and a record that is not believed (not on a skipped foreign node). */
   #reportRuleProblems({ node, config, action, managed }: Pass, result: TransformResult, held = false): void {
     if (result.errors.length > 0) {
-      const stays = held
-        ? "; the node stays tainted (uninitialized) until every taint of its rules renders: initialized without one, pods could run where the rule keeps them off"
-        : "";
+      const stays = held ? HELD_FOR_TAINTS_NOTE : "";
       this.#warn(node, "TransformerError", action, `${describeTransformErrors(result.errors)}${stays}`);
     }
     if (managed.problem !== undefined && !(config.global.skipForeignNode && isForeign(node))) {
@@ -914,13 +648,7 @@ export class CloudNodeController {
     confirmedIP: string,
   ): void {
     const name = node.metadata.name;
-    const before = this.#notOnMachine.get(name) ?? [];
-    if (split.notOnMachine.length === 0) {
-      this.#notOnMachine.delete(name);
-      return;
-    }
-    this.#notOnMachine.set(name, split.notOnMachine);
-    const added = split.notOnMachine.filter((ip) => !before.includes(ip));
+    const added = this.#record(name).leaveOut(split.notOnMachine);
     if (added.length === 0) return;
     this.#m.rejectedIPs.inc({ reason: "not_on_machine" }, added.length);
     this.#log.warn("Node IP is not on the node's machine; it is not written as InternalIP", {
@@ -928,17 +656,8 @@ export class CloudNodeController {
       ips: added,
       confirmedIP,
     });
-    const where =
-      source === "annotation" ? `in its ${PROVIDED_NODE_IP_ANNOTATION} annotation` : "among its InternalIPs";
-    this.#warn(
-      node,
-      "NodeIPNotOnMachine",
-      action,
-      `Node IP ${added.join(", ")} (${where}) is not an address of the machine Talos confirmed as this node ` +
-        `on ${confirmedIP}: it is not written as an InternalIP and Talos is not asked there; the node's ` +
-        `InternalIPs are ${split.onMachine.ips.join(", ")}. A kubelet only announces addresses of its own host ` +
-        "(--node-ip); the IP is used once Talos reports it on the machine",
-    );
+    const note = notOnMachineNote(added, source, confirmedIP, split.onMachine.ips);
+    this.#warn(node, "NodeIPNotOnMachine", action, note);
   }
 }
 

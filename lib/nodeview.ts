@@ -314,3 +314,35 @@ function isIPv6First(list: string): boolean {
   }
   return false;
 }
+
+/**
+ * Whether two label or annotation maps hold the same entries: by reference first (the Node view
+ * keeps the previous version's object when nothing changed, lib/nodeview.ts leanNode), else key by
+ * key without allocating.
+ */
+function sameEntries(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
+  if (a === b) return true;
+  let n = 0;
+  for (const k in a) {
+    if (!Object.hasOwn(b, k) || a[k] !== b[k]) return false;
+    n++;
+  }
+  for (const k in b) if (Object.hasOwn(b, k)) n--;
+  return n === 0;
+}
+
+/**
+ * Whether a Node update touches what this controller reads or writes (heartbeats do not). Its cost
+ * does not grow with the Node's size on a heartbeat: unchanged maps and lists are the previous
+ * version's own objects, compared by reference.
+ */
+export function relevantChange(a: LeanNode, b: LeanNode): boolean {
+  return !(
+    (a.metadata.deletionTimestamp ?? "") === (b.metadata.deletionTimestamp ?? "") &&
+    (a.spec.providerID ?? "") === (b.spec.providerID ?? "") &&
+    sameTaints(a.spec.taints, b.spec.taints) &&
+    sameAddresses(a.status.addresses, b.status.addresses) &&
+    sameEntries(a.metadata.labels, b.metadata.labels) &&
+    sameEntries(a.metadata.annotations, b.metadata.annotations)
+  );
+}

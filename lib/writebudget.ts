@@ -15,9 +15,40 @@ export interface WriteBudgetOptions {
   now: () => number;
 }
 
-interface Bucket {
-  tokens: number;
-  atMs: number;
+/** A bucket as it was last left: `tokens` (below zero when in debt) at `atMs`. */
+export interface Bucket {
+  readonly tokens: number;
+  readonly atMs: number;
+}
+
+/** A budget's shape: `burst` writes at once, then one every `paceMs`. */
+export type BudgetPace = Pick<WriteBudgetOptions, "burst" | "paceMs">;
+
+/**
+ * The tokens in `bucket` at `at` (an absent bucket is full): refilled one per `paceMs` since it was
+ * left, up to `burst`. Pure: the caller keeps the bucket where it keeps the rest of its key's state.
+ * @example tokensAt({ tokens: 0, atMs: 0 }, 10_000, { burst: 8, paceMs: 5000 }) // 2
+ */
+export function tokensAt(bucket: Bucket | undefined, at: number, pace: BudgetPace): number {
+  if (bucket === undefined) return pace.burst;
+  return Math.min(pace.burst, bucket.tokens + Math.max(0, at - bucket.atMs) / pace.paceMs);
+}
+
+/**
+ * Taking `cost` writes from `bucket` at `at`: the bucket after (unchanged when they are not there)
+ * and 0, or the milliseconds until they are due. At most `burst` are ever asked for.
+ * @example takeFrom(undefined, 2, 0, { burst: 8, paceMs: 5000 }) // { bucket: { tokens: 6, atMs: 0 }, waitMs: 0 }
+ */
+export function takeFrom(
+  bucket: Bucket | undefined,
+  cost: number,
+  at: number,
+  pace: BudgetPace,
+): { bucket: Bucket | undefined; waitMs: number } {
+  const need = Math.min(Math.max(cost, 0), pace.burst);
+  const tokens = tokensAt(bucket, at, pace);
+  if (tokens < need) return { bucket, waitMs: Math.ceil((need - tokens) * pace.paceMs) };
+  return { bucket: { tokens: tokens - need, atMs: at }, waitMs: 0 };
 }
 
 /**
@@ -46,8 +77,8 @@ export class WriteBudget {
    */
   take(key: string, cost = 1): number {
     const at = this.#opts.now();
-    const { need, tokens, waitMs } = this.#due(key, cost, at);
-    if (waitMs === 0) this.#buckets.set(key, { tokens: tokens - need, atMs: at });
+    const { bucket, waitMs } = takeFrom(this.#bucket(key, at), cost, at, this.#opts);
+    if (waitMs === 0 && bucket !== undefined) this.#buckets.set(key, bucket);
     return waitMs;
   }
 
@@ -57,14 +88,8 @@ export class WriteBudget {
    * @example budget.waitFor("node-1") // 0 while node-1 holds a token
    */
   waitFor(key: string, cost = 1): number {
-    return this.#due(key, cost, this.#opts.now()).waitMs;
-  }
-
-  #due(key: string, cost: number, at: number) {
-    const need = Math.min(Math.max(cost, 0), this.#opts.burst);
-    const tokens = this.#tokens(key, at);
-    const waitMs = tokens >= need ? 0 : Math.ceil((need - tokens) * this.#opts.paceMs);
-    return { need, tokens, waitMs };
+    const at = this.#opts.now();
+    return takeFrom(this.#bucket(key, at), cost, at, this.#opts).waitMs;
   }
 
   /**
@@ -74,23 +99,22 @@ export class WriteBudget {
    */
   charge(key: string, cost: number): void {
     const at = this.#opts.now();
-    this.#buckets.set(key, { tokens: this.#tokens(key, at) - Math.max(cost, 0), atMs: at });
+    const tokens = tokensAt(this.#bucket(key, at), at, this.#opts);
+    this.#buckets.set(key, { tokens: tokens - Math.max(cost, 0), atMs: at });
   }
 
   /**
-   * `key`'s tokens at `at` (a missing bucket is full). At most once per refill time (`burst` ×
-   * `paceMs`), buckets that are full again are dropped first: a full bucket and none are the same,
-   * so a node that wrote once costs nothing after its bucket refilled.
+   * `key`'s bucket at `at`. At most once per refill time (`burst` × `paceMs`), buckets that are
+   * full again are dropped first: a full bucket and none are the same, so a node that wrote once
+   * costs nothing after its bucket refilled.
    */
-  #tokens(key: string, at: number): number {
+  #bucket(key: string, at: number): Bucket | undefined {
     const { burst, paceMs } = this.#opts;
-    const full = (b: Bucket) => b.tokens + Math.max(0, at - b.atMs) / paceMs >= burst;
     if (at - this.#sweptAt >= burst * paceMs) {
       this.#sweptAt = at;
-      for (const [k, b] of this.#buckets) if (full(b)) this.#buckets.delete(k);
+      for (const [k, b] of this.#buckets) if (tokensAt(b, at, this.#opts) >= burst) this.#buckets.delete(k);
     }
-    const b = this.#buckets.get(key);
-    return b === undefined ? burst : Math.min(burst, b.tokens + Math.max(0, at - b.atMs) / paceMs);
+    return this.#buckets.get(key);
   }
 
   /** Drops `key`'s bucket (its node is gone): a new one starts full. */

@@ -7,12 +7,13 @@
 const libDir = process.argv[2] ?? new URL("../lib/", import.meta.url).pathname;
 const labelCount = Number(process.argv[3] ?? 5000);
 
-const { leanNode } = (await import(`${libDir}/nodeview.ts`)) as typeof import("../lib/nodeview.ts");
+const view = (await import(`${libDir}/nodeview.ts`)) as typeof import("../lib/nodeview.ts");
+const { leanNode } = view;
 const node = (await import(`${libDir}/node.ts`)) as Record<string, unknown>;
 const { StringPool } = (await import(`${libDir}/stringpool.ts`)) as typeof import("../lib/stringpool.ts");
 type Lean = ReturnType<typeof leanNode>;
 
-/** The update filter before issue 40 (lib/node.ts relevantChange, when it was not exported). */
+/** The update filter before issue 40 (relevantChange, when it was not exported). */
 function serialisingFilter(a: Lean, b: Lean): boolean {
   const view = (n: Lean) =>
     JSON.stringify([
@@ -25,7 +26,11 @@ function serialisingFilter(a: Lean, b: Lean): boolean {
     ]);
   return view(a) !== view(b);
 }
-const relevant = (node.relevantChange as typeof serialisingFilter | undefined) ?? serialisingFilter;
+// In lib/nodeview.ts since issue 44, in lib/node.ts before it.
+const relevant =
+  ((view as Record<string, unknown>).relevantChange as typeof serialisingFilter | undefined) ??
+  (node.relevantChange as typeof serialisingFilter | undefined) ??
+  serialisingFilter;
 
 const labels: Record<string, string> = {};
 for (let i = 0; i < labelCount; i++)

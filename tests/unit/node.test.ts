@@ -13,12 +13,8 @@ import type { Handlers } from "../../lib/kubecache.ts";
 import type { Logger } from "../../lib/log.ts";
 import { managedRecordDigest, readManagedRecord } from "../../lib/managedrecord.ts";
 import { Registry } from "../../lib/metrics.ts";
-import {
-  CloudNodeController,
-  correctionDelayMs,
-  NODE_WRITABLE_MAX_DELAY_MS,
-  writeBackDelayMs,
-} from "../../lib/node.ts";
+import { CloudNodeController } from "../../lib/node.ts";
+import { correctionDelayMs, NODE_WRITABLE_MAX_DELAY_MS, writeBackDelayMs } from "../../lib/nodestate.ts";
 import { type LeanNode, leanNode, nodeIPs } from "../../lib/nodeview.ts";
 import {
   type CallOptions,
