@@ -4,7 +4,8 @@
 // family; lib/grpc.ts is its public surface.
 
 import { own } from "./dict.ts";
-import { H2Code, type H2Headers } from "./h2.ts";
+import { H2Code } from "./h2framer.ts";
+import type { H2Headers } from "./h2headerblock.ts";
 import { GrpcStatus } from "./taloserrors.ts";
 
 const STATUS_NAMES = new Map<number, string>(Object.entries(GrpcStatus).map(([name, code]) => [code, name]));
@@ -87,7 +88,7 @@ export function decodeGrpcMessage(value: string): string {
   });
 }
 
-/** Response headers or trailers as lib/h2.ts hands them over. */
+/** Response headers or trailers as lib/h2connection.ts hands them over. */
 export type Headers = H2Headers;
 
 function headerValue(headers: Headers, name: string): string | undefined {

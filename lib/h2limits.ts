@@ -1,8 +1,9 @@
-// The limits lib/h2.ts holds a server to, and the two meters it keeps for them: what a hostile
-// HTTP/2 server (a compromised apid, or anyone holding its certificate) may make the client queue,
-// buffer or wait for. Each value is compared with nghttp2 (lib/nghttp2_session.h, v1.70) and Go's
-// golang.org/x/net/http2 (v0.55.0) and google.golang.org/grpc (v1.81.0), which document the same
-// classes of attack (the 2019 HTTP/2 advisories, the 2023 rapid reset, the 2024 CONTINUATION flood).
+// The limits the HTTP/2 connection (lib/h2connection.ts) holds a server to, and the glitch meter it
+// keeps for one of them: what a hostile HTTP/2 server (a compromised apid, or anyone holding its
+// certificate) may make the client queue, buffer or wait for. Each value is compared with nghttp2
+// (lib/nghttp2_session.h, v1.70) and Go's golang.org/x/net/http2 (v0.55.0) and
+// google.golang.org/grpc (v1.81.0), which document the same classes of attack (the 2019 HTTP/2
+// advisories, the 2023 rapid reset, the 2024 CONTINUATION flood).
 
 /**
  * CONTINUATION frames accepted after one HEADERS frame (the 2024 CONTINUATION flood): empty

@@ -31,7 +31,8 @@ const ACK = 0x1;
 const END_STREAM = 0x1;
 const END_HEADERS = 0x4;
 
-function frame(
+/** One frame as written on the wire: its 9-byte header, then `payload` (RFC 9113 §4.1). */
+export function frame(
   type: number,
   flags: number,
   streamId: number,
