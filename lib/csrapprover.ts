@@ -14,28 +14,28 @@
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import type { ControllerContext } from "./controller.ts";
 import {
-  type CheckedCsr,
   type Claims,
-  type CsrInput,
-  type CsrMetrics,
-  checkCsr,
-  csrInputFrom,
-  csrMetrics,
-  type Decision,
   decide,
-  MAX_REQUEST_BASE64,
   type NodeInput,
   nodeInputFrom,
-  nodeNameFromUsername,
-  overLimit,
   requestedClaims,
   type ServiceNameView,
   screen,
   type TalosFacts,
-  USERNAME_PREFIX,
 } from "./csr.ts";
 import { NodeClaimIndex } from "./csrclaims.ts";
+import { type Decision, overLimit } from "./csrdecision.ts";
+import { type CsrMetrics, csrMetrics } from "./csrmetrics.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
+import {
+  type CheckedCsr,
+  type CsrInput,
+  checkCsr,
+  csrInputFrom,
+  MAX_REQUEST_BASE64,
+  nodeNameFromUsername,
+  USERNAME_PREFIX,
+} from "./csrrequest.ts";
 import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
 import { type TalosFactsClient, TalosFactsReader } from "./csrtalosfacts.ts";
 import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
