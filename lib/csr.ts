@@ -1,15 +1,16 @@
 // Kubelet serving CSR policy: the pure decision whether a `kubernetes.io/kubelet-serving`
 // CertificateSigningRequest may be approved for the node that asks. This family is the project's
-// security boundary: it does no I/O, never throws from `decide()` or `screen()`, and fails closed.
-// What the kubelet itself writes (its Node's addresses and provided-node-ip) is checked against what
-// no kubelet controls: the other Nodes, and Talos — whose answer counts only when the answering
-// machine names itself as the requester. A SAN is judged by what it means, not how it is spelled:
-// what blocks it (other Nodes' names and addresses, excluded prefixes) is read in every way a client
-// may read it (lib/ipspelling.ts); what grants it, strictly. The checks of the request alone are
-// lib/csrrequest.ts's (its reading and signature are lib/x509pkcs10.ts's), what a decision is
-// lib/csrdecision.ts's, the counters lib/csrmetrics.ts's; this file judges what the request says
-// against the Node, the other Nodes and Talos, and re-exports the rest: it is the family's public
-// surface. The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
+// security boundary: it does no I/O, never throws from `screen()`, `conclude()` or `decide()`, and
+// fails closed. What the kubelet itself writes (its Node's addresses and provided-node-ip) is checked
+// against what no kubelet controls: the other Nodes, and Talos — whose answer counts only when the
+// answering machine names itself as the requester. A SAN is judged by what it means, not how it is
+// spelled: what blocks it (other Nodes' names and addresses, excluded prefixes) is read in every way a
+// client may read it (lib/ipspelling.ts); what grants it, strictly. The checks of the request alone
+// are lib/csrrequest.ts's (its reading and signature are lib/x509pkcs10.ts's), what a decision is
+// lib/csrdecision.ts's, the counters lib/csrmetrics.ts's; this file judges the request against the
+// cluster (`screen()`) and then against the evidence (`conclude()`), and re-exports the rest: it is
+// the family's public surface. The controller that watches CSRs and writes /approval
+// (lib/csrapprover.ts) gathers the evidence between the two halves.
 
 import { canonicalIP, formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
 import {
@@ -100,18 +101,36 @@ export interface TalosFacts {
   excludedSubnets: string[];
 }
 
-/** What `screen()` leaves to Talos: the CSR passed every other check. */
+/** What `screen()` leaves to the evidence: what Talos must confirm. */
 export interface TalosQuestion {
-  action: "confirm";
   /** IP SANs Talos must report (canonical text). */
   ipAddresses: string[];
   /** DNS SANs other than the node name, which Talos must know (`TalosFacts.dnsNames`). */
   dnsNames: string[];
 }
 
+const SCREENED: unique symbol = Symbol("Screened");
+
+/**
+ * A request that passed every check of `decide()` but those that need the evidence: `screen()`'s
+ * answer (`action: "confirm"`) when only Talos (or, in CSR-only mode, the Services) can still deny
+ * it. It carries what `conclude()` needs, so that no check is run twice, and the question to ask.
+ * Only `screen()` makes one: the brand is a symbol no other object carries.
+ */
+export interface Screened extends TalosQuestion {
+  readonly [SCREENED]: true;
+  readonly action: "confirm";
+  /** The request, parsed and verified once (`checkCsr()`). */
+  readonly parsed: ParsedCsr;
+  /** The requester's Node as it was screened. */
+  readonly node: NodeInput;
+  /** The node the requester is (`nodeNameFromUsername()`), the Node's name. */
+  readonly nodeName: string;
+}
+
 /**
  * What CSR-only mode knows of the names that reach a Service through a Pod's DNS search path
- * (lib/csrservices.ts looks them up for the CSR's DNS SANs before `decide()`).
+ * (lib/csrservices.ts looks them up for the CSR's DNS SANs before `conclude()`).
  */
 export interface ServiceNameView {
   /** Why canonical DNS name `name` reaches a Service, e.g. "resolves to Service vault/vault ...", or undefined. */
@@ -120,6 +139,12 @@ export interface ServiceNameView {
 
 /** A view of no Services: what a caller with no cluster facts passes (tests). */
 export const NO_SERVICE_NAMES: ServiceNameView = { reach: () => undefined };
+
+/**
+ * What `conclude()` weighs: what Talos reports for the node, or in CSR-only mode (no Talos API)
+ * which DNS SANs reach a Service.
+ */
+export type Evidence = TalosFacts | ServiceNameView;
 
 // ---------------------------------------------------------------------------------------------
 // Policy
@@ -220,12 +245,6 @@ function claimedBy(values: string[], owners: Map<string, string>, key: (v: strin
   const shown = values.slice(0, 8).map((v) => `${q(v)} (node ${q(owners.get(key(v)) ?? "")})`);
   return values.length > 8 ? `${shown.join(", ")} and ${values.length - 8} more` : shown.join(", ");
 }
-
-/** How ownership is judged: against the Node only, up to what Talos must confirm, or with Talos. */
-type Mode =
-  | { kind: "csr-only"; services: ServiceNameView }
-  | { kind: "screen" }
-  | { kind: "talos"; facts: TalosFacts };
 
 /**
  * The checks against what the cluster shares, which need neither the Node nor Talos: no IP SAN in
@@ -388,61 +407,92 @@ function checkServiceNames(parsed: ParsedCsr, services: ServiceNameView): Decisi
 }
 
 /**
- * The checks against the Node, the other Nodes and Talos. The node checks are the same in every
- * mode and come first, so that `screen()`'s denials are exactly `decide()`'s with any Talos facts;
- * CSR-only mode has the same rules with less evidence.
+ * The approval of a screened request, saying what confirmed it.
+ * @param how e.g. "checked against the Nodes only"
  */
-function checkOwnership(
-  parsed: ParsedCsr,
-  node: NodeInput,
-  mode: Mode,
-  others: Iterable<NodeInput>,
-): Decision | TalosQuestion {
-  const failed = checkNodes(parsed, node, others);
-  if (failed) return failed;
-  const self = canonicalDNS(node.name);
-  const extraDNS = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
-  if (mode.kind === "screen") {
-    return { action: "confirm", ipAddresses: parsed.ipAddresses, dnsNames: extraDNS };
-  }
-  const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
-  const approved = `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}`;
-  if (mode.kind === "csr-only") {
-    const reached = checkServiceNames(parsed, mode.services);
-    if (reached) return reached;
-    return {
-      action: "approve",
-      reason: APPROVE_REASON,
-      message: `${approved}; checked against the Nodes only`,
-    };
-  }
-  const denied = checkTalos(parsed, node, mode.facts, extraDNS);
-  if (denied) return denied;
+function approval(s: Screened, how: string): Decision {
+  const names = [
+    ...s.parsed.dnsNames.map((d) => `DNS ${q(d)}`),
+    ...s.parsed.ipAddresses.map((i) => `IP ${i}`),
+  ];
   return {
     action: "approve",
     reason: APPROVE_REASON,
-    message: `${approved}; identity and names confirmed by Talos on ${mode.facts.nodeIP}`,
+    message: `Approved by Talos CCM: serving certificate for node ${q(s.node.name)} with ${names.slice(0, 16).join(", ")}; ${how}`,
   };
 }
 
-/** Every check up to the Node's; returns the parsed request and the Node when they all pass. */
-function precheck(
+/**
+ * Every check of `decide()` that does not need the evidence, so that Talos is asked only about
+ * requests it can still approve: the request's own (lib/csrrequest.ts), the cluster's shared ranges
+ * and names, the Node's existence, and the Node and the other Nodes (the same in every mode). A
+ * decision returned here is the one `decide()` returns with any evidence. Pure and total.
+ * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
+ * @param node the Node named by the requester, or undefined
+ * @param others the other Nodes, as for `decide()`
+ * @param networks the cluster's ranges and shared names, as for `decide()`
+ * @returns ignore, wait or deny — never approve — or the screened request: what to ask Talos, and
+ *   what `conclude()` judges the answer with
+ * @example
+ * const s = screen(csr, node, others, networks);
+ * const d = s.action === "confirm" ? conclude(s, await askTalos(s)) : s;
+ */
+export function screen(
   csr: CsrInput | CheckedCsr,
   node: NodeInput | undefined,
-  networks: NetworkView,
-): Decision | { parsed: ParsedCsr; node: NodeInput } {
-  const checked = isCheckedCsr(csr) ? csr : checkCsr(csr);
-  if ("action" in checked) return checked;
-  const shared = checkNetworks(checked.parsed, checked.nodeName, networks);
-  if (shared) return shared;
-  if (!node || node.name !== checked.nodeName) {
+  others: Iterable<NodeInput> = [],
+  networks: NetworkView = NO_NETWORKS,
+): Decision | Screened {
+  return failClosed((): Decision | Screened => {
+    const checked = isCheckedCsr(csr) ? csr : checkCsr(csr);
+    if ("action" in checked) return checked;
+    const { parsed, nodeName } = checked;
+    const shared = checkNetworks(parsed, nodeName, networks);
+    if (shared) return shared;
+    if (!node || node.name !== nodeName) {
+      return { action: "wait", reason: "NodeNotFound", message: `node ${q(nodeName)} does not exist yet` };
+    }
+    const failed = checkNodes(parsed, node, others);
+    if (failed) return failed;
+    const self = canonicalDNS(node.name);
+    const dnsNames = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
     return {
-      action: "wait",
-      reason: "NodeNotFound",
-      message: `node ${q(checked.nodeName)} does not exist yet`,
+      [SCREENED]: true,
+      action: "confirm",
+      ipAddresses: parsed.ipAddresses,
+      dnsNames,
+      parsed,
+      node,
+      nodeName,
     };
-  }
-  return { parsed: checked.parsed, node };
+  });
+}
+
+/**
+ * The rest of `decide()` for a screened request: only the checks that need the evidence, none of
+ * `screen()`'s again (not the Nodes: a caller whose Nodes changed while it gathered the evidence
+ * screens again). With Talos' facts: the Talos node that answered is this node, reports every IP SAN
+ * on a link of its own and outside what it excludes from node IPs, and knows every DNS SAN other
+ * than the node name. In CSR-only mode: no DNS SAN reaches a Service through a Pod's search path.
+ * Pure and total; anything but a request `screen()` made is denied.
+ * @param screened `screen()`'s answer when it is `confirm`
+ * @param evidence what Talos reports for the node, or in CSR-only mode the Service names
+ *   (lib/csrservices.ts answers for the request's DNS SANs)
+ * @returns approve or deny, with `decide()`'s reason and message
+ * @example const d = s.action === "confirm" ? conclude(s, facts) : s;
+ */
+export function conclude(screened: Screened, evidence: Evidence): Decision {
+  return failClosed((): Decision => {
+    if (!(SCREENED in screened)) throw new Error("the request was not screened");
+    const { parsed, node } = screened;
+    if ("reach" in evidence) {
+      return checkServiceNames(parsed, evidence) ?? approval(screened, "checked against the Nodes only");
+    }
+    return (
+      checkTalos(parsed, node, evidence, screened.dnsNames) ??
+      approval(screened, `identity and names confirmed by Talos on ${evidence.nodeIP}`)
+    );
+  });
 }
 
 /**
@@ -463,7 +513,8 @@ function precheck(
  * that answered is this node, reports every IP SAN on a link of its own and outside what it
  * excludes from node IPs, and knows every DNS SAN other than the node name; without Talos, no DNS
  * SAN reaches a Service through a Pod's search path (`services`). Time linear in SANs plus the
- * Node's, the other Nodes' and Talos' entries: each list is indexed once.
+ * Node's, the other Nodes' and Talos' entries: each list is indexed once. It is `screen()` then
+ * `conclude()`; the controller calls the two halves itself, with the evidence gathered between them.
  * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
  *   not exist (yet); a Node of any other name is treated as absent
@@ -488,36 +539,8 @@ export function decide(
   services: ServiceNameView = NO_SERVICE_NAMES,
 ): Decision {
   return failClosed(() => {
-    const pre = precheck(csr, node, networks);
-    if ("action" in pre) return pre;
-    const mode: Mode = talos ? { kind: "talos", facts: talos } : { kind: "csr-only", services };
-    return checkOwnership(pre.parsed, pre.node, mode, others) as Decision;
-  });
-}
-
-/**
- * Every check of `decide()` that does not need Talos, so that Talos is asked only about requests
- * it can still approve. A decision returned here is the one `decide()` returns with any Talos
- * facts; `confirm` says what Talos must confirm. Pure and total, like `decide()`.
- * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
- * @param node the Node named by the requester, or undefined
- * @param others the other Nodes, as for `decide()`
- * @param networks the cluster's ranges and shared names, as for `decide()`
- * @returns ignore, wait or deny — never approve — or what to ask Talos
- * @example
- * const s = screen(csr, node, others, networks);
- * const d = s.action === "confirm" ? decide(csr, node, await askTalos(s), others, networks) : s;
- */
-export function screen(
-  csr: CsrInput | CheckedCsr,
-  node: NodeInput | undefined,
-  others: Iterable<NodeInput> = [],
-  networks: NetworkView = NO_NETWORKS,
-): Decision | TalosQuestion {
-  return failClosed(() => {
-    const pre = precheck(csr, node, networks);
-    if ("action" in pre) return pre;
-    return checkOwnership(pre.parsed, pre.node, { kind: "screen" }, others);
+    const s = screen(csr, node, others, networks);
+    return s.action === "confirm" ? conclude(s, talos ?? services) : s;
   });
 }
 
