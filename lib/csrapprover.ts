@@ -9,13 +9,14 @@
 // passed every other check are looked up against the cluster's namespaces and Services
 // (lib/csrservices.ts), failures retried the same way. The cluster's Service and pod ranges
 // (lib/csrnetworks.ts) are read before the first decision. The Talos facts are lib/csrtalosfacts.ts's,
-// the Nodes' claims lib/csrclaims.ts's.
+// the Nodes' claims lib/csrclaims.ts's. A CSR is decided once: `screen()` against the cluster, the
+// evidence gathered, `conclude()` on it — started again if the Nodes changed meanwhile.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import type { ControllerContext } from "./controller.ts";
 import {
   type Claims,
-  decide,
+  conclude,
   type NodeInput,
   nodeInputFrom,
   requestedClaims,
@@ -226,6 +227,9 @@ export function decisionUnits(request: string, nodeAddresses: number, facts: Tal
   return 1 + Math.ceil(Math.min(request.length, MAX_REQUEST_BASE64) / 64) + nodeAddresses + talos;
 }
 
+/** `#decide()`'s answer when the Nodes changed while the evidence was gathered: decide again. */
+const NODES_CHANGED = Symbol("NodesChanged");
+
 /** The node-csr-approval controller: CSR and Node events feeding a work queue of CSR names. */
 export class CsrApprover {
   readonly #opts: CsrApproverOptions;
@@ -370,14 +374,19 @@ export class CsrApprover {
     const requester = c.csr.username;
     const dueMs = this.#budget.take(requester, 0);
     if (dueMs > 0) return this.#overBudget(c, dueMs);
-    // Parsed and verified once; screen() and decide() take the checked request.
+    // Parsed and verified once; screen() takes the checked request.
     const checked = checkCsr(c.csr);
     const cost = { nodeAddresses: 0, facts: undefined as TalosFacts | undefined };
-    let d: Decision | undefined;
+    let d: Decision | typeof NODES_CHANGED | undefined;
     try {
       d = "action" in checked ? checked : await this.#decide(c, checked, cost);
     } finally {
       this.#budget.charge(requester, decisionUnits(c.csr.request ?? "", cost.nodeAddresses, cost.facts));
+    }
+    if (d === NODES_CHANGED) {
+      log.v(2).info("Nodes changed while the CSR's evidence was gathered; deciding again", { csr: name });
+      // Queued again at once, behind the keys already waiting (the queue re-adds it when this ends).
+      return { requeueAfterMs: 0 };
     }
     if (!d) return undefined;
     switch (d.action) {
@@ -391,34 +400,45 @@ export class CsrApprover {
   }
 
   /**
-   * Decides a checked CSR against its Node, the Nodes that share one of its SANs and (unless in
-   * CSR-only mode) Talos; undefined when Talos is given up on.
+   * Decides a checked CSR once: `screen()` against its Node, the Nodes that share one of its SANs
+   * and the cluster's networks (read live), then the evidence (Talos' facts, or in CSR-only mode the
+   * Services its DNS SANs reach), then `conclude()` on it. Undefined when the evidence is given up
+   * on; `NODES_CHANGED` when the Nodes the screening read changed while the evidence was gathered.
    */
   async #decide(
     c: LeanCsr,
     checked: CheckedCsr,
     cost: { nodeAddresses: number; facts: TalosFacts | undefined },
-  ): Promise<Decision | undefined> {
+  ): Promise<Decision | typeof NODES_CHANGED | undefined> {
     const lean = this.#opts.nodes.get(checked.nodeName);
     const node = lean && nodeInputFrom(lean);
     cost.nodeAddresses = node?.addresses.length ?? 0;
-    const wanted = requestedClaims(checked);
-    // Looked up again after Talos answered: Nodes may have changed meanwhile.
-    const others = () => this.#others(wanted, checked.nodeName);
-    const { networks } = this.#opts;
-    const s = screen(checked, node, others(), networks);
+    const screened = this.#nodesVersion(checked.nodeName);
+    const others = this.#others(requestedClaims(checked), checked.nodeName);
+    const s = screen(checked, node, others, this.#opts.networks);
     if (s.action !== "confirm") return s;
-    if (!this.#facts) {
-      // CSR-only mode: what is left to check is whether a DNS SAN reaches a Service.
-      const q = serviceQuestions(checked.parsed.dnsNames);
-      const n = lookupCount(q);
-      if (n > peerLimit("csr_service_lookups")) return overLimit("csr_service_lookups", n);
-      const services = await this.#lookUpServices(c, q);
-      return services && decide(checked, node, undefined, others(), networks, services);
-    }
-    const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
-    cost.facts = facts;
-    return facts && decide(checked, node, facts, others(), networks);
+    const questions = this.#facts ? undefined : serviceQuestions(s.parsed.dnsNames);
+    const lookups = questions ? lookupCount(questions) : 0;
+    if (lookups > peerLimit("csr_service_lookups")) return overLimit("csr_service_lookups", lookups);
+    // Talos' DNS names are read only when the request has names besides the node's.
+    if (!questions) cost.facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+    const evidence = questions ? await this.#lookUpServices(c, questions) : cost.facts;
+    if (!evidence) return undefined;
+    // Optimistic concurrency in place of screening again after the await (the Nodes read again, as
+    // before): the evidence is concluded on only if no Node's claims changed (the claim index's
+    // generation) and the requester's Node is the version screened. Then the Nodes screen() read are
+    // the Nodes now, and no decision is made on a snapshot older than the evidence — as safe as
+    // reading them again; otherwise the CSR is decided again from the start.
+    if (this.#nodesVersion(checked.nodeName) !== screened) return NODES_CHANGED;
+    return conclude(s, evidence);
+  }
+
+  /**
+   * What the screening of node `name`'s CSR reads of the Nodes, as a key that changes with it: the
+   * claim index's generation (every Node's claims) and the requester's Node's resourceVersion.
+   */
+  #nodesVersion(name: string): string {
+    return `${this.#claims.generation}/${this.#opts.nodes.get(name)?.metadata.resourceVersion ?? ""}`;
   }
 
   /**
