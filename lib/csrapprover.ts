@@ -28,6 +28,7 @@ import { NodeClaimIndex } from "./csrclaims.ts";
 import { type Decision, overLimit } from "./csrdecision.ts";
 import { type CsrMetrics, csrMetrics } from "./csrmetrics.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
+import { CsrRecords } from "./csrrecords.ts";
 import {
   type CheckedCsr,
   type CsrInput,
@@ -242,12 +243,8 @@ export class CsrApprover {
   readonly #pendingByNode = new Map<string, Names>();
   /** Who claims which name and IP, from the Node events. */
   readonly #claims: NodeClaimIndex;
-  /** Looks for a missing Node per CSR name. */
-  readonly #looks = new Map<string, number>();
-  /** resourceVersion each CSR was decided at by this process (until the watch shows it). */
-  readonly #decidedAt = new Map<string, string>();
-  /** Warning Event reasons each CSR (by uid) got already: one of each is enough. */
-  readonly #warned = new Map<string, Set<string>>();
+  /** One record per CSR name: looks for its Node, the version it was decided at, warnings given. */
+  readonly #records = new CsrRecords();
   /**
    * Decision work by requester (spec.username, stamped by the API server): each decision is
    * charged what it cost (`decisionUnits()`); a requester in debt waits, its CSRs Pending.
@@ -279,15 +276,15 @@ export class CsrApprover {
   }
 
   /**
-   * How many entries the controller holds about CSRs (pending ones by node, looks for a Node,
-   * decisions the watch has not shown yet, warnings given, budget Events of the last 10 min): 0 once
-   * every CSR is decided and the watch showed it, whatever the cluster's history (after 10 min for
-   * a requester that spent its decision budget). For leak tests.
+   * How many entries the controller holds about CSRs (pending ones by node, the records of CSRs
+   * that were looked at for a Node, decided before the watch showed it or warned about, budget
+   * Events of the last 10 min): 0 once every CSR is decided and the watch showed it, whatever the
+   * cluster's history (after 10 min for a requester that spent its decision budget). For leak tests.
    */
   get heldEntries(): number {
     let pending = 0;
     for (const names of this.#pendingByNode.values()) pending += namesOf(names).length;
-    return pending + this.#looks.size + this.#decidedAt.size + this.#warned.size + this.#budgetEventAt.size;
+    return pending + this.#records.size + this.#budgetEventAt.size;
   }
 
   /** The handlers for the CSR cache: every add and update of a pending CSR queues it. */
@@ -357,9 +354,7 @@ export class CsrApprover {
     const name = c.metadata.name;
     const node = nodeNameFromUsername(c.csr.username);
     if (node !== undefined) removeName(this.#pendingByNode, node, name);
-    this.#looks.delete(name);
-    this.#decidedAt.delete(name);
-    this.#warned.delete(c.metadata.uid);
+    this.#records.forget(name);
   }
 
   /**
@@ -370,7 +365,8 @@ export class CsrApprover {
    */
   async reconcile(name: string): Promise<ReconcileResult | undefined> {
     const c = this.#opts.csrs.get(name);
-    if (!c || !isPending(c) || this.#decidedAt.get(name) === c.metadata.resourceVersion) return undefined;
+    if (!c || !isPending(c) || this.#records.of(c.metadata)?.decidedAt === c.metadata.resourceVersion)
+      return undefined;
     const requester = c.csr.username;
     const dueMs = this.#budget.take(requester, 0);
     if (dueMs > 0) return this.#overBudget(c, dueMs);
@@ -525,13 +521,17 @@ export class CsrApprover {
     const name = c.metadata.name;
     const left = this.#nodeWaitMs - this.#ageMs(c);
     if (left > 0) {
-      const looks = this.#looks.get(name) ?? 0;
-      this.#looks.set(name, looks + 1);
+      const looks = this.#records.of(c.metadata)?.looks ?? 0;
+      this.#records.update(c.metadata, (r) => {
+        r.looks = looks + 1;
+      });
       const delay = nodePollDelayMs(looks, left);
       log.v(2).info("CSR waits for its Node", { csr: name, reason: message, retryInMs: delay });
       return { requeueAfterMs: delay };
     }
-    this.#looks.delete(name);
+    this.#records.update(c.metadata, (r) => {
+      delete r.looks;
+    });
     const minutes = Math.round(this.#nodeWaitMs / 60_000);
     this.#warnOnce(
       c,
@@ -542,9 +542,10 @@ export class CsrApprover {
   }
 
   #warnOnce(c: LeanCsr, reason: string, note: string): void {
-    const warned = this.#warned.get(c.metadata.uid) ?? new Set();
-    if (warned.has(reason)) return;
-    this.#warned.set(c.metadata.uid, warned.add(reason));
+    if (this.#records.of(c.metadata)?.warned?.has(reason)) return;
+    this.#records.update(c.metadata, (r) => {
+      r.warned = (r.warned ?? new Set()).add(reason);
+    });
     log.info("CSR not decided", { csr: c.metadata.name, reason, detail: note });
     void this.#opts.events.record(csrTarget(c), "Warning", reason, EVENT_ACTION, note);
   }
@@ -570,9 +571,11 @@ export class CsrApprover {
     }
     // Until the watch shows the decision; when it came already (the cache moved past this version
     // or dropped the CSR as decided), there is nothing to guard and nothing would ever remove it.
-    if (this.#opts.csrs.get(name)?.metadata.resourceVersion === c.metadata.resourceVersion)
-      this.#decidedAt.set(name, c.metadata.resourceVersion);
-    this.#looks.delete(name);
+    const unseen = this.#opts.csrs.get(name)?.metadata.resourceVersion === c.metadata.resourceVersion;
+    this.#records.update(c.metadata, (r) => {
+      if (unseen) r.decidedAt = c.metadata.resourceVersion;
+      delete r.looks;
+    });
     // Kept for retries of this decision, which is written: a later CSR of the node asks Talos anew.
     const node = nodeNameFromUsername(c.csr.username);
     if (node !== undefined) this.#facts?.forget(node);

@@ -1003,6 +1003,24 @@ describe("CsrApprover", () => {
     expect(f.decision()?.type).toBe("Approved");
   });
 
+  test("CsrApprover keeps one record per CSR: a CSR recreated under the same name is warned about afresh", async () => {
+    const f = setup();
+    f.setNow(T0 + NODE_WAIT_MS);
+    const pem = await pemA();
+    f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
+    await f.drain();
+    f.approver.queue.add("csr-1");
+    await f.drain();
+    expect(f.events.map((e) => e.reason)).toEqual(["NodeNotFound"]);
+    expect(f.approver.heldEntries).toBe(2);
+    // Deleted and filed again under its name (the delete unseen): another uid, its own record.
+    const again = rawCsr("csr-1", pem);
+    f.csrs.put(leanCsr({ ...again, metadata: { ...again.metadata, uid: "uid-csr-1-again" } }));
+    await f.drain();
+    expect(f.events.map((e) => e.reason)).toEqual(["NodeNotFound", "NodeNotFound"]);
+    expect(f.approver.heldEntries).toBe(2);
+  });
+
   test("CsrApprover queues a pending CSR on add and on every update, and drops it once decided or deleted", async () => {
     const f = setup();
     const pem = await pemA();

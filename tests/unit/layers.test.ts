@@ -40,6 +40,7 @@ const CORES = [
   "csr.ts",
   "csrdecision.ts",
   "csrmetrics.ts",
+  "csrrecords.ts",
   "csrrequest.ts",
   "cidrset.ts",
   "metrics.ts",
