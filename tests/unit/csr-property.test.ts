@@ -353,6 +353,13 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
   });
 
   test("conclude() on what screen() let through is decide()'s answer in both modes, and reads no Node: Nodes that change after screen() change nothing", async () => {
+    const nodeClaiming = (name: string, dns: string[], ips: string[]): NodeInput => ({
+      name,
+      addresses: [
+        ...dns.map((address) => ({ type: "InternalDNS", address })),
+        ...ips.map((address) => ({ type: "InternalIP", address })),
+      ],
+    });
     let concluded = 0;
     await fc.assert(
       fc.asyncProperty(
@@ -365,26 +372,9 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
           const { csr } = await createCSR({ cn: USER_A, o: ["system:nodes"], dns, ips });
           const raw = servingCsr(b64(csr));
           // The Node has every name and IP: the other Nodes decide what passes screen().
-          const node: NodeInput = {
-            name: "worker-a",
-            addresses: [
-              ...NAMES.map((address) => ({ type: "InternalDNS", address })),
-              ...IPS.map((address) => ({ type: "InternalIP", address })),
-            ],
-          };
-          let others: NodeInput[] = otherSpecs.map((o) => ({
-            name: o.name,
-            addresses: [
-              ...o.dns.map((address) => ({ type: "Hostname", address })),
-              ...o.ips.map((address) => ({ type: "ExternalIP", address })),
-            ],
-          }));
-          const facts: TalosFacts = {
-            nodeIP: "10.0.0.1",
-            sharedAddresses: new Map(),
-            excludedSubnets: [],
-            ...t,
-          };
+          const node = nodeClaiming("worker-a", NAMES, IPS);
+          let others = otherSpecs.map((o) => nodeClaiming(o.name, o.dns, o.ips));
+          const facts: TalosFacts = { ...talosA, ...t };
           const services: ServiceNameView = {
             reach: (n) => (n === reached ? "resolves to Service x/x" : undefined),
           };
@@ -392,7 +382,8 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
             decide(raw, node, facts, others),
             decide(raw, node, undefined, others, NO_NETWORKS, services),
           ];
-          // Every read of the Nodes but of the requester's name is counted, and they change once screen() answered.
+          // Every read of the Nodes but of the requester's name is counted; they change once screen()
+          // has answered.
           let reads = 0;
           const live: Iterable<NodeInput> = {
             *[Symbol.iterator]() {
@@ -412,16 +403,7 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
           const screenedReads = reads;
           // Another Node claims every SAN and the requester's Node loses its addresses: a Node check
           // run again would deny.
-          others = [
-            ...others,
-            {
-              name: "worker-z",
-              addresses: [
-                ...dns.map((address) => ({ type: "InternalDNS", address })),
-                ...ips.map((address) => ({ type: "InternalIP", address })),
-              ],
-            },
-          ];
+          others = [...others, nodeClaiming("worker-z", dns, ips)];
           watched.addresses = [];
           expect([conclude(s, facts), conclude(s, services)]).toEqual(want);
           expect(reads).toBe(screenedReads);
