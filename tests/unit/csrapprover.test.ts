@@ -302,6 +302,20 @@ async function decideExtraIP(f: ReturnType<typeof setup>, ip: string) {
   return f.decision();
 }
 
+/**
+ * Runs `change` inside Talos' first answer (its Nodename call), as a Node event that arrives while
+ * Talos answers; counts the answers.
+ */
+function whileTalosAnswers(f: ReturnType<typeof setup>, change: () => void): { answers: number } {
+  const nodename = f.talos.nodename.bind(f.talos);
+  const count = { answers: 0 };
+  f.talos.nodename = async (ip: string) => {
+    if (count.answers++ === 0) change();
+    return nodename(ip);
+  };
+  return count;
+}
+
 /** Addresses Talos shows worker-a holds (as `<ip>/32`) but not alone: each denied as SharedIP. */
 const SHARED_ON_MACHINE: Array<{ name: string; ip: string; machine: Partial<Machine>; says?: string }> = [
   {
@@ -961,12 +975,7 @@ describe("CsrApprover", () => {
     const f = setup();
     f.nodes.put(node("worker-a", ["10.0.0.1"]));
     // While Talos answers, worker-c starts claiming 10.0.0.1, the CSR's IP SAN.
-    const nodename = f.talos.nodename.bind(f.talos);
-    let answers = 0;
-    f.talos.nodename = async (ip: string) => {
-      if (answers++ === 0) f.nodes.put(node("worker-c", ["10.0.0.3", "10.0.0.1"]));
-      return nodename(ip);
-    };
+    const talos = whileTalosAnswers(f, () => f.nodes.put(node("worker-c", ["10.0.0.3", "10.0.0.1"])));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
     // Talos confirmed the old snapshot; the CSR is not approved on it, but decided again at once.
     expect(await f.drain()).toEqual([{ name: "csr-1", result: { requeueAfterMs: 0 } }]);
@@ -979,20 +988,15 @@ describe("CsrApprover", () => {
       message: expect.stringContaining('"10.0.0.1" (node "worker-c")'),
     });
     // Screened again and denied before Talos: it was asked once.
-    expect(answers).toBe(1);
+    expect(talos.answers).toBe(1);
   });
 
   test("CsrApprover decides again when the requester's Node changed while Talos answered, then approves on the new version", async () => {
     const f = setup();
     const a = node("worker-a", ["10.0.0.1"]);
     f.nodes.put({ ...a, metadata: { ...a.metadata, resourceVersion: "1" } });
-    const nodename = f.talos.nodename.bind(f.talos);
-    let answers = 0;
-    f.talos.nodename = async (ip: string) => {
-      // A status update that changes no claim: only the Node's resourceVersion moves.
-      if (answers++ === 0) f.nodes.put({ ...a, metadata: { ...a.metadata, resourceVersion: "2" } });
-      return nodename(ip);
-    };
+    // A status update that changes no claim: only the Node's resourceVersion moves.
+    whileTalosAnswers(f, () => f.nodes.put({ ...a, metadata: { ...a.metadata, resourceVersion: "2" } }));
     f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
     // The Node's update queued the CSR again, and it is decided on the new version.
     expect(await f.drain()).toEqual([
