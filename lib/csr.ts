@@ -415,11 +415,8 @@ function approval(s: Screened, how: string): Decision {
     ...s.parsed.dnsNames.map((d) => `DNS ${q(d)}`),
     ...s.parsed.ipAddresses.map((i) => `IP ${i}`),
   ];
-  return {
-    action: "approve",
-    reason: APPROVE_REASON,
-    message: `Approved by Talos CCM: serving certificate for node ${q(s.node.name)} with ${names.slice(0, 16).join(", ")}; ${how}`,
-  };
+  const what = `serving certificate for node ${q(s.node.name)} with ${names.slice(0, 16).join(", ")}`;
+  return { action: "approve", reason: APPROVE_REASON, message: `Approved by Talos CCM: ${what}; ${how}` };
 }
 
 /**
