@@ -1,69 +1,67 @@
 // Kubelet serving CSR policy: the pure decision whether a `kubernetes.io/kubelet-serving`
-// CertificateSigningRequest may be approved for the node that asks, and its metrics.
-// This file is the project's security boundary: it does no I/O, never throws from `decide()` or
-// `screen()`, and fails closed. What the kubelet itself writes (its Node's addresses and
-// provided-node-ip) is checked against what no kubelet controls: the other Nodes, and Talos —
-// whose answer counts only when the answering machine names itself as the requester. A SAN is judged
-// by what it means, not how it is spelled: what blocks it (other Nodes' names and addresses, excluded
-// prefixes) is read in every way a client may read it (lib/ipspelling.ts); what grants it, strictly.
-// The request itself is read and its signature verified by lib/x509pkcs10.ts; this file judges what it
-// says. The controller that watches CSRs and writes /approval (lib/csrapprover.ts) is built on top.
+// CertificateSigningRequest may be approved for the node that asks. This family is the project's
+// security boundary: it does no I/O, never throws from `screen()`, `conclude()` or `decide()`, and
+// fails closed. What the kubelet itself writes (its Node's addresses and provided-node-ip) is checked
+// against what no kubelet controls: the other Nodes, and Talos — whose answer counts only when the
+// answering machine names itself as the requester. A SAN is judged by what it means, not how it is
+// spelled: what blocks it (other Nodes' names and addresses, excluded prefixes) is read in every way a
+// client may read it (lib/ipspelling.ts); what grants it, strictly. The checks of the request alone
+// are lib/csrrequest.ts's (its reading and signature are lib/x509pkcs10.ts's), what a decision is
+// lib/csrdecision.ts's, the counters lib/csrmetrics.ts's; this file judges the request against the
+// cluster (`screen()`) and then against the evidence (`conclude()`), and re-exports the rest: it is
+// the family's public surface. The controller that watches CSRs and writes /approval
+// (lib/csrapprover.ts) gathers the evidence between the two halves.
 
-import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { canonicalIP, formatIP, type IPAddress, tryParseIP } from "./cidr.ts";
+import {
+  APPROVE_REASON,
+  DENY_REASONS,
+  type Decision,
+  type DenyReason,
+  deny,
+  failClosed,
+  type IgnoreReason,
+  list,
+  overLimit,
+  q,
+} from "./csrdecision.ts";
 import { EntryIndex, SubnetEdges } from "./csrindex.ts";
+import { type CsrMetrics, csrMetrics } from "./csrmetrics.ts";
+import {
+  type CheckedCsr,
+  type CsrInput,
+  checkCsr,
+  csrInputFrom,
+  isCheckedCsr,
+  MAX_REQUEST_BASE64,
+  nodeNameFromUsername,
+  USERNAME_PREFIX,
+} from "./csrrequest.ts";
 import { claimedIPs, literalClaimedIPs } from "./ipspelling.ts";
-import { isDNS1123Subdomain } from "./kubevalidation.ts";
-import type { Counter, Registry } from "./metrics.ts";
-import {
-  OVER_LIMIT_REASON,
-  overLimitMessage,
-  PEER_LIMITS,
-  type PeerLimitName,
-  peerLimit,
-  peerRejections,
-} from "./peerlimits.ts";
-import {
-  canonicalDNS,
-  canonicalHost,
-  type NetworkView,
-  NO_NETWORKS,
-  reservedName,
-  specialIP,
-} from "./sharedaddresses.ts";
-import { KUBELET_SERVING_SIGNER, PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
-import {
-  CsrSanLimitError,
-  MAX_REQUEST_BYTES,
-  type ParsedCsr,
-  type PublicKeyInfo,
-  parseCertificateRequest,
-} from "./x509pkcs10.ts";
+import { peerLimit } from "./peerlimits.ts";
+import { canonicalDNS, canonicalHost, type NetworkView, NO_NETWORKS } from "./sharedaddresses.ts";
+import { PROVIDED_NODE_IP_ANNOTATION } from "./wellknown.ts";
+import type { ParsedCsr } from "./x509pkcs10.ts";
 
-/** Condition reason written with an approval. */
-export const APPROVE_REASON = "TalosCCMApprove";
-
-/** What the API server prefixes a node's name with in the username of its credentials. */
-export const USERNAME_PREFIX = "system:node:";
-const NODES_GROUP = "system:nodes";
-const MIN_RSA_BITS = 2048;
-// Verification cost grows with the modulus; nothing legitimate asks for more.
-const MAX_RSA_BITS = 8192;
-
-/** The fields of a CertificateSigningRequest that the policy reads. */
-export interface CsrInput {
-  /** `metadata.name`: not judged; carried for the controller's logs and Events. */
-  name: string;
-  signerName: string;
-  /** `spec.username`: the authenticated requester, set by the API server. */
-  username: string;
-  groups: string[];
-  usages: string[];
-  /** `spec.request` as in the API object's JSON: base64 of the PEM text. */
-  request: string;
-  /** `status.conditions`: any condition (Approved, Denied, Failed) means the CSR is decided. */
-  conditions: Array<{ type: string }>;
-}
+// The family's public surface: what a decision is, the request's own checks and the counters live in
+// lib/csrdecision.ts, lib/csrrequest.ts and lib/csrmetrics.ts.
+export {
+  APPROVE_REASON,
+  type CheckedCsr,
+  type CsrInput,
+  type CsrMetrics,
+  checkCsr,
+  csrInputFrom,
+  csrMetrics,
+  DENY_REASONS,
+  type Decision,
+  type DenyReason,
+  type IgnoreReason,
+  MAX_REQUEST_BASE64,
+  nodeNameFromUsername,
+  overLimit,
+  USERNAME_PREFIX,
+};
 
 /** The fields of the requester's Node that the policy reads. */
 export interface NodeInput {
@@ -103,63 +101,36 @@ export interface TalosFacts {
   excludedSubnets: string[];
 }
 
-/** What `screen()` leaves to Talos: the CSR passed every other check. */
+/** What `screen()` leaves to the evidence: what Talos must confirm. */
 export interface TalosQuestion {
-  action: "confirm";
   /** IP SANs Talos must report (canonical text). */
   ipAddresses: string[];
   /** DNS SANs other than the node name, which Talos must know (`TalosFacts.dnsNames`). */
   dnsNames: string[];
 }
 
-/** Why a CSR is left alone. */
-export type IgnoreReason = "AlreadyDecided" | "OtherSigner";
+const SCREENED: unique symbol = Symbol("Screened");
 
-/** Stable codes for each failed check, written as the Denied condition's reason (README table). */
-export const DENY_REASONS = [
-  "UsernameMismatch",
-  "GroupMismatch",
-  "BadUsages",
-  "InvalidRequest",
-  OVER_LIMIT_REASON,
-  "WeakKey",
-  "BadSignature",
-  "SubjectMismatch",
-  "ForbiddenSAN",
-  "NonUniqueIP",
-  "NoSAN",
-  "ClusterNetworkIP",
-  "SharedIP",
-  "SharedDNSName",
-  "DNSNameNotOwned",
-  "DNSNameOfOtherNode",
-  "IPNotOwned",
-  "IPOfOtherNode",
-  "ServiceName",
-  "TalosNodeMismatch",
-  "IPNotReportedByTalos",
-  "DNSNameNotReportedByTalos",
-] as const;
-
-/** A failed check's code: one of {@link DENY_REASONS}. */
-export type DenyReason = (typeof DENY_REASONS)[number];
-
-/** What the controller should do with a CSR. */
-export type Decision =
-  | { action: "ignore"; reason: IgnoreReason }
-  | { action: "wait"; reason: "NodeNotFound"; message: string }
-  | { action: "approve"; reason: typeof APPROVE_REASON; message: string }
-  | {
-      action: "deny";
-      reason: DenyReason;
-      message: string;
-      /** The per-peer bound the CSR is over (reason `PeerInputOverLimit`), for the peer-rejection metric. */
-      limit?: PeerLimitName;
-    };
+/**
+ * A request that passed every check of `decide()` but those that need the evidence: `screen()`'s
+ * answer (`action: "confirm"`) when only Talos (or, in CSR-only mode, the Services) can still deny
+ * it. It carries what `conclude()` needs, so that no check is run twice, and the question to ask.
+ * Only `screen()` makes one: the brand is a symbol no other object carries.
+ */
+export interface Screened extends TalosQuestion {
+  readonly [SCREENED]: true;
+  readonly action: "confirm";
+  /** The request, parsed and verified once (`checkCsr()`). */
+  readonly parsed: ParsedCsr;
+  /** The requester's Node as it was screened. */
+  readonly node: NodeInput;
+  /** The node the requester is (`nodeNameFromUsername()`), the Node's name. */
+  readonly nodeName: string;
+}
 
 /**
  * What CSR-only mode knows of the names that reach a Service through a Pod's DNS search path
- * (lib/csrservices.ts looks them up for the CSR's DNS SANs before `decide()`).
+ * (lib/csrservices.ts looks them up for the CSR's DNS SANs before `conclude()`).
  */
 export interface ServiceNameView {
   /** Why canonical DNS name `name` reaches a Service, e.g. "resolves to Service vault/vault ...", or undefined. */
@@ -169,171 +140,19 @@ export interface ServiceNameView {
 /** A view of no Services: what a caller with no cluster facts passes (tests). */
 export const NO_SERVICE_NAMES: ServiceNameView = { reach: () => undefined };
 
+/**
+ * What `conclude()` weighs: what Talos reports for the node, or in CSR-only mode (no Talos API)
+ * which DNS SANs reach a Service.
+ */
+export type Evidence = TalosFacts | ServiceNameView;
+
 // ---------------------------------------------------------------------------------------------
 // Policy
 
-/**
- * The node a CSR speaks for, from the requester's authenticated username — never from the
- * request's own contents, which the requester chooses.
- * @param username `spec.username`, e.g. `system:node:worker-1`
- * @returns the node name, or undefined when the username is not a valid node identity
- * @example nodeNameFromUsername("system:node:worker-1") // "worker-1"
- */
-export function nodeNameFromUsername(username: string): string | undefined {
-  if (typeof username !== "string" || !username.startsWith(USERNAME_PREFIX)) return undefined;
-  const name = username.slice(USERNAME_PREFIX.length);
-  return isDNS1123Subdomain(name).length === 0 ? name : undefined;
-}
-
-const ALLOWED_USAGES = new Set(["digital signature", "key encipherment", "server auth"]);
-const REQUIRED_USAGES = ["digital signature", "server auth"];
 const DNS_ADDRESS_TYPES = new Set(["Hostname", "InternalDNS", "ExternalDNS"]);
-
-/** Quotes attacker-controlled text for a message: escaped and truncated. */
-function q(value: string): string {
-  return JSON.stringify(value.length > 64 ? `${value.slice(0, 64)}…` : value);
-}
-
-function list(values: string[]): string {
-  const shown = values.slice(0, 8).map(q).join(", ");
-  return values.length > 8 ? `${shown} and ${values.length - 8} more` : shown;
-}
-
-function deny(reason: DenyReason, message: string): Decision {
-  return { action: "deny", reason, message };
-}
-
-/**
- * The denial of a CSR over per-peer bound `limit`: reason `PeerInputOverLimit`, the bound's message.
- * @example overLimit("csr_sans", 300).reason // "PeerInputOverLimit"
- */
-export function overLimit(limit: PeerLimitName, got: number): Decision {
-  return { action: "deny", reason: OVER_LIMIT_REASON, message: overLimitMessage(limit, got), limit };
-}
 
 function defined<T>(values: Array<T | undefined>): T[] {
   return values.filter((v): v is T => v !== undefined);
-}
-
-/** Usages: digital signature and server auth, optionally key encipherment, nothing else. */
-function checkUsages(usages: string[]): Decision | undefined {
-  const stray = usages.filter((u) => !ALLOWED_USAGES.has(u));
-  const missing = REQUIRED_USAGES.filter((u) => !usages.includes(u));
-  if (stray.length === 0 && missing.length === 0) return undefined;
-  const what = [
-    ...(missing.length ? [`missing ${list(missing)}`] : []),
-    ...(stray.length ? [`not allowed ${list(stray)}`] : []),
-  ];
-  return deny(
-    "BadUsages",
-    `usages must be digital signature and server auth, optionally key encipherment: ${what.join("; ")}`,
-  );
-}
-
-/** The longest `spec.request` read: base64 of `MAX_REQUEST_BYTES`; a longer one is refused unread. */
-export const MAX_REQUEST_BASE64 = 4 * Math.ceil(MAX_REQUEST_BYTES / 3);
-
-/** Decodes `spec.request` (base64 of PEM, within `MAX_REQUEST_BYTES`) and parses it. */
-function parseRequest(request: string): Decision | ParsedCsr {
-  if (request.length > MAX_REQUEST_BASE64) {
-    return deny(
-      "InvalidRequest",
-      `request of ${request.length} base64 characters is over the ${MAX_REQUEST_BYTES}-byte limit`,
-    );
-  }
-  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(request) || request.length % 4 !== 0) {
-    return deny("InvalidRequest", "request is not base64");
-  }
-  try {
-    const pem = Buffer.from(request, "base64").toString("latin1");
-    return parseCertificateRequest(pem, { maxSans: peerLimit("csr_sans") });
-  } catch (err) {
-    if (err instanceof CsrSanLimitError) return overLimit("csr_sans", err.count);
-    return deny("InvalidRequest", err instanceof Error ? err.message : String(err));
-  }
-}
-
-/** The key: RSA of 2048 to 8192 bits with an odd exponent from 3 to below 2^32, P-256, P-384 or Ed25519. */
-function checkKey(key: PublicKeyInfo): Decision | undefined {
-  if (key.type === "unsupported")
-    return deny("WeakKey", `public key algorithm ${key.algorithm} is not accepted`);
-  if (key.type === "rsa" && (key.bits < MIN_RSA_BITS || key.bits > MAX_RSA_BITS)) {
-    return deny(
-      "WeakKey",
-      `RSA key of ${key.bits} bits; ${MIN_RSA_BITS} to ${MAX_RSA_BITS} bits are accepted`,
-    );
-  }
-  if (key.type === "rsa" && (key.exponent < 3n || key.exponent % 2n === 0n || key.exponent >= 2n ** 32n)) {
-    return deny("WeakKey", `RSA public exponent ${key.exponent} is not accepted`);
-  }
-  if (key.type === "ec" && key.curve !== "P-256" && key.curve !== "P-384") {
-    return deny("WeakKey", `ECDSA curve ${key.curve} is not accepted; P-256 or P-384 are`);
-  }
-  return undefined;
-}
-
-/** The subject: exactly one CN, the requester's username, and O exactly [system:nodes]. */
-function checkSubject(parsed: ParsedCsr, username: string): Decision | undefined {
-  const [cn, ...moreCN] = parsed.commonNames;
-  if (cn !== username || moreCN.length) {
-    return deny(
-      "SubjectMismatch",
-      `subject CN must be exactly the requester ${q(username)}; got ${list(parsed.commonNames)}`,
-    );
-  }
-  if (parsed.organizations.length !== 1 || parsed.organizations[0] !== NODES_GROUP) {
-    return deny(
-      "SubjectMismatch",
-      `subject O must be exactly [${NODES_GROUP}]; got [${list(parsed.organizations)}]`,
-    );
-  }
-  return undefined;
-}
-
-/**
- * The SANs on their own: DNS and IP only, at least one; no wildcard, no name of `reservedName()`,
- * no IP of `specialIP()`.
- */
-function checkSans(parsed: ParsedCsr): Decision | undefined {
-  const foreign = [
-    ...parsed.emailAddresses.map((e) => `email ${q(e)}`),
-    ...parsed.uris.map((u) => `URI ${q(u)}`),
-    ...parsed.otherNames,
-  ];
-  if (foreign.length)
-    return deny("ForbiddenSAN", `only DNS and IP SANs are allowed; got ${foreign.slice(0, 8).join(", ")}`);
-  for (const dns of parsed.dnsNames) {
-    if (dns.includes("*")) return deny("ForbiddenSAN", `wildcard DNS SAN ${q(dns)} is not allowed`);
-    // Names that resolve to whoever asks or to cluster objects: a node holding one could
-    // impersonate the control plane, a Service or any host to its own clients.
-    const why = reservedName(dns);
-    if (why) return deny("ForbiddenSAN", `DNS SAN ${q(dns)} ${why}`);
-  }
-  for (const ip of parsed.ipAddresses) {
-    const why = specialIP(tryParseIP(ip) as IPAddress);
-    if (why) return deny("NonUniqueIP", `IP SAN ${ip} is ${why}, which identifies no single machine`);
-  }
-  if (parsed.dnsNames.length === 0 && parsed.ipAddresses.length === 0) {
-    return deny("NoSAN", "at least one DNS or IP SAN is required");
-  }
-  return undefined;
-}
-
-/**
- * The checks that need only the CSR, in order: usages, the request parsed, its key, proof of
- * possession, subject, SANs. Returns the parsed request when they all pass.
- */
-function checkRequest(csr: CsrInput, username: string): Decision | ParsedCsr {
-  const badUsages = checkUsages(csr.usages ?? []);
-  if (badUsages) return badUsages;
-  const parsed = parseRequest(csr.request ?? "");
-  if ("action" in parsed) return parsed;
-  const badKey = checkKey(parsed.publicKey);
-  if (badKey) return badKey;
-  if (!parsed.signature.valid) {
-    return deny("BadSignature", parsed.signature.problem ?? "signature does not verify");
-  }
-  return checkSubject(parsed, username) ?? checkSans(parsed) ?? parsed;
 }
 
 /** DNS names (`canonicalDNS()`) and IPs (canonical text), as `claims()` and `requestedClaims()` spell them. */
@@ -426,12 +245,6 @@ function claimedBy(values: string[], owners: Map<string, string>, key: (v: strin
   const shown = values.slice(0, 8).map((v) => `${q(v)} (node ${q(owners.get(key(v)) ?? "")})`);
   return values.length > 8 ? `${shown.join(", ")} and ${values.length - 8} more` : shown.join(", ");
 }
-
-/** How ownership is judged: against the Node only, up to what Talos must confirm, or with Talos. */
-type Mode =
-  | { kind: "csr-only"; services: ServiceNameView }
-  | { kind: "screen" }
-  | { kind: "talos"; facts: TalosFacts };
 
 /**
  * The checks against what the cluster shares, which need neither the Node nor Talos: no IP SAN in
@@ -594,121 +407,89 @@ function checkServiceNames(parsed: ParsedCsr, services: ServiceNameView): Decisi
 }
 
 /**
- * The checks against the Node, the other Nodes and Talos. The node checks are the same in every
- * mode and come first, so that `screen()`'s denials are exactly `decide()`'s with any Talos facts;
- * CSR-only mode has the same rules with less evidence.
+ * The approval of a screened request, saying what confirmed it.
+ * @param how e.g. "checked against the Nodes only"
  */
-function checkOwnership(
-  parsed: ParsedCsr,
-  node: NodeInput,
-  mode: Mode,
-  others: Iterable<NodeInput>,
-): Decision | TalosQuestion {
-  const failed = checkNodes(parsed, node, others);
-  if (failed) return failed;
-  const self = canonicalDNS(node.name);
-  const extraDNS = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
-  if (mode.kind === "screen") {
-    return { action: "confirm", ipAddresses: parsed.ipAddresses, dnsNames: extraDNS };
-  }
-  const names = [...parsed.dnsNames.map((d) => `DNS ${q(d)}`), ...parsed.ipAddresses.map((i) => `IP ${i}`)];
-  const approved = `Approved by Talos CCM: serving certificate for node ${q(node.name)} with ${names.slice(0, 16).join(", ")}`;
-  if (mode.kind === "csr-only") {
-    const reached = checkServiceNames(parsed, mode.services);
-    if (reached) return reached;
-    return {
-      action: "approve",
-      reason: APPROVE_REASON,
-      message: `${approved}; checked against the Nodes only`,
-    };
-  }
-  const denied = checkTalos(parsed, node, mode.facts, extraDNS);
-  if (denied) return denied;
-  return {
-    action: "approve",
-    reason: APPROVE_REASON,
-    message: `${approved}; identity and names confirmed by Talos on ${mode.facts.nodeIP}`,
-  };
-}
-
-const CHECKED: unique symbol = Symbol("CheckedCsr");
-
-/**
- * A request that passed every check that needs only the request itself, parsed and verified
- * once. `screen()` and `decide()` take it in place of the `CsrInput`, so that a controller that
- * calls both (and looks up the other Nodes by its SANs) parses the request only once. Only
- * `checkCsr()` makes one: the brand is a symbol no API object can carry.
- */
-export interface CheckedCsr {
-  readonly [CHECKED]: true;
-  readonly csr: CsrInput;
-  /** The node the requester is (`nodeNameFromUsername(csr.username)`). */
-  readonly nodeName: string;
-  readonly parsed: ParsedCsr;
+function approval(s: Screened, how: string): Decision {
+  const names = [
+    ...s.parsed.dnsNames.map((d) => `DNS ${q(d)}`),
+    ...s.parsed.ipAddresses.map((i) => `IP ${i}`),
+  ];
+  const what = `serving certificate for node ${q(s.node.name)} with ${names.slice(0, 16).join(", ")}`;
+  return { action: "approve", reason: APPROVE_REASON, message: `Approved by Talos CCM: ${what}; ${how}` };
 }
 
 /**
- * The checks of `decide()` that need neither the Node nor Talos, in `decide()`'s order: not
- * already decided and signer kubelet-serving (else ignore); requester a node in `system:nodes`;
- * usages; the request itself (parsing, key, proof of possession, subject, SANs). Pure and total.
- * @param csr the request
- * @returns the ignore or denial `decide()` would return whatever the Node and Talos say, or the
- *   checked request to pass to `screen()`/`decide()` (and `requestedClaims()`)
+ * Every check of `decide()` that does not need the evidence, so that Talos is asked only about
+ * requests it can still approve: the request's own (lib/csrrequest.ts), the cluster's shared ranges
+ * and names, the Node's existence, and the Node and the other Nodes (the same in every mode). A
+ * decision returned here is the one `decide()` returns with any evidence. Pure and total.
+ * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
+ * @param node the Node named by the requester, or undefined
+ * @param others the other Nodes, as for `decide()`
+ * @param networks the cluster's ranges and shared names, as for `decide()`
+ * @returns ignore, wait or deny — never approve — or the screened request: what to ask Talos, and
+ *   what `conclude()` judges the answer with
  * @example
- * const checked = checkCsr(csr);
- * const d = "action" in checked ? checked : decide(checked, node, facts, others);
+ * const s = screen(csr, node, others, networks);
+ * const d = s.action === "confirm" ? conclude(s, await askTalos(s)) : s;
  */
-export function checkCsr(csr: CsrInput): Decision | CheckedCsr {
-  return failClosed((): Decision | CheckedCsr => {
-    if ((csr.conditions ?? []).length > 0) return { action: "ignore", reason: "AlreadyDecided" };
-    if (csr.signerName !== KUBELET_SERVING_SIGNER) return { action: "ignore", reason: "OtherSigner" };
-    const nodeName = nodeNameFromUsername(csr.username);
-    if (nodeName === undefined) {
-      return deny(
-        "UsernameMismatch",
-        `requester ${q(String(csr.username))} is not a node (system:node:<name>)`,
-      );
+export function screen(
+  csr: CsrInput | CheckedCsr,
+  node: NodeInput | undefined,
+  others: Iterable<NodeInput> = [],
+  networks: NetworkView = NO_NETWORKS,
+): Decision | Screened {
+  return failClosed((): Decision | Screened => {
+    const checked = isCheckedCsr(csr) ? csr : checkCsr(csr);
+    if ("action" in checked) return checked;
+    const { parsed, nodeName } = checked;
+    const shared = checkNetworks(parsed, nodeName, networks);
+    if (shared) return shared;
+    if (!node || node.name !== nodeName) {
+      return { action: "wait", reason: "NodeNotFound", message: `node ${q(nodeName)} does not exist yet` };
     }
-    if (!(csr.groups ?? []).includes(NODES_GROUP)) {
-      return deny("GroupMismatch", `requester ${q(csr.username)} is not in group ${NODES_GROUP}`);
-    }
-    const parsed = checkRequest(csr, csr.username);
-    if ("action" in parsed) return parsed;
-    return { [CHECKED]: true, csr, nodeName, parsed };
+    const failed = checkNodes(parsed, node, others);
+    if (failed) return failed;
+    const self = canonicalDNS(node.name);
+    const dnsNames = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
+    return {
+      [SCREENED]: true,
+      action: "confirm",
+      ipAddresses: parsed.ipAddresses,
+      dnsNames,
+      parsed,
+      node,
+      nodeName,
+    };
   });
 }
 
-/** Every check up to the Node's; returns the parsed request and the Node when they all pass. */
-function precheck(
-  csr: CsrInput | CheckedCsr,
-  node: NodeInput | undefined,
-  networks: NetworkView,
-): Decision | { parsed: ParsedCsr; node: NodeInput } {
-  const checked = CHECKED in csr ? csr : checkCsr(csr);
-  if ("action" in checked) return checked;
-  const shared = checkNetworks(checked.parsed, checked.nodeName, networks);
-  if (shared) return shared;
-  if (!node || node.name !== checked.nodeName) {
-    return {
-      action: "wait",
-      reason: "NodeNotFound",
-      message: `node ${q(checked.nodeName)} does not exist yet`,
-    };
-  }
-  return { parsed: checked.parsed, node };
-}
-
-/** Runs `fn`, turning any exception into a denial: a bug or a malformed object never approves. */
-function failClosed<T>(fn: () => T): T | Decision {
-  try {
-    return fn();
-  } catch (err) {
-    // The reference crash-loops on one bad CSR; here it is denied and the controller goes on.
-    return deny(
-      "InvalidRequest",
-      `Cannot evaluate the request: ${err instanceof Error ? err.message : String(err)}`,
+/**
+ * The rest of `decide()` for a screened request: only the checks that need the evidence, none of
+ * `screen()`'s again (not the Nodes: a caller whose Nodes changed while it gathered the evidence
+ * screens again). With Talos' facts: the Talos node that answered is this node, reports every IP SAN
+ * on a link of its own and outside what it excludes from node IPs, and knows every DNS SAN other
+ * than the node name. In CSR-only mode: no DNS SAN reaches a Service through a Pod's search path.
+ * Pure and total; anything but a request `screen()` made is denied.
+ * @param screened `screen()`'s answer when it is `confirm`
+ * @param evidence what Talos reports for the node, or in CSR-only mode the Service names
+ *   (lib/csrservices.ts answers for the request's DNS SANs)
+ * @returns approve or deny, with `decide()`'s reason and message
+ * @example const d = s.action === "confirm" ? conclude(s, facts) : s;
+ */
+export function conclude(screened: Screened, evidence: Evidence): Decision {
+  return failClosed((): Decision => {
+    if (!(SCREENED in screened)) throw new Error("the request was not screened");
+    const { parsed, node } = screened;
+    if ("reach" in evidence) {
+      return checkServiceNames(parsed, evidence) ?? approval(screened, "checked against the Nodes only");
+    }
+    return (
+      checkTalos(parsed, node, evidence, screened.dnsNames) ??
+      approval(screened, `identity and names confirmed by Talos on ${evidence.nodeIP}`)
     );
-  }
+  });
 }
 
 /**
@@ -729,7 +510,8 @@ function failClosed<T>(fn: () => T): T | Decision {
  * that answered is this node, reports every IP SAN on a link of its own and outside what it
  * excludes from node IPs, and knows every DNS SAN other than the node name; without Talos, no DNS
  * SAN reaches a Service through a Pod's search path (`services`). Time linear in SANs plus the
- * Node's, the other Nodes' and Talos' entries: each list is indexed once.
+ * Node's, the other Nodes' and Talos' entries: each list is indexed once. It is `screen()` then
+ * `conclude()`; the controller calls the two halves itself, with the evidence gathered between them.
  * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
  * @param node the Node named by `nodeNameFromUsername(csr.username)`, or undefined when it does
  *   not exist (yet); a Node of any other name is treated as absent
@@ -754,53 +536,9 @@ export function decide(
   services: ServiceNameView = NO_SERVICE_NAMES,
 ): Decision {
   return failClosed(() => {
-    const pre = precheck(csr, node, networks);
-    if ("action" in pre) return pre;
-    const mode: Mode = talos ? { kind: "talos", facts: talos } : { kind: "csr-only", services };
-    return checkOwnership(pre.parsed, pre.node, mode, others) as Decision;
+    const s = screen(csr, node, others, networks);
+    return s.action === "confirm" ? conclude(s, talos ?? services) : s;
   });
-}
-
-/**
- * Every check of `decide()` that does not need Talos, so that Talos is asked only about requests
- * it can still approve. A decision returned here is the one `decide()` returns with any Talos
- * facts; `confirm` says what Talos must confirm. Pure and total, like `decide()`.
- * @param csr the request, or the result of `checkCsr()` for it (then it is not parsed again)
- * @param node the Node named by the requester, or undefined
- * @param others the other Nodes, as for `decide()`
- * @param networks the cluster's ranges and shared names, as for `decide()`
- * @returns ignore, wait or deny — never approve — or what to ask Talos
- * @example
- * const s = screen(csr, node, others, networks);
- * const d = s.action === "confirm" ? decide(csr, node, await askTalos(s), others, networks) : s;
- */
-export function screen(
-  csr: CsrInput | CheckedCsr,
-  node: NodeInput | undefined,
-  others: Iterable<NodeInput> = [],
-  networks: NetworkView = NO_NETWORKS,
-): Decision | TalosQuestion {
-  return failClosed(() => {
-    const pre = precheck(csr, node, networks);
-    if ("action" in pre) return pre;
-    return checkOwnership(pre.parsed, pre.node, { kind: "screen" }, others);
-  });
-}
-
-/**
- * Maps a CertificateSigningRequest API object to `decide()`'s input; absent lists become empty.
- * @param obj the object as returned by the API (request still base64)
- */
-export function csrInputFrom(obj: V1CertificateSigningRequest): CsrInput {
-  return {
-    name: obj.metadata?.name ?? "",
-    signerName: obj.spec.signerName,
-    username: obj.spec.username ?? "",
-    groups: obj.spec.groups ?? [],
-    usages: obj.spec.usages ?? [],
-    request: obj.spec.request,
-    conditions: (obj.status?.conditions ?? []).map((c) => ({ type: c.type })),
-  };
 }
 
 /** The parts of a Node `nodeInputFrom` reads: a `V1Node` or the Node cache's lean copy. */
@@ -819,52 +557,5 @@ export function nodeInputFrom(node: NodeLike): NodeInput {
     name: node.metadata?.name ?? "",
     addresses: (node.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
     ...(provided === undefined ? {} : { providedNodeIP: provided }),
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Metrics
-
-/** Counter of approvals and denials, label `status` (approve|deny), named as in the reference. */
-const CSR_APPROVAL_METRIC = "talosccm_csr_approval_count";
-/** Counter of denials, label `reason` (a `DenyReason`). */
-const CSR_DENIED_METRIC = "talosccm_csr_denied_total";
-
-/** The CSR counters, registered on a registry. */
-export interface CsrMetrics {
-  approvals: Counter;
-  denials: Counter;
-  /**
-   * Counts an approve or deny decision (call once it is written); ignore and wait count nothing. A
-   * denial for a per-peer bound also counts in `talosccm_peer_input_rejected_total{peer="csr"}`.
-   */
-  record(decision: Decision): void;
-}
-
-/**
- * Registers (or finds) the CSR counters.
- * @param reg the registry (the process registry served on /metrics, or a test's own).
- */
-export function csrMetrics(reg: Registry): CsrMetrics {
-  const approvals = reg.counter(CSR_APPROVAL_METRIC, "Node serving CSRs approved or denied, by status.", [
-    "status",
-  ]);
-  const denials = reg.counter(CSR_DENIED_METRIC, "Node serving CSRs denied, by reason.", ["reason"]);
-  // Every series exists from the start at 0, so that increase() and rate() count the first decisions
-  // (a series that appears at 6 shows no increase: a first burst of denials would go unseen).
-  for (const status of ["approve", "deny"]) approvals.inc({ status }, 0);
-  for (const reason of DENY_REASONS) denials.inc({ reason }, 0);
-  const rejections = peerRejections(reg);
-  return {
-    approvals,
-    denials,
-    record(decision) {
-      if (decision.action === "approve") approvals.inc({ status: "approve" });
-      if (decision.action === "deny") {
-        approvals.inc({ status: "deny" });
-        denials.inc({ reason: decision.reason });
-        if (decision.limit) rejections.inc({ peer: PEER_LIMITS[decision.limit].peer, limit: decision.limit });
-      }
-    },
   };
 }

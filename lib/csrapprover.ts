@@ -9,33 +9,35 @@
 // passed every other check are looked up against the cluster's namespaces and Services
 // (lib/csrservices.ts), failures retried the same way. The cluster's Service and pod ranges
 // (lib/csrnetworks.ts) are read before the first decision. The Talos facts are lib/csrtalosfacts.ts's,
-// the Nodes' claims lib/csrclaims.ts's.
+// the Nodes' claims lib/csrclaims.ts's. A CSR is decided once: `screen()` against the cluster, the
+// evidence gathered, `conclude()` on it — started again if the Nodes changed meanwhile.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import type { ControllerContext } from "./controller.ts";
 import {
-  type CheckedCsr,
   type Claims,
-  type CsrInput,
-  type CsrMetrics,
-  checkCsr,
-  csrInputFrom,
-  csrMetrics,
-  type Decision,
-  decide,
-  MAX_REQUEST_BASE64,
+  conclude,
   type NodeInput,
   nodeInputFrom,
-  nodeNameFromUsername,
-  overLimit,
   requestedClaims,
   type ServiceNameView,
   screen,
   type TalosFacts,
-  USERNAME_PREFIX,
 } from "./csr.ts";
 import { NodeClaimIndex } from "./csrclaims.ts";
+import { type Decision, overLimit } from "./csrdecision.ts";
+import { type CsrMetrics, csrMetrics } from "./csrmetrics.ts";
 import { CsrNetworks } from "./csrnetworks.ts";
+import { CsrRecords } from "./csrrecords.ts";
+import {
+  type CheckedCsr,
+  type CsrInput,
+  checkCsr,
+  csrInputFrom,
+  MAX_REQUEST_BASE64,
+  nodeNameFromUsername,
+  USERNAME_PREFIX,
+} from "./csrrequest.ts";
 import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
 import { type TalosFactsClient, TalosFactsReader } from "./csrtalosfacts.ts";
 import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
@@ -226,6 +228,9 @@ export function decisionUnits(request: string, nodeAddresses: number, facts: Tal
   return 1 + Math.ceil(Math.min(request.length, MAX_REQUEST_BASE64) / 64) + nodeAddresses + talos;
 }
 
+/** `#decide()`'s answer when the Nodes changed while the evidence was gathered: decide again. */
+const NODES_CHANGED = Symbol("NodesChanged");
+
 /** The node-csr-approval controller: CSR and Node events feeding a work queue of CSR names. */
 export class CsrApprover {
   readonly #opts: CsrApproverOptions;
@@ -238,12 +243,8 @@ export class CsrApprover {
   readonly #pendingByNode = new Map<string, Names>();
   /** Who claims which name and IP, from the Node events. */
   readonly #claims: NodeClaimIndex;
-  /** Looks for a missing Node per CSR name. */
-  readonly #looks = new Map<string, number>();
-  /** resourceVersion each CSR was decided at by this process (until the watch shows it). */
-  readonly #decidedAt = new Map<string, string>();
-  /** Warning Event reasons each CSR (by uid) got already: one of each is enough. */
-  readonly #warned = new Map<string, Set<string>>();
+  /** One record per CSR name: looks for its Node, the version it was decided at, warnings given. */
+  readonly #records = new CsrRecords();
   /**
    * Decision work by requester (spec.username, stamped by the API server): each decision is
    * charged what it cost (`decisionUnits()`); a requester in debt waits, its CSRs Pending.
@@ -275,15 +276,15 @@ export class CsrApprover {
   }
 
   /**
-   * How many entries the controller holds about CSRs (pending ones by node, looks for a Node,
-   * decisions the watch has not shown yet, warnings given, budget Events of the last 10 min): 0 once
-   * every CSR is decided and the watch showed it, whatever the cluster's history (after 10 min for
-   * a requester that spent its decision budget). For leak tests.
+   * How many entries the controller holds about CSRs (pending ones by node, the records of CSRs
+   * that were looked at for a Node, decided before the watch showed it or warned about, budget
+   * Events of the last 10 min): 0 once every CSR is decided and the watch showed it, whatever the
+   * cluster's history (after 10 min for a requester that spent its decision budget). For leak tests.
    */
   get heldEntries(): number {
     let pending = 0;
     for (const names of this.#pendingByNode.values()) pending += namesOf(names).length;
-    return pending + this.#looks.size + this.#decidedAt.size + this.#warned.size + this.#budgetEventAt.size;
+    return pending + this.#records.size + this.#budgetEventAt.size;
   }
 
   /** The handlers for the CSR cache: every add and update of a pending CSR queues it. */
@@ -353,9 +354,7 @@ export class CsrApprover {
     const name = c.metadata.name;
     const node = nodeNameFromUsername(c.csr.username);
     if (node !== undefined) removeName(this.#pendingByNode, node, name);
-    this.#looks.delete(name);
-    this.#decidedAt.delete(name);
-    this.#warned.delete(c.metadata.uid);
+    this.#records.forget(name);
   }
 
   /**
@@ -366,18 +365,24 @@ export class CsrApprover {
    */
   async reconcile(name: string): Promise<ReconcileResult | undefined> {
     const c = this.#opts.csrs.get(name);
-    if (!c || !isPending(c) || this.#decidedAt.get(name) === c.metadata.resourceVersion) return undefined;
+    if (!c || !isPending(c) || this.#records.of(c.metadata)?.decidedAt === c.metadata.resourceVersion)
+      return undefined;
     const requester = c.csr.username;
     const dueMs = this.#budget.take(requester, 0);
     if (dueMs > 0) return this.#overBudget(c, dueMs);
-    // Parsed and verified once; screen() and decide() take the checked request.
+    // Parsed and verified once; screen() takes the checked request.
     const checked = checkCsr(c.csr);
     const cost = { nodeAddresses: 0, facts: undefined as TalosFacts | undefined };
-    let d: Decision | undefined;
+    let d: Decision | typeof NODES_CHANGED | undefined;
     try {
       d = "action" in checked ? checked : await this.#decide(c, checked, cost);
     } finally {
       this.#budget.charge(requester, decisionUnits(c.csr.request ?? "", cost.nodeAddresses, cost.facts));
+    }
+    if (d === NODES_CHANGED) {
+      log.v(2).info("Nodes changed while the CSR's evidence was gathered; deciding again", { csr: name });
+      // Queued again at once, behind the keys already waiting (the queue re-adds it when this ends).
+      return { requeueAfterMs: 0 };
     }
     if (!d) return undefined;
     switch (d.action) {
@@ -391,34 +396,45 @@ export class CsrApprover {
   }
 
   /**
-   * Decides a checked CSR against its Node, the Nodes that share one of its SANs and (unless in
-   * CSR-only mode) Talos; undefined when Talos is given up on.
+   * Decides a checked CSR once: `screen()` against its Node, the Nodes that share one of its SANs
+   * and the cluster's networks (read live), then the evidence (Talos' facts, or in CSR-only mode the
+   * Services its DNS SANs reach), then `conclude()` on it. Undefined when the evidence is given up
+   * on; `NODES_CHANGED` when the Nodes the screening read changed while the evidence was gathered.
    */
   async #decide(
     c: LeanCsr,
     checked: CheckedCsr,
     cost: { nodeAddresses: number; facts: TalosFacts | undefined },
-  ): Promise<Decision | undefined> {
+  ): Promise<Decision | typeof NODES_CHANGED | undefined> {
     const lean = this.#opts.nodes.get(checked.nodeName);
     const node = lean && nodeInputFrom(lean);
     cost.nodeAddresses = node?.addresses.length ?? 0;
-    const wanted = requestedClaims(checked);
-    // Looked up again after Talos answered: Nodes may have changed meanwhile.
-    const others = () => this.#others(wanted, checked.nodeName);
-    const { networks } = this.#opts;
-    const s = screen(checked, node, others(), networks);
+    const screened = this.#nodesVersion(checked.nodeName);
+    const others = this.#others(requestedClaims(checked), checked.nodeName);
+    const s = screen(checked, node, others, this.#opts.networks);
     if (s.action !== "confirm") return s;
-    if (!this.#facts) {
-      // CSR-only mode: what is left to check is whether a DNS SAN reaches a Service.
-      const q = serviceQuestions(checked.parsed.dnsNames);
-      const n = lookupCount(q);
-      if (n > peerLimit("csr_service_lookups")) return overLimit("csr_service_lookups", n);
-      const services = await this.#lookUpServices(c, q);
-      return services && decide(checked, node, undefined, others(), networks, services);
-    }
-    const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
-    cost.facts = facts;
-    return facts && decide(checked, node, facts, others(), networks);
+    const questions = this.#facts ? undefined : serviceQuestions(s.parsed.dnsNames);
+    const lookups = questions ? lookupCount(questions) : 0;
+    if (lookups > peerLimit("csr_service_lookups")) return overLimit("csr_service_lookups", lookups);
+    // Talos' DNS names are read only when the request has names besides the node's.
+    if (!questions) cost.facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+    const evidence = questions ? await this.#lookUpServices(c, questions) : cost.facts;
+    if (!evidence) return undefined;
+    // Optimistic concurrency in place of screening again after the await (the Nodes read again, as
+    // before): the evidence is concluded on only if no Node's claims changed (the claim index's
+    // generation) and the requester's Node is the version screened. Then the Nodes screen() read are
+    // the Nodes now, and no decision is made on a snapshot older than the evidence — as safe as
+    // reading them again; otherwise the CSR is decided again from the start.
+    if (this.#nodesVersion(checked.nodeName) !== screened) return NODES_CHANGED;
+    return conclude(s, evidence);
+  }
+
+  /**
+   * What the screening of node `name`'s CSR reads of the Nodes, as a key that changes with it: the
+   * claim index's generation (every Node's claims) and the requester's Node's resourceVersion.
+   */
+  #nodesVersion(name: string): string {
+    return `${this.#claims.generation}/${this.#opts.nodes.get(name)?.metadata.resourceVersion ?? ""}`;
   }
 
   /**
@@ -505,13 +521,17 @@ export class CsrApprover {
     const name = c.metadata.name;
     const left = this.#nodeWaitMs - this.#ageMs(c);
     if (left > 0) {
-      const looks = this.#looks.get(name) ?? 0;
-      this.#looks.set(name, looks + 1);
+      const looks = this.#records.of(c.metadata)?.looks ?? 0;
+      this.#records.update(c.metadata, (r) => {
+        r.looks = looks + 1;
+      });
       const delay = nodePollDelayMs(looks, left);
       log.v(2).info("CSR waits for its Node", { csr: name, reason: message, retryInMs: delay });
       return { requeueAfterMs: delay };
     }
-    this.#looks.delete(name);
+    this.#records.update(c.metadata, (r) => {
+      delete r.looks;
+    });
     const minutes = Math.round(this.#nodeWaitMs / 60_000);
     this.#warnOnce(
       c,
@@ -522,9 +542,10 @@ export class CsrApprover {
   }
 
   #warnOnce(c: LeanCsr, reason: string, note: string): void {
-    const warned = this.#warned.get(c.metadata.uid) ?? new Set();
-    if (warned.has(reason)) return;
-    this.#warned.set(c.metadata.uid, warned.add(reason));
+    if (this.#records.of(c.metadata)?.warned?.has(reason)) return;
+    this.#records.update(c.metadata, (r) => {
+      r.warned = (r.warned ?? new Set()).add(reason);
+    });
     log.info("CSR not decided", { csr: c.metadata.name, reason, detail: note });
     void this.#opts.events.record(csrTarget(c), "Warning", reason, EVENT_ACTION, note);
   }
@@ -550,9 +571,11 @@ export class CsrApprover {
     }
     // Until the watch shows the decision; when it came already (the cache moved past this version
     // or dropped the CSR as decided), there is nothing to guard and nothing would ever remove it.
-    if (this.#opts.csrs.get(name)?.metadata.resourceVersion === c.metadata.resourceVersion)
-      this.#decidedAt.set(name, c.metadata.resourceVersion);
-    this.#looks.delete(name);
+    const unseen = this.#opts.csrs.get(name)?.metadata.resourceVersion === c.metadata.resourceVersion;
+    this.#records.update(c.metadata, (r) => {
+      if (unseen) r.decidedAt = c.metadata.resourceVersion;
+      delete r.looks;
+    });
     // Kept for retries of this decision, which is written: a later CSR of the node asks Talos anew.
     const node = nodeNameFromUsername(c.csr.username);
     if (node !== undefined) this.#facts?.forget(node);

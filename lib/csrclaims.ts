@@ -28,10 +28,21 @@ export class NodeClaimIndex {
   readonly #dns = new Map<string, Names>();
   readonly #ips = new Map<string, Names>();
   readonly #isNode: (name: string) => boolean;
+  #generation = 0;
 
   /** @param isNode whether a Node of that name exists (the Node cache, which this index follows) */
   constructor(isNode: (name: string) => boolean) {
     this.#isNode = isNode;
+  }
+
+  /**
+   * Counts the changes of any Node's claims: bumped by every `set()` that changes what a Node claims
+   * (a Node added, or its name, addresses or provided node IP changed), every `delete()` and
+   * `clear()`; a heartbeat that changes no claim leaves it. A caller that read `claimants()` notes it
+   * before an await: unchanged after, the claimants it read are still the ones it would read now.
+   */
+  get generation(): number {
+    return this.#generation;
   }
 
   /**
@@ -41,6 +52,7 @@ export class NodeClaimIndex {
   set(node: NodeInput, old?: NodeInput): void {
     if (old && sameClaimInput(old, node)) return;
     if (old) this.delete(old);
+    this.#generation++;
     const c = claims(node, "other");
     for (const d of c.dns) if (d !== node.name) addName(this.#dns, d, node.name);
     for (const ip of c.ips) addName(this.#ips, ip, node.name);
@@ -48,6 +60,7 @@ export class NodeClaimIndex {
 
   /** Forgets what `node` (the version of it recorded last) claims. */
   delete(node: NodeInput): void {
+    this.#generation++;
     const c = claims(node, "other");
     for (const d of c.dns) if (d !== node.name) removeName(this.#dns, d, node.name);
     for (const ip of c.ips) removeName(this.#ips, ip, node.name);
@@ -55,6 +68,7 @@ export class NodeClaimIndex {
 
   /** Forgets every Node. */
   clear(): void {
+    this.#generation++;
     this.#dns.clear();
     this.#ips.clear();
   }

@@ -73,7 +73,7 @@ export function lookupCount(q: ServiceQuestions): number {
 
 /**
  * The API server's answers: which namespaces exist, and for each Service name one Service that has
- * it (`namespace/name`) or null. A view for lib/csr.ts' `decide()` (its `ServiceNameView`).
+ * it (`namespace/name`) or null. A view for lib/csr.ts' `conclude()` (its `ServiceNameView`).
  */
 export class ServiceNameAnswers {
   readonly #namespaces: ReadonlyMap<string, boolean>;

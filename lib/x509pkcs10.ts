@@ -2,9 +2,9 @@
 // block, its DER outline checked tag by tag as Go's crypto/x509 checks it, the subject's CN and O,
 // the subjectAltName of the extensionRequest, the public key and the proof of possession (the
 // signature over the request with its own key). It judges nothing: the kubelet serving CSR policy
-// (lib/csr.ts) does. The DER is read here (with lib/x509der.ts) rather than with an ASN.1 library: a
-// CSR's few structures are quickly walked, and the library cost ~1.4 ms of CPU per request in the
-// binary and memory at every start.
+// (lib/csrrequest.ts, lib/csr.ts) does. The DER is read here (with lib/x509der.ts) rather than with
+// an ASN.1 library: a CSR's few structures are quickly walked, and the library cost ~1.4 ms of CPU per
+// request in the binary and memory at every start.
 
 import { constants, createPublicKey, type KeyObject, verify } from "node:crypto";
 import { formatIP, ipFromBytes, unmapIPv4 } from "./cidr.ts";

@@ -1,7 +1,8 @@
 // Properties of the CSR policy over generated input: decide() is total (never throws), nothing
 // malformed is approved, a request is approved exactly when every SAN it asks for is owned,
-// screen() (what the controller asks before calling Talos) never contradicts decide(), and the
-// request parser reads what an independent X.509 library reads.
+// screen() (what the controller asks before calling Talos) never contradicts decide(), conclude()
+// on what screen() let through is decide()'s answer without reading a Node again, and the request
+// parser reads what an independent X.509 library reads.
 
 // @peculiar/x509 (the independent reader of a property below) needs the Reflect polyfill first.
 import "reflect-metadata";
@@ -13,13 +14,16 @@ import {
   type CsrInput,
   checkCsr,
   claims,
+  conclude,
   type Decision,
   decide,
   type NodeInput,
   requestedClaims,
+  type ServiceNameView,
   screen,
   type TalosFacts,
 } from "../../lib/csr.ts";
+import { NO_NETWORKS } from "../../lib/sharedaddresses.ts";
 import { CsrParseError, parseCertificateRequest } from "../../lib/x509pkcs10.ts";
 import { b64, servingCsr, USER_A } from "../support/csrinput.ts";
 import { createCSR, derToPem, pemToDer } from "../support/pki.ts";
@@ -346,6 +350,71 @@ describe("screen() and decide() with other Nodes and Talos facts over generated 
       ),
       { numRuns: 100 },
     );
+  });
+
+  test("conclude() on what screen() let through is decide()'s answer in both modes, and reads no Node: Nodes that change after screen() change nothing", async () => {
+    const nodeClaiming = (name: string, dns: string[], ips: string[]): NodeInput => ({
+      name,
+      addresses: [
+        ...dns.map((address) => ({ type: "InternalDNS", address })),
+        ...ips.map((address) => ({ type: "InternalIP", address })),
+      ],
+    });
+    let concluded = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.subarray(NAMES),
+        fc.subarray(IPS),
+        fc.array(otherNode, { maxLength: 2 }),
+        talosFacts,
+        fc.constantFrom(undefined, ...NAMES),
+        async (dns, ips, otherSpecs, t, reached) => {
+          const { csr } = await createCSR({ cn: USER_A, o: ["system:nodes"], dns, ips });
+          const raw = servingCsr(b64(csr));
+          // The Node has every name and IP: the other Nodes decide what passes screen().
+          const node = nodeClaiming("worker-a", NAMES, IPS);
+          let others = otherSpecs.map((o) => nodeClaiming(o.name, o.dns, o.ips));
+          const facts: TalosFacts = { ...talosA, ...t };
+          const services: ServiceNameView = {
+            reach: (n) => (n === reached ? "resolves to Service x/x" : undefined),
+          };
+          const want = [
+            decide(raw, node, facts, others),
+            decide(raw, node, undefined, others, NO_NETWORKS, services),
+          ];
+          // Every read of the Nodes but of the requester's name is counted; they change once screen()
+          // has answered.
+          let reads = 0;
+          const live: Iterable<NodeInput> = {
+            *[Symbol.iterator]() {
+              reads++;
+              yield* others;
+            },
+          };
+          const watched = new Proxy(structuredClone(node), {
+            get(target, key) {
+              if (key !== "name") reads++;
+              return Reflect.get(target, key);
+            },
+          });
+          const s = screen(raw, watched, live);
+          if (s.action !== "confirm") return;
+          concluded++;
+          const screenedReads = reads;
+          // Another Node claims every SAN and the requester's Node loses its addresses: a Node check
+          // run again would deny.
+          others = [...others, nodeClaiming("worker-z", dns, ips)];
+          watched.addresses = [];
+          expect([conclude(s, facts), conclude(s, services)]).toEqual(want);
+          expect(reads).toBe(screenedReads);
+          if (dns.some((d) => d !== "worker-a") || ips.length > 0) {
+            expect(screen(raw, watched, live)).toMatchObject({ action: "deny" });
+          }
+        },
+      ),
+      { numRuns: 100 },
+    );
+    expect(concluded).toBeGreaterThan(10);
   });
 });
 

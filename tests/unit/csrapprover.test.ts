@@ -302,6 +302,20 @@ async function decideExtraIP(f: ReturnType<typeof setup>, ip: string) {
   return f.decision();
 }
 
+/**
+ * Runs `change` inside Talos' first answer (its Nodename call), as a Node event that arrives while
+ * Talos answers; counts the answers.
+ */
+function whileTalosAnswers(f: ReturnType<typeof setup>, change: () => void): { answers: number } {
+  const nodename = f.talos.nodename.bind(f.talos);
+  const count = { answers: 0 };
+  f.talos.nodename = async (ip: string) => {
+    if (count.answers++ === 0) change();
+    return nodename(ip);
+  };
+  return count;
+}
+
 /** Addresses Talos shows worker-a holds (as `<ip>/32`) but not alone: each denied as SharedIP. */
 const SHARED_ON_MACHINE: Array<{ name: string; ip: string; machine: Partial<Machine>; says?: string }> = [
   {
@@ -590,6 +604,22 @@ describe("NodeClaimIndex", () => {
     live.clear();
     index.clear();
     expect(index.claimants(wanted(["worker-c"], ["10.0.0.3"]), "worker-a")).toEqual([]);
+  });
+
+  test("NodeClaimIndex.generation moves with every change of a Node's claims, and not with an update that changes none", () => {
+    const index = new NodeClaimIndex(() => true);
+    const moves = (change: () => void) => {
+      const before = index.generation;
+      change();
+      return index.generation !== before;
+    };
+    const b1 = input("worker-b", ["10.0.0.2"]);
+    const b2 = input("worker-b", ["10.0.0.2", "b.lan"]);
+    expect(moves(() => index.set(b1))).toBe(true);
+    expect(moves(() => index.set(input("worker-b", ["10.0.0.2"]), b1))).toBe(false);
+    expect(moves(() => index.set(b2, b1))).toBe(true);
+    expect(moves(() => index.delete(b2))).toBe(true);
+    expect(moves(() => index.clear())).toBe(true);
   });
 
   test("NodeClaimIndex kept from events answers as a scan of every Node's claims() (random updates)", () => {
@@ -939,6 +969,60 @@ describe("CsrApprover", () => {
     f.nodes.items.delete("worker-d");
     for (const h of f.nodes.handlers) h.onDelete?.(gone);
     expect(await decided("csr-4")).toMatchObject({ type: "Approved" });
+  });
+
+  test("CsrApprover does not conclude on Nodes that changed while Talos answered: a Node that took the CSR's IP meanwhile gets it denied", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    // While Talos answers, worker-c starts claiming 10.0.0.1, the CSR's IP SAN.
+    const talos = whileTalosAnswers(f, () => f.nodes.put(node("worker-c", ["10.0.0.3", "10.0.0.1"])));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    // Talos confirmed the old snapshot; the CSR is not approved on it, but decided again at once.
+    expect(await f.drain()).toEqual([{ name: "csr-1", result: { requeueAfterMs: 0 } }]);
+    expect(f.writes).toEqual([]);
+    f.approver.queue.add("csr-1");
+    await f.drain();
+    expect(f.decision()).toMatchObject({
+      type: "Denied",
+      reason: "IPOfOtherNode",
+      message: expect.stringContaining('"10.0.0.1" (node "worker-c")'),
+    });
+    // Screened again and denied before Talos: it was asked once.
+    expect(talos.answers).toBe(1);
+  });
+
+  test("CsrApprover decides again when the requester's Node changed while Talos answered, then approves on the new version", async () => {
+    const f = setup();
+    const a = node("worker-a", ["10.0.0.1"]);
+    f.nodes.put({ ...a, metadata: { ...a.metadata, resourceVersion: "1" } });
+    // A status update that changes no claim: only the Node's resourceVersion moves.
+    whileTalosAnswers(f, () => f.nodes.put({ ...a, metadata: { ...a.metadata, resourceVersion: "2" } }));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    // The Node's update queued the CSR again, and it is decided on the new version.
+    expect(await f.drain()).toEqual([
+      { name: "csr-1", result: { requeueAfterMs: 0 } },
+      { name: "csr-1", result: undefined },
+    ]);
+    expect(f.writes).toHaveLength(1);
+    expect(f.decision()?.type).toBe("Approved");
+  });
+
+  test("CsrApprover keeps one record per CSR: a CSR recreated under the same name is warned about afresh", async () => {
+    const f = setup();
+    f.setNow(T0 + NODE_WAIT_MS);
+    const pem = await pemA();
+    f.csrs.put(leanCsr(rawCsr("csr-1", pem)));
+    await f.drain();
+    f.approver.queue.add("csr-1");
+    await f.drain();
+    expect(f.events.map((e) => e.reason)).toEqual(["NodeNotFound"]);
+    expect(f.approver.heldEntries).toBe(2);
+    // Deleted and filed again under its name (the delete unseen): another uid, its own record.
+    const again = rawCsr("csr-1", pem);
+    f.csrs.put(leanCsr({ ...again, metadata: { ...again.metadata, uid: "uid-csr-1-again" } }));
+    await f.drain();
+    expect(f.events.map((e) => e.reason)).toEqual(["NodeNotFound", "NodeNotFound"]);
+    expect(f.approver.heldEntries).toBe(2);
   });
 
   test("CsrApprover queues a pending CSR on add and on every update, and drops it once decided or deleted", async () => {
