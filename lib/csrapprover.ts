@@ -420,21 +420,23 @@ export class CsrApprover {
     if (!questions) cost.facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
     const evidence = questions ? await this.#lookUpServices(c, questions) : cost.facts;
     if (!evidence) return undefined;
-    // Optimistic concurrency in place of screening again after the await (the Nodes read again, as
-    // before): the evidence is concluded on only if no Node's claims changed (the claim index's
-    // generation) and the requester's Node is the version screened. Then the Nodes screen() read are
-    // the Nodes now, and no decision is made on a snapshot older than the evidence — as safe as
-    // reading them again; otherwise the CSR is decided again from the start.
+    // Optimistic concurrency in place of screening again after the await (the Nodes and ranges read
+    // again, as before): the evidence is concluded on only if no Node's claims changed (the claim
+    // index's generation), the requester's Node is the version screened, and so are the cluster's
+    // ranges. Then what screen() read is the cluster now, and no decision is made on a snapshot older
+    // than the evidence — as safe as reading it again; otherwise the CSR is decided again from the start.
     if (this.#nodesVersion(checked.nodeName) !== screened) return NODES_CHANGED;
     return conclude(s, evidence);
   }
 
   /**
-   * What the screening of node `name`'s CSR reads of the Nodes, as a key that changes with it: the
-   * claim index's generation (every Node's claims) and the requester's Node's resourceVersion.
+   * What the screening of node `name`'s CSR reads of the cluster, as a key that changes with it: the
+   * claim index's generation (every Node's claims), the requester's Node's resourceVersion and the
+   * cluster networks' generation (Service and pod ranges, shared names).
    */
   #nodesVersion(name: string): string {
-    return `${this.#claims.generation}/${this.#opts.nodes.get(name)?.metadata.resourceVersion ?? ""}`;
+    const rv = this.#opts.nodes.get(name)?.metadata.resourceVersion ?? "";
+    return `${this.#claims.generation}/${rv}/${this.#opts.networks.generation}`;
   }
 
   /**

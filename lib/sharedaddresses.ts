@@ -141,13 +141,31 @@ export interface NetworkView {
   rangeOf(ip: IPAddress): string | undefined;
   /** Why the DNS name (canonical, see {@link canonicalDNS}) is shared, or undefined. */
   sharedName(name: string): string | undefined;
+  /** A count that changes whenever an answer of this view may change (a decision's snapshot key). */
+  readonly generation: number;
 }
 
 /** A view of no shared networks: what a caller with no cluster facts passes (tests). */
 export const NO_NETWORKS: NetworkView = {
   rangeOf: () => undefined,
   sharedName: () => undefined,
+  generation: 0,
 };
+
+/** Whether two sources' entries say the same. */
+function sameGroup(a: Group, b: Group): boolean {
+  const samePrefix = (p: Prefix, i: number) => {
+    const q = b.prefixes[i];
+    return q !== undefined && p.family === q.family && p.bits === q.bits && p.addr === q.addr;
+  };
+  return (
+    a.what === b.what &&
+    a.prefixes.length === b.prefixes.length &&
+    a.names.length === b.names.length &&
+    a.prefixes.every(samePrefix) &&
+    a.names.every((n, i) => n === b.names[i])
+  );
+}
 
 /** One source's entries, kept to replace them when the source changes. */
 interface Group {
@@ -174,9 +192,16 @@ export class ClusterNetworks implements NetworkView {
   /** Longest prefix length first, so that a lookup names the most specific range. */
   #lengths: RangeLength[] = [];
   readonly #names = new Map<string, Names>();
+  #generation = 0;
+
+  /** Changes whenever a source's entries change (not when one is set again to what it said). */
+  get generation(): number {
+    return this.#generation;
+  }
 
   /**
-   * Sets (replaces) what source `group` says.
+   * Sets (replaces) what source `group` says; setting what it already says changes nothing (a
+   * Node's pod CIDRs are set again at each of its updates).
    * @param group a stable key, e.g. `node/worker-1` or `servicecidr/kubernetes`
    * @param what how the source is named in a denial, e.g. `pod CIDR of node "worker-1"`
    * @param entries CIDRs (`10.96.0.0/12`; host bits are cleared; a single address is `/32` or
@@ -189,7 +214,6 @@ export class ClusterNetworks implements NetworkView {
     what: string,
     entries: { cidrs?: readonly string[]; names?: readonly string[] },
   ): string[] {
-    this.delete(group);
     const bad: string[] = [];
     const g: Group = { prefixes: [], names: [], what };
     for (const text of entries.cidrs ?? []) {
@@ -198,7 +222,11 @@ export class ClusterNetworks implements NetworkView {
       else bad.push(text);
     }
     for (const name of entries.names ?? []) g.names.push(canonicalDNS(name));
+    const was = this.#groups.get(group);
+    if (was !== undefined && sameGroup(was, g)) return bad;
+    this.delete(group);
     if (g.prefixes.length + g.names.length === 0) return bad;
+    this.#generation++;
     this.#groups.set(group, g);
     for (const p of g.prefixes) addName(this.#length(p).nets, p.addr, group);
     for (const n of g.names) addName(this.#names, n, group);
@@ -209,6 +237,7 @@ export class ClusterNetworks implements NetworkView {
   delete(group: string): void {
     const g = this.#groups.get(group);
     if (!g) return;
+    this.#generation++;
     this.#groups.delete(group);
     for (const p of g.prefixes) removeName(this.#length(p).nets, p.addr, group);
     if (g.prefixes.length) this.#lengths = this.#lengths.filter((l) => l.nets.size > 0);

@@ -267,6 +267,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
     talos,
     api,
     registry,
+    networks,
     approver,
     setNow: (t: number) => {
       now = t;
@@ -988,6 +989,23 @@ describe("CsrApprover", () => {
       message: expect.stringContaining('"10.0.0.1" (node "worker-c")'),
     });
     // Screened again and denied before Talos: it was asked once.
+    expect(talos.answers).toBe(1);
+  });
+
+  test("CsrApprover does not conclude on cluster ranges that changed while Talos answered: a pod range taking the CSR's IP gets it denied", async () => {
+    const f = setup();
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    const before = f.networks.generation;
+    const talos = whileTalosAnswers(f, () =>
+      f.networks.set("node/worker-c", 'the pod CIDR of node "worker-c"', { cidrs: ["10.0.0.0/24"] }),
+    );
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA())));
+    expect(await f.drain()).toEqual([{ name: "csr-1", result: { requeueAfterMs: 0 } }]);
+    expect(f.networks.generation).toBeGreaterThan(before);
+    expect(f.writes).toEqual([]);
+    f.approver.queue.add("csr-1");
+    await f.drain();
+    expect(f.decision()).toMatchObject({ type: "Denied", message: expect.stringContaining("10.0.0.0/24") });
     expect(talos.answers).toBe(1);
   });
 

@@ -161,6 +161,27 @@ describe("ClusterNetworks", () => {
     expect(n.sources().size).toBe(0);
   });
 
+  test("ClusterNetworks' generation moves when a source's entries change, not when they are set again", () => {
+    const n = new ClusterNetworks();
+    const g0 = n.generation;
+    n.set("node/a", "A", { cidrs: ["10.244.1.0/24"] });
+    const g1 = n.generation;
+    expect(g1).toBeGreaterThan(g0);
+    n.set("node/a", "A", { cidrs: ["10.244.1.0/24"] });
+    n.set("node/b", "B", { cidrs: [] });
+    n.delete("node/missing");
+    expect(n.generation).toBe(g1);
+    n.set("node/a", "A", { cidrs: ["10.244.2.0/24"] });
+    const g2 = n.generation;
+    expect(g2).toBeGreaterThan(g1);
+    n.set("node/a", "A, renamed", { cidrs: ["10.244.2.0/24"] });
+    expect(n.generation).toBeGreaterThan(g2);
+    const g3 = n.generation;
+    n.delete("node/a");
+    expect(n.generation).toBeGreaterThan(g3);
+    expect(n.rangeOf(parseIP("10.244.2.1"))).toBeUndefined();
+  });
+
   test("ClusterNetworks reports entries that are not CIDRs, and keeps the rest", () => {
     const n = new ClusterNetworks();
     expect(n.set("x", "X", { cidrs: ["10.0.0.0/8", "bogus", "10.0.0.0/33", "10.0.0.1"] })).toEqual([
