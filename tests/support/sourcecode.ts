@@ -1,5 +1,5 @@
 // Reading TypeScript source as text for the tests that check lib/'s shape (tests/unit/layers.test.ts,
-// tests/unit/nodepath.test.ts): comments, strings and regular expressions blanked, and the imports a
+// tests/unit/decisionpaths.test.ts): comments, strings and regular expressions blanked, and the imports a
 // file makes.
 
 /** Characters that, as the last code before a `/`, make it the start of a regular expression literal. */

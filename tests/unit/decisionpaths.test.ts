@@ -1,8 +1,11 @@
-// One Node's decision path (README "Layout and data flow"): the cloud-node controller makes ONE call,
-// lib/desirednode.ts decideNode, from the Node and its facts to the patch. It enters three decision
-// files, each once (desirednode.ts, then transform.ts for the rules, addresses.ts for the addresses),
-// and never returns to a file it left. This file checks that shape on the sources and follows one
-// Node through it.
+// The decision paths (README "Architecture" and "Layout and data flow"). One Node's: the cloud-node
+// controller makes ONE call, lib/desirednode.ts decideNode, from the Node and its facts to the patch.
+// It enters three decision files, each once (desirednode.ts, then transform.ts for the rules,
+// addresses.ts for the addresses), and never returns to a file it left. One CSR's: the approver
+// checks the request (csrrequest.ts checkCsr), screens it against the cluster (csr.ts screen), gathers
+// the evidence (its only return to I/O: Talos or the Service lookups cannot be asked from a core) and
+// concludes (csr.ts conclude), each once, and conclude runs none of screen's checks. This file checks
+// those shapes on the sources and follows one Node through its path.
 
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
@@ -204,5 +207,45 @@ describe("one Node's decision path", () => {
     ]);
     // Deciding again on the same input gives the same patch: the decision is pure.
     expect(decideNode(input).patch).toEqual(decided.patch);
+  });
+});
+
+/** The body of function `name` in `file`'s code, from its declaration to the next top-level one. */
+function bodyOf(file: string, name: string): string {
+  const bare = strip(readFileSync(join(libDir, file), "utf8")).bare;
+  const start = bare.search(new RegExp(`\\bexport function ${name}\\b`));
+  if (start < 0) throw new Error(`no function ${name} in ${file}`);
+  const next = bare.slice(start + 1).search(/\n(?:export )?(?:function|const|class|interface|type) /);
+  return next < 0 ? bare.slice(start) : bare.slice(start, start + 1 + next);
+}
+
+describe("one CSR's decision path", () => {
+  test("the approver checks, screens and concludes a CSR once each, and never calls the whole decide()", () => {
+    const shell = "csrapprover.ts";
+    expect(runtimeNames(shell, "csrrequest.ts")).toContain("checkCsr");
+    expect(runtimeNames(shell, "csr.ts")).toEqual(expect.arrayContaining(["conclude", "screen"]));
+    expect(runtimeNames(shell, "csr.ts")).not.toContain("decide");
+    for (const name of ["checkCsr", "screen", "conclude"])
+      expect({ name, calls: calls(shell, name) }).toEqual({ name, calls: 1 });
+    expect(calls(shell, "decide")).toBe(0);
+  });
+
+  test("conclude() runs only the evidence's checks: none of screen()'s", () => {
+    const screen = bodyOf("csr.ts", "screen");
+    const conclude = bodyOf("csr.ts", "conclude");
+    const screenChecks = ["checkCsr", "checkNetworks", "checkNodes"];
+    for (const check of screenChecks) {
+      expect({ check, inScreen: screen.includes(`${check}(`) }).toEqual({ check, inScreen: true });
+      expect({ check, inConclude: conclude.includes(`${check}(`) }).toEqual({ check, inConclude: false });
+    }
+    for (const check of ["checkTalos", "checkServiceNames"])
+      expect({ check, inConclude: conclude.includes(`${check}(`) }).toEqual({ check, inConclude: true });
+  });
+
+  test("the CSR path's decision files never import the approver or any shell back", () => {
+    for (const file of ["csr.ts", "csrrequest.ts", "csrdecision.ts"]) {
+      const back = [...reach(file)].filter((f) => f.startsWith("csrapprover") || f === "csrtalosfacts.ts");
+      expect({ file, importsBack: back }).toEqual({ file, importsBack: [] });
+    }
   });
 });
