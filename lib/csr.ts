@@ -451,13 +451,11 @@ export function screen(
     }
     const failed = checkNodes(parsed, node, others);
     if (failed) return failed;
-    const self = canonicalDNS(node.name);
-    const dnsNames = parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
     return {
       [SCREENED]: true,
       action: "confirm",
       ipAddresses: parsed.ipAddresses,
-      dnsNames,
+      dnsNames: extraNames(parsed, node),
       parsed,
       node,
       nodeName,
@@ -482,14 +480,27 @@ export function conclude(screened: Screened, evidence: Evidence): Decision {
   return failClosed((): Decision => {
     if (!(SCREENED in screened)) throw new Error("the request was not screened");
     const { parsed, node } = screened;
-    if ("reach" in evidence) {
-      return checkServiceNames(parsed, evidence) ?? approval(screened, "checked against the Nodes only");
+    // Talos' facts whenever they are there (the stricter checks), whatever else the object holds;
+    // the names Talos must know come from the request itself, not from the question handed out.
+    if (isTalosFacts(evidence)) {
+      return (
+        checkTalos(parsed, node, evidence, extraNames(parsed, node)) ??
+        approval(screened, `identity and names confirmed by Talos on ${evidence.nodeIP}`)
+      );
     }
-    return (
-      checkTalos(parsed, node, evidence, screened.dnsNames) ??
-      approval(screened, `identity and names confirmed by Talos on ${evidence.nodeIP}`)
-    );
+    return checkServiceNames(parsed, evidence) ?? approval(screened, "checked against the Nodes only");
   });
+}
+
+/** Whether the evidence is Talos' facts (not CSR-only mode's Service names). */
+function isTalosFacts(evidence: Evidence): evidence is TalosFacts {
+  return "nodename" in evidence || "nodeIP" in evidence || !("reach" in evidence);
+}
+
+/** The request's DNS SANs other than the node's own name: those Talos must know. */
+function extraNames(parsed: ParsedCsr, node: NodeInput): string[] {
+  const self = canonicalDNS(node.name);
+  return parsed.dnsNames.filter((d) => canonicalDNS(d) !== self);
 }
 
 /**

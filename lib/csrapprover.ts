@@ -10,7 +10,7 @@
 // (lib/csrservices.ts), failures retried the same way. The cluster's Service and pod ranges
 // (lib/csrnetworks.ts) are read before the first decision. The Talos facts are lib/csrtalosfacts.ts's,
 // the Nodes' claims lib/csrclaims.ts's. A CSR is decided once: `screen()` against the cluster, the
-// evidence gathered, `conclude()` on it — started again if the Nodes changed meanwhile.
+// evidence gathered, `conclude()` on it — screened again first if the cluster changed meanwhile.
 
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import type { ControllerContext } from "./controller.ts";
@@ -20,6 +20,7 @@ import {
   type NodeInput,
   nodeInputFrom,
   requestedClaims,
+  type Screened,
   type ServiceNameView,
   screen,
   type TalosFacts,
@@ -228,9 +229,6 @@ export function decisionUnits(request: string, nodeAddresses: number, facts: Tal
   return 1 + Math.ceil(Math.min(request.length, MAX_REQUEST_BASE64) / 64) + nodeAddresses + talos;
 }
 
-/** `#decide()`'s answer when the Nodes changed while the evidence was gathered: decide again. */
-const NODES_CHANGED = Symbol("NodesChanged");
-
 /** The node-csr-approval controller: CSR and Node events feeding a work queue of CSR names. */
 export class CsrApprover {
   readonly #opts: CsrApproverOptions;
@@ -373,16 +371,11 @@ export class CsrApprover {
     // Parsed and verified once; screen() takes the checked request.
     const checked = checkCsr(c.csr);
     const cost = { nodeAddresses: 0, facts: undefined as TalosFacts | undefined };
-    let d: Decision | typeof NODES_CHANGED | undefined;
+    let d: Decision | undefined;
     try {
       d = "action" in checked ? checked : await this.#decide(c, checked, cost);
     } finally {
       this.#budget.charge(requester, decisionUnits(c.csr.request ?? "", cost.nodeAddresses, cost.facts));
-    }
-    if (d === NODES_CHANGED) {
-      log.v(2).info("Nodes changed while the CSR's evidence was gathered; deciding again", { csr: name });
-      // Queued again at once, behind the keys already waiting (the queue re-adds it when this ends).
-      return { requeueAfterMs: 0 };
     }
     if (!d) return undefined;
     switch (d.action) {
@@ -397,21 +390,19 @@ export class CsrApprover {
 
   /**
    * Decides a checked CSR once: `screen()` against its Node, the Nodes that share one of its SANs
-   * and the cluster's networks (read live), then the evidence (Talos' facts, or in CSR-only mode the
-   * Services its DNS SANs reach), then `conclude()` on it. Undefined when the evidence is given up
-   * on; `NODES_CHANGED` when the Nodes the screening read changed while the evidence was gathered.
+   * and the cluster's networks, then the evidence (Talos' facts, or in CSR-only mode the Services
+   * its DNS SANs reach), then `conclude()` on it. Undefined when the evidence is given up on.
    */
   async #decide(
     c: LeanCsr,
     checked: CheckedCsr,
     cost: { nodeAddresses: number; facts: TalosFacts | undefined },
-  ): Promise<Decision | typeof NODES_CHANGED | undefined> {
+  ): Promise<Decision | undefined> {
     const lean = this.#opts.nodes.get(checked.nodeName);
     const node = lean && nodeInputFrom(lean);
     cost.nodeAddresses = node?.addresses.length ?? 0;
-    const screened = this.#nodesVersion(checked.nodeName);
-    const others = this.#others(requestedClaims(checked), checked.nodeName);
-    const s = screen(checked, node, others, this.#opts.networks);
+    const screenedAt = this.#clusterVersion();
+    let s = this.#screen(checked, node);
     if (s.action !== "confirm") return s;
     const questions = this.#facts ? undefined : serviceQuestions(s.parsed.dnsNames);
     const lookups = questions ? lookupCount(questions) : 0;
@@ -420,23 +411,30 @@ export class CsrApprover {
     if (!questions) cost.facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
     const evidence = questions ? await this.#lookUpServices(c, questions) : cost.facts;
     if (!evidence) return undefined;
-    // Optimistic concurrency in place of screening again after the await (the Nodes and ranges read
-    // again, as before): the evidence is concluded on only if no Node's claims changed (the claim
-    // index's generation), the requester's Node is the version screened, and so are the cluster's
-    // ranges. Then what screen() read is the cluster now, and no decision is made on a snapshot older
-    // than the evidence — as safe as reading it again; otherwise the CSR is decided again from the start.
-    if (this.#nodesVersion(checked.nodeName) !== screened) return NODES_CHANGED;
+    // The other Nodes and the cluster's ranges may have changed while the evidence was gathered:
+    // only then is the request screened again, on the cluster as it is now (with the same Node
+    // input, as the evidence was gathered for it). Nothing awaits between that and conclude(), so no
+    // decision rests on a snapshot older than the evidence, and a busy cluster cannot starve a CSR.
+    if (this.#clusterVersion() !== screenedAt) {
+      s = this.#screen(checked, node);
+      if (s.action !== "confirm") return s;
+    }
     return conclude(s, evidence);
   }
 
+  /** `screen()` of a checked CSR against its Node, the Nodes that claim one of its SANs, and the ranges. */
+  #screen(checked: CheckedCsr, node: NodeInput | undefined): Decision | Screened {
+    const others = this.#others(requestedClaims(checked), checked.nodeName);
+    return screen(checked, node, others, this.#opts.networks);
+  }
+
   /**
-   * What the screening of node `name`'s CSR reads of the cluster, as a key that changes with it: the
-   * claim index's generation (every Node's claims), the requester's Node's resourceVersion and the
-   * cluster networks' generation (Service and pod ranges, shared names).
+   * What screening reads of the cluster besides the requester's Node, as a key that changes with it:
+   * the claim index's generation (every Node's names and addresses) and the cluster networks'
+   * (Service and pod ranges, shared names).
    */
-  #nodesVersion(name: string): string {
-    const rv = this.#opts.nodes.get(name)?.metadata.resourceVersion ?? "";
-    return `${this.#claims.generation}/${rv}/${this.#opts.networks.generation}`;
+  #clusterVersion(): string {
+    return `${this.#claims.generation}/${this.#opts.networks.generation}`;
   }
 
   /**

@@ -207,19 +207,6 @@ export class H2Session {
     this.#teardown();
   }
 
-  /** Resets `stream` with `code` (RST_STREAM) unless it has closed, as {@link H2Stream.cancel} does. */
-  reset(stream: H2Stream, code: number): void {
-    this.#core.reset(stream, code);
-  }
-
-  /**
-   * Returns flow-control credit for `bytes` more delivered on `stream`, as the connection does per
-   * DATA frame and {@link H2Stream.resume} with 0: a WINDOW_UPDATE once half the stream window is used, unless paused.
-   */
-  credit(stream: H2Stream, bytes: number): void {
-    this.#core.credit(stream, bytes);
-  }
-
   #attach(): void {
     const socket = this.#socket;
     socket.once("secureConnect", () => {

@@ -171,6 +171,10 @@ export class H2Connection<O> extends H2FlowControl implements H2StreamOwner {
 
   /** Sends a PING with `payload` (8 bytes); `done` gets its ACK, or an error when the connection ends first. */
   ping(payload: Buffer, done: (err?: Error) => void): void {
+    if (this.destroyed) {
+      done(this.error ?? new Error("the HTTP/2 session is closed"));
+      return;
+    }
     this.#pings.push({ payload, done });
     this.queueFrame(T.PING, 0, 0, payload);
   }

@@ -87,6 +87,8 @@ export abstract class H2Framer {
    */
   #part: Buffer = EMPTY;
   #partBytes = 0;
+  /** wake() was called since the last takeOutput(): later frames join that write without asking again. */
+  #woken = false;
   /** Frames to write, in order, until takeOutput(). */
   #out: Buffer[] = [];
   /** The buffer acknowledgements are written into until the next takeOutput(); [start, end) not yet in #out. */
@@ -113,6 +115,13 @@ export abstract class H2Framer {
 
   /** Frames were queued: takeOutput() should be called soon (once for many frames). */
   protected abstract wake(): void;
+
+  /** wake(), once until the next takeOutput(). */
+  #wakeOnce(): void {
+    if (this.#woken) return;
+    this.#woken = true;
+    this.wake();
+  }
 
   /** Marks the connection over: later chunks and frames are ignored. */
   protected stop(): void {
@@ -198,7 +207,7 @@ export abstract class H2Framer {
     head.writeUInt32BE(streamId, 5);
     this.#out.push(head);
     if (payload.length > 0) this.#out.push(payload as Buffer);
-    this.wake();
+    this.#wakeOnce();
   }
 
   /**
@@ -225,7 +234,7 @@ export abstract class H2Framer {
     acks.writeUInt32BE(0, at + 5);
     buf.copy(acks, at + FRAME_HEADER_BYTES, start, end);
     this.#acksEnd = at + FRAME_HEADER_BYTES + end - start;
-    this.wake();
+    this.#wakeOnce();
     return true;
   }
 
@@ -256,6 +265,7 @@ export abstract class H2Framer {
    * there are none (or the connection is over). Call written() when that write completes.
    */
   takeOutput(): Buffer | undefined {
+    this.#woken = false;
     if (this.#stopped) return undefined;
     this.#sealAcks();
     // The socket may keep what it is given: the next acknowledgement starts a new buffer.

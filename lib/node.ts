@@ -467,13 +467,22 @@ export class CloudNodeController {
         AS_FIELD_MANAGER_RV,
       );
       const rv = res?.metadata?.resourceVersion;
-      if (rv !== node.metadata.resourceVersion) this.#record(name).stale = stale;
+      if (rv !== node.metadata.resourceVersion) this.#noteStale(name, stale);
       if (rv !== undefined && patch.ops.length > 0) stale.push(rv);
     }
     if (patch.ops.length > 0) {
       await this.#opts.client.patch<void>(path, patch.ops, PATCH.json, AS_FIELD_MANAGER_UNREAD);
-      this.#record(name).stale = stale;
+      this.#noteStale(name, stale);
     }
+  }
+
+  /**
+   * Remembers the resourceVersions that do not show our writes yet, for a node still held (one
+   * deleted while its write was in flight gets no record back).
+   */
+  #noteStale(name: string, stale: readonly string[]): void {
+    const r = this.#records.get(name);
+    if (r) r.stale = stale;
   }
 
   /** Step 5: the Event, metrics and log line of a pass that wrote (or found nothing to write). */
@@ -518,7 +527,7 @@ export class CloudNodeController {
    * Reports the changes another field manager made to fields this CCM owns between two versions
    * of a Node ({@link conflictingWrites}): each is counted; a Warning ConflictingWriter Event and a
    * log line come at most once per node and field in the window, later ones are logged at --v=2.
-   * @returns how long the write-back should wait ({@link correctionDelayMs}).
+   * @returns how long the write-back should wait (lib/nodestate.ts writeBackDelayMs).
    */
   #noticeConflicts(old: LeanNode, node: LeanNode): number {
     const name = node.metadata.name;

@@ -68,11 +68,19 @@ export interface NoticedConflict {
   report: boolean;
 }
 
+/** No IPs: what {@link NodeRecord.leaveOut} returns when none is newly left out. */
+const NONE: readonly string[] = Object.freeze([]);
+/** A change that need not wait ({@link NodeRecord.enqueueDelay}). */
+const NOT_DEFERRED = Object.freeze({ waitMs: 0, deferred: false });
+
 /** How a node's wait for its instance ID changed in a pass ({@link NodeRecord.waitForID}). */
 export type IDWaitChange =
   | { change: "started" }
   | { change: "ended"; waitedMs: number }
   | { change: "none"; waiting: boolean };
+
+const STILL_WAITING: IDWaitChange = Object.freeze({ change: "none", waiting: true });
+const NOT_WAITING: IDWaitChange = Object.freeze({ change: "none", waiting: false });
 
 /**
  * Everything the cloud-node controller keeps about one Node between passes. A field left
@@ -150,10 +158,15 @@ export class NodeRecord {
   enqueueDelay(now: number, pace: BudgetPace): { waitMs: number; deferred: boolean } {
     if (this.deferredUntil !== undefined && this.deferredUntil > now)
       return { waitMs: this.deferredUntil - now, deferred: false };
-    if (tokensAt(this.bucket, now, pace) >= pace.burst) this.bucket = undefined;
-    const { waitMs } = takeFrom(this.bucket, 1, now, pace);
-    this.deferredUntil = waitMs > 0 ? now + waitMs : undefined;
-    return { waitMs, deferred: waitMs > 0 };
+    const tokens = tokensAt(this.bucket, now, pace);
+    if (tokens >= pace.burst) this.bucket = undefined;
+    if (tokens >= 1) {
+      this.deferredUntil = undefined;
+      return NOT_DEFERRED;
+    }
+    const waitMs = Math.ceil((1 - tokens) * pace.paceMs);
+    this.deferredUntil = now + waitMs;
+    return { waitMs, deferred: true };
   }
 
   /**
@@ -168,16 +181,17 @@ export class NodeRecord {
   }
 
   /** Notes the node IPs left out this pass; returns those newly left out (to report once each). */
-  leaveOut(ips: readonly string[]): string[] {
-    const before = this.notOnMachine ?? [];
+  leaveOut(ips: readonly string[]): readonly string[] {
+    const before = this.notOnMachine;
     this.notOnMachine = ips.length > 0 ? ips : undefined;
-    return ips.filter((ip) => !before.includes(ip));
+    if (ips.length === 0 || before === ips) return NONE;
+    return before === undefined ? ips : ips.filter((ip) => !before.includes(ip));
   }
 
   /** Notes whether the node waits for its instance ID at `now`, and how that changed. */
   waitForID(waiting: boolean, now: number): IDWaitChange {
     const since = this.waitingForIDSince;
-    if (waiting === (since !== undefined)) return { change: "none", waiting };
+    if (waiting === (since !== undefined)) return waiting ? STILL_WAITING : NOT_WAITING;
     this.waitingForIDSince = waiting ? now : undefined;
     return since === undefined ? { change: "started" } : { change: "ended", waitedMs: now - since };
   }

@@ -1,9 +1,9 @@
-// The per-node write budget of the cloud-node controller: a token bucket per Node, so that one node
-// whose fields change fast (an address that flaps, a kubelet that keeps rewriting a field) cannot
-// spend the client rate limit every controller shares. A pass that would write while its node's
-// bucket is empty waits (the queue re-adds the node when the tokens are due); the queue keeps one
-// entry per node, so every change in between is coalesced into that one pass, which reads the
-// latest Node. Pure data with an injected clock, no I/O.
+// Per-key write budgets: token buckets, so that one peer whose writes come fast (a node whose fields
+// flap, a requester filing CSR after CSR) cannot spend what every peer shares (the client rate
+// limit, the thread). A bucket is a value (tokensAt, takeFrom) that a caller keeps with the rest of
+// its key's state — cloud-node keeps each node's in its record (lib/nodestate.ts); WriteBudget keeps
+// buckets by key for a caller with nothing else per key (node-csr-approval's decision budget per
+// requester, lib/csrapprover.ts). Pure data with an injected clock, no I/O.
 
 /** Options of {@link WriteBudget}. */
 export interface WriteBudgetOptions {
@@ -52,9 +52,9 @@ export function takeFrom(
 }
 
 /**
- * Token buckets by node name: each starts full (`burst`), refills one token per `paceMs` up to
- * `burst`. A node that never writes costs nothing; one that wrote costs one small entry until its
- * bucket is full again (dropped at the next sweep) or {@link forget}.
+ * Token buckets by key: each starts full (`burst`), refills one token per `paceMs` up to `burst`. A
+ * key that never spends costs nothing; one that did costs one small entry until its bucket is full
+ * again (dropped at the next sweep) or {@link forget}.
  * @example
  * const budget = new WriteBudget({ burst: 8, paceMs: 5000, now: Date.now });
  * budget.take("node-1", 2) // 0: written now; later, when empty, the ms until 2 tokens are due

@@ -4,7 +4,8 @@
 // addresses.ts for the addresses), and never returns to a file it left. One CSR's: the approver
 // checks the request (csrrequest.ts checkCsr), screens it against the cluster (csr.ts screen), gathers
 // the evidence (its only return to I/O: Talos or the Service lookups cannot be asked from a core) and
-// concludes (csr.ts conclude), each once, and conclude runs none of screen's checks. This file checks
+// concludes (csr.ts conclude), each once (screened again only if the cluster changed meanwhile), and
+// conclude runs none of screen's checks. This file checks
 // those shapes on the sources and follows one Node through its path.
 
 import { describe, expect, test } from "bun:test";
@@ -220,7 +221,7 @@ function bodyOf(file: string, name: string): string {
 }
 
 describe("one CSR's decision path", () => {
-  test("the approver checks, screens and concludes a CSR once each, and never calls the whole decide()", () => {
+  test("the approver checks, screens and concludes a CSR once each (screens again only if the cluster changed), never the whole decide()", () => {
     const shell = "csrapprover.ts";
     expect(runtimeNames(shell, "csrrequest.ts")).toContain("checkCsr");
     expect(runtimeNames(shell, "csr.ts")).toEqual(expect.arrayContaining(["conclude", "screen"]));
@@ -228,6 +229,13 @@ describe("one CSR's decision path", () => {
     for (const name of ["checkCsr", "screen", "conclude"])
       expect({ name, calls: calls(shell, name) }).toEqual({ name, calls: 1 });
     expect(calls(shell, "decide")).toBe(0);
+    // Screened a second time only under the check that the cluster changed while the evidence came.
+    const bare = strip(readFileSync(join(libDir, shell), "utf8")).bare;
+    const screens = [...bare.matchAll(/this\.#screen\(/g)].map((m) => m.index);
+    expect(screens).toHaveLength(2);
+    const guard = bare.lastIndexOf("if (this.#clusterVersion() !== screenedAt) {", screens[1]);
+    expect(guard).toBeGreaterThan(screens[0] as number);
+    expect(bare.slice(guard, screens[1]).split("\n")).toHaveLength(2);
   });
 
   test("conclude() runs only the evidence's checks: none of screen()'s", () => {
