@@ -34,6 +34,8 @@ import { GLITCH_BURST, GlitchMeter, MAX_SETTINGS_ENTRIES } from "./h2limits.ts";
 import { H2Stream, type H2StreamHandler, type H2StreamOwner } from "./h2stream.ts";
 
 const MAX_STREAM_ID = 2 ** 31 - 1;
+/** What a PING is answered with when the connection ended without an error of its own. */
+const CLOSED = "the HTTP/2 session closed";
 
 /**
  * What a connection asks of its shell, which owns the socket. One host may serve every connection:
@@ -172,7 +174,7 @@ export class H2Connection<O> extends H2FlowControl implements H2StreamOwner {
   /** Sends a PING with `payload` (8 bytes); `done` gets its ACK, or an error when the connection ends first. */
   ping(payload: Buffer, done: (err?: Error) => void): void {
     if (this.destroyed) {
-      done(this.error ?? new Error("the HTTP/2 session is closed"));
+      done(this.error ?? new Error(CLOSED));
       return;
     }
     this.#pings.push({ payload, done });
@@ -191,7 +193,7 @@ export class H2Connection<O> extends H2FlowControl implements H2StreamOwner {
     this.stop();
     this.#draining = true;
     this.dropHeld();
-    for (const p of this.#pings.splice(0)) p.done(this.error ?? new Error("the HTTP/2 session closed"));
+    for (const p of this.#pings.splice(0)) p.done(this.error ?? new Error(CLOSED));
     const open = [...this.#streams.values(), ...this.#waiting.splice(0)];
     this.#streams.clear();
     for (const s of open) this.#closeStream(s, undefined, false);

@@ -3,8 +3,9 @@
 // write-back of another writer's change waits, whether a once-per-window Event is due, when a pass
 // whose node spent its write budget is due, which node IPs newly went missing from the machine, and
 // when the wait for an instance ID starts and ends. Each decision is a method of (record, input,
-// now): the controller (lib/node.ts) passes the time in, applies nothing itself and only reports
-// what the method returns. Pure data, no clock, no I/O.
+// now): the controller (lib/node.ts) passes the time in and reports what the method returns; what
+// it sets itself is only what a pass produced (the address list it decided, the versions it wrote).
+// Pure data, no clock, no I/O.
 
 import type { Address, ConflictingWrite } from "./fieldowners.ts";
 import { type Bucket, type BudgetPace, takeFrom, tokensAt } from "./writebudget.ts";

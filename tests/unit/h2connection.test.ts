@@ -307,6 +307,15 @@ describe("H2Connection: PING", () => {
     s.conn.teardown();
     expect(done.map((e) => e?.message)).toStrictEqual(["the HTTP/2 session closed"]);
   });
+
+  test("a PING asked for after the connection ended fails at once and sends nothing", () => {
+    const s = ready();
+    s.conn.teardown();
+    const done: Array<Error | undefined> = [];
+    s.conn.ping(Buffer.from("ourping!"), (err) => done.push(err));
+    expect(done.map((e) => e?.message)).toStrictEqual(["the HTTP/2 session closed"]);
+    expect(s.take()).toStrictEqual([]);
+  });
 });
 
 describe("H2Connection: HEADERS and CONTINUATION", () => {
