@@ -195,25 +195,46 @@ if (needs.has("ccm") && !env.CCM_BINARY) {
   env.CCM_BINARY = join(root, "dist", `talos-cloud-controller-manager-linux-${hostArch}`);
 }
 
-/** Runs `bun test` on one phase; resolves to its pass and fail counts. */
-function runPhase(phase: (typeof phases)[number]): Promise<{ passed: number; failed: number }> {
+/** Lines of bun's output kept before each `(fail)` line, for the failures repeated at the end. */
+const FAIL_CONTEXT_LINES = 14;
+/** Failures repeated at the end per phase (CI keeps only the tail of the output). */
+const FAILS_REPEATED = 5;
+
+/**
+ * Runs `bun test` on one phase; resolves to its pass and fail counts and, for the first failures,
+ * the lines bun printed before each `(fail)` line (its error and stack).
+ */
+function runPhase(
+  phase: (typeof phases)[number],
+): Promise<{ passed: number; failed: number; failures: string[] }> {
   const child = spawn(process.execPath, ["test", "--timeout", "180000", ...phase.paths], {
     cwd: root,
     env: { ...env, ...phase.env },
     stdio: ["ignore", "inherit", "pipe"],
   });
   let stderr = "";
+  let partial = "";
+  const recent: string[] = [];
+  const failures: string[] = [];
   child.stderr.on("data", (chunk: Buffer) => {
     process.stderr.write(chunk);
-    stderr += chunk.toString();
+    const text = chunk.toString();
+    stderr += text;
     if (stderr.length > 1_000_000) stderr = stderr.slice(-200_000);
+    const split = (partial + text).split("\n");
+    partial = split.pop() ?? "";
+    for (const line of split) {
+      recent.push(line);
+      if (recent.length > FAIL_CONTEXT_LINES) recent.shift();
+      if (line.startsWith("(fail)") && failures.length < FAILS_REPEATED) failures.push(recent.join("\n"));
+    }
   });
   return new Promise((resolve) =>
     child.on("close", (code) => {
       const passed = Number(stderr.match(/^\s*(\d+) pass$/m)?.[1] ?? 0);
       let failed = Number(stderr.match(/^\s*(\d+) fail$/m)?.[1] ?? 0);
       if (code !== 0 && failed === 0) failed = 1; // bun crashed or found no tests: never report green
-      resolve({ passed, failed });
+      resolve({ passed, failed, failures });
     }),
   );
 }
@@ -221,16 +242,25 @@ function runPhase(phase: (typeof phases)[number]): Promise<{ passed: number; fai
 let passed = 0;
 let failed = 0;
 const lines: string[] = [];
+const failures: string[] = [];
 for (const phase of phases) {
   const started = Date.now();
   const r = await runPhase(phase);
   passed += r.passed;
   failed += r.failed;
   const what = phase.paths.length === 1 ? phase.paths[0] : `${phase.paths.length} files`;
+  failures.push(
+    ...r.failures.map(
+      (f) => `--- kubernetes ${phase.version}${phase.label ? ` through ${phase.label}` : ""}:\n${f}`,
+    ),
+  );
   lines.push(
     `kubernetes ${phase.version}${phase.label ? ` through ${phase.label}` : ""}, ${what}: ${r.passed} passed, ${r.failed} failed (${Math.round((Date.now() - started) / 1000)} s)`,
   );
 }
+// The first failures of each phase again, with what bun printed before them: CI keeps the tail.
+if (failures.length)
+  console.log(`\nfailures (the first ${FAILS_REPEATED} of each phase):\n${failures.join("\n")}\n`);
 if (phases.length > 1) for (const l of lines) console.log(l);
 const summary = `${passed} passed, ${failed} failed`;
 if (process.env.TEST_SUMMARY_FILE) writeFileSync(process.env.TEST_SUMMARY_FILE, `${summary}\n`);
