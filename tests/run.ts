@@ -196,7 +196,7 @@ if (needs.has("ccm") && !env.CCM_BINARY) {
 }
 
 /** Lines of bun's output kept before each `(fail)` line, for the failures repeated at the end. */
-const FAIL_CONTEXT_LINES = 14;
+const FAIL_CONTEXT_LINES = 20;
 /** Failures repeated at the end per phase (CI keeps only the tail of the output). */
 const FAILS_REPEATED = 5;
 
@@ -216,6 +216,7 @@ function runPhase(
   let partial = "";
   const recent: string[] = [];
   const failures: string[] = [];
+  const seen = new Set<string>();
   child.stderr.on("data", (chunk: Buffer) => {
     process.stderr.write(chunk);
     const text = chunk.toString();
@@ -226,7 +227,10 @@ function runPhase(
     for (const line of split) {
       recent.push(line);
       if (recent.length > FAIL_CONTEXT_LINES) recent.shift();
-      if (line.startsWith("(fail)") && failures.length < FAILS_REPEATED) failures.push(recent.join("\n"));
+      // bun lists the failed tests again at its end: each is repeated once, with what preceded it first.
+      if (!line.startsWith("(fail)") || seen.has(line)) continue;
+      seen.add(line);
+      if (failures.length < FAILS_REPEATED) failures.push(recent.join("\n"));
     }
   });
   return new Promise((resolve) =>
