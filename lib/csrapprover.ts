@@ -12,8 +12,7 @@
 // the Nodes' claims lib/csrclaims.ts's. A CSR is decided once: `screen()` against the cluster, the
 // evidence gathered, `conclude()` on it — screened again first if the cluster changed meanwhile.
 
-import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import type { ControllerContext } from "./controller.ts";
+import type { ControllerContext, WatchedFacts } from "./controller.ts";
 import {
   type Claims,
   conclude,
@@ -32,22 +31,21 @@ import { CsrNetworks } from "./csrnetworks.ts";
 import { CsrRecords } from "./csrrecords.ts";
 import {
   type CheckedCsr,
-  type CsrInput,
   checkCsr,
-  csrInputFrom,
   MAX_REQUEST_BASE64,
   nodeNameFromUsername,
   USERNAME_PREFIX,
 } from "./csrrequest.ts";
 import { lookUpServiceNames, lookupCount, type ServiceQuestions, serviceQuestions } from "./csrservices.ts";
 import { type TalosFactsClient, TalosFactsReader } from "./csrtalosfacts.ts";
+import { approvalBody, isPending, type LeanCsr, leanCsr, nodePollDelayMs, type Verdict } from "./csrview.ts";
 import { isConflict, isNotFound, type KubeApi } from "./kubeapi.ts";
 import { type Handlers, Informer } from "./kubecache.ts";
 import type { EventRecorder, EventTarget } from "./kubeevents.ts";
 import { logger } from "./log.ts";
 import type { Registry } from "./metrics.ts";
 import { addName, type Names, namesOf, removeName } from "./nameindex.ts";
-import type { LeanNode } from "./nodeview.ts";
+import { type LeanNode, nodeIPs } from "./nodeview.ts";
 import { OVER_LIMIT_REASON, PEER_LIMITS, peerLimit, peerRejections } from "./peerlimits.ts";
 import { type ReconcileResult, runWorkers, WorkQueue } from "./queue.ts";
 import type { NetworkView } from "./sharedaddresses.ts";
@@ -68,114 +66,22 @@ export const NODE_WAIT_MS = 15 * 60_000;
 /** Reconciles in parallel: each is short, but a Talos call may take seconds. */
 const CSR_WORKERS = 4;
 
-/** Longest pause between two looks for a missing Node (its appearance re-queues the CSR anyway). */
-const NODE_POLL_MAX_MS = 30_000;
+/**
+ * How long a CSR waits for cloud-node's Talos watches to answer for its node (they start, or read
+ * what they lack) before Talos is asked directly: a node's watches start within seconds of its Node
+ * getting an IP, and the kubelet files its CSR at about the same time.
+ */
+const WATCH_WAIT_MS = 30_000;
+/** A CSR waiting for the watches is looked at again after this, if no change of its node came first. */
+const WATCH_RECHECK_MS = 5_000;
+/** {@link CsrApprover}'s `#decide` waits for the watches: the CSR is looked at again when they answer. */
+const WATCHES_PENDING = Symbol("watches pending");
+
 /** Consecutive Talos (or Service lookup) failures after which the CSR gets a Warning Event. */
 const TALOS_EVENT_AFTER_FAILURES = 3;
 /** After a 409 the watch brings the newer version; look again after this if it has not yet. */
 const CONFLICT_RETRY_MS = 1_000;
 const EVENT_ACTION = "DecideCSR";
-
-// ---------------------------------------------------------------------------------------------
-// Pure parts
-
-/** What the CSR informer keeps of a CSR: what `decide()` reads and what the /approval write needs. */
-export interface LeanCsr {
-  metadata: { name: string; uid: string; resourceVersion: string; creationTimestamp: string };
-  /**
-   * `decide()`'s input. A decided CSR is not cached (the informer keeps pending ones only) nor read
-   * again: the form its event hands to the handlers keeps only its name, its resourceVersion (which
-   * the informer resumes its watch from) and its condition types, not its request.
-   */
-  csr: CsrInput;
-}
-
-/**
- * Reduces a CertificateSigningRequest to a {@link LeanCsr}. Total: a malformed object becomes one
- * that `decide()` denies, never an exception that would stop the informer.
- * @param raw the object as the API returns it
- */
-export function leanCsr(raw: unknown): LeanCsr {
-  const obj = (raw ?? {}) as Partial<V1CertificateSigningRequest>;
-  const md = obj.metadata ?? {};
-  const conditions: unknown = obj.status?.conditions ?? [];
-  // Conditions that cannot be read count as a decision: such a CSR is left alone, never approved.
-  const types = Array.isArray(conditions)
-    ? conditions.map((c) => String((c as { type?: unknown } | null)?.type ?? ""))
-    : ["Unreadable"];
-  if (types.length > 0) {
-    return {
-      metadata: {
-        name: md.name ?? "",
-        uid: "",
-        resourceVersion: md.resourceVersion ?? "",
-        creationTimestamp: "",
-      },
-      csr: {
-        name: "",
-        signerName: "",
-        username: "",
-        groups: [],
-        usages: [],
-        request: "",
-        conditions: types.map((type) => ({ type })),
-      },
-    };
-  }
-  return {
-    metadata: {
-      name: md.name ?? "",
-      uid: md.uid ?? "",
-      resourceVersion: md.resourceVersion ?? "",
-      creationTimestamp: String(md.creationTimestamp ?? ""),
-    },
-    csr: csrInputFrom({ ...obj, spec: obj.spec ?? { request: "", signerName: "" } }),
-  };
-}
-
-/** Whether a cached CSR still waits for a decision. */
-export function isPending(c: LeanCsr): boolean {
-  return c.csr.conditions.length === 0 && c.csr.signerName === KUBELET_SERVING_SIGNER;
-}
-
-/** An approval or denial. */
-export type Verdict = Extract<Decision, { action: "approve" | "deny" }>;
-
-/**
- * The body of the PUT to `/approval`: the decision as an Approved or Denied condition, status
- * True, with the CSR's uid and resourceVersion so that the API server refuses it (409) if anyone
- * changed or decided the CSR meanwhile. The API server keeps its stored spec on /approval, so the
- * spec here only makes a valid object (without the request bytes); it stamps the condition's
- * lastUpdateTime and lastTransitionTime itself.
- */
-export function approvalBody(c: LeanCsr, d: Verdict): V1CertificateSigningRequest {
-  return {
-    apiVersion: "certificates.k8s.io/v1",
-    kind: "CertificateSigningRequest",
-    metadata: { name: c.metadata.name, uid: c.metadata.uid, resourceVersion: c.metadata.resourceVersion },
-    spec: { signerName: c.csr.signerName, usages: c.csr.usages, request: "" },
-    status: {
-      conditions: [
-        {
-          type: d.action === "approve" ? "Approved" : "Denied",
-          status: "True",
-          reason: d.reason,
-          message: d.message,
-        },
-      ],
-    },
-  };
-}
-
-/**
- * How long to wait before looking for a missing Node again: doubling from 1 s, at most 30 s, and
- * never past the end of the wait.
- * @param looks how many times the Node was looked for already
- * @param leftMs time left until the CSR is given up
- */
-export function nodePollDelayMs(looks: number, leftMs: number): number {
-  return Math.max(1, Math.min(NODE_POLL_MAX_MS, 1000 * 2 ** Math.min(looks, 15), leftMs));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Controller
@@ -190,6 +96,11 @@ export interface CsrApproverOptions {
   events: Pick<EventRecorder, "record">;
   /** Undefined in CSR-only mode (no Talos API): IPs are checked against the Nodes only. */
   talos: TalosFactsClient | undefined;
+  /**
+   * cloud-node's Talos watches (lib/taloswatchcsr.ts): while they answer for a node, its CSRs cost
+   * no Talos call; the reads above are made where they cannot.
+   */
+  watched?: Pick<WatchedFacts, "source" | "onChange">;
   /**
    * CSR-only mode: asks the API server which of the names reach a Service through a Pod's search
    * path (lib/csrservices.ts `lookUpServiceNames`); throws when it cannot tell. Without it, CSR-only
@@ -270,6 +181,11 @@ export class CsrApprover {
       baseDelayMs: 500,
       maxDelayMs: 60_000,
       registry: opts.registry,
+    });
+    // A change of a node's Talos watches may answer its CSRs that wait for them.
+    opts.watched?.onChange((node) => {
+      if (this.queue.isShutDown) return;
+      for (const name of namesOf(this.#pendingByNode.get(node))) this.queue.add(name);
     });
   }
 
@@ -371,12 +287,13 @@ export class CsrApprover {
     // Parsed and verified once; screen() takes the checked request.
     const checked = checkCsr(c.csr);
     const cost = { nodeAddresses: 0, facts: undefined as TalosFacts | undefined };
-    let d: Decision | undefined;
+    let d: Decision | undefined | typeof WATCHES_PENDING;
     try {
       d = "action" in checked ? checked : await this.#decide(c, checked, cost);
     } finally {
       this.#budget.charge(requester, decisionUnits(c.csr.request ?? "", cost.nodeAddresses, cost.facts));
     }
+    if (d === WATCHES_PENDING) return { requeueAfterMs: WATCH_RECHECK_MS };
     if (!d) return undefined;
     switch (d.action) {
       case "ignore":
@@ -397,7 +314,7 @@ export class CsrApprover {
     c: LeanCsr,
     checked: CheckedCsr,
     cost: { nodeAddresses: number; facts: TalosFacts | undefined },
-  ): Promise<Decision | undefined> {
+  ): Promise<Decision | undefined | typeof WATCHES_PENDING> {
     const lean = this.#opts.nodes.get(checked.nodeName);
     const node = lean && nodeInputFrom(lean);
     cost.nodeAddresses = node?.addresses.length ?? 0;
@@ -408,7 +325,11 @@ export class CsrApprover {
     const lookups = questions ? lookupCount(questions) : 0;
     if (lookups > peerLimit("csr_service_lookups")) return overLimit("csr_service_lookups", lookups);
     // Talos' DNS names are read only when the request has names besides the node's.
-    if (!questions) cost.facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+    if (!questions) {
+      const facts = await this.#askTalos(c, lean as LeanNode, s.dnsNames.length > 0);
+      if (facts === WATCHES_PENDING) return facts;
+      cost.facts = facts;
+    }
     const evidence = questions ? await this.#lookUpServices(c, questions) : cost.facts;
     if (!evidence) return undefined;
     // The other Nodes and the cluster's ranges may have changed while the evidence was gathered:
@@ -501,15 +422,66 @@ export class CsrApprover {
     return out;
   }
 
-  /** Talos' facts for the CSR's node; on failure retries (throws) until the CSR is given up. */
-  async #askTalos(c: LeanCsr, node: LeanNode, withDNS: boolean): Promise<TalosFacts | undefined> {
+  /**
+   * Talos' facts for the CSR's node: from cloud-node's watches while they answer for it (or a wait
+   * for them, up to {@link WATCH_WAIT_MS}), else read from Talos; on a failed read retries (throws)
+   * until the CSR is given up.
+   */
+  async #askTalos(
+    c: LeanCsr,
+    node: LeanNode,
+    withDNS: boolean,
+  ): Promise<TalosFacts | undefined | typeof WATCHES_PENDING> {
+    const preferIPv6 = this.#opts.config.current.global.preferIPv6;
+    const watched = this.#fromWatches(c, node, preferIPv6, withDNS);
+    if (watched !== undefined) return watched;
     const reader = this.#facts as TalosFactsReader;
     try {
-      return await reader.read(node, this.#opts.config.current.global.preferIPv6, withDNS, this.#signal);
+      const facts = await reader.read(node, preferIPv6, withDNS, this.#signal);
+      this.#metrics.facts.inc({ source: "talos" });
+      return facts;
     } catch (err) {
       const why = `Cannot confirm CSR ${c.metadata.name} of node ${node.metadata.name} with Talos: ${(err as Error).message}`;
       return this.#retryOrGiveUp(c, "TalosUnavailable", why, err);
     }
+  }
+
+  /**
+   * The facts cloud-node's watches hold for the CSR's node, {@link WATCHES_PENDING} while the CSR
+   * waits for them, undefined when Talos must be asked.
+   */
+  #fromWatches(
+    c: LeanCsr,
+    node: LeanNode,
+    preferIPv6: boolean,
+    withDNS: boolean,
+  ): TalosFacts | typeof WATCHES_PENDING | undefined {
+    const source = this.#opts.watched?.source;
+    if (!source) return undefined;
+    const { ips } = nodeIPs(
+      { annotations: node.metadata.annotations, addresses: node.status.addresses },
+      preferIPv6,
+    );
+    const answer = source.csrFacts(node.metadata.name, ips, withDNS);
+    const since = this.#records.of(c.metadata)?.watchWaitSince;
+    if (answer.state === "wait" && (since === undefined || this.#now() - since < WATCH_WAIT_MS)) {
+      if (since === undefined)
+        this.#records.update(c.metadata, (r) => {
+          r.watchWaitSince = this.#now();
+        });
+      log.v(4).info("CSR waits for the Talos watches", { csr: c.metadata.name, reason: answer.why });
+      return WATCHES_PENDING;
+    }
+    if (since !== undefined)
+      this.#records.update(c.metadata, (r) => {
+        delete r.watchWaitSince;
+      });
+    if (answer.state === "ready") {
+      this.#metrics.facts.inc({ source: "watches" });
+      return answer.facts;
+    }
+    log.v(4).info("Asking Talos for a CSR's facts", { csr: c.metadata.name, reason: answer.why });
+    return undefined;
   }
 
   #ageMs(c: LeanCsr): number {
@@ -635,6 +607,7 @@ export async function startCsrApprover(ctx: ControllerContext, signal: AbortSign
     nodes: ctx.nodes,
     events: ctx.events,
     talos: ctx.talos,
+    ...(ctx.talos && ctx.watched ? { watched: ctx.watched } : {}),
     lookUpServices: (q, s) => lookUpServiceNames(ctx.client, q, s),
     config: ctx.config,
     registry: ctx.registry,

@@ -1,5 +1,6 @@
 // The node-csr-approval counters: approvals and denials by status, denials by reason (every series
-// there from the start at 0), and a per-peer bound's denial counted for its peer too. Pure: the
+// there from the start at 0), a per-peer bound's denial counted for its peer too, and where the
+// decisions' Talos facts came from. Pure: the
 // registry (lib/metrics.ts) is the caller's.
 
 import { DENY_REASONS, type Decision } from "./csrdecision.ts";
@@ -10,11 +11,18 @@ import { PEER_LIMITS, peerRejections } from "./peerlimits.ts";
 const CSR_APPROVAL_METRIC = "talosccm_csr_approval_count";
 /** Counter of denials, label `reason` (a `DenyReason`). */
 const CSR_DENIED_METRIC = "talosccm_csr_denied_total";
+/** Counter of the Talos facts CSR decisions took, label `source` ({@link TalosFactsSource}). */
+const CSR_FACTS_METRIC = "talosccm_csr_talos_facts_total";
+
+/** Where a CSR decision's Talos facts came from: cloud-node's watches, or a read of Talos. */
+export type TalosFactsSource = "watches" | "talos";
 
 /** The CSR counters, registered on a registry. */
 export interface CsrMetrics {
   approvals: Counter;
   denials: Counter;
+  /** Talos facts taken for a decision, by `source`: a rising `talos` while cloud-node runs means its watches cannot answer. */
+  facts: Counter;
   /**
    * Counts an approve or deny decision (call once it is written); ignore and wait count nothing. A
    * denial for a per-peer bound also counts in `talosccm_peer_input_rejected_total{peer="csr"}`.
@@ -35,10 +43,17 @@ export function csrMetrics(reg: Registry): CsrMetrics {
   // (a series that appears at 6 shows no increase: a first burst of denials would go unseen).
   for (const status of ["approve", "deny"]) approvals.inc({ status }, 0);
   for (const reason of DENY_REASONS) denials.inc({ reason }, 0);
+  const facts = reg.counter(
+    CSR_FACTS_METRIC,
+    "Talos facts node serving CSR decisions took, by source: cloud-node's watches or a read of Talos.",
+    ["source"],
+  );
+  for (const source of ["watches", "talos"] satisfies TalosFactsSource[]) facts.inc({ source }, 0);
   const rejections = peerRejections(reg);
   return {
     approvals,
     denials,
+    facts,
     record(decision) {
       if (decision.action === "approve") approvals.inc({ status: "approve" });
       if (decision.action === "deny") {

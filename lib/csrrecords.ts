@@ -1,6 +1,6 @@
 // What node-csr-approval (lib/csrapprover.ts) keeps about each CSR, in one record per CSR name:
 // the looks for its missing Node, the resourceVersion it decided the CSR at until the watch shows
-// it, the Warning Events it gave. A record belongs to one CSR (its uid) and holds only what is set.
+// it, the Warning Events it gave, since when it waits for the Talos watches. A record belongs to one CSR (its uid) and holds only what is set.
 // Pure data structure.
 
 /**
@@ -16,6 +16,8 @@ export interface CsrRecord {
   decidedAt?: string;
   /** The Warning Event reasons it got already: one of each is enough. */
   warned?: Set<string>;
+  /** Since when (ms) it waits for cloud-node's Talos watches to answer for its node. */
+  watchWaitSince?: number;
 }
 
 /** A CSR as its record is found: `metadata.name` and `metadata.uid`. */
@@ -54,7 +56,12 @@ export class CsrRecords {
     const held = this.#byName.get(id.name);
     const r: CsrRecord = held?.uid === id.uid ? held : { uid: id.uid };
     change(r);
-    if (r.looks === undefined && r.decidedAt === undefined && r.warned === undefined)
+    if (
+      r.looks === undefined &&
+      r.decidedAt === undefined &&
+      r.warned === undefined &&
+      r.watchWaitSince === undefined
+    )
       this.#byName.delete(id.name);
     else this.#byName.set(id.name, r);
   }

@@ -12,8 +12,8 @@ import { hostname } from "node:os";
 import { fileDigest, logConfigWarnings, watchCloudConfig } from "./cloudconfigwatch.ts";
 import { type CompiledConfig, ConfigError, parseConfig } from "./config.ts";
 import { loadConfig } from "./configfile.ts";
-import { ConfigHolder } from "./controller.ts";
-import type { ControllerName } from "./controllernames.ts";
+import { ConfigHolder, WatchedFacts } from "./controller.ts";
+import { type ControllerName, Controllers } from "./controllernames.ts";
 import { plannedControllers, talosUse } from "./controllerplan.ts";
 import { ControllerRunner } from "./controllerrunner.ts";
 import type { RunOptions } from "./flags.ts";
@@ -45,6 +45,12 @@ const LEASE_RELEASE_TIMEOUT_MS = 2_000;
 function fatal(message: string, err?: unknown, fields?: Record<string, unknown>): never {
   log.error(message, err, fields);
   process.exit(1);
+}
+
+/** cloud-node's Talos watches answer node-csr-approval when both run (lib/taloswatchcsr.ts). */
+function sharedWatches(enabled: readonly ControllerName[]): { watched?: WatchedFacts } {
+  const both = enabled.includes(Controllers.cloudNode) && enabled.includes(Controllers.nodeCsrApproval);
+  return both ? { watched: new WatchedFacts() } : {};
 }
 
 /**
@@ -97,6 +103,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
     talos,
     identity,
     apis,
+    ...sharedWatches(enabled),
   });
   const stopCloudConfigWatch = watchCloudConfig(opts.cloudConfig, config, configDigest);
   manager.onStop(async () => {

@@ -24,7 +24,7 @@
 // machine does not have is not written as an InternalIP.
 
 import type { CompiledConfig } from "./config.ts";
-import type { ControllerContext } from "./controller.ts";
+import type { ControllerContext, WatchedFacts } from "./controller.ts";
 import {
   type DesiredNode,
   decideNode,
@@ -139,6 +139,8 @@ export interface CloudNodeOptions {
   conflictWindowMs?: number;
   /** The per-node write budget's pace: one write per this many ms after the burst (default 5 s). */
   writePaceMs?: number;
+  /** Shares the Talos watches with node-csr-approval: they keep what its CSRs need (lib/taloswatchcsr.ts). */
+  watched?: WatchedFacts;
   now?: () => number;
   log?: Logger;
 }
@@ -184,8 +186,12 @@ export class CloudNodeController {
     this.#queue = new WorkQueue("cloud-node", { registry: opts.registry });
     this.#facts = new TalosWatchCache({
       talos: opts.talos,
-      onChange: (name) => this.#enqueue(name),
+      onChange: (name) => {
+        this.#enqueue(name);
+        opts.watched?.changed(name);
+      },
       refreshMs: opts.statusUpdateFrequencyMs,
+      csrFacts: opts.watched !== undefined,
       nodeStatusUnknown: (name) => {
         const n = this.#opts.nodes.get(name);
         return n !== undefined && statusUnknown(n);
@@ -225,10 +231,12 @@ export class CloudNodeController {
       },
     });
     signal.addEventListener("abort", () => this.#queue.shutDown(), { once: true });
+    this.#opts.watched?.publish(this.#facts);
     try {
       await runWorkers(this.#queue, this.#opts.workers, (name) => this.reconcile(name), this.#log);
     } finally {
       this.#stopped = true;
+      this.#opts.watched?.publish(undefined);
       stopConfig();
       this.#facts.close();
     }
@@ -685,6 +693,7 @@ export async function startCloudNode(ctx: ControllerContext, signal: AbortSignal
     talos: ctx.talos,
     workers: ctx.options.nodeController.concurrentSyncs,
     statusUpdateFrequencyMs: ctx.options.nodeController.statusUpdateFrequencyMs,
+    ...(ctx.watched ? { watched: ctx.watched } : {}),
   });
   await controller.run(signal);
 }

@@ -330,7 +330,7 @@ const LINK_TYPE_LOOPBACK = 772;
 /** RT_SCOPE_HOST: an address valid only inside the machine. */
 const SCOPE_HOST = 254;
 /** The pseudo-link on which Talos puts a cloud's public addresses: no LinkStatus, the machine's own. */
-const EXTERNAL_LINK = "external";
+export const EXTERNAL_LINK = "external";
 
 /**
  * The addresses Talos reports on links that are not the machine's own network, each with why:

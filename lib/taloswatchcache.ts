@@ -26,14 +26,9 @@
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { logger } from "./log.ts";
 import type { PeerLimitName } from "./peerlimits.ts";
-import {
-  type TalosClient,
-  type TalosError,
-  TalosNotFoundError,
-  TalosPermissionError,
-  type TalosWatch,
-} from "./talos.ts";
+import { type TalosError, TalosNotFoundError, TalosPermissionError, type TalosWatch } from "./talos.ts";
 import { TalosLimitError } from "./talosbounds.ts";
+import { type CsrFactsAnswer, type CsrWatchClient, WatchedCsrFacts } from "./taloswatchcsr.ts";
 import {
   AddressWatchHandler,
   type AddressWatchHooks,
@@ -47,82 +42,24 @@ import {
   type ReadKind,
   sameMachine,
 } from "./taloswatchnode.ts";
+import type {
+  FactsNeeds,
+  FactsState,
+  TalosWatchCacheOptions,
+  TalosWatchClient,
+} from "./taloswatchoptions.ts";
 import type { NodeFacts, PlatformMetadata } from "./types.ts";
 
 // The cloud-node controller's component name: these are its watches.
 const log = logger("cloud-node");
 
-/** The Talos client calls {@link TalosWatchCache} makes (a subset, so that tests can fake it). */
-export type TalosWatchClient = Pick<
-  TalosClient,
-  | "subscribe"
-  | "platformMetadata"
-  | "addresses"
-  | "systemInformation"
-  | "version"
-  | "firstAnswer"
-  | "nodename"
->;
-
-/** Which optional facts the rules need (each costs a Talos call per node). */
-export interface FactsNeeds {
-  /** A rule's template may read a SystemInformation field. */
-  systemInformation: boolean;
-  /** A rule's template may read TalosVersion. */
-  talosVersion: boolean;
-}
-
+export type {
+  FactsNeeds,
+  FactsState,
+  TalosWatchCacheOptions,
+  TalosWatchClient,
+} from "./taloswatchoptions.ts";
 export { metadataComplete, type NodeMismatch, sameMachine };
-
-/** A node's facts, or what they still wait for. */
-export type FactsState =
-  | { ready: true; facts: NodeFacts /** The IP Talos answered on. */; nodeIP: string }
-  | {
-      ready: false;
-      waitingFor: string;
-      /** Why Talos does not answer, when it fails. */
-      error?: string;
-      /** The facts came from another machine than the node (they are not used). */
-      mismatch?: NodeMismatch;
-      /** The error is Talos answering over this per-machine bound (lib/peerlimits.ts): the machine fails alone. */
-      limit?: PeerLimitName;
-    };
-
-/** Options of {@link TalosWatchCache}. */
-export interface TalosWatchCacheOptions {
-  talos: TalosWatchClient;
-  /** Called whenever a node's facts or watch state change (the controller re-queues the node). */
-  onChange: (name: string) => void;
-  /** `--node-status-update-frequency`: how often nodes whose watch is down are polled. */
-  refreshMs: number;
-  /** Period of the shared timer (default min(5 s, refreshMs)). */
-  tickMs?: number;
-  /** A watch without any answer for this long counts as down (default 30 s). */
-  stallMs?: number;
-  /**
-   * How many nodes start their Talos work at once (default 128): a node counts from its start until
-   * its PlatformMetadata and AddressStatuses are known, its watch is down, or it is forgotten; the
-   * others wait in tracking order. The client's call slots bound the calls on the wire, not the nodes
-   * waiting for one, each holding its suspended calls (README Performance, "Memory at scale").
-   */
-  maxStarting?: number;
-  /** Backoff of retried one-off reads and of moving a dual-stack node's watches to its other IP (default 1 s → 60 s). */
-  retryBackoff?: Backoff;
-  /**
-   * A PlatformMetadata watch closes once the metadata was complete and unchanged this long
-   * (default 120 s; see {@link metadataComplete}).
-   */
-  metadataSettleMs?: number;
-  /**
-   * Whether node `name`'s status is unknown (its kubelet stopped posting: the machine is off or cut
-   * off). Its failed calls and watches count apart (`node_status="unknown"`), and {@link stats}
-   * counts its down watch apart: the alerts leave both out. Default: never.
-   */
-  nodeStatusUnknown?: (name: string) => boolean;
-  now?: () => number;
-  /** Runs `fn` after `ms`; returns its cancellation (default: a timer that does not hold the process). */
-  schedule?: (fn: () => void, ms: number) => () => void;
-}
 
 /** {@link TalosWatchCacheOptions.schedule}'s default. */
 function scheduleTimer(fn: () => void, ms: number): () => void {
@@ -167,11 +104,13 @@ export class TalosWatchCache {
     failed: (w, part, error, limit) => this.#failed(w, part, error, limit),
     statusUnknown: (name) => this.#statusUnknown(name),
     recovered: (w, part) => this.#recovered(w, part),
-    openMetadataWatch: (w) => this.#openMetadataWatch(w),
+    synced: (w, resumed) => this.#synced(w, resumed),
     changed: (name) => this.#onChange(name),
     ended: (w, err) => this.#ended(w, err),
   };
   readonly #timer: ReturnType<typeof setInterval>;
+  /** Answers node-csr-approval ({@link TalosWatchCacheOptions.csrFacts}). */
+  readonly #csr: WatchedCsrFacts | undefined;
   #closed = false;
 
   constructor(opts: TalosWatchCacheOptions) {
@@ -189,6 +128,7 @@ export class TalosWatchCache {
     this.#now = opts.now ?? Date.now;
     this.#statusUnknown = opts.nodeStatusUnknown ?? (() => false);
     this.#schedule = opts.schedule ?? scheduleTimer;
+    this.#csr = opts.csrFacts ? this.#csrFacts(opts.talos) : undefined;
     this.#timer = setInterval(() => this.tick(), opts.tickMs ?? Math.min(5_000, opts.refreshMs));
     (this.#timer as { unref?: () => void }).unref?.();
   }
@@ -301,6 +241,18 @@ export class TalosWatchCache {
   }
 
   /**
+   * What the watches say to a CSR of node `name`, whose Node has `ips` now ({@link WatchedCsrFacts}):
+   * Talos' facts without a call, a wait for reads under way (the change callback names the node when
+   * they end), or that Talos must be asked directly. Always the latter without
+   * {@link TalosWatchCacheOptions.csrFacts}.
+   * @param withDNS the CSR has DNS names besides the node's
+   */
+  csrFacts(name: string, ips: readonly string[], withDNS: boolean): CsrFactsAnswer {
+    if (!this.#csr) return { state: "ask", why: "the watches keep no CSR facts" };
+    return this.#csr.answer(this.#nodes.get(name), ips, withDNS);
+  }
+
+  /**
    * One pass of the shared timer: marks watches without any answer for too long as down, polls
    * down nodes whose refresh period has passed, and announces one-off reads due for a retry.
    * Called by the timer; exposed for tests.
@@ -395,6 +347,7 @@ export class TalosWatchCache {
 
   #start(w: NodeWatch): void {
     this.#closeWatches(w);
+    w.epoch++;
     w.down &= ~DOWN_BITS.ended;
     w.down &= ~DOWN_BITS.stalled;
     w.startedMs = this.#now();
@@ -424,6 +377,32 @@ export class TalosWatchCache {
     this.#recovered(w, "metadata");
     if (!metadataComplete(metadata)) this.#openMetadataWatch(w);
     this.#onChange(w.name);
+  }
+
+  /**
+   * The address watch of `w` delivered its contents; after it broke (`resumed`), the metadata is
+   * watched until it settles again and, for CSRs, Talos asked which node it is.
+   */
+  #synced(w: NodeWatch, resumed: boolean): void {
+    if (resumed) this.#openMetadataWatch(w);
+    if (!this.#csr) return;
+    if (resumed) void this.#verify(w, w.watchIP);
+    this.#csr.synced(w);
+  }
+
+  #csrFacts(talos: TalosWatchClient): WatchedCsrFacts {
+    return new WatchedCsrFacts({
+      talos: talos as CsrWatchClient,
+      confirm: (w) => {
+        const failed = w.failedReads.get("nodename");
+        if (failed && this.#now() < failed.retryAtMs) return false;
+        void this.#verify(w, w.watchIP);
+        return true;
+      },
+      changed: (w) => this.#onChange(w.name),
+      tracked: (w) => this.#tracked(w),
+      statusUnknown: (name) => this.#statusUnknown(name),
+    });
   }
 
   #openMetadataWatch(w: NodeWatch): void {
@@ -470,6 +449,7 @@ export class TalosWatchCache {
     const failed = w.failedReads.get("nodename");
     if ((w.reading & READ_BITS.nodename) !== 0 || (failed && this.#now() < failed.retryAtMs)) return;
     w.reading |= READ_BITS.nodename;
+    const epoch = w.epoch;
     let moveTo: number | undefined;
     const fail = (error: string, retryNow: boolean, limit?: PeerLimitName) => {
       const failures = (failed?.failures ?? 0) + 1;
@@ -486,6 +466,8 @@ export class TalosWatchCache {
       if (!this.#tracked(w)) return;
       if (nodename === w.name) {
         w.confirmedIP = ip;
+        // Holds for CSRs only if the address watch did not break meanwhile.
+        if (w.epoch === epoch) w.confirmedEpoch = epoch;
         w.mismatch = undefined;
         w.refusedIPs = undefined;
         w.failedReads.delete("nodename");

@@ -65,6 +65,42 @@ export interface FailedRead {
   announced: boolean;
 }
 
+/** A link an address of the machine was on, as LinkStatus reported it: enough to tell whether it is shared. */
+export interface LinkSeen {
+  index: number;
+  type: number;
+  kind: string;
+}
+
+/**
+ * What node-csr-approval decides on beyond the watched facts (lib/taloswatchcsr.ts), read once per
+ * epoch of the address watch ({@link NodeWatch.epoch}) and kept while it holds.
+ */
+export interface CsrExtras {
+  /** The epoch these were read in; in another one they are read again. */
+  epoch: number;
+  /**
+   * The links the machine's addresses were on when LinkStatuses were read, by name (null: Talos had
+   * no status for it). Current while every address is on a link here with the same index.
+   */
+  links: Map<string, LinkSeen | null> | undefined;
+  /** {@link NodeWatch.addedGeneration} when the links were read. */
+  linksAt: number;
+  /** NodeIPConfig excludeSubnets, read at {@link excludedAt}. */
+  excludedSubnets: readonly string[] | undefined;
+  /** {@link NodeWatch.addedGeneration} when excludeSubnets was read. */
+  excludedAt: number;
+  /** HostnameStatus hostname and FQDN, read when a CSR first had DNS names besides the node's. */
+  host: { hostname: string; fqdn: string } | undefined;
+  /** Reads under way ({@link CSR_READ_BITS}). */
+  reading: number;
+  /** The last read's failure; the CSR then asks Talos itself, which reports it. */
+  failed: string | undefined;
+}
+
+/** Bits of {@link CsrExtras.reading}. */
+export const CSR_READ_BITS = { links: 1, excluded: 2, host: 4 } as const;
+
 /** One node's watches and facts. Kept small: a thousand of them must stay cheap. */
 export class NodeWatch {
   ips: readonly string[];
@@ -79,6 +115,21 @@ export class NodeWatch {
   addressesKnown = false;
   /** The IP on which Talos confirmed that the machine is this node: facts are used only from it. */
   confirmedIP: string | undefined;
+  /**
+   * The address watch's epoch: moves when the watch (re)starts and when it breaks (a reboot, apid
+   * restarting: the machine on the IP may be another one when it is back). What node-csr-approval
+   * takes from the watches (lib/taloswatchcsr.ts) holds only within the epoch it was read in.
+   */
+  epoch = 0;
+  /** The epoch in which Talos last confirmed the node's name on {@link confirmedIP}. */
+  confirmedEpoch = -1;
+  /**
+   * Moves whenever an address appears or changes (not when one goes): what Talos excludes from the
+   * machine's node IPs (NodeIPConfig) is read again for CSR decisions after it moved.
+   */
+  addedGeneration = 0;
+  /** What node-csr-approval decides on beyond the watched facts, when it asks (lib/taloswatchcsr.ts). */
+  csr: CsrExtras | undefined;
   /** The last IP on which Talos said it is another node. */
   mismatch: NodeMismatch | undefined;
   /** IPs on which Talos said it is another node, until one confirms: the watches never return there. */
@@ -158,7 +209,11 @@ export interface AddressWatchHooks {
   failed(w: NodeWatch, part: DownPart, error: string, limit?: PeerLimitName): void;
   statusUnknown(name: string): boolean;
   recovered(w: NodeWatch, part: DownPart): void;
-  openMetadataWatch(w: NodeWatch): void;
+  /**
+   * The watch delivered its contents (BOOTSTRAPPED); `resumed`: again after it broke, when the
+   * machine may have rebooted or be another one.
+   */
+  synced(w: NodeWatch, resumed: boolean): void;
   changed(name: string): void;
   ended(w: NodeWatch, err: TalosError): void;
 }
@@ -192,6 +247,7 @@ export class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus
       case "errored":
         this.#syncing = true;
         w.addressesBroke = true;
+        w.epoch++;
         if (ev.limit !== undefined) this.#refuse(ev.error, ev.limit);
         else this.hooks.failed(w, "addresses", ev.error);
         return;
@@ -210,6 +266,7 @@ export class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus
         if (!old || old.address !== a.address || old.linkName !== a.linkName || old.flags !== a.flags) {
           this.#changed = true;
         }
+        if (!old || old.address !== a.address || old.linkIndex !== a.linkIndex) w.addedGeneration++;
         // Keyed by the resource's own id (the same text; shared across machines for loopback).
         w.addresses.set(a.id, a);
         break;
@@ -217,17 +274,16 @@ export class AddressWatchHandler implements TalosWatchHandler<TalosAddressStatus
       case "destroyed":
         this.#changed = w.addresses.delete(ev.id) || this.#changed;
         break;
-      case "bootstrapped":
+      case "bootstrapped": {
         this.#syncing = false;
         this.#changed = true;
         w.addressesKnown = true;
         this.hooks.recovered(w, "addresses");
-        if (w.addressesBroke) {
-          // The machine may have rebooted: watch its metadata until it settles again.
-          w.addressesBroke = false;
-          this.hooks.openMetadataWatch(w);
-        }
+        const resumed = w.addressesBroke;
+        w.addressesBroke = false;
+        this.hooks.synced(w, resumed);
         break;
+      }
     }
     if (this.#changed && !this.#syncing) {
       this.#changed = false;

@@ -1003,6 +1003,7 @@ async function runNodePhases(
     settled_anon_mb: end.anonBytes / MiB,
     cpu_s: after.cpuSeconds - before.cpuSeconds,
     talos_calls_per_node: initCalls / n,
+    talos_calls_per_csr: csrCalls / n,
     talos_calls_per_node_hour: (steadyCalls / n) * (3600 / args.steadySeconds),
     kube_requests_per_node: events.length / n,
   };

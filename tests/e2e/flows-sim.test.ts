@@ -110,6 +110,15 @@ function output(): string {
   return `CCM output:\n${ccm?.output.slice(-4000)}\nsimulator stderr:\n${sim.stderr.slice(-2000)}`;
 }
 
+/**
+ * The CCM's last log lines about Talos watches and calls (why a watch resubscribed), short enough to
+ * stay in the failure lines tests/run.ts repeats at the end of a run.
+ */
+function talosLog(): string {
+  const lines = (ccm?.output ?? "").split("\n").filter((l) => /watch|Talos/i.test(l));
+  return `the CCM's last Talos log lines:\n${lines.slice(-6).join("\n")}`;
+}
+
 /** Waits until the Node satisfies `pred`; returns it. */
 async function nodeWhen(name: string, what: string, pred: (n: V1Node) => boolean): Promise<V1Node> {
   let node: V1Node | undefined;
@@ -239,7 +248,7 @@ describe("cloud-node against the simulator", () => {
       (n) => JSON.stringify(nodeView(n).addresses) === JSON.stringify(want.addresses),
     );
     expect(nodeView(node)).toEqual(want);
-    expect(await sim.calls()).toEqual(before);
+    expect(await sim.calls(), talosLog()).toEqual(before);
   });
 
   test("one stream per machine: its complete PlatformMetadata was read once, its addresses are watched", async () => {
@@ -247,16 +256,16 @@ describe("cloud-node against the simulator", () => {
     // AddressStatus watch the only stream apid proxies to the machine.
     // (Through Talos' apid, counted where the machine receives them: apid logs a watch when it ends.)
     const calls = sim.apidPid === undefined ? await sim.calls() : await sim.machineCalls();
-    expect(watchCalls(calls)).toBe(1);
+    expect(watchCalls(calls), talosLog()).toBe(1);
     expect(calls["/cosi.resource.State/Get"]).toBeGreaterThanOrEqual(2); // PlatformMetadata, Nodename
     const live = await watchMetrics();
-    expect([live.healthy, live.down, live.metadataFailures]).toEqual([1, 0, 0]);
+    expect([live.healthy, live.down, live.metadataFailures], talosLog()).toEqual([1, 0, 0]);
   });
 
   test("a machine stopped and started again: the watches resubscribe, what changed while it was down arrives, later changes too", async () => {
     const before = watchCalls(await sim.calls());
     const live = await watchMetrics();
-    expect([live.healthy, live.down]).toEqual([1, 0]);
+    expect([live.healthy, live.down], talosLog()).toEqual([1, 0]);
     await sim.stopMachine(AWS_IP);
     // apid ends the address stream Unavailable: the CCM counts the node's watch down and resubscribes
     // (a retryable error), and its resubscriptions are refused while the machine is down.
@@ -331,9 +340,10 @@ function decided(csr: V1CertificateSigningRequest): Promise<V1CertificateSigning
   return cluster.csrDecision(csr.metadata?.name as string, 30_000, output);
 }
 
-describe("node-csr-approval against the simulator", () => {
-  let hcloud: SimulatedKubelet;
+/** The hcloud machine's kubelet, registered for the CSR tests (and kept for the last describe). */
+let hcloud: SimulatedKubelet;
 
+describe("node-csr-approval against the simulator", () => {
   beforeAll(async () => {
     ccm = await bed.startCcm(
       // Without the cloud config the cloud-node tests wrote: node-csr-approval reads none.
@@ -376,5 +386,59 @@ describe("node-csr-approval against the simulator", () => {
     const cond = await decided(await forger.submitServingCSR({ dns: ["sim-forger"], ips: OTHER.nodeIPs }));
     expect(cond).toMatchObject({ type: "Denied", reason: "TalosNodeMismatch" });
     expect(cond.message).toContain(`is node "${OTHER.name}"`);
+  });
+});
+
+describe("cloud-node and node-csr-approval together (the DaemonSet's controllers): CSRs decided from the watches", () => {
+  /** Calls the machines received so far (through Talos' apid: counted as they start, watches included). */
+  const machineCalls = () => (sim.apidPid === undefined ? sim.calls() : sim.machineCalls());
+
+  beforeAll(async () => {
+    await ccm?.stop("SIGKILL");
+    ccm = await bed.startCcm(
+      { controllers: "cloud-node,node-csr-approval", alwaysAllowPaths: "/metrics", args: ["--v=2"] },
+      /Approving kubelet serving CSRs/,
+    );
+  });
+
+  afterAll(async () => {
+    await ccm?.stop("SIGKILL");
+    ccm = undefined;
+  });
+
+  test("once cloud-node watches the machine, its CSR is approved with no Talos call", async () => {
+    // The hcloud Node registered above, left tainted by the CSR-only CCM: cloud-node initializes it
+    // now and watches its machine.
+    await nodeWhen(
+      HCLOUD.name,
+      "still has the uninitialized taint",
+      (n) => !(n.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT),
+    );
+    // The watch's start read the machine's links and NodeIPConfig besides: wait until nothing more comes.
+    let before = await machineCalls();
+    await waitFor(
+      async () => {
+        await Bun.sleep(300);
+        const now = await machineCalls();
+        const settled =
+          JSON.stringify(now) === JSON.stringify(before) && (now["/cosi.resource.State/List"] ?? 0) >= 1;
+        before = now;
+        return settled;
+      },
+      30_000,
+      () => `the machines' calls do not settle: ${JSON.stringify(before)}\n${talosLog()}`,
+    );
+    const approved = await decided(await hcloud.submitServingCSR({ dns: [HCLOUD.name], ips: [HCLOUD_IP] }));
+    expect(approved).toMatchObject({ type: "Approved", reason: "TalosCCMApprove" });
+    expect(approved.message).toContain(`confirmed by Talos on ${HCLOUD_IP}`);
+    const denied = await decided(
+      await hcloud.submitServingCSR({ dns: [HCLOUD.name], ips: [HCLOUD_IP, UNREPORTED_IP] }),
+    );
+    // cloud-node wrote the Node's addresses from the machine's: the IP its kubelet claimed is not the
+    // Node's any more, and the cluster alone refuses it (Talos is not asked).
+    expect(denied).toMatchObject({ type: "Denied", reason: "IPNotOwned" });
+    expect(await machineCalls(), talosLog()).toEqual(before);
+    expect(await sample('talosccm_csr_talos_facts_total{source="watches"}')).toBe(1);
+    expect(await sample('talosccm_csr_talos_facts_total{source="talos"}')).toBe(0);
   });
 });

@@ -35,6 +35,7 @@ const figures = (over: Partial<BenchFigures> = {}): BenchFigures => ({
   settled_anon_mb: 39.3,
   cpu_s: 6.86,
   talos_calls_per_node: 3,
+  talos_calls_per_csr: 0,
   talos_calls_per_node_hour: 0,
   kube_requests_per_node: 3.02,
   ...over,

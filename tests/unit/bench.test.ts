@@ -42,6 +42,7 @@ const figures = (over: Partial<BenchFigures> = {}): BenchFigures => ({
   settled_anon_mb: 39.31,
   cpu_s: 15.051,
   talos_calls_per_node: 3,
+  talos_calls_per_csr: 0,
   talos_calls_per_node_hour: 0,
   kube_requests_per_node: 3.017,
   ...over,
@@ -61,7 +62,9 @@ describe("evaluate() verdicts", () => {
     ["settled_rss_mb", { settled_rss_mb: 65 }, "PASS"],
     ["settled_rss_mb", { settled_rss_mb: 65.1 }, "FAIL"],
     ["settled_rss_mb", { settled_rss_mb: null }, "N/A"],
-    ["talos_calls_per_node", { talos_calls_per_node: 3.01 }, "FAIL"],
+    ["talos_calls_per_node", { talos_calls_per_node: 5.01 }, "FAIL"],
+    ["talos_calls_per_csr", { talos_calls_per_csr: 0.01 }, "FAIL"],
+    ["talos_calls_per_csr", { talos_calls_per_csr: 0 }, "PASS"],
     ["talos_calls_per_node_hour", { talos_calls_per_node_hour: 1 }, "PASS"],
     ["cpu_s", { cpu_s: 1e6 }, "-"],
     ["peak_anon_mb", { peak_anon_mb: 1e6 }, "-"],
@@ -82,7 +85,8 @@ describe("evaluate() verdicts", () => {
     [5001, "rss_mb", { rss_mb: 900 }, "-"],
     [100, "settled_rss_mb", { settled_rss_mb: 65.1 }, "FAIL"],
     [1001, "settled_rss_mb", { settled_rss_mb: 900 }, "-"],
-    [5000, "talos_calls_per_node", { talos_calls_per_node: 4 }, "FAIL"],
+    [5000, "talos_calls_per_node", { talos_calls_per_node: 6 }, "FAIL"],
+    [5000, "talos_calls_per_csr", { talos_calls_per_csr: 1 }, "FAIL"],
     [5000, "idle_rss_mb", { idle_rss_mb: 51 }, "FAIL"],
     [100_000, "idle_rss_mb", { idle_rss_mb: 48.1 }, "FAIL"],
   ] as const)("at N = %i, %s with %j is %s", (nodes, key, over, want) => {
@@ -117,7 +121,8 @@ describe("budgetAt() size tiers", () => {
   test.each([100, 1000, 1001, 5000, 5001])("idle RSS at N = %i: <= 48; the others as before", (nodes) => {
     expect(budgetAt("idle_rss_mb", nodes)?.max).toBe(48);
     expect(budgetAt("startup_ms", nodes)?.max).toBe(150);
-    expect(budgetAt("talos_calls_per_node", nodes)?.max).toBe(3);
+    expect(budgetAt("talos_calls_per_node", nodes)?.max).toBe(5);
+    expect(budgetAt("talos_calls_per_csr", nodes)?.max).toBe(0);
     expect(budgetAt("talos_calls_per_node_hour", nodes)?.max).toBe(1);
     expect(budgetAt("init_s", nodes)?.max).toBe(nodes <= 1000 ? 15 : undefined);
     expect(budgetAt("csr_s", nodes)?.max).toBe(nodes <= 1000 ? 10 : undefined);
@@ -148,6 +153,7 @@ describe("toJson()", () => {
       "settled_anon_mb",
       "cpu_s",
       "talos_calls_per_node",
+      "talos_calls_per_csr",
       "talos_calls_per_node_hour",
       "kube_requests_per_node",
     ]);

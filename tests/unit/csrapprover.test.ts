@@ -5,26 +5,26 @@
 
 import { describe, expect, test } from "bun:test";
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
-import { APPROVE_REASON, claims, MAX_REQUEST_BASE64, type NodeInput } from "../../lib/csr.ts";
+import { WatchedFacts } from "../../lib/controller.ts";
 import {
-  approvalBody,
-  CsrApprover,
-  decisionUnits,
-  isPending,
-  type LeanCsr,
-  leanCsr,
-  NODE_WAIT_MS,
-  nodePollDelayMs,
-} from "../../lib/csrapprover.ts";
+  APPROVE_REASON,
+  claims,
+  MAX_REQUEST_BASE64,
+  type NodeInput,
+  type TalosFacts,
+} from "../../lib/csr.ts";
+import { CsrApprover, decisionUnits, NODE_WAIT_MS } from "../../lib/csrapprover.ts";
 import { NodeClaimIndex } from "../../lib/csrclaims.ts";
 import { lookUpServiceNames } from "../../lib/csrservices.ts";
 import { type TalosFactsClient, TalosFactsReader, talosDnsNames } from "../../lib/csrtalosfacts.ts";
+import { approvalBody, isPending, type LeanCsr, leanCsr, nodePollDelayMs } from "../../lib/csrview.ts";
 import { KubeError, type RequestOptions } from "../../lib/kubeapi.ts";
 import type { Handlers } from "../../lib/kubecache.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { type LeanNode, leanNode } from "../../lib/nodeview.ts";
 import { ClusterNetworks } from "../../lib/sharedaddresses.ts";
 import { TalosError } from "../../lib/talos.ts";
+import type { CsrFactsAnswer } from "../../lib/taloswatchcsr.ts";
 import type { PlatformMetadata } from "../../lib/types.ts";
 import { KUBELET_SERVING_SIGNER } from "../../lib/wellknown.ts";
 import { platformMetadata } from "../support/fixtures.ts";
@@ -213,7 +213,9 @@ class FakeServiceApi {
 }
 
 /** The controller wired to fakes, with node A (10.0.0.1) and node B (10.0.0.2) on Talos. */
-function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandlers?: boolean } = {}) {
+function setup(
+  opts: { talos?: boolean; update?: (w: Write) => void; nodeHandlers?: boolean; watched?: WatchedFacts } = {},
+) {
   const csrs = new FakeCache<LeanCsr>();
   const nodes = new FakeCache<LeanNode>();
   const writes: Write[] = [];
@@ -251,6 +253,7 @@ function setup(opts: { talos?: boolean; update?: (w: Write) => void; nodeHandler
       },
     },
     talos: opts.talos === false ? undefined : talos,
+    ...(opts.watched ? { watched: opts.watched } : {}),
     lookUpServices: (q, signal) => lookUpServiceNames(api, q, signal),
     config: { current: { global: { preferIPv6: false } } },
     registry,
@@ -1152,6 +1155,108 @@ describe("CsrApprover", () => {
       });
     });
   }
+});
+
+describe("CsrApprover with cloud-node's Talos watches (lib/taloswatchcsr.ts)", () => {
+  /** What worker-a's watches hold, as a direct read of its machine in setup() gives it. */
+  const FACTS_A: TalosFacts = {
+    nodeIP: "10.0.0.1",
+    nodename: "worker-a",
+    addresses: ["10.0.0.1/24", "127.0.0.1/8"],
+    dnsNames: [],
+    sharedAddresses: new Map([["127.0.0.1", 'Talos reports it on the loopback link "lo"']]),
+    excludedSubnets: [],
+  };
+
+  /** A watch source answering `answer`, recording what it was asked. */
+  function source(answer: CsrFactsAnswer) {
+    const asked: string[] = [];
+    const s = {
+      answer,
+      asked,
+      csrFacts(name: string, ips: readonly string[], withDNS: boolean): CsrFactsAnswer {
+        asked.push(`${name} ${ips.join(",")} ${withDNS}`);
+        return s.answer;
+      },
+    };
+    return s;
+  }
+
+  async function run(answer: CsrFactsAnswer, ips = ["10.0.0.1"]) {
+    const watched = new WatchedFacts();
+    const src = source(answer);
+    watched.publish(src);
+    const f = setup({ watched });
+    f.nodes.put(node("worker-a", ["10.0.0.1"]));
+    f.csrs.put(leanCsr(rawCsr("csr-1", await pemA({ ips }))));
+    const results = await f.drain();
+    return { f, src, watched, results };
+  }
+
+  test("while the watches answer for the node, its CSR is decided without a Talos call", async () => {
+    const { f, src } = await run({ state: "ready", facts: FACTS_A });
+    expect(f.decision()).toMatchObject({ type: "Approved", reason: APPROVE_REASON });
+    expect(src.asked).toEqual(["worker-a 10.0.0.1 false"]);
+    expect(f.talos.calls).toEqual([]);
+    const text = f.registry.expose();
+    expect(text).toContain('talosccm_csr_talos_facts_total{source="watches"} 1');
+    expect(text).toContain('talosccm_csr_talos_facts_total{source="talos"} 0');
+  });
+
+  test("the watches' facts meet the same checks: an IP the machine does not report is denied", async () => {
+    const { f } = await run({ state: "ready", facts: { ...FACTS_A, addresses: ["10.0.0.9/24"] } });
+    expect(f.decision()).toMatchObject({ type: "Denied", reason: "IPNotReportedByTalos" });
+    expect(f.talos.calls).toEqual([]);
+  });
+
+  test("a CSR waiting for the watches is decided when they tell of its node, without a Talos call", async () => {
+    const { f, src, watched, results } = await run({ state: "wait", why: "reads under way" });
+    expect(results).toEqual([{ name: "csr-1", result: { requeueAfterMs: 5_000 } }]);
+    expect(f.writes).toEqual([]);
+    src.answer = { state: "ready", facts: FACTS_A };
+    watched.changed("worker-b");
+    expect(f.approver.queue.length).toBe(0);
+    watched.changed("worker-a");
+    expect(f.approver.queue.length).toBe(1);
+    await f.drain();
+    expect(f.decision()).toMatchObject({ type: "Approved" });
+    expect(f.talos.calls).toEqual([]);
+  });
+
+  test("after 30 s of waiting for the watches, or when they cannot answer, Talos is asked as before", async () => {
+    const { f } = await run({ state: "wait", why: "reads under way" });
+    f.setNow(T0 + 1000 + 30_000);
+    f.approver.queue.add("csr-1");
+    await f.drain();
+    expect(f.decision()).toMatchObject({ type: "Approved" });
+    expect(f.talos.calls).toEqual([
+      "nodename 10.0.0.1",
+      "addresses 10.0.0.1",
+      "links 10.0.0.1",
+      "nodeIPConfig 10.0.0.1",
+    ]);
+    const asked = await run({ state: "ask", why: "the node's Talos watch is down" });
+    expect(asked.f.decision()).toMatchObject({ type: "Approved" });
+    expect(asked.f.talos.calls).toHaveLength(4);
+    const text = asked.f.registry.expose();
+    expect(text).toContain('talosccm_csr_talos_facts_total{source="watches"} 0');
+    expect(text).toContain('talosccm_csr_talos_facts_total{source="talos"} 1');
+  });
+
+  test("a CSR with DNS names besides the node's asks the watches for Talos' names", async () => {
+    const { src } = await run({ state: "wait", why: "HostnameStatus" }, ["10.0.0.1"]);
+    expect(src.asked).toEqual(["worker-a 10.0.0.1 false"]);
+    const watched = new WatchedFacts();
+    const s2 = source({ state: "ready", facts: { ...FACTS_A, dnsNames: ["worker-a", "worker-a.lan"] } });
+    watched.publish(s2);
+    const f = setup({ watched });
+    f.nodes.put(node("worker-a", ["10.0.0.1"], [{ type: "InternalDNS", address: "worker-a.lan" }]));
+    f.csrs.put(leanCsr(rawCsr("csr-2", await pemA({ dns: ["worker-a", "worker-a.lan"] }))));
+    await f.drain();
+    expect(s2.asked).toEqual(["worker-a 10.0.0.1 true"]);
+    expect(f.decision()).toMatchObject({ type: "Approved" });
+    expect(f.talos.calls).toEqual([]);
+  });
 });
 
 describe("CsrApprover in CSR-only mode: DNS SANs that reach a Service", () => {

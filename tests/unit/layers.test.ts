@@ -42,6 +42,7 @@ const CORES = [
   "csrmetrics.ts",
   "csrrecords.ts",
   "csrrequest.ts",
+  "csrview.ts",
   "cidrset.ts",
   "metrics.ts",
   "addresses.ts",
@@ -161,6 +162,9 @@ const SHELLS: Record<string, string> = {
   "taloswatchnode.ts":
     "a tracked node's record and its address watch handler (holds the watches it closes, Talos I/O)",
   "taloswatchcache.ts": "the Talos facts watch cache: Talos I/O, timers, retry jitter (randomness)",
+  "taloswatchcsr.ts": "completes node-csr-approval's facts beside the watches (Talos I/O)",
+  "taloswatchoptions.ts":
+    "the watch cache's contracts: types naming its shells (the Talos client, its record)",
   "transformmetrics.ts": "times transform() calls (clock), on the process registry by default",
   "validatecommand.ts": "the validate subcommand: reads the files and stdin, writes stdout and stderr",
   "version.ts": "reads the process's platform and architecture",

@@ -16,21 +16,14 @@ import { Registry } from "../../lib/metrics.ts";
 import { CloudNodeController } from "../../lib/node.ts";
 import { correctionDelayMs, NODE_WRITABLE_MAX_DELAY_MS, writeBackDelayMs } from "../../lib/nodestate.ts";
 import { type LeanNode, leanNode, nodeIPs } from "../../lib/nodeview.ts";
-import {
-  type CallOptions,
-  TalosError,
-  TalosNotFoundError,
-  type TalosWatch,
-  type TalosWatchEvent,
-  type TalosWatchHandler,
-} from "../../lib/talos.ts";
+import { TalosError, TalosNotFoundError, type TalosWatch, type TalosWatchHandler } from "../../lib/talos.ts";
 import {
   type FactsState,
   sameMachine,
   TalosWatchCache,
   type TalosWatchClient,
 } from "../../lib/taloswatchcache.ts";
-import type { AddressStatus, NodeFacts, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+import type { AddressStatus, NodeFacts, PlatformMetadata } from "../../lib/types.ts";
 import {
   FIELD_MANAGER,
   MANAGED_ANNOTATION,
@@ -38,7 +31,7 @@ import {
   PROVIDED_NODE_IP_ANNOTATION,
   UNINITIALIZED_TAINT,
 } from "../../lib/wellknown.ts";
-import { platformMetadata } from "../support/fixtures.ts";
+import { address, FakeTalos, metadata, SYSINFO, settle } from "../support/faketaloswatch.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Builders.
@@ -77,32 +70,6 @@ function lean(over: {
   if (over.providerID !== undefined) node.spec.providerID = over.providerID;
   return node;
 }
-
-function metadata(over: Partial<PlatformMetadata> = {}): PlatformMetadata {
-  return platformMetadata({ platform: "metal", hostname: "node-1", ...over });
-}
-
-function address(addr: string, linkName: string, flags = 0x80): AddressStatus {
-  return {
-    id: `${linkName}/${addr}`,
-    address: addr,
-    linkName,
-    linkIndex: 2,
-    family: addr.includes(":") ? "inet6" : "inet4",
-    scope: 0,
-    flags,
-  };
-}
-
-const SYSINFO: SystemInformation = {
-  manufacturer: 'Acme & Sons <"quoted"> +1',
-  productName: "Box",
-  version: "",
-  serialNumber: "SN1",
-  uuid: "6f1c0000-0000-4000-8000-000000000001",
-  wakeUpType: "",
-  skuNumber: "",
-};
 
 function rule(partial: Partial<CompiledRule>): CompiledRule {
   return {
@@ -681,132 +648,6 @@ describe("nodePatch()", () => {
       expect(nodePatch(c.node, c.want)).toEqual(c.patch as ReturnType<typeof nodePatch>);
     });
 });
-
-// ---------------------------------------------------------------------------------------------
-// A fake Talos client whose watches the test feeds.
-
-type AnyEvent = TalosWatchEvent<unknown>;
-
-class FakeStream {
-  /** Subscriptions open (a stopped watch closes its subscription). */
-  readonly #handlers = new Set<TalosWatchHandler<unknown>>();
-  /** Pushed while no subscription was open: delivered to the next one. */
-  readonly #events: Array<AnyEvent | Error> = [];
-  /** Sees every pushed event, as Talos' state would (what a Get answers). */
-  constructor(readonly observe: (ev: AnyEvent | Error) => void = () => {}) {}
-  get active(): number {
-    return this.#handlers.size;
-  }
-  push(ev: AnyEvent | Error): void {
-    this.observe(ev);
-    if (this.#handlers.size === 0) this.#events.push(ev);
-    else for (const h of [...this.#handlers]) this.#deliver(h, ev);
-  }
-  subscribe(handler: TalosWatchHandler<unknown>): TalosWatch {
-    this.#handlers.add(handler);
-    for (const ev of this.#events.splice(0)) if (this.#handlers.has(handler)) this.#deliver(handler, ev);
-    return { close: () => this.#handlers.delete(handler) };
-  }
-  #deliver(h: TalosWatchHandler<unknown>, ev: AnyEvent | Error): void {
-    if (!(ev instanceof Error)) {
-      h.onEvent(ev);
-      return;
-    }
-    this.#handlers.delete(h);
-    h.onEnd(ev as TalosError);
-  }
-}
-
-class FakeTalos implements TalosWatchClient {
-  readonly clusterName = "talos-cluster";
-  readonly streams = new Map<string, FakeStream>();
-  readonly calls: string[] = [];
-  systemInfo: SystemInformation | undefined = SYSINFO;
-  getFails: Error | undefined;
-  pollMetadata = metadata({});
-  /** PlatformMetadata per IP as its watch last delivered it (null: destroyed); else pollMetadata. */
-  readonly metadataOn = new Map<string, PlatformMetadata | null>();
-  pollAddresses: AddressStatus[] = [];
-  /** The options of the last AddressStatus list. */
-  addressesOpts: CallOptions | undefined;
-  /** Whether each call said its node's status is unknown, as `<call> <ip> <true|false>`. */
-  readonly statusOf: string[] = [];
-  /** The handler of each watch, by `<ip>|<kind>`. */
-  readonly handlers = new Map<string, TalosWatchHandler<unknown>>();
-  stream(ip: string, kind: string): FakeStream {
-    const k = `${ip}|${kind}`;
-    let s = this.streams.get(k);
-    if (!s) {
-      s = new FakeStream((ev) => {
-        if (kind !== "platformmetadata" || ev instanceof Error) return;
-        if (ev.type === "created" || ev.type === "updated")
-          this.metadataOn.set(ip, ev.resource as PlatformMetadata);
-        else if (ev.type === "destroyed") this.metadataOn.set(ip, null);
-      });
-      this.streams.set(k, s);
-    }
-    return s;
-  }
-  subscribe = ((ip: string, kind: string, handler: TalosWatchHandler<unknown>) => {
-    this.calls.push(`watch ${kind} ${ip}`);
-    this.handlers.set(`${ip}|${kind}`, handler);
-    return this.stream(ip, kind).subscribe(handler);
-  }) as TalosWatchClient["subscribe"];
-  platformMetadata = (async (ip: string, opts?: CallOptions) => {
-    this.calls.push(`get platformmetadata ${ip}`);
-    this.statusOf.push(`platformmetadata ${ip} ${opts?.nodeStatusUnknown === true}`);
-    if (this.getFails) throw this.getFails;
-    // Answers after the test's synchronous pushes, as a round trip would.
-    await Promise.resolve();
-    const m = this.metadataOn.get(ip);
-    if (m === null)
-      throw new TalosNotFoundError(`Cannot get PlatformMetadatas.talos.dev on node ${ip}: not found`);
-    return m ?? this.pollMetadata;
-  }) as TalosWatchClient["platformMetadata"];
-  addresses = (async (ip: string, opts?: CallOptions) => {
-    this.calls.push(`list addresses ${ip}`);
-    this.statusOf.push(`addresses ${ip} ${opts?.nodeStatusUnknown === true}`);
-    this.addressesOpts = opts;
-    if (this.getFails) throw this.getFails;
-    return this.pollAddresses;
-  }) as TalosWatchClient["addresses"];
-  systemInformation = (async (ip: string, opts?: CallOptions) => {
-    this.calls.push(`get systeminformation ${ip}`);
-    this.statusOf.push(`systeminformation ${ip} ${opts?.nodeStatusUnknown === true}`);
-    return this.systemInfo;
-  }) as TalosWatchClient["systemInformation"];
-  /** The node name Talos reports per IP; node-1 elsewhere. */
-  readonly nodenames = new Map<string, string>();
-  nodenameFails: Error | undefined;
-  nodename = (async (ip: string, opts?: CallOptions) => {
-    this.calls.push(`get nodename ${ip}`);
-    this.statusOf.push(`nodename ${ip} ${opts?.nodeStatusUnknown === true}`);
-    if (this.nodenameFails) throw this.nodenameFails;
-    return this.nodenames.get(ip) ?? "node-1";
-  }) as TalosWatchClient["nodename"];
-  version = (async () => {
-    this.calls.push("version");
-    return { tag: "v1.13.0", sha: "", arch: "amd64", platform: "metal" };
-  }) as TalosWatchClient["version"];
-  firstAnswer = (async (
-    ips: readonly string[],
-    fn: (ip: string, o: object) => Promise<unknown>,
-    opts: CallOptions = {},
-  ) => {
-    let last: unknown;
-    for (const ip of ips) {
-      try {
-        return { nodeIP: ip, value: await fn(ip, opts) };
-      } catch (err) {
-        last = err;
-      }
-    }
-    throw last;
-  }) as TalosWatchClient["firstAnswer"];
-}
-
-/** Lets every pending promise chain run to completion: the fakes answer in microtasks, never on a timer. */
-const settle = () => new Promise((resolve) => setImmediate(resolve));
 
 describe("TalosWatchCache", () => {
   const needs = { systemInformation: true, talosVersion: false };
