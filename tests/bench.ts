@@ -155,6 +155,11 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --ccm-binary PATH      bench that binary instead, e.g. the Go CCM (implies --no-build; the flag
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
                          upstream's flags; readiness is /healthz and the Lease for any binary
+  --floor                the floor (issue 43): tests/support/bench-floor.ts in place of the CCM, issuing
+                         the same Node writes, Events and CSR approvals through this project's
+                         Kubernetes client with the same QPS, and nothing else (no Talos read, no
+                         check); its init_s and csr_s are what the API server and the client rate
+                         limit allow, each CCM's times a ratio to them. No startup or idle phase
   --ccm-arg=FLAG         extra CCM flag for every start, repeatable; the table's header names them
   --no-qps-tuning        run the CCM with the project's --kube-api-qps/--kube-api-burst defaults
                          (20/30, upstream's) instead of the cluster-size tuning below
@@ -215,6 +220,8 @@ interface BenchArgs {
   latencySeconds: number;
   /** --memory-limit MiB: each CCM start runs in a memory cgroup with this limit, as a container would. */
   memoryLimitMiB: number | undefined;
+  /** --floor: tests/support/bench-floor.ts in place of the CCM (the same writes, nothing else). */
+  floor: boolean;
 }
 
 /**
@@ -238,6 +245,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     steadySeconds: 60,
     idleSeconds: 10,
     startupRuns: 5,
+    floor: false,
     concurrency: 64,
     timeoutSeconds: 900,
     verbose: false,
@@ -270,6 +278,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       return v;
     };
     if (name === "--json") out.json = true;
+    else if (name === "--floor") out.floor = true;
     else if (name === "--slope") slopeNodes ??= [...SLOPE_NODES];
     else if (name === "--slope-nodes") slopeNodes = parseSlopeNodes(value());
     else if (name === "--nodes") nodesGiven = parseSizes(value());
@@ -763,6 +772,7 @@ async function measureIdle(e: Env, state: "fresh" | "cold" = "fresh"): Promise<n
  * same test for every binary; with --leader-elect=false, /healthz alone.
  */
 async function startNodePhaseCcm(e: Env, notes: string[]): Promise<CcmProcess> {
+  if (e.args.floor) return startFloor(e, notes);
   await clearLease(e);
   const baseline = e.lease ? await readLease(e, e.lease) : undefined;
   const port = await freePort();
@@ -781,6 +791,33 @@ async function startNodePhaseCcm(e: Env, notes: string[]): Promise<CcmProcess> {
     `leading: /healthz 200 after ${healthz.toFixed(0)} ms, Lease acquired and renewed ${s} s after exec (Lease at exec: ${was})`,
   );
   return ccm;
+}
+
+/**
+ * --floor: the floor client (tests/support/bench-floor.ts) with the N-node phases' arguments, the
+ * machines' specs in a file; ready once its caches synced.
+ */
+async function startFloor(e: Env, notes: string[]): Promise<CcmProcess> {
+  const specs = join(e.cluster.dir, "floor-specs.json");
+  await Bun.write(specs, JSON.stringify(e.specs));
+  const floor = new CcmProcess(
+    [
+      join(root, "tests/support/bench-floor.ts"),
+      ...e.baseArgs,
+      `--cloud-config=${e.nodesConfig}`,
+      `--controllers=${N_PHASE_CONTROLLERS}`,
+      ...e.args.ccmArgs,
+    ],
+    { binary: process.execPath, env: { ...e.env, BENCH_FLOOR_SPECS: specs }, echo: e.args.verbose },
+  );
+  cleanups.push(async () => {
+    if (floor.exitCode === null) await floor.stop("SIGKILL");
+  });
+  await floor.waitForLog(/floor: ready/, 60_000);
+  notes.push(
+    "floor: tests/support/bench-floor.ts in place of the CCM (the same Node writes, Events and CSR approvals through this project's Kubernetes client, no Talos read, no check); its memory and CPU are a Bun script's, not a CCM's",
+  );
+  return floor;
 }
 
 type NodeFigures = Omit<BenchFigures, "nodes" | "startup_ms" | "idle_rss_mb">;
@@ -1081,16 +1118,20 @@ async function measure(args: BenchArgs, source: string, version: string): Promis
       `apid idle with ${args.nodes} machines seeded: RSS ${(e.apidIdle.rssBytes / MiB).toFixed(1)} MiB, GOMEMLIMIT ${gomemlimit}`,
     );
   }
-  progress(`startup: ${args.startupRuns} starts with the default controllers`);
-  const startup_ms = await measureStartup(e);
-  progress(`idle: default controllers, no nodes, ${args.idleSeconds} s`);
-  const idle_rss_mb = await measureIdle(e);
-  freshBinary(source, cluster.dir);
-  const coldIdle = await measureIdle(e, "cold");
-  notes.push(
-    `idle RSS with the binary dropped from the page cache first (a cold start): ${coldIdle.toFixed(1)} MiB`,
-  );
-  freshBinary(source, cluster.dir);
+  let startup_ms: number | null = null;
+  let idle_rss_mb: number | null = null;
+  if (!args.floor) {
+    progress(`startup: ${args.startupRuns} starts with the default controllers`);
+    startup_ms = await measureStartup(e);
+    progress(`idle: default controllers, no nodes, ${args.idleSeconds} s`);
+    idle_rss_mb = await measureIdle(e);
+    freshBinary(source, cluster.dir);
+    const coldIdle = await measureIdle(e, "cold");
+    notes.push(
+      `idle RSS with the binary dropped from the page cache first (a cold start): ${coldIdle.toFixed(1)} MiB`,
+    );
+    freshBinary(source, cluster.dir);
+  }
   const { apid, ...nodeFigures } = await runNodePhases(e, notes);
 
   const figures: BenchFigures = { nodes: args.nodes, startup_ms, idle_rss_mb, ...nodeFigures };
