@@ -1,6 +1,6 @@
-// The Kubernetes clients of `run`, from --kubeconfig/--master: the controllers' client, the Lease
-// client and the credential-review clients of the serving port, each with a rate limiter and
-// connections of its own.
+// The Kubernetes clients of `run`, from --kubeconfig/--master: the controllers' client, the Events'
+// client, the Lease client and the credential-review clients of the serving port, each with a rate
+// limiter and connections of its own.
 
 import type { RunOptions } from "./flags.ts";
 import { PROGRAM_NAME } from "./help.ts";
@@ -12,6 +12,8 @@ import { version } from "./version.ts";
 export interface KubeClients {
   /** The controllers' client. */
   client: KubeClient;
+  /** Events (lib/kubeevents.ts): one a controller records never waits for its writes, nor they for it. */
+  events: KubeClient;
   /** Lease renewals; undefined when leader election is off. */
   lease: KubeClient | undefined;
   /** Credential reviews for the serving port; undefined when serving is off. */
@@ -49,5 +51,9 @@ export function kubeClients(opts: RunOptions): KubeClients {
         : reviewClient(serving.authorizationKubeconfig, "authorization");
     reviews = { authentication, authorization };
   }
-  return { client: new KubeClient(conn, { ...limits, userAgent: agent }), lease, reviews };
+  // Events get a client of their own, as upstream's component-wide event broadcaster's: a Synced
+  // Event per Node initialized would otherwise take every other request of the controllers' rate
+  // limit during a burst of joining nodes, and halve how fast they are written.
+  const events = new KubeClient(conn, { ...limits, userAgent: `${agent} events` });
+  return { client: new KubeClient(conn, { ...limits, userAgent: agent }), events, lease, reviews };
 }

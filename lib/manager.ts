@@ -74,7 +74,7 @@ export async function run(opts: RunOptions, warnings: string[]): Promise<void> {
   const talos = await talosClient(opts, enabled, cloudConfig);
   const kube = startKubeClients(opts);
   const identity = `${hostname()}_${randomUUID()}`;
-  const events = new EventRecorder(kube.client, { controller: PROGRAM_NAME, instance: identity });
+  const events = new EventRecorder(kube.events, { controller: PROGRAM_NAME, instance: identity });
   const nodes = nodeInformer(kube.client, {
     onHeld: (name, bytes) =>
       void events.record(
