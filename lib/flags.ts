@@ -105,8 +105,9 @@ export interface NodeControllerOptions {
   /** `--node-monitor-period`: lifecycle scan period, default 5 s. */
   monitorPeriodMs: number;
   /**
-   * `--concurrent-node-syncs`: cloud-node workers. Default 4 (upstream 1), so one node whose Talos API
-   * is slow or unreachable does not hold up the initialization of the others.
+   * `--concurrent-node-syncs`: cloud-node workers. Default 16 (upstream 1): a worker waits only for the
+   * Node's writes (Talos' facts come from the watches), so a joining wave is written as fast as
+   * --kube-api-qps lets it, and a node whose API server round trip is slow holds up no other.
    */
   concurrentSyncs: number;
   /** `--concurrent-node-lifecycle-syncs`: lifecycle workers, default 1. */
@@ -446,7 +447,7 @@ function nodeControllerOptions(p: Parsed): NodeControllerOptions {
   return {
     statusUpdateFrequencyMs: positive(p, "node-status-update-frequency", 5 * 60_000),
     monitorPeriodMs: positive(p, "node-monitor-period", 5_000),
-    concurrentSyncs: atLeastOne(p, "concurrent-node-syncs", 4),
+    concurrentSyncs: atLeastOne(p, "concurrent-node-syncs", 16),
     concurrentLifecycleSyncs: atLeastOne(p, "concurrent-node-lifecycle-syncs", 1),
   };
 }

@@ -204,7 +204,7 @@ const RUN_FLAGS: readonly FlagSpec[] = [
   ...group("Node controller", [
     ["node-status-update-frequency", "duration", "5m0s", "Full re-sync period of every node's addresses."],
     ["node-monitor-period", "duration", "5s", "How often the lifecycle controller checks nodes."],
-    ["concurrent-node-syncs", "int32", "4", "Nodes initialized or updated in parallel."],
+    ["concurrent-node-syncs", "int32", "16", "Nodes initialized or updated in parallel."],
     ["concurrent-node-lifecycle-syncs", "int32", "1", "Lifecycle checks run in parallel."],
   ]),
   ...group("Node IPAM", [

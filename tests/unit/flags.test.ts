@@ -90,7 +90,7 @@ describe("parseCommandLine() defaults", () => {
       nodeController: {
         statusUpdateFrequencyMs: 5 * 60_000,
         monitorPeriodMs: 5_000,
-        concurrentSyncs: 4,
+        concurrentSyncs: 16,
         concurrentLifecycleSyncs: 1,
       },
       ipam: { allocateNodeCidrs: false, allocatorType: "RangeAllocator", clusterCidrs: [], serviceCidrs: [] },
