@@ -8,8 +8,9 @@
 // unreachable is retried, never skipped. Without Talos (CSR-only mode), the DNS SANs of a CSR that
 // passed every other check are looked up against the cluster's namespaces and Services
 // (lib/csrservices.ts), failures retried the same way. The cluster's Service and pod ranges
-// (lib/csrnetworks.ts) are read before the first decision. The Talos facts are lib/csrtalosfacts.ts's,
-// the Nodes' claims lib/csrclaims.ts's. A CSR is decided once: `screen()` against the cluster, the
+// (lib/csrnetworks.ts) are read before the first decision. The Talos facts come from cloud-node's
+// watches when it runs beside (lib/taloswatchcsr.ts: no Talos call per CSR; a CSR waits for them up
+// to WATCH_WAIT_MS), else from lib/csrtalosfacts.ts's reads; the Nodes' claims are lib/csrclaims.ts's. A CSR is decided once: `screen()` against the cluster, the
 // evidence gathered, `conclude()` on it — screened again first if the cluster changed meanwhile.
 
 import type { ControllerContext, WatchedFacts } from "./controller.ts";

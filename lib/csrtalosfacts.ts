@@ -1,6 +1,6 @@
-// What Talos says about the machine behind a Node, for node-csr-approval (lib/csrapprover.ts): read
-// from the one Talos node that answers on the Node's IPs, cached briefly so that a retried decision
-// does not read it again. Errors propagate: an unreachable Talos is never read as "no Talos". The
+// What Talos says about the machine behind a Node, for node-csr-approval (lib/csrapprover.ts), where
+// cloud-node's watches cannot answer (lib/taloswatchcsr.ts): read from the one Talos node that
+// answers on the Node's IPs, cached briefly so that a retried decision does not read it again. Errors propagate: an unreachable Talos is never read as "no Talos". The
 // Talos I/O edge of the CSR path.
 
 import type { TalosFacts } from "./csr.ts";
