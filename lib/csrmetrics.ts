@@ -1,7 +1,6 @@
 // The node-csr-approval counters: approvals and denials by status, denials by reason (every series
 // there from the start at 0), a per-peer bound's denial counted for its peer too, and where the
-// decisions' Talos facts came from. Pure: the
-// registry (lib/metrics.ts) is the caller's.
+// decisions' Talos facts came from. Pure: the registry (lib/metrics.ts) is the caller's.
 
 import { DENY_REASONS, type Decision } from "./csrdecision.ts";
 import type { Counter, Registry } from "./metrics.ts";

@@ -1,7 +1,7 @@
 // What node-csr-approval (lib/csrapprover.ts) keeps about each CSR, in one record per CSR name:
 // the looks for its missing Node, the resourceVersion it decided the CSR at until the watch shows
-// it, the Warning Events it gave, since when it waits for the Talos watches. A record belongs to one CSR (its uid) and holds only what is set.
-// Pure data structure.
+// it, the Warning Events it gave, since when it waits for the Talos watches. A record belongs to one
+// CSR (its uid) and holds only what is set. Pure data structure.
 
 /**
  * What the controller keeps about one CSR; each field is set only while it holds something, and a

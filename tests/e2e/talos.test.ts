@@ -22,6 +22,7 @@ import { RESOURCES } from "../../lib/taloswire.ts";
 import { type ApidMethod, encodePlatformMetadata, FakeApid, withFakeApid } from "../support/apid.ts";
 import { until } from "../support/cluster.ts";
 import {
+  addressStatus,
   type FakeAddress,
   fixtureNames,
   LINK_TYPES,
@@ -97,15 +98,7 @@ describe("calls", () => {
         expect(await client.systemInformation(ip)).toEqual(node.systemInformation);
         const got = await client.addresses(ip);
         expect(got.map(({ local: _local, ...a }) => a)).toEqual(
-          cosiOrder(node.addresses, (a) => a.id).map((a) => ({
-            id: a.id,
-            address: a.address,
-            linkName: a.linkName,
-            linkIndex: a.linkIndex,
-            family: a.address.includes(":") ? "inet6" : "inet4",
-            scope: a.scope,
-            flags: a.flags,
-          })),
+          cosiOrder(node.addresses, (a) => a.id).map(addressStatus),
         );
       }
     },

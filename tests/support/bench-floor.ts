@@ -23,9 +23,9 @@ import { kubeClients } from "../../lib/kubeclients.ts";
 import { readManagedRecord } from "../../lib/managedrecord.ts";
 import { type LeanNode, nodeIPs } from "../../lib/nodeview.ts";
 import { loadTalosConfig } from "../../lib/talosconfig.ts";
-import type { AddressStatus, NodeFacts } from "../../lib/types.ts";
+import type { NodeFacts } from "../../lib/types.ts";
 import { FIELD_MANAGER, KUBELET_SERVING_SIGNER, UNINITIALIZED_TAINT } from "../../lib/wellknown.ts";
-import type { FakeNodeSpec } from "./fixtures.ts";
+import { addressStatus, type FakeNodeSpec } from "./fixtures.ts";
 
 const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
@@ -48,16 +48,7 @@ const done = new Set<string>();
 
 /** The machine's facts as Talos would report them, from its spec. */
 function factsOf(spec: FakeNodeSpec): NodeFacts {
-  const addresses: AddressStatus[] = spec.addresses.map((a) => ({
-    id: a.id,
-    address: a.address,
-    linkName: a.linkName,
-    linkIndex: a.linkIndex,
-    family: a.address.includes(":") ? "inet6" : "inet4",
-    scope: a.scope,
-    flags: a.flags,
-  }));
-  return { platformMetadata: spec.platformMetadata, addresses };
+  return { platformMetadata: spec.platformMetadata, addresses: spec.addresses.map(addressStatus) };
 }
 
 /** Initializes `node` with the writes cloud-node makes, once. */

@@ -7,7 +7,12 @@ import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { formatIP, parseCidr, parseIP } from "../../lib/cidr.ts";
 import { SELECTOR_KEYS } from "../../lib/selector.ts";
-import type { ControllerManagerConfig, PlatformMetadata, SystemInformation } from "../../lib/types.ts";
+import type {
+  AddressStatus,
+  ControllerManagerConfig,
+  PlatformMetadata,
+  SystemInformation,
+} from "../../lib/types.ts";
 
 /** One AddressStatus of a node, normalized. */
 export interface FakeAddress {
@@ -24,6 +29,19 @@ export interface FakeAddress {
   /** IFA_F_* bitmask. */
   flags: number;
   priority: number;
+}
+
+/** A fake address as the Talos client decodes it (an AddressStatus, without IFA_LOCAL). */
+export function addressStatus(a: FakeAddress): AddressStatus {
+  return {
+    id: a.id,
+    address: a.address,
+    linkName: a.linkName,
+    linkIndex: a.linkIndex,
+    family: a.address.includes(":") ? "inet6" : "inet4",
+    scope: a.scope,
+    flags: a.flags,
+  };
 }
 
 /** One LinkStatus of a node. */
