@@ -21,6 +21,7 @@ import {
   requestsHelp,
   str,
 } from "./pflag.ts";
+import { type MachineAccess, parseMachineAccess } from "./talosroute.ts";
 
 /** `--logging-format`: klog text or JSON lines. */
 export type LogFormat = "text" | "json";
@@ -138,6 +139,11 @@ export interface TalosEnvOptions {
   configPath?: string;
   /** `SERVICE_ACCOUNT`: the CCM's Kubernetes service account name, default `talos-cloud-controller-manager`. */
   serviceAccount: string;
+  /**
+   * `TALOS_MACHINE_ACCESS`: `auto` (default) asks each machine's own apid first, with the
+   * talosconfig endpoints as fallback; `proxy` always goes through the endpoints (lib/talosroute.ts).
+   */
+  machineAccess: MachineAccess;
 }
 
 /** Everything `run` needs. Durations are milliseconds. */
@@ -388,7 +394,16 @@ function talosEnv(env: Readonly<Record<string, string | undefined>>): TalosEnvOp
       .filter((e) => e !== ""),
     ...(configPath === undefined || configPath === "" ? {} : { configPath }),
     serviceAccount: env.SERVICE_ACCOUNT || "talos-cloud-controller-manager",
+    machineAccess: machineAccessEnv(env.TALOS_MACHINE_ACCESS),
   };
+}
+
+function machineAccessEnv(value: string | undefined): MachineAccess {
+  try {
+    return parseMachineAccess(value);
+  } catch (cause) {
+    throw new FlagError((cause as Error).message, { cause });
+  }
 }
 
 function runOptions(

@@ -253,6 +253,11 @@ export class GrpcChannel {
     return Date.now() < this.#retryAt ? "failing" : "idle";
   }
 
+  /** Calls and streams open on the current connection (0 without one). */
+  get activeCalls(): number {
+    return this.#conn?.streams ?? 0;
+  }
+
   /**
    * A unary call: one request message, exactly one response message.
    * @throws {GrpcError} the status of a failed call; UNIMPLEMENTED when the server answers OK

@@ -38,13 +38,18 @@ import {
 } from "./taloscallpolicy.ts";
 import {
   closeGeneration,
+  directChannel,
+  dropDirect,
   enterGeneration,
   type Generation,
   leaveGeneration,
   loadTransport,
+  type MachineEndpoint,
+  machineEndpoint,
   newGeneration,
   pickChannel,
   retireGeneration,
+  sweepDirect,
 } from "./taloschannels.ts";
 import {
   endpointTarget,
@@ -55,6 +60,7 @@ import {
 import { type ConfigFileWatch, fileStamp, watchConfigFile } from "./talosconfigwatch.ts";
 import { statusError, TalosError, TalosNotFoundError } from "./taloserrors.ts";
 import { nodeStatus, type TalosApiMetrics, talosApiMetrics } from "./talosmetrics.ts";
+import { type MachineAccess, MachineRoutes } from "./talosroute.ts";
 import {
   iterateWatch,
   type TalosWatch,
@@ -106,6 +112,11 @@ export type {
 
 const log = logger("talos");
 
+/** How often idle direct channels are closed and watches moved back from the proxy. */
+const SWEEP_MS = 60_000;
+/** Watches moved back to their machine's own apid per sweep, at most (each re-reads its state). */
+const MOVES_PER_SWEEP = 64;
+
 function abortError(what: string): TalosError {
   return new TalosError("canceled", `Cannot ${what}: canceled`);
 }
@@ -137,6 +148,16 @@ export interface TalosClientOptions {
   registry?: Registry;
   /** Jitter source (tests make it deterministic). */
   random?: () => number;
+  /**
+   * Whether calls about a machine try its own apid first (`auto`; what `run` uses unless
+   * TALOS_MACHINE_ACCESS says otherwise) or always go through an endpoint (`proxy`, the default
+   * here); see lib/talosroute.ts.
+   */
+  machineAccess?: MachineAccess;
+  /** Where a machine's own apid listens (default `<node IP>:50000`; tests map it to their fakes). */
+  machineEndpoint?: MachineEndpoint;
+  /** Clock of the direct routes' windows (tests move it). */
+  now?: () => number;
 }
 
 /** Per-call options. */
@@ -194,6 +215,10 @@ export class TalosClient {
   readonly #rejected: (limit: PeerLimitName) => void;
   readonly #watches = new Set<WatchSession>();
   readonly #watchHost: WatchHost;
+  readonly #routes: MachineRoutes;
+  readonly #machineEndpoint: MachineEndpoint;
+  readonly #now: () => number;
+  #sweepTimer: ReturnType<typeof setInterval> | undefined;
   #config: TalosConfig;
   #generation: Generation | undefined;
   #roundRobin = 0;
@@ -221,6 +246,9 @@ export class TalosClient {
     this.#configPollMs = limits.configPollMs;
     this.#random = opts.random ?? Math.random;
     this.#metrics = talosApiMetrics(opts.registry);
+    this.#routes = new MachineRoutes(opts.machineAccess ?? "proxy");
+    this.#machineEndpoint = opts.machineEndpoint ?? machineEndpoint;
+    this.#now = opts.now ?? Date.now;
     const rejections = peerRejections(opts.registry ?? processRegistry);
     this.#rejected = (limit) => rejections.inc({ peer: "talos", limit });
     const client = this;
@@ -367,7 +395,8 @@ export class TalosClient {
       node === undefined ? "get the Talos version of the endpoint" : `get the Talos version of node ${node}`,
       node,
       opts,
-      (gen, ch, attemptOpts) => this.#unaryOnce(gen, ch, PATHS.version, new Uint8Array(), node, attemptOpts),
+      (gen, ch, header, attemptOpts) =>
+        this.#unaryOnce(gen, ch, PATHS.version, new Uint8Array(), header, attemptOpts),
       (msgs) => decodeVersionResponse(msgs[0] ?? new Uint8Array()),
     );
   }
@@ -481,8 +510,38 @@ export class TalosClient {
     this.#sem.failAll(new TalosError("closed", "Cannot call Talos: the client is closed"));
     const closed = new TalosError("closed", "Cannot watch Talos: the client is closed");
     for (const w of [...this.#watches]) w.abandon(closed);
+    clearInterval(this.#sweepTimer);
     if (this.#generation) closeGeneration(this.#generation);
     this.#generation = undefined;
+    this.#metrics.directChannels.set(undefined, 0);
+  }
+
+  /** How calls about machines are routed: `auto` (directly first) or `proxy`. */
+  get machineAccess(): MachineAccess {
+    return this.#routes.access;
+  }
+
+  /**
+   * Closes the direct channels idle since the last sweep and moves watches that the proxy carries
+   * only because their machine's direct path had failed back to the machine, once its window has
+   * passed (at most {@link MOVES_PER_SWEEP} per sweep). Runs every minute; tests call it.
+   */
+  sweep(): void {
+    const gen = this.#generation;
+    if (!gen || this.#closed) return;
+    sweepDirect(gen);
+    this.#metrics.directChannels.set(undefined, gen.direct.size);
+    if (this.#routes.access === "proxy") return;
+    const now = this.#now();
+    let moves = 0;
+    for (const w of this.#watches) {
+      if (moves >= MOVES_PER_SWEEP) break;
+      if (w.direct || !w.call || w.generation !== gen || this.#routes.route(w.node, now) !== "direct")
+        continue;
+      w.reconnecting = true;
+      w.call.cancel();
+      moves++;
+    }
   }
 
   // ---- internals ----
@@ -516,6 +575,10 @@ export class TalosClient {
     if (this.#closed) throw new TalosError("closed", "Cannot call Talos: the client is closed");
     const transport = await loadTransport();
     this.#generation ??= newGeneration(transport, this.#config, this.#backoff, this.#random);
+    if (this.#sweepTimer === undefined && this.#routes.access === "auto") {
+      this.#sweepTimer = setInterval(() => this.sweep(), SWEEP_MS);
+      this.#sweepTimer.unref?.();
+    }
     return this.#generation;
   }
 
@@ -554,7 +617,7 @@ export class TalosClient {
     gen: Generation,
     ch: GrpcChannel,
     req: Uint8Array,
-    node: string,
+    node: string | undefined,
     opts: AttemptOptions,
     checkCount: (messages: number) => void,
   ): Promise<Uint8Array[]> {
@@ -598,7 +661,7 @@ export class TalosClient {
       `list ${type} on node ${nodeIP}`,
       nodeIP,
       opts,
-      (gen, ch, attemptOpts) => this.#listOnce(gen, ch, req, nodeIP, attemptOpts, checkCount),
+      (gen, ch, header, attemptOpts) => this.#listOnce(gen, ch, req, header, attemptOpts, checkCount),
       (msgs) => msgs.map((b) => decodeListResponse(kind, b).spec),
     );
   }
@@ -615,21 +678,29 @@ export class TalosClient {
       node === undefined ? `get ${type} from the endpoint` : `get ${type} on node ${node}`,
       node,
       opts,
-      (gen, ch, attemptOpts) => this.#unaryOnce(gen, ch, PATHS.get, req, node, attemptOpts),
+      (gen, ch, header, attemptOpts) => this.#unaryOnce(gen, ch, PATHS.get, req, header, attemptOpts),
       (msgs) => decodeGetResponse(kind, msgs[0] ?? new Uint8Array()),
     );
   }
 
   /**
    * Runs one logical call: slot, attempts with failover and backoff, decoding, metrics. A call about
-   * `node` starts on the node's endpoint ({@link endpointSlot}), a retry on the next one.
+   * `node` goes straight to the machine while its route is direct (lib/talosroute.ts; a failed path
+   * is tried again at once through the proxy, and counts no attempt), else starts on the node's
+   * endpoint ({@link endpointSlot}), a retry on the next one. `attempt` gets the `node` header to
+   * send: none to the machine itself.
    */
   async #call<T>(
     request: string,
     what: string,
     node: string | undefined,
     opts: CallOptions,
-    attempt: (gen: Generation, ch: GrpcChannel, o: AttemptOptions) => Promise<Uint8Array[]>,
+    attempt: (
+      gen: Generation,
+      ch: GrpcChannel,
+      header: string | undefined,
+      o: AttemptOptions,
+    ) => Promise<Uint8Array[]>,
     decode: (msgs: Uint8Array[]) => T,
   ): Promise<T> {
     const stop = startTimer(this.#metrics.duration, { request });
@@ -640,15 +711,22 @@ export class TalosClient {
         if (opts.signal?.aborted) throw abortError(what);
         const release = await this.#sem.acquire(opts.signal);
         let channel: GrpcChannel | undefined;
+        let gen: Generation | undefined;
         let msgs: Uint8Array[];
+        const direct = node !== undefined && this.#routes.route(node, this.#now()) === "direct";
         try {
-          const gen = await this.#currentGeneration();
-          channel = pickChannel(gen, node === undefined ? this.#roundRobin++ : endpointSlot(node) + n);
-          msgs = await attempt(gen, channel, attemptOpts);
+          gen = await this.#currentGeneration();
+          if (direct) channel = this.#directChannel(gen, node);
+          else channel = pickChannel(gen, node === undefined ? this.#roundRobin++ : endpointSlot(node) + n);
+          msgs = await attempt(gen, channel, direct ? undefined : node, attemptOpts);
         } catch (err) {
           release();
           if (opts.signal?.aborted) throw abortError(what);
           const e = statusError(what, err);
+          if (direct && gen && channel && this.#pathFailed(gen, node, channel, e)) {
+            n--;
+            continue;
+          }
           const next = afterFailedAttempt(e, n, attempts);
           if (!next.retry) throw e;
           log.v(2).info("Retrying Talos call", { request, attempt: n + 1, err: e.message });
@@ -657,6 +735,7 @@ export class TalosClient {
           continue;
         }
         release();
+        if (direct) this.#routes.directWorked(node);
         return decode(msgs);
       }
     } catch (err) {
@@ -669,30 +748,80 @@ export class TalosClient {
     }
   }
 
-  /** {@link WatchHost.open}: the watch's stream on the current channels, and its first response. */
+  /**
+   * {@link WatchHost.open}: the watch's stream on the current channels, and its first response;
+   * straight to the machine while its route is direct, else (or at once when the direct path fails)
+   * through the node's endpoint.
+   */
   async #openWatch(session: WatchSession): Promise<Uint8Array | undefined> {
     const release = await this.#sem.acquire();
     try {
       const gen = await this.#currentGeneration();
-      gen.inFlight++;
-      session.generation = gen;
-      session.reconnecting = false;
-      const channel = pickChannel(gen, endpointSlot(session.node));
-      session.channel = channel;
       const { namespace, type } = RESOURCES[session.kind];
       const request = encodeWatchRequest(namespace, type, session.id);
-      const call = channel.serverStream(PATHS.watch, request, { metadata: { node: session.node } });
-      session.call = call;
-      try {
-        return await call.next();
-      } catch (err) {
-        call.cancel();
-        session.call = undefined;
-        leaveGeneration(gen);
-        throw err;
+      for (;;) {
+        const direct = this.#routes.route(session.node, this.#now()) === "direct";
+        const channel = direct
+          ? this.#directChannel(gen, session.node)
+          : pickChannel(gen, endpointSlot(session.node));
+        gen.inFlight++;
+        session.generation = gen;
+        session.reconnecting = false;
+        session.channel = channel;
+        session.direct = direct;
+        const call = channel.serverStream(
+          PATHS.watch,
+          request,
+          direct ? {} : { metadata: { node: session.node } },
+        );
+        session.call = call;
+        try {
+          const first = await call.next();
+          if (direct) this.#routes.directWorked(session.node);
+          return first;
+        } catch (err) {
+          call.cancel();
+          session.call = undefined;
+          leaveGeneration(gen);
+          if (direct && this.#pathFailed(gen, session.node, channel, statusError(session.what, err)))
+            continue;
+          throw err;
+        }
       }
     } finally {
       release();
     }
+  }
+
+  /** `node`'s direct channel in `gen`, made on first use. */
+  #directChannel(gen: Generation, node: string): GrpcChannel {
+    const ch = directChannel(gen, node, this.#machineEndpoint);
+    this.#metrics.directChannels.set(undefined, gen.direct.size);
+    return ch;
+  }
+
+  /**
+   * Whether a direct attempt about `node` failed on the path (the channel never got ready: refused,
+   * unreachable, the handshake failed) rather than with the machine's answer. If so, the machine is
+   * asked through the proxy for its window, and its direct channel goes.
+   */
+  #pathFailed(gen: Generation, node: string, channel: GrpcChannel, e: TalosError): boolean {
+    if (e.code !== "unavailable" || channel.state === "ready") return false;
+    const { windowMs, closedForAll } = this.#routes.directFailed(node, this.#now());
+    dropDirect(gen, node);
+    this.#metrics.directChannels.set(undefined, gen.direct.size);
+    this.#metrics.directFallbacks.inc();
+    log.v(2).info("Cannot reach the Talos machine directly; asking through the endpoints", {
+      node,
+      forMs: windowMs,
+      err: e.message,
+    });
+    if (closedForAll)
+      log.warn(
+        "Cannot reach Talos machines directly (several in a row): every machine is asked through the " +
+          "talosconfig endpoints for a while; TALOS_MACHINE_ACCESS=proxy skips the direct tries",
+        { node, err: e.message },
+      );
+    return true;
   }
 }

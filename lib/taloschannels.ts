@@ -1,6 +1,8 @@
 // The Talos client's channels: one gRPC channel per talosconfig endpoint, built together as a
-// generation and replaced as a whole when the talosconfig changes; the calls and streams in flight
-// on a generation, so that a retired one closes when its last call ends; which channel a call takes.
+// generation and replaced as a whole when the talosconfig changes; the channels straight to machines
+// (lib/talosroute.ts), made on a machine's first direct call with the generation's certificate and
+// closed once idle; the calls and streams in flight on a generation, so that a retired one closes
+// when its last call ends; which channel a call takes.
 // Memory: the transport (lib/grpc.ts, node:http2 with it) is imported on the first generation only.
 
 import { isIP } from "node:net";
@@ -18,9 +20,34 @@ const MAX_MESSAGE_BYTES = 32 << 20;
  */
 const IP_ENDPOINT_SNI = "talos";
 
+/** The port of every Talos machine's apid (Talos' constants.ApidPort). */
+export const MACHINE_PORT = 50000;
+
+/**
+ * A direct connection not established within this counts as a failed path and the call goes
+ * through the proxy (an endpoint's connection waits 20 s: it has no fallback).
+ */
+export const DIRECT_CONNECT_TIMEOUT_MS = 5_000;
+
+/** Where a machine's own apid listens; tests map it to their fakes. */
+export type MachineEndpoint = (node: string) => { host: string; port: number };
+
+/** A machine's apid at `<node>:50000`. */
+export const machineEndpoint: MachineEndpoint = (node) => ({ host: node, port: MACHINE_PORT });
+
+/** A channel straight to one machine, and the idle sweeps it has seen in a row. */
+export interface DirectChannel {
+  channel: GrpcChannel;
+  idleSweeps: number;
+}
+
 /** The channels built from one talosconfig; replaced as a whole when the file changes. */
 export interface Generation {
   channels: GrpcChannel[];
+  /** Channels straight to machines, by node IP. */
+  direct: Map<string, DirectChannel>;
+  /** Builds a channel with this generation's certificate and CA. */
+  make: (host: string, port: number, connectTimeoutMs?: number) => GrpcChannel;
   /** Unary calls and streams running on these channels. */
   inFlight: number;
   retired: boolean;
@@ -46,26 +73,71 @@ export function newGeneration(
   random: () => number,
 ): Generation {
   // Keepalive stays at the transport's default, which apid's ping policy allows.
-  const channels = config.endpoints.map(
-    (endpoint) =>
-      new transport.GrpcChannel({
-        host: endpoint.host,
-        port: endpoint.port,
-        ...(config.ca === undefined ? {} : { ca: config.ca }),
-        cert: config.crt,
-        key: config.key,
-        ...(isIP(endpoint.host) === 0 ? {} : { servername: IP_ENDPOINT_SNI }),
-        maxReceiveMessageBytes: MAX_MESSAGE_BYTES,
-        backoff,
-        random,
-      }),
-  );
-  return { channels, inFlight: 0, retired: false };
+  const make = (host: string, port: number, connectTimeoutMs?: number) =>
+    new transport.GrpcChannel({
+      host,
+      port,
+      ...(config.ca === undefined ? {} : { ca: config.ca }),
+      cert: config.crt,
+      key: config.key,
+      ...(isIP(host) === 0 ? {} : { servername: IP_ENDPOINT_SNI }),
+      maxReceiveMessageBytes: MAX_MESSAGE_BYTES,
+      backoff,
+      random,
+      ...(connectTimeoutMs === undefined ? {} : { connectTimeoutMs }),
+    });
+  const channels = config.endpoints.map((endpoint) => make(endpoint.host, endpoint.port));
+  return { channels, direct: new Map(), make, inFlight: 0, retired: false };
+}
+
+/**
+ * The channel straight to `node`'s apid, made on first use. Its certificate is checked against the
+ * address dialled, as the proxy checks it when it dials the machine.
+ */
+export function directChannel(gen: Generation, node: string, endpoint: MachineEndpoint): GrpcChannel {
+  let d = gen.direct.get(node);
+  if (d === undefined) {
+    const { host, port } = endpoint(node);
+    d = { channel: gen.make(host, port, DIRECT_CONNECT_TIMEOUT_MS), idleSweeps: 0 };
+    gen.direct.set(node, d);
+  }
+  d.idleSweeps = 0;
+  return d.channel;
+}
+
+/** Closes and forgets `node`'s direct channel (its path failed: the next direct try dials afresh). */
+export function dropDirect(gen: Generation, node: string): void {
+  const d = gen.direct.get(node);
+  if (d === undefined) return;
+  gen.direct.delete(node);
+  d.channel.close();
+}
+
+/**
+ * Closes the direct channels that had no call open at this sweep and the one before (a machine no
+ * longer watched or asked about: forgotten, or its watches moved to the proxy).
+ * @returns how many were closed.
+ */
+export function sweepDirect(gen: Generation): number {
+  let closed = 0;
+  for (const [node, d] of gen.direct) {
+    if (d.channel.activeCalls > 0) {
+      d.idleSweeps = 0;
+      continue;
+    }
+    if (++d.idleSweeps < 2) continue;
+    gen.direct.delete(node);
+    d.channel.close();
+    closed++;
+  }
+  return closed;
 }
 
 /** Closes every channel of a generation. */
 export function closeGeneration(gen: Generation): void {
   for (const ch of gen.channels) ch.close();
+  for (const d of gen.direct.values()) d.channel.close();
+  gen.direct.clear();
 }
 
 /** Retires a generation: it closes now if idle, else when its last call leaves. */

@@ -27,12 +27,18 @@ export async function connectTalos(opts: RunOptions, cloudConfig: CompiledConfig
     },
   };
   const talosConfig = loadTalosConfig(loadOpts);
-  const talos = new t.TalosClient({ config: talosConfig, load: () => loadTalosConfig(loadOpts) });
+  const talos = new t.TalosClient({
+    config: talosConfig,
+    load: () => loadTalosConfig(loadOpts),
+    machineAccess: opts.talos.machineAccess,
+  });
   talos.watchConfigFile();
   log.info("Talos API configured", {
     file: talosConfig.path,
     endpoints: talosConfig.endpoints.map((e) => `${e.host}:${e.port}`).join(","),
     roles: talosConfig.roles.join(","),
+    machines:
+      opts.talos.machineAccess === "auto" ? "direct first, endpoints as fallback" : "through the endpoints",
   });
   return talos;
 }

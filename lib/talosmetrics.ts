@@ -1,7 +1,9 @@
-// The Talos client's metrics: `talosccm_api_request_duration_seconds` and
-// `talosccm_api_request_errors_total`, registered on the process registry unless a registry is given.
+// The Talos client's metrics: `talosccm_api_request_duration_seconds`,
+// `talosccm_api_request_errors_total` and the direct routes' `talosccm_talos_direct_channels` and
+// `talosccm_talos_direct_fallbacks_total`, registered on the process registry unless a registry is
+// given.
 
-import type { Counter, Histogram, Registry } from "./metrics.ts";
+import type { Counter, Gauge, Histogram, Registry } from "./metrics.ts";
 import { registry as processRegistry } from "./metricsprocess.ts";
 import { RESOURCES } from "./taloswire.ts";
 
@@ -22,6 +24,10 @@ export interface TalosApiMetrics {
   duration: Histogram;
   /** Calls and watches that failed after retries, by request and node_status ({@link nodeStatus}). */
   errors: Counter;
+  /** Channels open straight to machines' own apid (lib/talosroute.ts). */
+  directChannels: Gauge;
+  /** Direct attempts whose path failed, each then asked through the proxy. */
+  directFallbacks: Counter;
 }
 
 /**
@@ -39,6 +45,17 @@ export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetric
   // failure (a series that appears at 1 shows no increase).
   for (const request of ["version", ...Object.keys(RESOURCES)])
     for (const status of ["known", "unknown"]) errors.inc({ request, node_status: status }, 0);
+  const directFallbacks = reg.counter(
+    "talosccm_talos_direct_fallbacks_total",
+    "Calls and watches whose direct path to a Talos machine failed (refused, unreachable, handshake), then " +
+      "made through a talosconfig endpoint; the machine is asked through the endpoints for 1 to 30 minutes.",
+  );
+  directFallbacks.inc(undefined, 0);
+  const directChannels = reg.gauge(
+    "talosccm_talos_direct_channels",
+    "Connections open straight to Talos machines' own apid (TALOS_MACHINE_ACCESS=auto), not through a talosconfig endpoint.",
+  );
+  directChannels.set(undefined, directChannels.get());
   return {
     duration: reg.histogram(
       "talosccm_api_request_duration_seconds",
@@ -47,5 +64,7 @@ export function talosApiMetrics(reg: Registry = processRegistry): TalosApiMetric
       API_BUCKETS,
     ),
     errors,
+    directChannels,
+    directFallbacks,
   };
 }

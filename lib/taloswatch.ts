@@ -87,6 +87,8 @@ export class WatchSession<K extends ResourceKind = ResourceKind> implements Talo
   /** The generation of channels the stream runs on (the client's; opaque here). */
   generation: unknown;
   channel: GrpcChannel | undefined;
+  /** The stream runs straight to the machine, not through an endpoint (lib/talosroute.ts). */
+  direct = false;
   /** The client moved to new channels: resubscribe at once, without counting a failure. */
   reconnecting = false;
   /** The stream, from its opening to its end (the client cancels it to move to new channels). */

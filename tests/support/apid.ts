@@ -85,6 +85,11 @@ export interface FakeApidOptions {
   platform?: string;
   /** Port to listen on (default: {@link freePort}). */
   port?: number;
+  /**
+   * This fake is one machine's own apid, dialled directly (TALOS_MACHINE_ACCESS=auto): a call
+   * without a `node` header is answered by its first node, not by the endpoint node.
+   */
+  machine?: boolean;
 }
 
 /** Options of {@link FakeApid.talosconfig}. */
@@ -615,6 +620,7 @@ export class FakeApid {
   readonly #inject = new Map<string, Injected[]>();
   readonly #delays = new Map<string, number>();
   readonly #platform: string;
+  readonly #machine: boolean;
   #inFlight = 0;
   #peak = 0;
   #clock = Date.parse("2026-01-01T00:00:00Z");
@@ -623,6 +629,7 @@ export class FakeApid {
     this.#pki = pki;
     this.#port = opts.port ?? 0;
     this.#platform = opts.platform ?? "metal";
+    this.#machine = opts.machine === true;
     for (const r of Object.values(RESOURCES)) this.#types.set(r.type, r.namespace);
     this.#self = {
       spec: {
@@ -1216,7 +1223,10 @@ export class FakeApid {
     }
     const ms = this.#delays.get(m) ?? this.#delays.get("*") ?? 0;
     if (ms > 0) await Bun.sleep(ms);
-    const node = target === undefined ? this.#self : this.#byIP.get(target.replace(/^\[+|\]+$/g, ""));
+    const node =
+      target === undefined
+        ? ((this.#machine ? this.#nodes.values().next().value : undefined) ?? this.#self)
+        : this.#byIP.get(target.replace(/^\[+|\]+$/g, ""));
     if (!node || node.down) throw dialError(target as string);
     checkRoles(m, call);
     return node;

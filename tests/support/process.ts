@@ -27,6 +27,11 @@ process.once("exit", () => {
 
 /** How {@link CcmProcess} runs the binary. */
 export interface CcmOptions {
+  /**
+   * The environment besides PATH and HOME. TALOS_MACHINE_ACCESS is `proxy` unless given: the test
+   * beds' machines are reached only through their apid endpoint (the fake apid, or Talos' apid in
+   * front of the simulator), so a direct try would only add a fallback to every first call.
+   */
   env?: Record<string, string | undefined>;
   cwd?: string;
   /** Print the process' output to the test's stderr as it comes (or set TEST_LOG=1). */
@@ -53,7 +58,7 @@ export class CcmProcess {
       stdin: "ignore",
       stdout: "pipe",
       stderr: "pipe",
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...opts.env },
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, TALOS_MACHINE_ACCESS: "proxy", ...opts.env },
       cwd: opts.cwd ?? process.cwd(),
     });
     live.add(this.proc);

@@ -95,7 +95,7 @@ describe("parseCommandLine() defaults", () => {
       },
       ipam: { allocateNodeCidrs: false, allocatorType: "RangeAllocator", clusterCidrs: [], serviceCidrs: [] },
       logging: { format: "text", verbosity: 0 },
-      talos: { endpoints: [], serviceAccount: "talos-cloud-controller-manager" },
+      talos: { endpoints: [], serviceAccount: "talos-cloud-controller-manager", machineAccess: "auto" },
     });
   });
 
@@ -104,12 +104,21 @@ describe("parseCommandLine() defaults", () => {
       TALOS_ENDPOINTS: " 10.0.0.1, ,10.0.0.2",
       TALOSCONFIG: "/var/run/secrets/talos.dev/config",
       SERVICE_ACCOUNT: "ccm",
+      TALOS_MACHINE_ACCESS: "proxy",
     });
     expect(o.talos).toEqual({
       endpoints: ["10.0.0.1", "10.0.0.2"],
       configPath: "/var/run/secrets/talos.dev/config",
       serviceAccount: "ccm",
+      machineAccess: "proxy",
     });
+  });
+
+  test("parseCommandLine() refuses a TALOS_MACHINE_ACCESS it does not know, naming the variable", () => {
+    expect(() => run([], { TALOS_MACHINE_ACCESS: "direct" })).toThrow(
+      'TALOS_MACHINE_ACCESS="direct": expected auto or proxy',
+    );
+    expect(run([], { TALOS_MACHINE_ACCESS: "" }).talos.machineAccess).toBe("auto");
   });
 
   test("parseCommandLine() leaves empty path flags out, as upstream treats them as unset", () => {

@@ -95,6 +95,7 @@ const CORES = [
   "suggest.ts",
   "talosmigration.ts",
   "taloscallpolicy.ts",
+  "talosroute.ts",
   "taloserrors.ts",
   "taloswire.ts",
   "template.ts",
