@@ -59,14 +59,19 @@
 // --talos apid serves the N machines from the Talos simulator with Talos' own apid in front (the
 // CCM's talosconfig endpoint is apid, as on a cluster; tests/support/bench-talos.ts) and reports
 // apid's own RSS and CPU beside the CCM's, and the control plane's total (CCM + apid); the default,
-// --talos fake, is the in-process fake apid.
+// --talos fake, is the in-process fake apid. With --talos apid the CCM (ours or --ccm-binary's) runs
+// in the simulator's network namespace (nsenter; TalosSim.netns), where every machine's apid
+// answers at <ip>:50000 as on a cluster and the talosconfig's endpoint reaches apid: the API
+// server's address is forwarded in and each start's --secure-port exposed on the host, at the same
+// addresses, so /healthz, the Lease and the /proc readings are taken as on the host; a note says
+// so. --ccm-netns=false runs it on the host instead (the floor always runs on the host).
 //
 // --ccm-binary PATH benches another binary the same way, e.g. the Go CCM this one replaces: it gets
 // the same arguments (all upstream flags) and environment (TALOSCONFIG), and every figure is read
 // outside the process (/proc, the fake apid's call counts, the API server's audit log).
 
 import { spawnSync } from "node:child_process";
-import { chmodSync, copyFileSync, readFileSync } from "node:fs";
+import { chmodSync, copyFileSync, readFileSync, readlinkSync } from "node:fs";
 import { cpus } from "node:os";
 import { join, resolve } from "node:path";
 import type { RunOptions } from "../lib/flags.ts";
@@ -103,7 +108,13 @@ import {
   SLOPE_NODES,
   toJson,
 } from "./support/bench-report.ts";
-import { apidTalos, type BenchTalos, fakeTalos, type TalosKind } from "./support/bench-talos.ts";
+import {
+  apidTalos,
+  type BenchNetns,
+  type BenchTalos,
+  fakeTalos,
+  type TalosKind,
+} from "./support/bench-talos.ts";
 import { freePort, TestCluster, writeKubeconfig } from "./support/cluster.ts";
 import { type FakeNodeSpec, generateNodes } from "./support/fixtures.ts";
 import { SimulatedKubelet, UNINITIALIZED_TAINT } from "./support/kubelet.ts";
@@ -177,6 +188,10 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          reported too, apid running with Talos' GOMEMLIMIT (APID_GOMEMLIMIT=n|off
                          overrides it). Talos calls are counted where they reach a machine, at
                          their start, in both modes
+  --ccm-netns=false      with --talos apid: run the CCM on the host instead of in the simulator's
+                         network namespace (the default: there every machine's apid answers at
+                         <ip>:50000, as on a cluster; the API server's address is forwarded in and
+                         the CCM's --secure-port exposed on the host at the same address)
   --steady-seconds S     steady-state window (default 60); a CCM that polls Talos every
                          --node-status-update-frequency (5 min; the Go CCM does) shows it only in a
                          window longer than that, e.g. 330
@@ -209,6 +224,8 @@ interface BenchArgs {
   rules: "metadata" | "sysinfo" | "none";
   /** --talos: the fake apid, or the simulator behind Talos' apid. */
   talos: TalosKind;
+  /** --ccm-netns: with --talos apid, the CCM runs in the simulator's network namespace (default). */
+  ccmNetns: boolean;
   steadySeconds: number;
   idleSeconds: number;
   startupRuns: number;
@@ -244,6 +261,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     ccmLog: undefined,
     rules: "metadata",
     talos: "fake",
+    ccmNetns: true,
     steadySeconds: 60,
     idleSeconds: 10,
     startupRuns: 5,
@@ -269,6 +287,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
   } as const;
   let nodesGiven: number[] | undefined;
   let slopeNodes: number[] | undefined;
+  let netnsGiven = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
     const eq = arg.indexOf("=");
@@ -291,7 +310,12 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
     else if (name === "--verbose") out.verbose = true;
     else if (name === "--ccm-arg") out.ccmArgs.push(value());
     else if (name === "--ccm-log") out.ccmLog = value();
-    else if (name === "--hostile") out.hostile = parseHostileKinds(value());
+    else if (name === "--ccm-netns") {
+      if (inline !== undefined && inline !== "true" && inline !== "false")
+        throw new Error(`Cannot parse --ccm-netns=${inline}: expected true or false`);
+      out.ccmNetns = inline !== "false";
+      netnsGiven = out.ccmNetns;
+    } else if (name === "--hostile") out.hostile = parseHostileKinds(value());
     else if (name === "--talos") {
       const v = value();
       if (v !== "fake" && v !== "apid") throw new Error(`Cannot parse --talos=${v}: expected fake or apid`);
@@ -318,6 +342,10 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
   out.sizes = slopeNodes ?? nodesGiven ?? out.sizes;
   out.nodes = out.sizes[0] as number;
   if (out.ccmBinary !== undefined) out.build = false;
+  if (netnsGiven && out.talos !== "apid")
+    throw new Error(
+      "Cannot run the CCM in the simulator's network namespace (--ccm-netns) without --talos apid",
+    );
   if (out.hostile) checkHostileArgs(out, slopeNodes !== undefined);
   return out;
 }
@@ -633,6 +661,8 @@ interface Env {
   lease: LeaseRef | undefined;
   /** With --talos apid: apid's reading with the machines seeded, before the CCM's first start. */
   apidIdle?: ProcSample;
+  /** With --talos apid (and not --ccm-netns=false): the namespace the CCM runs in. */
+  netns?: BenchNetns;
 }
 
 interface LeaseRef {
@@ -692,6 +722,16 @@ async function waitLeading(
 /** The memory cgroups the CCM ran in (--memory-limit), one per start. */
 const memoryCgroups: MemoryCgroup[] = [];
 
+/**
+ * A free port for a CCM start's --secure-port; with the CCM in the simulator's namespace, exposed on
+ * the host at the same address (a new port each start: never one a previous CCM's sockets hold).
+ */
+async function ccmPort(e: Env): Promise<number> {
+  const port = await freePort();
+  if (e.netns) await e.netns.expose(`127.0.0.1:${port}`);
+  return port;
+}
+
 function startCcm(e: Env, extra: string[], port: number): CcmProcess {
   const limit = e.args.memoryLimitMiB;
   const cgroup = limit === undefined ? undefined : MemoryCgroup.create(limit * MiB);
@@ -703,11 +743,25 @@ function startCcm(e: Env, extra: string[], port: number): CcmProcess {
     env: e.env,
     echo: e.args.verbose,
     ...(cgroup ? { cgroup: cgroup.dir } : {}),
+    ...(e.netns ? { netns: e.netns.path } : {}),
   });
   cleanups.push(async () => {
     if (ccm.exitCode === null) await ccm.stop("SIGKILL");
   });
   return ccm;
+}
+
+/**
+ * With the CCM in the simulator's namespace: fails unless it is there (its /proc/<pid>/ns/net is the
+ * simulator's), once it serves.
+ */
+function checkInNetns(e: Env, ccm: CcmProcess): void {
+  if (!e.netns) return;
+  const [ccmNs, simNs] = [`/proc/${ccm.pid}/ns/net`, e.netns.path].map((p) => readlinkSync(p));
+  if (ccmNs !== simNs)
+    throw new Error(
+      `The CCM (pid ${ccm.pid}) runs in ${ccmNs}, not in the simulator's network namespace ${simNs}`,
+    );
 }
 
 async function stopCcm(ccm: CcmProcess): Promise<void> {
@@ -718,7 +772,7 @@ async function stopCcm(ccm: CcmProcess): Promise<void> {
 async function measureStartup(e: Env): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < e.args.startupRuns; i++) {
-    const port = await freePort();
+    const port = await ccmPort(e);
     await clearLease(e);
     const t0 = performance.now();
     const ccm = startCcm(e, [`--cloud-config=${e.defaultConfig}`], port);
@@ -752,11 +806,12 @@ function dropFromPageCache(): void {
 
 async function measureIdle(e: Env, state: "fresh" | "cold" = "fresh"): Promise<number> {
   if (state === "cold") dropFromPageCache();
-  const port = await freePort();
+  const port = await ccmPort(e);
   await clearLease(e);
   const t0 = performance.now();
   const ccm = startCcm(e, [`--cloud-config=${e.defaultConfig}`], port);
   await waitHealthz(port, ccm, t0);
+  checkInNetns(e, ccm);
   await Bun.sleep(Math.max(0, e.args.idleSeconds * 1000 - (performance.now() - t0)));
   const { rssBytes, anonBytes, fileBytes } = procSample(ccm.pid);
   const holder = e.lease ? (await readLease(e, e.lease))?.holderIdentity || "none" : "no leader election";
@@ -777,10 +832,11 @@ async function startNodePhaseCcm(e: Env, notes: string[]): Promise<CcmProcess> {
   if (e.args.floor) return startFloor(e, notes);
   await clearLease(e);
   const baseline = e.lease ? await readLease(e, e.lease) : undefined;
-  const port = await freePort();
+  const port = await ccmPort(e);
   const t0 = performance.now();
   const ccm = startCcm(e, [`--cloud-config=${e.nodesConfig}`, `--controllers=${N_PHASE_CONTROLLERS}`], port);
   const healthz = await waitHealthz(port, ccm, t0, 60_000);
+  checkInNetns(e, ccm);
   if (!e.lease) {
     notes.push(`leading: not checked (leader election off); /healthz 200 after ${healthz.toFixed(0)} ms`);
     return ccm;
@@ -1086,6 +1142,17 @@ const APID_MODE_NOTE =
   "calls apid passed on to a machine, at their start (a watch opened counts; a call apid refused would not), " +
   "as the fake apid counts what it receives; every other figure above is the CCM's alone, apid's are below";
 
+/** Where the CCM ran with --talos apid: the simulator's network namespace, or the host. */
+function netnsNote(e: Env): string {
+  if (!e.netns)
+    return "the CCM ran on the host (--ccm-netns=false): it reached apid at the talosconfig's endpoint on the host";
+  return (
+    `the CCM ran in the Talos simulator's network namespace (nsenter --net=${e.netns.path}; checked once it served), where every machine's ` +
+    `apid answers at <ip>:50000; the API server's ${new URL(e.cluster.url).host} forwarded in, each --secure-port ` +
+    "exposed on the host, the talosconfig's endpoint served there too (--ccm-netns=false runs it on the host)"
+  );
+}
+
 /** One run's figures, with the table's header and notes; with --talos apid, apid's figures and table. */
 interface Measured {
   figures: BenchFigures;
@@ -1151,9 +1218,11 @@ async function measure(args: BenchArgs, source: string, version: string): Promis
   const { apid, ...nodeFigures } = await runNodePhases(e, notes);
 
   const figures: BenchFigures = { nodes: args.nodes, startup_ms, idle_rss_mb, ...nodeFigures };
+  const where = args.talos === "apid" && !args.floor ? netnsNote(e) : undefined; // while the simulator runs
   await cleanup();
   const header = headerLine(args, opts, source, version);
   if (args.talos === "apid") notes.push(APID_MODE_NOTE);
+  if (where) notes.push(where);
   return {
     figures,
     header,
@@ -1201,6 +1270,11 @@ async function startBed(args: BenchArgs, specs: FakeNodeSpec[]): Promise<{ e: En
       }
     : undefined;
   const e: Env = { args, cluster, talos, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
+  if (talos.netns && args.ccmNetns && !args.floor) {
+    // The CCM runs in the simulator's namespace: the API server at its address there too.
+    await talos.netns.forward(new URL(cluster.url).host);
+    e.netns = talos.netns;
+  }
   return { e, opts };
 }
 

@@ -7,7 +7,9 @@
 //
 // `npm test` runs this file twice: against the simulated apid, and with Talos' own apid in front of
 // the simulated machines (tests/run.ts THROUGH_APID, TALOS_SIM_APID=1), where apid's role injection,
-// routing, proxying and stream teardown are upstream code too.
+// routing, proxying and stream teardown are upstream code too. Through apid, the simulator's network
+// namespace is checked too: a process run there reaches a machine's own apid at <ip>:50000 and
+// apid's endpoint, host addresses forwarded in, and serves addresses exposed on the host.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -28,7 +30,7 @@ import { GetRequest, Resource, WatchRequest } from "../../lib/talos_pb.ts";
 import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
 import { PATHS, RESOURCES } from "../../lib/taloswire.ts";
-import { until } from "../support/cluster.ts";
+import { freePort, until, waitFor } from "../support/cluster.ts";
 import { type FakeNodeSpec, generateNodes } from "../support/fixtures.ts";
 import { simMachineCalls } from "../support/simmachines.ts";
 import { collect, failure } from "../support/talosclient.ts";
@@ -754,6 +756,143 @@ describe("the control surface's bulk seeding and call counts (the bench's)", () 
     }
   });
 });
+
+/** The probe run in the simulator's namespace (tests/support/netnsprobe.ts). */
+const PROBE = join(import.meta.dir, "../support/netnsprobe.ts");
+
+/** Runs the probe with `args` in the simulator's network namespace; its JSON line. */
+async function probe(args: string[]): Promise<Record<string, unknown>> {
+  const p = Bun.spawn(sim.netnsCommand([process.execPath, PROBE, ...args]), {
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [out, err] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  await p.exited;
+  const line = out.trim().split("\n").at(-1) ?? "";
+  if (!line.startsWith("{")) throw new Error(`netnsprobe ${args.join(" ")} printed no JSON:\n${out}${err}`);
+  return JSON.parse(line) as Record<string, unknown>;
+}
+
+/** Calls of `method` from `a` to `b` (counters). */
+const gained = (a: Record<string, number>, b: Record<string, number>, method: string) =>
+  (b[method] ?? 0) - (a[method] ?? 0);
+
+describe.if(process.env.TALOS_SIM_APID === "1")(
+  "the simulator's network namespace (with Talos' apid)",
+  () => {
+    test("a process there reaches a machine's own apid at <ip>:50000 with the reader talosconfig (mutual TLS), which answers without a node key; the call counts as reaching the machine, apid never sees it", async () => {
+      const reached = await sim.machineCalls();
+      const logged = await sim.calls();
+      expect(await probe(["talos", sim.talosconfig, `${NODE}:50000`])).toEqual({ nodename: "w1" });
+      // the machine dialled answers: EMPTY has no nodename
+      expect(await probe(["talos", sim.talosconfig, `${EMPTY}:50000`])).toMatchObject({
+        code: GrpcStatus.NOT_FOUND,
+      });
+      expect(gained(reached, await sim.machineCalls(), PATHS.get)).toBe(2);
+      expect(gained(logged, await sim.calls(), PATHS.get)).toBe(0);
+    });
+
+    test("the talosconfig's endpoint reaches Talos' apid there too, which routes by the node key", async () => {
+      const reached = await sim.machineCalls();
+      const logged = await sim.calls();
+      expect(await probe(["talos", sim.talosconfig, "-", NODE])).toEqual({ nodename: "w1" });
+      expect(gained(reached, await sim.machineCalls(), PATHS.get)).toBe(1);
+      await waitFor(
+        async () => gained(logged, await sim.calls(), PATHS.get) === 1,
+        10_000,
+        () => "apid's log of the Get",
+      );
+    });
+
+    test("a host address forwarded in answers there at the same address (nothing did before)", async () => {
+      const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("host") });
+      try {
+        const url = `http://127.0.0.1:${server.port}/`;
+        expect(await probe(["fetch", url])).toMatchObject({ error: expect.any(String) });
+        await sim.forwardIntoNetns(`127.0.0.1:${server.port}`);
+        expect(await probe(["fetch", url])).toEqual({ status: 200, body: "host" });
+        await expect(sim.forwardIntoNetns(`127.0.0.1:${server.port}`)).rejects.toThrow(
+          /409 .*address already in use/,
+        );
+      } finally {
+        await server.stop(true);
+      }
+    });
+
+    test("an address exposed from there answers on the host at the same address (nothing did before)", async () => {
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}/`;
+      const server = await serveInNetns(port);
+      try {
+        expect(
+          await fetch(url).then(
+            (r) => r.status,
+            (e: Error) => e.message,
+          ),
+        ).toMatch(/Unable to connect/);
+        await sim.exposeFromNetns(`127.0.0.1:${port}`);
+        expect(await (await fetch(url)).text()).toBe(`netns ${port}`);
+      } finally {
+        server.kill();
+        await server.exited;
+      }
+    });
+
+    test("forwards and exposes come back in the new namespace after a restart", async () => {
+      const host = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("host") });
+      const port = await freePort();
+      try {
+        await sim.forwardIntoNetns(`127.0.0.1:${host.port}`);
+        await sim.exposeFromNetns(`127.0.0.1:${port}`);
+        const before = sim.netns;
+        await sim.restart();
+        expect(sim.netns).not.toBe(before);
+        expect(await probe(["fetch", `http://127.0.0.1:${host.port}/`])).toEqual({
+          status: 200,
+          body: "host",
+        });
+        const server = await serveInNetns(port);
+        try {
+          expect(await (await fetch(`http://127.0.0.1:${port}/`)).text()).toBe(`netns ${port}`);
+        } finally {
+          server.kill();
+          await server.exited;
+        }
+      } finally {
+        await host.stop(true);
+      }
+    });
+  },
+);
+
+/** The probe serving on 127.0.0.1:port in the simulator's namespace, once it listens. */
+async function serveInNetns(port: number) {
+  const p = Bun.spawn(sim.netnsCommand([process.execPath, PROBE, "serve", String(port)]), {
+    stdout: "pipe",
+    stderr: "inherit",
+  });
+  const reader = p.stdout.getReader();
+  const first = await reader.read();
+  reader.releaseLock();
+  const line = new TextDecoder().decode(first.value ?? new Uint8Array());
+  if (!line.includes(`"listening":${port}`)) {
+    p.kill();
+    throw new Error(`netnsprobe serve ${port}: ${line}`);
+  }
+  return p;
+}
+
+describe.if(process.env.TALOS_SIM_APID !== "1")(
+  "the simulator's network namespace (without Talos' apid)",
+  () => {
+    test("there is none: netns, netnsCommand and forwards throw, naming why", async () => {
+      expect(() => sim.netns).toThrow(/only with Talos' apid/);
+      expect(() => sim.netnsCommand(["true"])).toThrow(/only with Talos' apid/);
+      await expect(sim.forwardIntoNetns("127.0.0.1:1")).rejects.toThrow(/only with Talos' apid/);
+      await expect(sim.exposeFromNetns("127.0.0.1:1")).rejects.toThrow(/only with Talos' apid/);
+    });
+  },
+);
 
 describe("keepalive against grpc-go's enforcement", () => {
   // apid keeps grpc-go's default policy (5 minutes); a scaled-down MinTime of 1 s shows the rule.

@@ -4,7 +4,8 @@
 // Both count the Talos calls the CCM makes the same way: when a call reaches a machine, at its start
 // (the fake counts what it receives; the simulator counts what apid passed on to a machine's apid,
 // or to machined for the local one). With apid, a note also gives apid's own count (its log, when
-// calls end).
+// calls end), and the simulator's network namespace is there for the CCM to run in (netns), where
+// every machine's apid answers at <ip>:50000 and the talosconfig's endpoint works as on the host.
 
 import { RESOURCES } from "../../lib/taloswire.ts";
 import { FakeApid } from "./apid.ts";
@@ -14,6 +15,16 @@ import { type ControlCall, TalosSim } from "./talossim.ts";
 
 /** Which Talos the CCM talks to. */
 export type TalosKind = "fake" | "apid";
+
+/** The simulator's network namespace (kind "apid"), for the CCM to run in (TalosSim.netns). */
+export interface BenchNetns {
+  /** `/proc/<pid>/ns/net`, for CcmProcess's `netns`. */
+  readonly path: string;
+  /** Makes the host's `addr` (`IP:port`) answer at the same address in the namespace. */
+  forward(addr: string): Promise<void>;
+  /** Makes the namespace's `addr` (`IP:port`) answer at the same address on the host. */
+  expose(addr: string): Promise<void>;
+}
 
 /** The Talos side of one run. */
 export interface BenchTalos {
@@ -30,6 +41,8 @@ export interface BenchTalos {
   readonly apidPid: number | undefined;
   /** The in-process fake apid (kind "fake"), for runs that change what a machine reports. */
   readonly fake?: FakeApid;
+  /** The simulator's network namespace (kind "apid"). */
+  readonly netns?: BenchNetns;
   stop(): Promise<void>;
 }
 
@@ -120,6 +133,13 @@ export async function apidTalos(specs: FakeNodeSpec[], progress: (m: string) => 
     kind: "apid",
     get apidPid() {
       return sim.apidPid;
+    },
+    netns: {
+      get path() {
+        return sim.netns;
+      },
+      forward: (addr) => sim.forwardIntoNetns(addr),
+      expose: (addr) => sim.exposeFromNetns(addr),
     },
     resetCalls: async () => {
       base = await sim.machineCalls();

@@ -5,6 +5,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Subprocess, spawn } from "bun";
+import { nsenterCommand } from "./netns.ts";
 
 /** Path of the binary under test. */
 export function ccmBinary(): string {
@@ -38,6 +39,12 @@ export interface CcmOptions {
   echo?: boolean;
   /** A cgroup directory the process joins before the binary starts. */
   cgroup?: string;
+  /**
+   * A network namespace to run the binary in (e.g. TalosSim.netns, `/proc/<pid>/ns/net`), entered
+   * with nsenter (tests/support/netns.ts) after the cgroup is joined; nsenter execs the binary, so
+   * {@link CcmProcess.pid} is still the binary's.
+   */
+  netns?: string;
   /** Another executable to run the same way, e.g. a cloud's own CCM (default: the binary under test). */
   binary?: string;
 }
@@ -49,11 +56,13 @@ export class CcmProcess {
   readonly #waiters = new Set<() => void>();
 
   constructor(args: string[], opts: CcmOptions = {}) {
-    // Joining a cgroup before the binary starts: the shell moves itself, then becomes the binary.
+    // Joining a cgroup before the binary starts: the shell moves itself, then becomes the binary (or
+    // nsenter, which enters the namespace and becomes the binary).
     const binary = opts.binary ?? ccmBinary();
+    const run = opts.netns ? nsenterCommand(opts.netns, [binary, ...args]) : [binary, ...args];
     const command = opts.cgroup
-      ? ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', opts.cgroup, binary, ...args]
-      : [binary, ...args];
+      ? ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', opts.cgroup, ...run]
+      : run;
     this.proc = spawn(command, {
       stdin: "ignore",
       stdout: "pipe",

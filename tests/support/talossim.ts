@@ -6,7 +6,10 @@
 // module by tests/support/testbed-bins.sh) stands in front of the simulated machines instead of the
 // simulated one, as on a control-plane node: the simulator runs it in a network namespace of its
 // own, chrooted in the test's temp dir, and serves it what machined serves (this needs root or
-// unprivileged user namespaces).
+// unprivileged user namespaces). There each machine's apid listens on <ip>:50000, as on a cluster: a
+// process run in that namespace (netnsCommand) can dial machines directly, reach host addresses
+// forwarded in (forwardIntoNetns) and serve addresses exposed on the host (exposeFromNetns); the
+// talosconfig's endpoint answers there too.
 //
 // @example
 // const sim = await TalosSim.start();
@@ -21,6 +24,7 @@ import { join } from "node:path";
 import { type Subprocess, spawn } from "bun";
 import { stringify } from "yaml";
 import { freePort, waitFor } from "./cluster.ts";
+import { nsenterCommand } from "./netns.ts";
 
 /** The machine apid runs on: it answers calls without a `node` key. */
 export const LOCAL_MACHINE = "127.0.0.1";
@@ -193,6 +197,63 @@ export class TalosSim {
   /** The pid of Talos' apid (with apid), e.g. to read its memory from /proc. */
   get apidPid(): number | undefined {
     return this.#pids?.apid;
+  }
+
+  /**
+   * The simulator's network namespace (with apid): `/proc/<pid>/ns/net` of its process there. A
+   * restart makes a new namespace (and this path changes): a process still in the old one keeps it
+   * alive, without the simulator, its machines or its forwards.
+   * @throws without apid (the simulator then runs in the host's namespace), or when it is not running
+   */
+  get netns(): string {
+    this.#needsNetns("netns");
+    if (!this.#pids) throw new Error("TalosSim.netns: the simulator is not running");
+    return `/proc/${this.#pids.sim}/ns/net`;
+  }
+
+  /** @throws naming `what` and why, without apid */
+  #needsNetns(what: string): void {
+    if (!this.apid)
+      throw new Error(
+        `TalosSim.${what}: the simulator has a network namespace of its own only with Talos' apid ` +
+          "(TalosSim.start({ apid: true }) or TALOS_SIM_APID=1); without it, it runs in the host's",
+      );
+  }
+
+  /**
+   * `argv` run in the simulator's network namespace (with apid): prefixed with nsenter (through the
+   * simulator's user namespace when it has one, i.e. without root; tests/support/netns.ts). There
+   * every machine's apid answers at `<ip>:50000` (mutual TLS on the simulator's CA; the talosconfigs
+   * it writes are accepted), the talosconfig's endpoint reaches Talos' apid, and the addresses
+   * forwarded in answer.
+   * @throws as {@link TalosSim.netns}, or when nsenter is not on PATH
+   */
+  netnsCommand(argv: readonly string[]): string[] {
+    return nsenterCommand(this.netns, argv);
+  }
+
+  /**
+   * Makes the host's `addr` (`IP:port`, e.g. an API server's `127.0.0.1:6443`) answer at the same
+   * address in the simulator's namespace: the simulator listens there and relays each connection to
+   * `addr` on the host. It lasts until the simulator stops; a restart forwards it again.
+   * @throws without apid, or when `addr` is taken in the namespace (409)
+   */
+  async forwardIntoNetns(addr: string): Promise<void> {
+    this.#needsNetns("forwardIntoNetns");
+    await this.#change("POST", "/netns/forwards", { addr });
+  }
+
+  /**
+   * Makes `addr` (`IP:port`) of the simulator's namespace, e.g. where a process run there with
+   * {@link TalosSim.netnsCommand} serves, answer at the same address on the host: the simulator
+   * listens on the host and relays each connection into the namespace (a connection made before
+   * anything listens there is accepted, then closed). It lasts until the simulator stops; a restart
+   * exposes it again.
+   * @throws without apid, or when `addr` is taken on the host (409)
+   */
+  async exposeFromNetns(addr: string): Promise<void> {
+    this.#needsNetns("exposeFromNetns");
+    await this.#change("POST", "/netns/exposes", { addr });
   }
 
   async #spawn(replay?: string): Promise<void> {

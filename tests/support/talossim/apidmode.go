@@ -7,7 +7,9 @@ package main
 //   - apid runs chrooted in --apid-root, where the simulator serves what machined serves it
 //     (apidstate.go): system/run/apid/runtime.sock and system/run/machined/machine.sock;
 //   - apid listens on <local-ip>:50000, and the endpoint the CCM dials on the host is relayed to it
-//     byte for byte (apid terminates TLS: its certificate and its checks are what the CCM meets);
+//     byte for byte (apid terminates TLS: its certificate and its checks are what the CCM meets),
+//     as is the same address in the namespace (netnslinks.go: a CCM run there uses the same
+//     talosconfig; forwards and exposes share other addresses with the host);
 //   - every other machine's apid listens on <ip>:50000 (machinenet.go), where apid dials it;
 //   - apid's log is read to count calls (apidlog.go) and passed on to stderr.
 
@@ -62,6 +64,14 @@ func runWithAPID(o options) error {
 
 	s.net = newMachineNet()
 
+	host, err := openHostLink()
+	if err != nil {
+		return err
+	}
+
+	s.links = newLinks(host)
+	defer s.links.close()
+
 	apidAddr := netip.AddrPortFrom(s.local.ip, constants.ApidPort).String()
 	if err := s.publishAPIDState(ctx, apidAddr); err != nil {
 		return err
@@ -105,8 +115,9 @@ func (s *sim) serveWithAPID(ctx context.Context, o options, root, apidAddr strin
 
 	defer stopAPID(cmd, exited)
 
-	go relay(hostGRPC, apidAddr)
-	defer hostGRPC.Close() //nolint:errcheck
+	if err := s.links.serveEndpoint(hostGRPC, apidAddr); err != nil {
+		return err
+	}
 
 	ctl := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = ctl.Serve(hostCtl) }()
@@ -216,38 +227,6 @@ func stopAPID(cmd *exec.Cmd, exited <-chan error) {
 	case <-exited:
 	case <-time.After(5 * time.Second):
 		_ = cmd.Process.Kill()
-	}
-}
-
-// relay copies each connection to the host's endpoint to apid and back.
-func relay(l net.Listener, target string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-
-		go func() {
-			defer c.Close() //nolint:errcheck
-
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer u.Close() //nolint:errcheck
-
-			done := make(chan struct{}, 2)
-			pipe := func(to, from net.Conn) {
-				_, _ = io.Copy(to, from)
-				_ = to.(*net.TCPConn).CloseWrite()
-				done <- struct{}{}
-			}
-
-			go pipe(u, c)
-			go pipe(c, u)
-			<-done
-			<-done
-		}()
 	}
 }
 

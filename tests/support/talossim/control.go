@@ -11,10 +11,15 @@ package main
 //	GET    /calls                                                              calls by gRPC method
 //	GET    /calls?at=machines                                                  --apid: calls that reached a machine
 //	POST   /batch                         [{"method","path","body"}...]       apply these calls in order (bulk seeding)
+//	POST   /netns/forwards                {"addr":"IP:port"}                   --apid: the host's addr at addr in the namespace
+//	POST   /netns/exposes                 {"addr":"IP:port"}                   --apid: the namespace's addr at addr on the host
 //
 // With --apid, calls are counted from Talos' apid's log, when they end (apidlog.go); ?at=machines
-// counts, when they start, the calls apid passed on to a machine's apid or to machined. Adding,
-// stopping, starting or removing a machine opens or closes its apid's listener (machinenet.go).
+// counts, when they start, the calls apid passed on to a machine's apid or to machined, and those
+// made to a machine's apid directly (from inside the namespace). Adding, stopping, starting or
+// removing a machine opens or closes its apid's listener (machinenet.go). Forwards and exposes
+// (netnslinks.go) relay connections between the host's network namespace and the simulator's; 409
+// when the address is taken.
 //
 // A resource's spec is YAML unmarshalled into the typed spec of machinery's resource, as
 // `talosctl get -o yaml` prints it. Answers are JSON: {"version":"N"} or {"error":"..."}.
@@ -82,6 +87,8 @@ func (s *sim) controlHandler() http.Handler {
 	handle("PUT /machines/{ip}/resources", s.putResource)
 	handle("DELETE /machines/{ip}/resources", s.destroyResource)
 	handle("POST /talosconfig", s.talosconfigHandler)
+	handle("POST /netns/forwards", s.forwardIntoNetns)
+	handle("POST /netns/exposes", s.exposeFromNetns)
 	handle("GET /calls", func(r *http.Request) (any, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -46,13 +46,16 @@ type sim struct {
 	machines map[netip.Addr]*machine
 	local    *machine
 	calls    map[string]int
-	// reached counts, by method, the calls that reached a machine (its apid or machined, --apid mode)
-	// when they started: GET /calls?at=machines.
+	// reached counts, by method, the calls that reached a machine (its apid, through Talos' apid or
+	// dialled directly in the namespace, or machined; --apid mode) when they started:
+	// GET /calls?at=machines.
 	reached  map[string]int
 	pki      *pki
 	endpoint string
 	// net, in --apid mode, serves each machine's apid on <ip>:50000 in the simulator's network namespace.
 	net *machineNet
+	// links, in --apid mode, are the addresses shared with the host's namespace (netnslinks.go).
+	links *links
 }
 
 func (s *sim) byTarget(target string) *machine {
@@ -111,7 +114,7 @@ func parseFlags() options {
 		"grpc-go keepalive enforcement MinTime (default: grpc-go's 5 minutes, as apid leaves it)")
 	flag.StringVar(&o.apid, "apid", "", "run this Talos apid binary in front of the machines (in a network namespace)")
 	flag.StringVar(&o.apidRoot, "apid-root", "", "apid's root directory (chroot; holds system/run/{apid,machined}) (default: a temp dir)")
-	flag.BoolVar(&o.inNetns, "in-netns", false, "internal: running inside the network namespace (listeners on fds 3 and 4)")
+	flag.BoolVar(&o.inNetns, "in-netns", false, "internal: running inside the network namespace (listeners on fds 3 and 4, the host link on fd 5)")
 	flag.Parse()
 
 	return o

@@ -3,10 +3,12 @@ package main
 // --apid mode: the simulator's own network namespace. The process started by the test opens the
 // endpoint the CCM dials and the control surface in the host's namespace, then runs the simulator
 // again in a new network namespace (CLONE_NEWNET; with a user namespace when not root) with those
-// two listeners on fds 3 and 4. There loopback is up and every IPv4 and IPv6 address is local to
-// it, so Talos' apid dialling <ip>:50000 reaches the listener the simulator opened for that machine,
-// or is refused ("connection refused") for an unknown or stopped machine, whatever the address;
-// nothing of it is visible on the host, so test beds never collide on port 50000.
+// two listeners on fds 3 and 4, and on fd 5 its end of the host link, on which the process left on
+// the host makes sockets in the host's namespace for it (netnslinks.go). There loopback is up and
+// every IPv4 and IPv6 address is local to it, so Talos' apid dialling <ip>:50000 reaches the
+// listener the simulator opened for that machine, or is refused ("connection refused") for an
+// unknown or stopped machine, whatever the address; nothing of it is visible on the host, so test
+// beds never collide on port 50000.
 
 import (
 	"errors"
@@ -30,8 +32,9 @@ func namespaceError(what string, err error) error {
 		"kernel.apparmor_restrict_unprivileged_userns=0)", what, err)
 }
 
-// runParent opens the host-side listeners and runs the simulator again in a new network namespace;
-// it ends with the child's exit code. The child dies with it (Pdeathsig), and apid with the child.
+// runParent opens the host-side listeners and runs the simulator again in a new network namespace,
+// then answers its requests on the host link; it ends with the child's exit code. The child dies
+// with it (Pdeathsig), and apid with the child.
 func runParent(o options) error {
 	grpcLis, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -43,12 +46,19 @@ func runParent(o options) error {
 		return err
 	}
 
-	files := make([]*os.File, 2)
+	files := make([]*os.File, 3)
 	for i, l := range []net.Listener{grpcLis, ctlLis} {
 		if files[i], err = l.(*net.TCPListener).File(); err != nil {
 			return err
 		}
 	}
+
+	link, childLink, err := seqpacketPair()
+	if err != nil {
+		return fmt.Errorf("host link: %w", err)
+	}
+
+	files[2] = childLink
 
 	args := append([]string{}, os.Args[1:]...)
 	args = append(args, "--in-netns", "--listen="+grpcLis.Addr().String(), "--control="+ctlLis.Addr().String())
@@ -66,9 +76,14 @@ func runParent(o options) error {
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
 	}
 
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	childLink.Close() //nolint:errcheck // the child's copy is what keeps the link open
+
+	if err != nil {
 		return namespaceError("cannot start the simulator in a new network namespace", err)
 	}
+
+	go serveHostLink(link)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
