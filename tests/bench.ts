@@ -1144,9 +1144,11 @@ const APID_MODE_NOTE =
 
 /** Where the CCM ran with --talos apid: the simulator's network namespace, or the host. */
 function netnsNote(e: Env): string {
+  const access = `TALOS_MACHINE_ACCESS=${e.env.TALOS_MACHINE_ACCESS}`;
   if (!e.netns)
-    return "the CCM ran on the host (--ccm-netns=false): it reached apid at the talosconfig's endpoint on the host";
+    return `the CCM ran on the host (--ccm-netns=false, ${access}): it reached apid at the talosconfig's endpoint on the host`;
   return (
+    `${access} (our CCM: auto asks each machine's own apid first, proxy through the endpoint; --ccm-env sets it); ` +
     `the CCM ran in the Talos simulator's network namespace (nsenter --net=${e.netns.path}; checked once it served), where every machine's ` +
     `apid answers at <ip>:50000; the API server's ${new URL(e.cluster.url).host} forwarded in, each --secure-port ` +
     "exposed on the host, the talosconfig's endpoint served there too (--ccm-netns=false runs it on the host)"
@@ -1259,7 +1261,14 @@ async function startBed(args: BenchArgs, specs: FakeNodeSpec[]): Promise<{ e: En
     ...qpsTuning(args),
   ];
   const parsed = parseCommandLine([...baseArgs, `--controllers=${N_PHASE_CONTROLLERS}`, ...args.ccmArgs]);
-  const env = { ...args.ccmEnv, TALOSCONFIG: talosconfig };
+  // Our CCM reaches each machine's own apid only inside the simulator's namespace: there it runs as
+  // shipped (TALOS_MACHINE_ACCESS=auto, direct first); elsewhere through the endpoint. --ccm-env wins.
+  const inNetns = talos.netns !== undefined && args.ccmNetns && !args.floor;
+  const env = {
+    TALOS_MACHINE_ACCESS: inNetns ? "auto" : "proxy",
+    ...args.ccmEnv,
+    TALOSCONFIG: talosconfig,
+  };
   const opts = parsed.options as RunOptions;
   const le = opts.leaderElection;
   const lease = le.enabled
@@ -1270,7 +1279,7 @@ async function startBed(args: BenchArgs, specs: FakeNodeSpec[]): Promise<{ e: En
       }
     : undefined;
   const e: Env = { args, cluster, talos, specs, baseArgs, defaultConfig, nodesConfig, env, lease };
-  if (talos.netns && args.ccmNetns && !args.floor) {
+  if (talos.netns && inNetns) {
     // The CCM runs in the simulator's namespace: the API server at its address there too.
     await talos.netns.forward(new URL(cluster.url).host);
     e.netns = talos.netns;
