@@ -20,6 +20,10 @@
 // node-csr-approval: an honest kubelet-serving CSR is approved with Talos' confirmation; an IP the
 // Node's status claims but the machine's AddressStatuses lack is denied as IPNotReportedByTalos;
 // a Node whose IP leads to another machine's Talos is denied as TalosNodeMismatch.
+// Through Talos' apid only: the CCM as shipped (TALOS_MACHINE_ACCESS=auto) inside the simulator's
+// network namespace, where each machine's own apid answers at <ip>:50000, initializes a new
+// machine's Node and approves its CSR with every Talos call going straight to the machine and none
+// through apid (apid's log), no fallback, and one direct connection per machine.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type {
@@ -29,7 +33,7 @@ import type {
 } from "@kubernetes/client-node";
 import { encodePlatformMetadata } from "../support/apid.ts";
 import { SimBed } from "../support/bed.ts";
-import { type EventV1, type TestCluster, waitFor } from "../support/cluster.ts";
+import { type EventV1, freePort, type TestCluster, waitFor } from "../support/cluster.ts";
 import {
   type FakeAddress,
   type FakeNodeSpec,
@@ -44,7 +48,7 @@ import {
   type SimulatedKubelet,
   UNINITIALIZED_TAINT,
 } from "../support/kubelet.ts";
-import type { CcmProcess } from "../support/process.ts";
+import { type CcmProcess, startCcm } from "../support/process.ts";
 import { addSimMachine, simAddress, simAddressRef, simResource } from "../support/simmachines.ts";
 import type { TalosSim } from "../support/talossim.ts";
 
@@ -442,3 +446,80 @@ describe("cloud-node and node-csr-approval together (the DaemonSet's controllers
     expect(await sample('talosccm_csr_talos_facts_total{source="talos"}')).toBe(0);
   });
 });
+
+describe.if(process.env.TALOS_SIM_APID === "1")(
+  "TALOS_MACHINE_ACCESS=auto inside the simulator's namespace: straight to each machine's own apid",
+  () => {
+    /** A machine of its own, so that its Node is initialized by this CCM alone. */
+    const GCP = loadFixture("gcp");
+    const GCP_IP = GCP.nodeIPs[0] as string;
+    let port: number;
+    let gcp: SimulatedKubelet;
+    let direct: CcmProcess | undefined;
+
+    /** A sample of this CCM's metrics, from its port exposed on the host. */
+    async function directSample(series: string): Promise<number> {
+      const res = await fetch(`https://127.0.0.1:${port}/metrics`, { tls: { rejectUnauthorized: false } });
+      const line = (await res.text()).split("\n").find((l) => l.startsWith(`${series} `));
+      return line === undefined ? Number.NaN : Number(line.slice(series.length + 1));
+    }
+
+    beforeAll(async () => {
+      await ccm?.stop("SIGKILL");
+      ccm = undefined;
+      await addSimMachine(sim, GCP);
+      gcp = await bed.register({ name: GCP.name, ips: GCP.nodeIPs, heartbeatMs: 0 });
+      port = await freePort();
+      await sim.forwardIntoNetns(new URL(cluster.url).host);
+      await sim.exposeFromNetns(`127.0.0.1:${port}`);
+    });
+
+    afterAll(async () => {
+      await direct?.stop("SIGKILL");
+    });
+
+    test("the Node is initialized and its CSR approved with no call through apid, none falling back", async () => {
+      const throughApid = await sim.calls();
+      const atMachines = await sim.machineCalls();
+      direct = await startCcm(
+        {
+          kubeconfig: cluster.adminKubeconfig,
+          talosconfig: sim.talosconfig,
+          controllers: "cloud-node,node-csr-approval",
+          securePort: port,
+          alwaysAllowPaths: "/metrics",
+          args: ["--v=2"],
+          env: { TALOS_MACHINE_ACCESS: "auto" },
+          netns: sim.netns,
+        },
+        /Approving kubelet serving CSRs/,
+      );
+      const log = () => `CCM output:\n${direct?.output.slice(-3000)}`;
+      let node: V1Node | undefined;
+      await waitFor(
+        async () => {
+          node = await bed.getNode(GCP.name);
+          return !(node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+        },
+        30_000,
+        () => `node ${GCP.name} still tainted: ${JSON.stringify(node && nodeView(node))}\n${log()}`,
+      );
+      expect(node?.spec?.providerID).toBe(GCP.platformMetadata.providerId);
+      const approved = await decided(await gcp.submitServingCSR({ dns: [GCP.name], ips: [GCP_IP] }));
+      expect(approved, log()).toMatchObject({ type: "Approved", reason: "TalosCCMApprove" });
+      // Every Talos call about a machine reached it straight: through apid, only the one read of the
+      // endpoint's own ControllerManagerConfig (the cluster's CIDRs, no node header); the machines got the rest.
+      const get = "/cosi.resource.State/Get";
+      expect(await sim.calls(), log()).toEqual({ ...throughApid, [get]: (throughApid[get] ?? 0) + 1 });
+      const after = await sim.machineCalls();
+      expect(after["/cosi.resource.State/Watch"] ?? 0).toBeGreaterThan(
+        atMachines["/cosi.resource.State/Watch"] ?? 0,
+      );
+      expect(await directSample("talosccm_talos_direct_fallbacks_total")).toBe(0);
+      // One connection per machine this CCM watches for a Node: AWS, hcloud, GCP and the unregistered
+      // machine (a forger's Node claims its IP).
+      expect(await directSample("talosccm_talos_direct_channels")).toBe(4);
+      expect(await directSample('talosccm_csr_talos_facts_total{source="watches"}')).toBe(1);
+    });
+  },
+);

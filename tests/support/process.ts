@@ -158,6 +158,8 @@ export interface CcmSetup {
   args?: string[];
   env?: Record<string, string | undefined>;
   echo?: boolean;
+  /** A network namespace to run the binary in ({@link CcmOptions.netns}). */
+  netns?: string;
 }
 
 /** The command line of {@link CcmSetup}. */
@@ -180,7 +182,11 @@ export function ccmArgs(s: CcmSetup): string[] {
 /** Starts the CCM of {@link CcmSetup} without waiting for it. */
 export function ccmProcess(s: CcmSetup): CcmProcess {
   const env = { ...(s.talosconfig === undefined ? {} : { TALOSCONFIG: s.talosconfig }), ...s.env };
-  return new CcmProcess(ccmArgs(s), { env, ...(s.echo === undefined ? {} : { echo: s.echo }) });
+  return new CcmProcess(ccmArgs(s), {
+    env,
+    ...(s.echo === undefined ? {} : { echo: s.echo }),
+    ...(s.netns === undefined ? {} : { netns: s.netns }),
+  });
 }
 
 /** Starts the CCM of {@link CcmSetup} and resolves once it has logged each of `ready`, in order. */
