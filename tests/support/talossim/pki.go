@@ -159,8 +159,11 @@ func (p *pki) writeTalosconfig(path, endpoint string, roles []string, ttl time.D
 	return os.Rename(tmp, path)
 }
 
-// issue makes a certificate signed by the CA, valid for Talos' default duration, for digital
-// signatures, with opts (names, Subject, extended key usage).
+// issue makes a certificate signed by the CA, valid from a minute ago for Talos' default duration,
+// for digital signatures, with opts (names, Subject, extended key usage). Valid only from the moment
+// it was made, a machine's certificate issued at a Bun client's first direct dial was once refused
+// by that client as "not yet valid" (CI); the backdating is what Talos' certificates have anyway,
+// being made long before a client meets them.
 func (p *pki) issue(opts ...x509.Option) (*x509.PEMEncodedCertificateAndKey, error) {
 	ca, err := x509.NewCertificateAuthorityFromCertificateAndKey(p.ca)
 	if err != nil {
@@ -168,6 +171,7 @@ func (p *pki) issue(opts ...x509.Option) (*x509.PEMEncodedCertificateAndKey, err
 	}
 
 	opts = append([]x509.Option{
+		x509.NotBefore(time.Now().Add(-time.Minute)),
 		x509.NotAfter(time.Now().Add(x509.DefaultCertificateValidityDuration)),
 		x509.KeyUsage(stdx509.KeyUsageDigitalSignature),
 	}, opts...)
