@@ -15,7 +15,7 @@
 // client or bidirectional streaming, name resolution beyond what the socket does.
 
 import { isIP } from "node:net";
-import { checkServerIdentity, type PeerCertificate } from "node:tls";
+import { checkServerIdentity, type PeerCertificate, type SecureContext } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { frameMessage, MessageDecoder } from "./grpcframing.ts";
 import { MessageQueue } from "./grpcmessages.ts";
@@ -29,7 +29,7 @@ import {
   statusFromHeaders,
   statusFromHttp,
 } from "./grpcstatus.ts";
-import { H2Code, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
+import { H2Code, H2Session, type H2Stream, type H2StreamHandler, tlsContext } from "./h2.ts";
 import { logger } from "./log.ts";
 import { endpointTarget } from "./talosconfig.ts";
 import { GrpcStatus } from "./taloserrors.ts";
@@ -48,6 +48,7 @@ export {
   MessageDecoder,
   statusFromHeaders,
   statusFromHttp,
+  tlsContext,
 };
 
 /** The gRPC default receive limit; callers talking to apid raise it. */
@@ -96,6 +97,11 @@ export interface GrpcChannelOptions {
   cert: string;
   /** Client key PEM. */
   key: string;
+  /**
+   * `ca`, `cert` and `key` loaded once ({@link tlsContext}) and shared by several channels: each
+   * connection then takes no parsed copy of its own.
+   */
+  secureContext?: SecureContext;
   /**
    * TLS server name (SNI); default the host when it is a DNS name, none for an IP address. The
    * certificate is checked against `host` whatever the SNI.
@@ -380,7 +386,7 @@ export class GrpcChannel {
 
   /** The session of `conn`, dialled, with its events wired to the channel. */
   #open(conn: Connection, connectTimer: ReturnType<typeof setTimeout>): H2Session {
-    const { host, ca, cert, key } = this.#opts;
+    const { host, ca, cert, key, secureContext } = this.#opts;
     const servername = this.#opts.servername ?? (isIP(host) ? undefined : host);
     return H2Session.connect(
       {
@@ -390,6 +396,7 @@ export class GrpcChannel {
         ...(ca === undefined ? {} : { ca }),
         cert,
         key,
+        ...(secureContext === undefined ? {} : { secureContext }),
         ...(servername === undefined ? {} : { servername }),
         // The identity checked is the endpoint's, also when the SNI differs (IP endpoints).
         checkServerIdentity: (_name: string, peer: PeerCertificate) => checkServerIdentity(host, peer),

@@ -47,6 +47,12 @@ export interface H2ConnectOptions {
   ca?: string;
   cert: string;
   key: string;
+  /**
+   * The CA, certificate and key already loaded ({@link tlsContext}): connections that share one
+   * share its parsed certificates and key instead of each building its own (used instead of `ca`,
+   * `cert` and `key`).
+   */
+  secureContext?: tls.SecureContext;
   servername?: string;
   checkServerIdentity?: tls.ConnectionOptions["checkServerIdentity"];
   /** The server's SETTINGS and its acknowledgement of ours must arrive within this after TLS (default 10 s). */
@@ -56,6 +62,18 @@ export interface H2ConnectOptions {
    * this (default 30 s); silence afterwards is not bounded here.
    */
   streamStartTimeoutMs?: number;
+}
+
+/**
+ * A TLS client context with `ca` (absent: the system roots), `cert` and `key`, for
+ * {@link H2ConnectOptions.secureContext}.
+ */
+export function tlsContext(opts: { ca?: string; cert: string; key: string }): tls.SecureContext {
+  return tls.createSecureContext({
+    ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+    cert: opts.cert,
+    key: opts.key,
+  });
 }
 
 /** Per-request options of {@link H2Session.request}. */
@@ -119,9 +137,9 @@ export class H2Session {
     const socket = tls.connect({
       host: opts.host,
       port: opts.port,
-      ...(opts.ca === undefined ? {} : { ca: opts.ca }),
-      cert: opts.cert,
-      key: opts.key,
+      ...(opts.secureContext !== undefined
+        ? { secureContext: opts.secureContext }
+        : { ...(opts.ca === undefined ? {} : { ca: opts.ca }), cert: opts.cert, key: opts.key }),
       ...(opts.servername === undefined ? {} : { servername: opts.servername }),
       ...(opts.checkServerIdentity ? { checkServerIdentity: opts.checkServerIdentity } : {}),
       ALPNProtocols: ["h2"],

@@ -72,6 +72,13 @@ export function newGeneration(
   backoff: Backoff,
   random: () => number,
 ): Generation {
+  // One TLS context for every channel of the generation: a connection per machine takes no parsed
+  // copy of the CA, certificate and key of its own.
+  const secureContext = transport.tlsContext({
+    ...(config.ca === undefined ? {} : { ca: config.ca }),
+    cert: config.crt,
+    key: config.key,
+  });
   // Keepalive stays at the transport's default, which apid's ping policy allows.
   const make = (host: string, port: number, connectTimeoutMs?: number) =>
     new transport.GrpcChannel({
@@ -80,6 +87,7 @@ export function newGeneration(
       ...(config.ca === undefined ? {} : { ca: config.ca }),
       cert: config.crt,
       key: config.key,
+      secureContext,
       ...(isIP(host) === 0 ? {} : { servername: IP_ENDPOINT_SNI }),
       maxReceiveMessageBytes: MAX_MESSAGE_BYTES,
       backoff,

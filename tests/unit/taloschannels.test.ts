@@ -1,0 +1,118 @@
+// lib/taloschannels.ts with a recording transport: one TLS context per generation, shared by the
+// endpoints' channels and every machine's direct channel; direct channels made once per machine,
+// dropped on a failed path, swept when idle twice in a row, closed with the generation.
+
+import { describe, expect, test } from "bun:test";
+import type { GrpcChannelOptions } from "../../lib/grpc.ts";
+import {
+  closeGeneration,
+  DIRECT_CONNECT_TIMEOUT_MS,
+  directChannel,
+  dropDirect,
+  machineEndpoint,
+  newGeneration,
+  sweepDirect,
+} from "../../lib/taloschannels.ts";
+import type { TalosConfig } from "../../lib/talosconfig.ts";
+
+/** A transport that records what it was asked to build. */
+function recordingTransport() {
+  const contexts: object[] = [];
+  const channels: Array<{ opts: GrpcChannelOptions; closed: boolean; activeCalls: number }> = [];
+  class GrpcChannel {
+    readonly rec: { opts: GrpcChannelOptions; closed: boolean; activeCalls: number };
+    constructor(opts: GrpcChannelOptions) {
+      this.rec = { opts, closed: false, activeCalls: 0 };
+      channels.push(this.rec);
+    }
+    get activeCalls() {
+      return this.rec.activeCalls;
+    }
+    get state() {
+      return "idle";
+    }
+    close() {
+      this.rec.closed = true;
+    }
+  }
+  const transport = {
+    GrpcChannel,
+    tlsContext: (opts: { ca?: string; cert: string; key: string }) => {
+      const ctx = { ...opts };
+      contexts.push(ctx);
+      return ctx;
+    },
+  } as unknown as typeof import("../../lib/grpc.ts");
+  return { transport, contexts, channels };
+}
+
+const CONFIG: TalosConfig = {
+  path: "/dev/null",
+  context: "default",
+  endpoints: [
+    { host: "10.0.0.1", port: 50000 },
+    { host: "cp.example", port: 50000 },
+  ],
+  ca: "CA PEM",
+  crt: "CERT PEM",
+  key: "KEY PEM",
+  cluster: "",
+  roles: ["os:reader"],
+  certNotAfter: new Date(0),
+};
+
+describe("channel generations", () => {
+  test("one TLS context per generation, shared by the endpoints' channels and the machines'", () => {
+    const { transport, contexts, channels } = recordingTransport();
+    const gen = newGeneration(transport, CONFIG, { initialMs: 1, maxMs: 2 }, Math.random);
+    directChannel(gen, "10.0.0.5", machineEndpoint);
+    directChannel(gen, "fd00::5", machineEndpoint);
+    expect(contexts).toEqual([{ ca: "CA PEM", cert: "CERT PEM", key: "KEY PEM" }]);
+    // the very object the transport made, for each channel
+    expect(channels.every((c) => (c.opts.secureContext as object | undefined) === contexts[0])).toBe(true);
+    expect(channels.length).toBe(4);
+    expect(channels.map((c) => [c.opts.host, c.opts.port, c.opts.servername])).toEqual([
+      ["10.0.0.1", 50000, "talos"],
+      ["cp.example", 50000, undefined],
+      ["10.0.0.5", 50000, "talos"],
+      ["fd00::5", 50000, "talos"],
+    ]);
+    // a machine's direct connection gives up sooner than an endpoint's: the proxy is its fallback
+    expect(channels.map((c) => c.opts.connectTimeoutMs)).toEqual([
+      undefined,
+      undefined,
+      DIRECT_CONNECT_TIMEOUT_MS,
+      DIRECT_CONNECT_TIMEOUT_MS,
+    ]);
+    // a second generation (a new talosconfig) loads its own
+    newGeneration(transport, { ...CONFIG, crt: "NEW CERT" }, { initialMs: 1, maxMs: 2 }, Math.random);
+    expect(contexts.map((c) => (c as { cert: string }).cert)).toEqual(["CERT PEM", "NEW CERT"]);
+  });
+
+  test("a machine's direct channel is made once, dropped on a failed path, swept after two idle sweeps", () => {
+    const { transport, channels } = recordingTransport();
+    const gen = newGeneration(transport, CONFIG, { initialMs: 1, maxMs: 2 }, Math.random);
+    const a = directChannel(gen, "10.0.0.5", machineEndpoint);
+    expect(directChannel(gen, "10.0.0.5", machineEndpoint)).toBe(a);
+    directChannel(gen, "10.0.0.6", machineEndpoint);
+    const [, , five, six] = channels;
+    if (!five || !six) throw new Error("unreachable");
+    five.activeCalls = 1;
+    expect(sweepDirect(gen)).toBe(0);
+    expect(sweepDirect(gen)).toBe(1); // .6 idle twice
+    expect(six.closed).toBe(true);
+    expect([...gen.direct.keys()]).toEqual(["10.0.0.5"]);
+    // a use between two sweeps counts as activity
+    five.activeCalls = 0;
+    expect(sweepDirect(gen)).toBe(0);
+    directChannel(gen, "10.0.0.5", machineEndpoint);
+    expect(sweepDirect(gen)).toBe(0);
+    dropDirect(gen, "10.0.0.5");
+    expect(five.closed).toBe(true);
+    expect(gen.direct.size).toBe(0);
+    directChannel(gen, "10.0.0.7", machineEndpoint);
+    closeGeneration(gen);
+    expect(channels.every((c) => c.closed)).toBe(true);
+    expect(gen.direct.size).toBe(0);
+  });
+});
