@@ -17,7 +17,10 @@
 // CCM keeps two Talos watches open per node. A stream here is one small object (~0.3 KB) whose
 // handler is the gRPC call itself, so an idle watch costs what its call state costs.
 
-import * as tls from "node:tls";
+import { isIP } from "node:net";
+import type * as tls from "node:tls";
+import { createSecureContext } from "node:tls";
+import type { Socket, SocketHandler } from "bun";
 import { H2Connection, type H2ConnectionHost } from "./h2connection.ts";
 import { DEFAULT_SETTINGS_TIMEOUT_MS, DEFAULT_STREAM_START_TIMEOUT_MS } from "./h2limits.ts";
 import type { H2Stream, H2StreamHandler } from "./h2stream.ts";
@@ -69,12 +72,15 @@ export interface H2ConnectOptions {
  * {@link H2ConnectOptions.secureContext}.
  */
 export function tlsContext(opts: { ca?: string; cert: string; key: string }): tls.SecureContext {
-  return tls.createSecureContext({
+  return createSecureContext({
     ...(opts.ca === undefined ? {} : { ca: opts.ca }),
     cert: opts.cert,
     key: opts.key,
   });
 }
+
+/** ALPN's wire form of ["h2"]: one length-prefixed name. */
+const ALPN_H2 = Buffer.from([2, 0x68, 0x32]);
 
 /** Per-request options of {@link H2Session.request}. */
 export interface H2RequestOptions {
@@ -100,11 +106,35 @@ export class H2Session {
     },
     ended: (s) => {
       s.#flush();
-      s.#socket.end();
+      if (s.#pending.length > 0) s.#endWhenWritten = true;
+      else s.#socket?.end();
     },
     goaway: (s, code) => s.#events.goaway?.(code),
   };
-  readonly #socket: tls.TLSSocket;
+  /** Bun's native TLS socket handlers, one object for every session (the socket's data is its session). */
+  static readonly #handlers: SocketHandler<H2Session> = {
+    open: (socket) => socket.data.#opened(socket),
+    handshake: (socket, success, authorizationError) =>
+      socket.data.#handshake(socket, success, authorizationError),
+    data: (socket, chunk) => socket.data.#receive(chunk),
+    drain: (socket) => socket.data.#writeOut(),
+    end: (socket) => socket.data.#teardown(),
+    close: (socket, err) => socket.data.#closed(err),
+    error: (socket, err) => socket.data.#failed(err),
+    connectError: (socket, err) => socket.data.#closed(err),
+  };
+  /** The socket, once Bun has opened it. */
+  #socket: Socket<H2Session> | undefined;
+  readonly #opts: H2ConnectOptions;
+  /** What to do with the socket once it opens: keep the process alive or not, or close it at once. */
+  #wantRef = true;
+  #wantDestroy = false;
+  /** Output taken from the core that the socket has not accepted yet (takeOutput() chunks). */
+  #pending: Buffer[] = [];
+  /** Bytes of #pending[0] already written. */
+  #pendingAt = 0;
+  /** end() was asked while output was pending: end once it is written. */
+  #endWhenWritten = false;
   readonly #events: H2SessionEvents;
   /** The protocol's state: streams, windows, settings, the frames to write. */
   readonly #core: H2Connection<H2Session>;
@@ -124,8 +154,8 @@ export class H2Session {
   /** performance.now() of the last bytes received. */
   lastReadMs = performance.now();
 
-  private constructor(socket: tls.TLSSocket, opts: H2ConnectOptions, events: H2SessionEvents) {
-    this.#socket = socket;
+  private constructor(opts: H2ConnectOptions, events: H2SessionEvents) {
+    this.#opts = opts;
     this.#events = events;
     this.#core = new H2Connection(H2Session.#host, this, opts.authority);
     this.#settingsTimeoutMs = opts.settingsTimeoutMs ?? DEFAULT_SETTINGS_TIMEOUT_MS;
@@ -134,18 +164,24 @@ export class H2Session {
 
   /** Dials `opts` and starts the session; events report the outcome. */
   static connect(opts: H2ConnectOptions, events: H2SessionEvents): H2Session {
-    const socket = tls.connect({
-      host: opts.host,
+    const s = new H2Session(opts, events);
+    // An IP is checked against the certificate by the TLS stack itself when no server name is
+    // sent; a DNS name is sent and checked (and checkServerIdentity runs once the handshake is done).
+    const serverName = isIP(opts.host) === 0 ? (opts.servername ?? opts.host) : undefined;
+    Bun.connect<H2Session>({
+      hostname: opts.host,
       port: opts.port,
-      ...(opts.secureContext !== undefined
-        ? { secureContext: opts.secureContext }
-        : { ...(opts.ca === undefined ? {} : { ca: opts.ca }), cert: opts.cert, key: opts.key }),
-      ...(opts.servername === undefined ? {} : { servername: opts.servername }),
-      ...(opts.checkServerIdentity ? { checkServerIdentity: opts.checkServerIdentity } : {}),
-      ALPNProtocols: ["h2"],
-    });
-    const s = new H2Session(socket, opts, events);
-    s.#attach();
+      data: s,
+      socket: H2Session.#handlers,
+      tls: {
+        ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+        cert: opts.cert,
+        key: opts.key,
+        ...(serverName === undefined ? {} : { serverName }),
+        rejectUnauthorized: true,
+        ALPNProtocols: ALPN_H2,
+      } as never,
+    }).catch((err: Error) => s.#closed(err));
     return s;
   }
 
@@ -176,12 +212,14 @@ export class H2Session {
 
   /** Keeps the process alive while the socket is open. */
   ref(): void {
-    this.#socket.ref();
+    this.#wantRef = true;
+    this.#socket?.ref();
   }
 
   /** Lets the process exit while the socket is open. */
   unref(): void {
-    this.#socket.unref();
+    this.#wantRef = false;
+    this.#socket?.unref();
   }
 
   /**
@@ -221,32 +259,53 @@ export class H2Session {
   destroy(err?: Error): void {
     if (this.destroyed) return;
     if (err) this.#core.error ??= err;
-    this.#socket.destroy();
+    this.#wantDestroy = true;
+    this.#socket?.terminate();
     this.#teardown();
   }
 
-  #attach(): void {
-    const socket = this.#socket;
-    socket.once("secureConnect", () => {
-      if (socket.alpnProtocol !== "h2") {
-        this.destroy(
-          new Error(`the server did not negotiate HTTP/2 (ALPN ${socket.alpnProtocol || "none"})`),
-        );
-        return;
-      }
-      this.#connected = true;
-      this.#core.open();
-      this.#flush();
-      this.#settingsTimer = setTimeout(() => this.#settingsTimedOut(), this.#settingsTimeoutMs);
-      this.#settingsTimer.unref?.();
-      this.#events.connect?.();
-    });
-    socket.on("data", (chunk: Buffer) => this.#receive(chunk));
-    socket.on("error", (err: Error) => {
-      this.#core.error ??= err;
-      this.#events.error?.(err);
-    });
-    socket.on("close", () => this.#teardown());
+  #opened(socket: Socket<H2Session>): void {
+    this.#socket = socket;
+    if (this.#wantDestroy || this.destroyed) {
+      socket.terminate();
+      return;
+    }
+    if (!this.#wantRef) socket.unref();
+  }
+
+  #handshake(socket: Socket<H2Session>, success: boolean, authorizationError: Error | null): void {
+    if (!success || authorizationError) {
+      this.destroy(authorizationError ?? new Error("the TLS handshake failed"));
+      return;
+    }
+    const identity = this.#opts.checkServerIdentity?.(
+      this.#opts.host,
+      socket.getPeerCertificate() as unknown as tls.PeerCertificate,
+    );
+    if (identity) {
+      this.destroy(identity);
+      return;
+    }
+    if (socket.alpnProtocol !== "h2") {
+      this.destroy(new Error(`the server did not negotiate HTTP/2 (ALPN ${socket.alpnProtocol || "none"})`));
+      return;
+    }
+    this.#connected = true;
+    this.#core.open();
+    this.#flush();
+    this.#settingsTimer = setTimeout(() => this.#settingsTimedOut(), this.#settingsTimeoutMs);
+    this.#settingsTimer.unref?.();
+    this.#events.connect?.();
+  }
+
+  #failed(err: Error): void {
+    this.#core.error ??= err;
+    this.#events.error?.(err);
+  }
+
+  #closed(err?: Error): void {
+    if (err && !this.destroyed) this.#failed(err);
+    this.#teardown();
   }
 
   #receive(chunk: Buffer): void {
@@ -296,8 +355,27 @@ export class H2Session {
     if (!this.#connected) return;
     const data = this.#core.takeOutput();
     if (data === undefined) return;
-    // The callback runs once the bytes are written to the kernel: the server is reading.
     if (this.#stallSince === 0) this.#stallSince = performance.now();
-    this.#socket.write(data, this.#written);
+    this.#pending.push(data);
+    if (this.#pending.length === 1) this.#writeOut();
+  }
+
+  /**
+   * Writes what the socket has not taken yet, until it takes less than it was given (then its drain
+   * writes on). Each chunk taken whole counts as written: the kernel has it, the server is reading.
+   */
+  #writeOut(): void {
+    const socket = this.#socket;
+    if (socket === undefined || this.destroyed) return;
+    for (let chunk = this.#pending[0]; chunk !== undefined; chunk = this.#pending[0]) {
+      const n = socket.write(chunk, this.#pendingAt);
+      if (n < 0) return;
+      this.#pendingAt += n;
+      if (this.#pendingAt < chunk.length) return;
+      this.#pending.shift();
+      this.#pendingAt = 0;
+      this.#written();
+    }
+    if (this.#endWhenWritten) socket.end();
   }
 }
