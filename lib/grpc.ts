@@ -15,7 +15,7 @@
 // client or bidirectional streaming, name resolution beyond what the socket does.
 
 import { isIP } from "node:net";
-import { checkServerIdentity, type PeerCertificate, type SecureContext } from "node:tls";
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { type Backoff, backoffDelay } from "./backoffpolicy.ts";
 import { frameMessage, MessageDecoder } from "./grpcframing.ts";
 import { MessageQueue } from "./grpcmessages.ts";
@@ -29,7 +29,7 @@ import {
   statusFromHeaders,
   statusFromHttp,
 } from "./grpcstatus.ts";
-import { H2Code, H2Session, type H2Stream, type H2StreamHandler, tlsContext } from "./h2.ts";
+import { H2Code, H2Session, type H2Stream, type H2StreamHandler } from "./h2.ts";
 import { logger } from "./log.ts";
 import { endpointTarget } from "./talosconfig.ts";
 import { GrpcStatus } from "./taloserrors.ts";
@@ -48,7 +48,6 @@ export {
   MessageDecoder,
   statusFromHeaders,
   statusFromHttp,
-  tlsContext,
 };
 
 /** The gRPC default receive limit; callers talking to apid raise it. */
@@ -98,13 +97,8 @@ export interface GrpcChannelOptions {
   /** Client key PEM. */
   key: string;
   /**
-   * `ca`, `cert` and `key` loaded once ({@link tlsContext}) and shared by several channels: each
-   * connection then takes no parsed copy of its own.
-   */
-  secureContext?: SecureContext;
-  /**
-   * TLS server name (SNI); default the host when it is a DNS name, none for an IP address. The
-   * certificate is checked against `host` whatever the SNI.
+   * TLS server name (SNI) for a DNS host (default: the host); none is sent to an IP address, which
+   * the certificate must name. The certificate is checked against `host` whatever the SNI.
    */
   servername?: string;
   /** Largest message received (default 4 MiB, the gRPC default). */
@@ -211,7 +205,7 @@ class Connection {
  * first call and again after the connection is lost (GOAWAY, close, error, unanswered PING).
  *
  * @example
- * const ch = new GrpcChannel({ host: "10.0.0.2", port: 50000, ca, cert, key, servername: "talos" });
+ * const ch = new GrpcChannel({ host: "10.0.0.2", port: 50000, ca, cert, key });
  * const reply = await ch.unary("/machine.MachineService/Version", new Uint8Array(), { timeoutMs: 10_000 });
  * const stream = ch.serverStream("/cosi.resource.State/Watch", request, { metadata: { node: "10.0.0.5" } });
  * for (let m = await stream.next(); m !== undefined; m = await stream.next()) handle(m);
@@ -386,7 +380,7 @@ export class GrpcChannel {
 
   /** The session of `conn`, dialled, with its events wired to the channel. */
   #open(conn: Connection, connectTimer: ReturnType<typeof setTimeout>): H2Session {
-    const { host, ca, cert, key, secureContext } = this.#opts;
+    const { host, ca, cert, key } = this.#opts;
     const servername = this.#opts.servername ?? (isIP(host) ? undefined : host);
     return H2Session.connect(
       {
@@ -396,7 +390,6 @@ export class GrpcChannel {
         ...(ca === undefined ? {} : { ca }),
         cert,
         key,
-        ...(secureContext === undefined ? {} : { secureContext }),
         ...(servername === undefined ? {} : { servername }),
         // The identity checked is the endpoint's, also when the SNI differs (IP endpoints).
         checkServerIdentity: (_name: string, peer: PeerCertificate) => checkServerIdentity(host, peer),

@@ -5,7 +5,6 @@
 // when its last call ends; which channel a call takes.
 // Memory: the transport (lib/grpc.ts, node:http2 with it) is imported on the first generation only.
 
-import { isIP } from "node:net";
 import type { Backoff } from "./backoffpolicy.ts";
 import type { GrpcChannel } from "./grpc.ts";
 import { pickEndpoint } from "./taloscallpolicy.ts";
@@ -13,12 +12,6 @@ import type { TalosConfig } from "./talosconfig.ts";
 
 /** apid refuses larger messages; gRPC clients stop at 4 MiB by default. */
 const MAX_MESSAGE_BYTES = 32 << 20;
-
-/**
- * SNI sent to IP endpoints. Bun's TLS refuses an IP as server name, and apid ignores SNI; the
- * certificate is still checked against the IP itself.
- */
-const IP_ENDPOINT_SNI = "talos";
 
 /** The port of every Talos machine's apid (Talos' constants.ApidPort). */
 export const MACHINE_PORT = 50000;
@@ -72,13 +65,6 @@ export function newGeneration(
   backoff: Backoff,
   random: () => number,
 ): Generation {
-  // One TLS context for every channel of the generation: a connection per machine takes no parsed
-  // copy of the CA, certificate and key of its own.
-  const secureContext = transport.tlsContext({
-    ...(config.ca === undefined ? {} : { ca: config.ca }),
-    cert: config.crt,
-    key: config.key,
-  });
   // Keepalive stays at the transport's default, which apid's ping policy allows.
   const make = (host: string, port: number, connectTimeoutMs?: number) =>
     new transport.GrpcChannel({
@@ -87,8 +73,6 @@ export function newGeneration(
       ...(config.ca === undefined ? {} : { ca: config.ca }),
       cert: config.crt,
       key: config.key,
-      secureContext,
-      ...(isIP(host) === 0 ? {} : { servername: IP_ENDPOINT_SNI }),
       maxReceiveMessageBytes: MAX_MESSAGE_BYTES,
       backoff,
       random,
