@@ -108,7 +108,11 @@ export class H2Session {
     drain: (socket) => socket.data.#writeOut(),
     end: (socket) => socket.data.#teardown(),
     close: (socket, err) => socket.data.#closed(err),
-    error: (socket, err) => socket.data.#failed(err),
+    // A socket error, or an exception thrown by one of these handlers: the session cannot go on.
+    error: (socket, err) => {
+      socket.data.#failed(err);
+      socket.data.destroy(err);
+    },
     connectError: (socket, err) => socket.data.#closed(err),
   };
   /** The socket, once Bun has opened it. */
@@ -356,7 +360,8 @@ export class H2Session {
     const socket = this.#socket;
     if (socket === undefined || this.destroyed) return;
     for (let chunk = this.#pending[0]; chunk !== undefined; chunk = this.#pending[0]) {
-      const n = socket.write(chunk, this.#pendingAt);
+      // Bun's write(data, offset) takes byteLength as the whole chunk's: pass what is left.
+      const n = socket.write(chunk, this.#pendingAt, chunk.length - this.#pendingAt);
       if (n < 0) return;
       this.#pendingAt += n;
       if (this.#pendingAt < chunk.length) return;

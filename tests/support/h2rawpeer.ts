@@ -2,7 +2,10 @@
 // tests/e2e/h2-hostile.test.ts that are about time rather than volume: a server that never sends
 // SETTINGS or never acknowledges ours, one that allows no concurrent stream, one that never answers
 // a request, and, as the control, one that answers and then stays silent for a long time (a watch).
-// It reads the client's frames only as far as it must (the preface, SETTINGS, HEADERS, PING).
+// For tests/e2e/h2-socket.test.ts it also plays the socket's edges: a server that stops reading (the
+// client's writes are taken in part and wait for the socket's drain) and one that half-closes.
+// It reads the client's frames only as far as it must (the preface, SETTINGS, HEADERS, PING), and
+// counts what it read: DATA bytes, the frame types in order, the client's end of the socket.
 
 import type * as net from "node:net";
 import * as tls from "node:tls";
@@ -20,10 +23,20 @@ export type RawScenario =
   /** Takes requests and never answers them. */
   | "no-headers"
   /** Answers with headers and one message, is silent for `holdMs`, then sends one more and status OK. */
-  | "idle-watch";
+  | "idle-watch"
+  /**
+   * Opens both flow-control windows to the maximum and, at the first HEADERS, stops reading the
+   * socket for `holdMs` (the kernel's buffers fill, the client's writes are taken in part).
+   */
+  | "slow-reader"
+  /** Answers the first request with headers and one message, then ends its side of the socket (FIN). */
+  | "half-close";
 
 const PREFACE_BYTES = 24;
+/** The largest flow-control window (RFC 9113 §6.9.1). */
+const MAX_WINDOW = 2 ** 31 - 1;
 const SETTINGS = 0x4;
+const WINDOW_UPDATE = 0x8;
 const HEADERS = 0x1;
 const DATA = 0x0;
 const PING = 0x6;
@@ -54,6 +67,14 @@ export class RawH2Peer {
   readonly #holdMs: number;
   port = 0;
   requests = 0;
+  /** DATA payload bytes read, all streams. */
+  dataBytes = 0;
+  /** The type of every frame read after the preface, in order. */
+  readonly frameTypes: number[] = [];
+  /** The client ended its side of a socket (FIN) after we read everything before it. */
+  clientEnded = false;
+  /** slow-reader: the socket was paused (and is resumed after holdMs). */
+  paused = false;
 
   private constructor(
     creds: { ca: string; cert: string; key: string },
@@ -88,9 +109,16 @@ export class RawH2Peer {
     this.#sockets.add(socket);
     socket.on("error", () => undefined);
     socket.on("close", () => this.#sockets.delete(socket));
+    socket.on("end", () => {
+      this.clientEnded = true;
+    });
     if (this.#scenario === "no-settings") return; // reads (and drops) whatever comes
-    const settings = this.#scenario === "max-streams-0" ? Buffer.from([0, 3, 0, 0, 0, 0]) : new Uint8Array(0);
-    socket.write(frame(SETTINGS, 0, 0, settings));
+    socket.write(frame(SETTINGS, 0, 0, this.#settings()));
+    if (this.#scenario === "slow-reader") {
+      const increment = Buffer.alloc(4);
+      increment.writeUInt32BE(MAX_WINDOW - 65_535);
+      socket.write(frame(WINDOW_UPDATE, 0, 0, increment));
+    }
     let buf = Buffer.alloc(0);
     let prefaceSeen = false;
     socket.on("data", (chunk: Buffer) => {
@@ -112,7 +140,19 @@ export class RawH2Peer {
     });
   }
 
+  /** Our SETTINGS payload: six bytes per entry (RFC 9113 §6.5.1). */
+  #settings(): Uint8Array {
+    if (this.#scenario === "max-streams-0") return Buffer.from([0, 3, 0, 0, 0, 0]);
+    if (this.#scenario !== "slow-reader") return new Uint8Array(0);
+    const entry = Buffer.alloc(6);
+    entry.writeUInt16BE(4); // SETTINGS_INITIAL_WINDOW_SIZE
+    entry.writeUInt32BE(MAX_WINDOW, 2);
+    return entry;
+  }
+
   #onFrame(socket: tls.TLSSocket, type: number, flags: number, streamId: number, payload: Buffer): void {
+    this.frameTypes.push(type);
+    if (type === DATA) this.dataBytes += payload.length;
     if (type === SETTINGS && !(flags & ACK) && this.#scenario !== "no-settings-ack") {
       socket.write(frame(SETTINGS, ACK, 0));
     } else if (type === PING && !(flags & ACK)) {
@@ -120,20 +160,37 @@ export class RawH2Peer {
     } else if (type === HEADERS) {
       this.requests++;
       if (this.#scenario === "idle-watch") this.#watch(socket, streamId);
+      if (this.#scenario === "half-close" && this.requests === 1) {
+        this.#answer(socket, streamId);
+        socket.end();
+      }
+      if (this.#scenario === "slow-reader" && this.requests === 1) {
+        socket.pause();
+        this.paused = true;
+        setTimeout(() => {
+          this.paused = false;
+          socket.resume();
+        }, this.#holdMs);
+      }
     }
   }
 
   /** Headers and a message now; after holdMs one more message and status OK. */
   #watch(socket: tls.TLSSocket, id: number): void {
+    this.#answer(socket, id);
+    setTimeout(() => {
+      socket.write(frame(DATA, 0, id, frameMessage(Uint8Array.of(2))));
+      socket.write(frame(HEADERS, END_HEADERS | END_STREAM, id, encodeHeaders([["grpc-status", "0"]])));
+    }, this.#holdMs);
+  }
+
+  /** Response headers and one gRPC message (the byte 1) on stream `id`, the stream left open. */
+  #answer(socket: tls.TLSSocket, id: number): void {
     const headers = encodeHeaders([
       [":status", "200"],
       ["content-type", "application/grpc"],
     ]);
     socket.write(frame(HEADERS, END_HEADERS, id, headers));
     socket.write(frame(DATA, 0, id, frameMessage(Uint8Array.of(1))));
-    setTimeout(() => {
-      socket.write(frame(DATA, 0, id, frameMessage(Uint8Array.of(2))));
-      socket.write(frame(HEADERS, END_HEADERS | END_STREAM, id, encodeHeaders([["grpc-status", "0"]])));
-    }, this.#holdMs);
   }
 }
