@@ -94,7 +94,11 @@ describe("lib/h2.ts on Bun's native socket: writes, drain and ends", () => {
     session.request(REQUEST, body, recorder().handler);
 
     // The server has stopped reading: what the socket did not take waits, and says how long.
-    await until(() => peer.paused && session.writeStalledMs > 300, "the writes to wait for the socket", 5_000);
+    await until(
+      () => peer.paused && session.writeStalledMs > 300,
+      "the writes to wait for the socket",
+      5_000,
+    );
     expect(peer.dataBytes).toBeLessThan(BODY_BYTES);
 
     // Once it reads again, every byte arrives, framed as written (a chunk resent from a wrong
@@ -112,7 +116,11 @@ describe("lib/h2.ts on Bun's native socket: writes, drain and ends", () => {
     const { session, closed } = await connect(peer);
     const { seen, handler } = recorder();
     const stream = session.request(REQUEST, new Uint8Array(BODY_BYTES), handler);
-    await until(() => peer.paused && session.writeStalledMs > 300, "the writes to wait for the socket", 5_000);
+    await until(
+      () => peer.paused && session.writeStalledMs > 300,
+      "the writes to wait for the socket",
+      5_000,
+    );
 
     stream.cancel();
     session.close();
