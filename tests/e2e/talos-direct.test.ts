@@ -14,7 +14,8 @@ import { Registry } from "../../lib/metrics.ts";
 import { TalosClient, type TalosClientOptions } from "../../lib/talos.ts";
 import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
-import { FIRST_WINDOW_MS } from "../../lib/talosroute.ts";
+import { configureLogging } from "../../lib/log.ts";
+import { FIRST_WINDOW_MS, MACHINES_TO_CLOSE } from "../../lib/talosroute.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, until } from "../support/cluster.ts";
 import { generateNodes } from "../support/fixtures.ts";
@@ -29,6 +30,8 @@ const [A, B, C] = generateNodes(3, { prefix: "direct" }) as [
 const ipA = A.nodeIPs[0] as string;
 const ipB = B.nodeIPs[0] as string;
 const ipC = C.nodeIPs[0] as string;
+/** Machines no apid listens for directly (port 1 on loopback refuses): with B, eight in a row. */
+const UNREACHABLE = generateNodes(MACHINES_TO_CLOSE - 1, { prefix: "unreachable", start: 3 });
 
 let proxy: FakeApid;
 /** Machine A's own apid. */
@@ -41,7 +44,7 @@ let dir: string;
 const open: TalosClient[] = [];
 
 beforeAll(async () => {
-  proxy = await FakeApid.start({ nodes: [A, B, C] });
+  proxy = await FakeApid.start({ nodes: [A, B, C, ...UNREACHABLE] });
   machineA = await FakeApid.start({ nodes: [A], pki: proxy.pki, machine: true });
   machineC = await FakeApid.start({ nodes: [C], machine: true });
   portB = await freePort();
@@ -215,6 +218,32 @@ describe("TALOS_MACHINE_ACCESS=auto", () => {
       await machineB?.stop();
     }
     expect(w.error).toBeUndefined();
+  });
+
+  test("eight machines in a row that cannot be reached close the path for all: one warning; a reachable machine then goes through the endpoint until the window has passed", async () => {
+    const { client, clock, fallbacks } = await directClient({ attempts: 1 });
+    const lines: string[] = [];
+    configureLogging({ write: (line) => lines.push(line) });
+    try {
+      resetCalls();
+      for (const m of [B, ...UNREACHABLE]) expect(await client.nodename(m.nodeIPs[0] as string)).toBe(m.name);
+      expect(fallbacks()).toBe(MACHINES_TO_CLOSE);
+      const warnings = lines.filter((l) => l.includes("Cannot reach Talos machines directly (several in a row)"));
+      expect(warnings).toHaveLength(1);
+      // A, whose apid answers directly, is asked through the endpoint: nothing dials it
+      expect(await client.nodename(ipA)).toBe(A.name);
+      expect(machineA.calls()).toBe(0);
+      expect(proxy.calls({ node: ipA })).toBe(1);
+      // after the window, A is asked directly again and its answer opens the path for all
+      clock.now += FIRST_WINDOW_MS;
+      expect(await client.nodename(ipA)).toBe(A.name);
+      expect(machineA.calls({ node: "" })).toBe(1);
+      expect(proxy.calls({ node: ipA })).toBe(1);
+      expect(fallbacks()).toBe(MACHINES_TO_CLOSE);
+    } finally {
+      configureLogging({ write: (line) => process.stderr.write(line) });
+      client.close();
+    }
   });
 
   test("proxy: no machine is dialled", async () => {
