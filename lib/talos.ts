@@ -39,6 +39,7 @@ import {
 import {
   closeGeneration,
   directChannel,
+  directReachable,
   dropDirect,
   enterGeneration,
   type Generation,
@@ -807,7 +808,11 @@ export class TalosClient {
    */
   #pathFailed(gen: Generation, node: string, channel: GrpcChannel, e: TalosError): boolean {
     if (e.code !== "unavailable" || channel.state === "ready") return false;
-    const { windowMs, closedForAll } = this.#routes.directFailed(node, this.#now());
+    const { windowMs, closedForAll } = this.#routes.directFailed(
+      node,
+      this.#now(),
+      directReachable(gen, node),
+    );
     dropDirect(gen, node);
     this.#metrics.directChannels.set(undefined, gen.direct.size);
     this.#metrics.directFallbacks.inc();

@@ -106,6 +106,15 @@ export function dropDirect(gen: Generation, node: string): void {
 }
 
 /**
+ * Whether some machine's direct channel other than `node`'s is connected now: the path to the
+ * machines works, whatever one machine's address does.
+ */
+export function directReachable(gen: Generation, node: string): boolean {
+  for (const [other, d] of gen.direct) if (other !== node && d.channel.state === "ready") return true;
+  return false;
+}
+
+/**
  * Closes the direct channels that had no call open at this sweep and the one before (a machine no
  * longer watched or asked about: forgotten, or its watches moved to the proxy).
  * @returns how many were closed.

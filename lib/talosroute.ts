@@ -6,9 +6,11 @@
 // flow-control window, with another's. The proxy stays the fallback: a machine whose direct path
 // fails (refused, unreachable, a handshake that fails: a firewall in between, a certificate without
 // the IP) is asked through the proxy for a while (1 min, doubling per failure to 30 min, reset by a
-// direct answer), and when 8 machines in a row fail directly with no direct answer between, every
-// machine is (the whole path is closed to the CCM: a NetworkPolicy, a firewall), for the same
-// doubling window.
+// direct answer), and when 8 machines in a row fail directly with no direct answer between and no
+// other machine connected directly at the time, every machine is (the whole path is closed to the
+// CCM: a NetworkPolicy, a firewall), for the same doubling window. A failure while another machine
+// is connected is that machine's own: a kubelet reporting one unreachable address after another
+// sends its own machine through the proxy, never the others.
 
 /** `TALOS_MACHINE_ACCESS`: try each machine directly first (`auto`, the default), or never (`proxy`). */
 export type MachineAccess = "auto" | "proxy";
@@ -96,14 +98,23 @@ export class MachineRoutes {
     return this.#failing.size;
   }
 
-  /** A direct attempt about `node` failed on the path (not an answer of the machine's). */
-  directFailed(node: string, now: number): DirectFailure {
+  /**
+   * A direct attempt about `node` failed on the path (not an answer of the machine's).
+   * @param reachableElsewhere another machine is connected directly now: the failure is this
+   *   machine's (or its address's) alone and counts toward no closing for all — so a Node whose
+   *   kubelet reports unreachable addresses one after another cannot close the path for every machine.
+   */
+  directFailed(node: string, now: number, reachableElsewhere = false): DirectFailure {
     const prev = this.#failing.get(node);
     const failures = (prev?.failures ?? 0) + 1;
     const windowMs = windowAfter(failures);
     this.#failing.delete(node);
     this.#failing.set(node, { failures, until: now + windowMs });
     if (this.#failing.size > MAX_FAILING) this.#failing.delete(this.#failing.keys().next().value as string);
+    if (reachableElsewhere) {
+      if (this.#streak.size > 0) this.#streak.clear();
+      return { windowMs, closedForAll: false };
+    }
     this.#streak.add(node);
     if (this.#streak.size < MACHINES_TO_CLOSE) return { windowMs, closedForAll: false };
     this.#streak.clear();

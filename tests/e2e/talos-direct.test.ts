@@ -10,11 +10,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { configureLogging } from "../../lib/log.ts";
 import { Registry } from "../../lib/metrics.ts";
 import { TalosClient, type TalosClientOptions } from "../../lib/talos.ts";
 import { loadTalosConfig } from "../../lib/talosconfig.ts";
 import { GrpcStatus } from "../../lib/taloserrors.ts";
-import { configureLogging } from "../../lib/log.ts";
 import { FIRST_WINDOW_MS, MACHINES_TO_CLOSE } from "../../lib/talosroute.ts";
 import { FakeApid } from "../support/apid.ts";
 import { freePort, until } from "../support/cluster.ts";
@@ -220,16 +220,31 @@ describe("TALOS_MACHINE_ACCESS=auto", () => {
     expect(w.error).toBeUndefined();
   });
 
-  test("eight machines in a row that cannot be reached close the path for all: one warning; a reachable machine then goes through the endpoint until the window has passed", async () => {
+  test("eight machines in a row that cannot be reached close the path for all, unless another is connected: one warning; a reachable machine then goes through the endpoint until the window has passed", async () => {
     const { client, clock, fallbacks } = await directClient({ attempts: 1 });
     const lines: string[] = [];
+    const warnings = () =>
+      lines.filter((l) => l.includes("Cannot reach Talos machines directly (several in a row)"));
     configureLogging({ write: (line) => lines.push(line) });
     try {
       resetCalls();
+      // A connected directly: each failure is that machine's own, the path stays open for A
+      expect(await client.nodename(ipA)).toBe(A.name);
       for (const m of [B, ...UNREACHABLE]) expect(await client.nodename(m.nodeIPs[0] as string)).toBe(m.name);
       expect(fallbacks()).toBe(MACHINES_TO_CLOSE);
-      const warnings = lines.filter((l) => l.includes("Cannot reach Talos machines directly (several in a row)"));
-      expect(warnings).toHaveLength(1);
+      expect(warnings()).toHaveLength(0);
+      expect(await client.nodename(ipA)).toBe(A.name);
+      expect(machineA.calls({ node: "" })).toBe(2);
+      expect(proxy.calls({ node: ipA })).toBe(0);
+
+      // A's idle channel closed: nothing is connected directly, and the eight failing again close the path
+      client.sweep();
+      client.sweep();
+      clock.now += FIRST_WINDOW_MS;
+      resetCalls();
+      for (const m of [B, ...UNREACHABLE]) expect(await client.nodename(m.nodeIPs[0] as string)).toBe(m.name);
+      expect(fallbacks()).toBe(2 * MACHINES_TO_CLOSE);
+      expect(warnings()).toHaveLength(1);
       // A, whose apid answers directly, is asked through the endpoint: nothing dials it
       expect(await client.nodename(ipA)).toBe(A.name);
       expect(machineA.calls()).toBe(0);
@@ -239,7 +254,7 @@ describe("TALOS_MACHINE_ACCESS=auto", () => {
       expect(await client.nodename(ipA)).toBe(A.name);
       expect(machineA.calls({ node: "" })).toBe(1);
       expect(proxy.calls({ node: ipA })).toBe(1);
-      expect(fallbacks()).toBe(MACHINES_TO_CLOSE);
+      expect(fallbacks()).toBe(2 * MACHINES_TO_CLOSE);
     } finally {
       configureLogging({ write: (line) => process.stderr.write(line) });
       client.close();

@@ -55,6 +55,22 @@ describe("MachineRoutes", () => {
     expect(r.route("10.9.9.9", FIRST_WINDOW_MS * 3)).toBe("direct");
   });
 
+  test("failures while another machine is connected directly are each machine's own: the path stays open for all", () => {
+    const r = new MachineRoutes("auto");
+    // one Node's addresses, one unreachable after another, with other machines connected meanwhile
+    for (let i = 0; i < 4 * MACHINES_TO_CLOSE; i++) {
+      const f = r.directFailed(`10.0.4.${i}`, 0, true);
+      expect(f).toEqual({ windowMs: FIRST_WINDOW_MS, closedForAll: false });
+      expect(r.route(`10.0.4.${i}`, 1)).toBe("proxy");
+    }
+    expect(r.closedForAll(1)).toBe(false);
+    expect(r.route("10.9.9.9", 1)).toBe("direct");
+    // a failure with another machine connected also ends a streak begun with none connected
+    for (let i = 1; i < MACHINES_TO_CLOSE; i++) r.directFailed(`10.0.5.${i}`, 0);
+    r.directFailed("10.0.5.100", 0, true);
+    expect(r.directFailed("10.0.5.101", 0).closedForAll).toBe(false);
+  });
+
   test("proxy: never direct", () => {
     const r = new MachineRoutes("proxy");
     expect(r.route("10.0.0.5", 0)).toBe("proxy");
