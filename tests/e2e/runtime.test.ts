@@ -187,6 +187,8 @@ describe("command line", () => {
     expect(environ(paced)).toContain("BUN_JSC_useDFGJIT=false");
     expect(paced.output).toMatch(/useDFGJIT=false \(default: true\)/);
     expect(paced.output).toMatch(/heapGrowthFunctionThresholdInMB=4294967295 \(default: \d+\)/);
+    expect(paced.output).toMatch(/smallHeapGrowthFactor=1\.25 \(default: 2\)/);
+    expect(paced.output).toMatch(/mediumHeapGrowthFactor=1\.25 \(default: 1\.5\)/);
     expect(environ(paced)).toContain(`HOME=${cluster.dir}`); // the rest of the environment is kept
     expect(paced.output.match(/Starting controller.*node-csr-approval/g)?.length).toBe(1); // one process ran
     expect(await paced.stop()).toBe(0);

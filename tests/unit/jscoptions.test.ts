@@ -5,10 +5,14 @@ const GB = 2 ** 30;
 const MiB = 2 ** 20;
 
 describe("jscEnv", () => {
-  const GROWTH = { BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295" };
+  const GROWTH = {
+    BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295",
+    BUN_JSC_smallHeapGrowthFactor: "1.25",
+    BUN_JSC_mediumHeapGrowthFactor: "1.25",
+  };
   const NO_DFG = { BUN_JSC_useDFGJIT: "false" };
 
-  test("always turns JSC's 3× growth curve and its optimizing JIT tiers off; passes a container's memory limit as the RAM size", () => {
+  test("always turns JSC's 3× growth curve and its optimizing JIT tiers off, grows the heap 1.25× between collections; passes a container's memory limit as the RAM size", () => {
     expect(jscEnv({}, () => undefined)).toEqual({ ...GROWTH, ...NO_DFG });
     expect(jscEnv({ PATH: "/bin" }, () => 256 * MiB)).toEqual({
       ...GROWTH,
@@ -28,6 +32,11 @@ describe("jscEnv", () => {
     expect(jscEnv({ BUN_JSC_heapGrowthFunctionThresholdInMB: "16384" }, noRead)).toEqual(NO_DFG);
     expect(jscEnv({ BUN_JSC_useDFGJIT: "1" }, () => undefined)).toEqual(GROWTH);
     expect(jscEnv({ BUN_JSC_forceRAMSize: "1000000000" }, noRead)).toEqual({ ...GROWTH, ...NO_DFG });
+    expect(jscEnv({ BUN_JSC_smallHeapGrowthFactor: "2" }, () => undefined)).toEqual({
+      BUN_JSC_heapGrowthFunctionThresholdInMB: "4294967295",
+      BUN_JSC_mediumHeapGrowthFactor: "1.25",
+      ...NO_DFG,
+    });
   });
 });
 
