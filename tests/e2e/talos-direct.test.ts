@@ -22,6 +22,11 @@ import { generateNodes } from "../support/fixtures.ts";
 import { collect, failure } from "../support/talosclient.ts";
 
 const FAST = { initialMs: 10, maxMs: 80 };
+/** tests/support/fdprobe.ts: a Talos client under a hard file-descriptor limit. */
+const FDPROBE = join(import.meta.dir, "../support/fdprobe.ts");
+/** The probe's hard `nofile` limit, and the machines it asks about (more than it can hold open). */
+const FD_LIMIT = 64;
+const FD_MACHINES = 100;
 const [A, B, C] = generateNodes(3, { prefix: "direct" }) as [
   ReturnType<typeof generateNodes>[number],
   ReturnType<typeof generateNodes>[number],
@@ -258,6 +263,60 @@ describe("TALOS_MACHINE_ACCESS=auto", () => {
     } finally {
       configureLogging({ write: (line) => process.stderr.write(line) });
       client.close();
+    }
+  });
+
+  test("under a hard file-descriptor limit below the machines: the dials beyond it fail (EMFILE) and those machines answer through the endpoint; the path stays open for the rest", async () => {
+    const machines = generateNodes(FD_MACHINES, { prefix: "fd", start: 20 });
+    const endpoint = await FakeApid.start({ nodes: machines });
+    const machine = await FakeApid.start({
+      nodes: [machines[0] as (typeof machines)[number]],
+      pki: endpoint.pki,
+      machine: true,
+    });
+    try {
+      const path = await endpoint.writeTalosconfig(join(dir, "talosconfig-fd"));
+      const ips = machines.map((m) => m.nodeIPs[0] as string);
+      // Bun raises the soft limit to the hard one: `ulimit -n` sets both. The probe runs beside
+      // this process, whose event loop serves both fakes.
+      const probe = Bun.spawn(
+        [
+          "sh",
+          "-c",
+          `ulimit -n ${FD_LIMIT} && exec "$@"`,
+          "sh",
+          process.execPath,
+          FDPROBE,
+          path,
+          String(machine.port),
+          ...ips,
+        ],
+        { stdout: "pipe", stderr: "pipe" },
+      );
+      const [stdout, stderr, status] = await Promise.all([
+        new Response(probe.stdout).text(),
+        new Response(probe.stderr).text(),
+        probe.exited,
+      ]);
+      const last = stdout.trim().split("\n").at(-1) ?? "";
+      if (!last.startsWith("{")) throw new Error(`fdprobe printed no result (status ${status}): ${stderr}`);
+      const r = JSON.parse(last) as {
+        answered: number;
+        failed: string[];
+        fallbacks: number;
+        directChannels: number;
+        closedForAll: boolean;
+      };
+      expect(r.failed).toEqual([]);
+      expect(r.answered).toBe(FD_MACHINES);
+      expect(r.directChannels).toBeGreaterThan(0);
+      expect(r.directChannels).toBeLessThan(FD_LIMIT);
+      expect(r.fallbacks).toBe(FD_MACHINES - r.directChannels);
+      expect(machine.calls({ node: "" })).toBe(r.directChannels);
+      expect(endpoint.calls({ method: "Get" })).toBe(r.fallbacks);
+      expect(r.closedForAll).toBe(false);
+    } finally {
+      await Promise.all([endpoint.stop(), machine.stop()]);
     }
   });
 
