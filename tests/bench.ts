@@ -93,7 +93,14 @@ import {
 } from "./support/bench-hostile.ts";
 import { createPeer, type HostilePeer, hostileSpec } from "./support/bench-hostile-peer.ts";
 import { auditEpochMs, ccmWriteDelays, PatchLatency } from "./support/bench-latency.ts";
-import { type ProcSample, procSample, RssSampler, SumRssSampler } from "./support/bench-proc.ts";
+import {
+  cpuByGroup,
+  formatCpuUse,
+  type ProcSample,
+  procSample,
+  RssSampler,
+  SumRssSampler,
+} from "./support/bench-proc.ts";
 import { LeaseReadiness, type LeaseSpecView } from "./support/bench-ready.ts";
 import {
   type ApidFigures,
@@ -1001,6 +1008,16 @@ async function runNodePhases(
   cleanups.push(() => {
     for (const k of kubelets) k?.close();
   });
+  // Who uses the bed's cores while the CCM works: it shares them with the API server, the kubelets
+  // (this process) and, with --talos apid, the machines' side of every Talos call.
+  const bed: Record<string, number[]> = {
+    [args.floor ? "floor" : "CCM"]: [ccm.pid],
+    "API server + etcd": cluster.pids,
+    "bench (kubelets, CSRs)": [process.pid],
+  };
+  if (talos.apidPid !== undefined) bed.apid = [talos.apidPid];
+  if (talos.machinesPid !== undefined) bed["simulated machines"] = [talos.machinesPid];
+  const bedAtStart = cpuByGroup(bed);
   progress(`registering ${n} kubelets (${args.concurrency} in flight)`);
   const t0 = performance.now();
   await pool(specs, args.concurrency, async (s, i) => {
@@ -1018,6 +1035,7 @@ async function runNodePhases(
   const init_s = (initEnd - t0) / 1000;
   if (initAt === undefined) notes.push(`init_s: timed out with ${nodes.done.size}/${n} initialized`);
   progress(`initialized ${nodes.done.size}/${n} in ${init_s.toFixed(2)} s`);
+  const bedAtInit = cpuByGroup(bed);
   probe?.read("init");
   // Reads a node's watch start made besides its facts (for CSRs) may end after the last Node was
   // written: they count with initialization, so that talos_calls_per_csr counts what the CSRs cost.
@@ -1047,6 +1065,7 @@ async function runNodePhases(
   }
   progress(`approved ${approvals.done.size}/${n} in ${csr_s.toFixed(2)} s`);
   const after = procSample(ccm.pid);
+  const bedAtCsr = cpuByGroup(bed);
   probe?.read("csr");
   const events = cluster.auditEvents().slice(audit0);
   const csrCalls = await talos.calls();
@@ -1096,6 +1115,10 @@ async function runNodePhases(
       `${(sampler.maxAnonBytes / MiB).toFixed(1)} MiB (RssAnon every 250 ms)`,
   );
 
+  notes.push(
+    `the bed's CPU (${cpus().length} cores) during initialization (${init_s.toFixed(2)} s): ${formatCpuUse(bedAtStart, bedAtInit)}; ` +
+      `during CSR approval (${csr_s.toFixed(2)} s): ${formatCpuUse(bedAtInit, bedAtCsr)}`,
+  );
   if (probe?.at.start && probe.at.end)
     notes.push(
       `apid: RSS ${(probe.at.start.rssBytes / MiB).toFixed(1)} MiB when the CCM leads (before the N nodes), ` +

@@ -67,6 +67,34 @@ export function procSample(pid: number): ProcSample {
   return { ...status, cpuSeconds };
 }
 
+/**
+ * CPU time (user + system, seconds) each named group of processes has used so far; a process that
+ * is gone counts 0. Two readings' difference is what each group took of the machine in between.
+ */
+export function cpuByGroup(groups: Readonly<Record<string, readonly number[]>>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, pids] of Object.entries(groups)) {
+    out[name] = 0;
+    for (const pid of pids) {
+      try {
+        out[name] += parseStatCpu(readFileSync(`/proc/${pid}/stat`, "utf8"), clockTicks());
+      } catch {
+        // gone: nothing more to count
+      }
+    }
+  }
+  return out;
+}
+
+/** "CCM 3.46 s, API server + etcd 4.10 s, ...": `after` minus `before` per group, largest first. */
+export function formatCpuUse(before: Record<string, number>, after: Record<string, number>): string {
+  return Object.entries(after)
+    .map(([name, s]) => [name, s - (before[name] ?? 0)] as const)
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, s]) => `${name} ${s.toFixed(2)} s`)
+    .join(", ");
+}
+
 /** A memory reading's resident parts, in bytes (VmRSS, RssAnon, RssFile). */
 export type RssReading = Pick<ProcSample, "rssBytes" | "anonBytes" | "fileBytes">;
 

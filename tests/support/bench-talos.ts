@@ -39,6 +39,8 @@ export interface BenchTalos {
   writeTalosconfig(path: string): Promise<string>;
   /** Talos' apid's pid (kind "apid"). */
   readonly apidPid: number | undefined;
+  /** The simulated machines' process (kind "apid"; the fake runs inside the bench). */
+  readonly machinesPid: number | undefined;
   /** The in-process fake apid (kind "fake"), for runs that change what a machine reports. */
   readonly fake?: FakeApid;
   /** The simulator's network namespace (kind "apid"). */
@@ -82,6 +84,7 @@ export async function fakeTalos(specs: FakeNodeSpec[]): Promise<BenchTalos> {
   return {
     kind: "fake",
     apidPid: undefined,
+    machinesPid: undefined,
     fake: apid,
     resetCalls: async () => apid.resetCalls(),
     calls: async () => apid.calls(),
@@ -133,6 +136,9 @@ export async function apidTalos(specs: FakeNodeSpec[], progress: (m: string) => 
     kind: "apid",
     get apidPid() {
       return sim.apidPid;
+    },
+    get machinesPid() {
+      return sim.simPid;
     },
     netns: {
       get path() {

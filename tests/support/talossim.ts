@@ -199,6 +199,11 @@ export class TalosSim {
     return this.#pids?.apid;
   }
 
+  /** The pid of the simulator's process serving the machines (with apid), e.g. to read its CPU time. */
+  get simPid(): number | undefined {
+    return this.#pids?.sim;
+  }
+
   /**
    * The simulator's network namespace (with apid): `/proc/<pid>/ns/net` of its process there. A
    * restart makes a new namespace (and this path changes): a process still in the old one keeps it

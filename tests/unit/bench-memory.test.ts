@@ -4,7 +4,7 @@
 // slope lines with each round's value, and the JSON of a run over several sizes.
 
 import { describe, expect, test } from "bun:test";
-import { RssPeaks } from "../support/bench-proc.ts";
+import { cpuByGroup, formatCpuUse, RssPeaks } from "../support/bench-proc.ts";
 import {
   ANON_SLOPE_NODES,
   type BenchFigures,
@@ -310,5 +310,16 @@ describe("formatSlopes(): the slope lines of a run over several sizes", () => {
 
   test("one size: no slopes", () => {
     expect(formatSlopes([[figures(), figures()]])).toEqual([]);
+  });
+});
+
+describe("cpuByGroup() and formatCpuUse(): who used the bed's cores in a phase", () => {
+  test("each group's difference, largest first; a process that is gone counts 0", () => {
+    const before = { CCM: 1, "API server + etcd": 10, machines: 0.5 };
+    const after = { CCM: 4.46, "API server + etcd": 14.1, machines: 0.5 };
+    expect(formatCpuUse(before, after)).toBe("API server + etcd 4.10 s, CCM 3.46 s, machines 0.00 s");
+    const now = cpuByGroup({ self: [process.pid], gone: [2 ** 22 + 1] });
+    expect(now.gone).toBe(0);
+    expect(now.self).toBeGreaterThan(0);
   });
 });
