@@ -176,9 +176,9 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
                          form of CCM_BINARY). It gets the same arguments as ours, so it must accept
                          upstream's flags; readiness is /healthz and the Lease for any binary
   --floor                the floor (issue 43): tests/support/bench-floor.ts in place of the CCM, issuing
-                         the same Node writes, Events and CSR approvals through this project's
-                         Kubernetes client with the same QPS, and nothing else (no Talos read, no
-                         check); its init_s and csr_s are what the API server and the client rate
+                         the same Node writes and CSR approvals through this project's Kubernetes
+                         client with the same QPS, and nothing else (no Talos read, no check, no
+                         Event: the CCM records them through a client of its own); its init_s and csr_s are what the API server and the client rate
                          limit allow, each CCM's times a ratio to them. No startup or idle phase
   --ccm-arg=FLAG         extra CCM flag for every start, repeatable; the table's header names them
   --no-qps-tuning        run the CCM with the project's --kube-api-qps/--kube-api-burst defaults
@@ -880,7 +880,7 @@ async function startFloor(e: Env, notes: string[]): Promise<CcmProcess> {
   });
   await floor.waitForLog(/floor: ready/, 60_000);
   notes.push(
-    "floor: tests/support/bench-floor.ts in place of the CCM (the same Node writes, Events and CSR approvals through this project's Kubernetes client, no Talos read, no check); its memory and CPU are a Bun script's, not a CCM's",
+    "floor: tests/support/bench-floor.ts in place of the CCM (the same Node writes and CSR approvals through this project's Kubernetes client, no Talos read, no check, no Event); its memory and CPU are a Bun script's, not a CCM's",
   );
   return floor;
 }
