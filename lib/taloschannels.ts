@@ -3,7 +3,8 @@
 // (lib/talosroute.ts), made on a machine's first direct call with the generation's certificate and
 // closed once idle; the calls and streams in flight on a generation, so that a retired one closes
 // when its last call ends; which channel a call takes.
-// Memory: the transport (lib/grpc.ts, node:http2 with it) is imported on the first generation only.
+// Memory: the transport (lib/grpc.ts and the HTTP/2 client under it) is imported on the first
+// generation only.
 
 import type { Backoff } from "./backoffpolicy.ts";
 import type { GrpcChannel } from "./grpc.ts";

@@ -178,8 +178,9 @@ N nodes take ~10 s of client-side rate limit), unless --no-qps-tuning or a --ccm
   --floor                the floor (issue 43): tests/support/bench-floor.ts in place of the CCM, issuing
                          the same Node writes and CSR approvals through this project's Kubernetes
                          client with the same QPS, and nothing else (no Talos read, no check, no
-                         Event: the CCM records them through a client of its own); its init_s and csr_s are what the API server and the client rate
-                         limit allow, each CCM's times a ratio to them. No startup or idle phase
+                         Event: the CCM records them through a client of its own); its init_s and
+                         csr_s are what the API server and the client rate limit allow, each CCM's
+                         times a ratio to them. No startup or idle phase
   --ccm-arg=FLAG         extra CCM flag for every start, repeatable; the table's header names them
   --no-qps-tuning        run the CCM with the project's --kube-api-qps/--kube-api-burst defaults
                          (20/30, upstream's) instead of the cluster-size tuning below

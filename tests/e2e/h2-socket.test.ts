@@ -18,7 +18,7 @@ const IN_ORDER = new Set([0x0, HEADERS, 0x4, 0x6, 0x8]);
 /** Far more than loopback's socket buffers hold (a few MiB each way), so the writes must wait. */
 const BODY_BYTES = 48 * 1024 * 1024;
 /** How long the slow reader stops reading. */
-const HOLD_MS = 1_500;
+const HOLD_MS = 3_000;
 
 let server: { ca: string; cert: string; key: string };
 let client: { ca: string; cert: string; key: string };

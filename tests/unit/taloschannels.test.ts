@@ -8,6 +8,7 @@ import {
   closeGeneration,
   DIRECT_CONNECT_TIMEOUT_MS,
   directChannel,
+  directReachable,
   dropDirect,
   machineEndpoint,
   newGeneration,
@@ -17,18 +18,19 @@ import type { TalosConfig } from "../../lib/talosconfig.ts";
 
 /** A transport that records what it was asked to build. */
 function recordingTransport() {
-  const channels: Array<{ opts: GrpcChannelOptions; closed: boolean; activeCalls: number }> = [];
+  const channels: Array<{ opts: GrpcChannelOptions; closed: boolean; activeCalls: number; state: string }> =
+    [];
   class GrpcChannel {
-    readonly rec: { opts: GrpcChannelOptions; closed: boolean; activeCalls: number };
+    readonly rec: { opts: GrpcChannelOptions; closed: boolean; activeCalls: number; state: string };
     constructor(opts: GrpcChannelOptions) {
-      this.rec = { opts, closed: false, activeCalls: 0 };
+      this.rec = { opts, closed: false, activeCalls: 0, state: "idle" };
       channels.push(this.rec);
     }
     get activeCalls() {
       return this.rec.activeCalls;
     }
     get state() {
-      return "idle";
+      return this.rec.state;
     }
     close() {
       this.rec.closed = true;
@@ -106,5 +108,24 @@ describe("channel generations", () => {
     closeGeneration(gen);
     expect(channels.every((c) => c.closed)).toBe(true);
     expect(gen.direct.size).toBe(0);
+  });
+
+  test("the path works elsewhere only while another machine's direct channel is connected", () => {
+    const { transport, channels } = recordingTransport();
+    const gen = newGeneration(transport, CONFIG, { initialMs: 1, maxMs: 2 }, Math.random);
+    directChannel(gen, "10.0.0.5", machineEndpoint);
+    directChannel(gen, "10.0.0.6", machineEndpoint);
+    const [, , five, six] = channels;
+    if (!five || !six) throw new Error("unreachable");
+    expect(directReachable(gen, "10.0.0.5")).toBe(false); // none connected
+    five.state = "ready";
+    expect(directReachable(gen, "10.0.0.5")).toBe(false); // only the failing machine's own
+    expect(directReachable(gen, "10.0.0.6")).toBe(true);
+    six.state = "connecting";
+    expect(directReachable(gen, "10.0.0.9")).toBe(true);
+    // the endpoints' channels do not count: they say nothing of the path to the machines
+    for (const c of channels.slice(0, 2)) c.state = "ready";
+    five.state = "idle";
+    expect(directReachable(gen, "10.0.0.9")).toBe(false);
   });
 });
